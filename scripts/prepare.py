@@ -1,0 +1,30 @@
+"""Validate, chunk and six-frame translate one input file into token-balanced shards."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.prepare import Policy, prepare
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--input", required=True, help="FASTA or FASTQ, plain or .gz/.bz2/.xz")
+    parser.add_argument("--chunk-length", type=int, default=500)
+    parser.add_argument("--shards", type=int, required=True)
+    parser.add_argument("--outdir", required=True)
+    parser.add_argument("--ambiguous-codons", choices=("drop", "X"), default="drop")
+    parser.add_argument("--min-length", type=int, default=0)
+    parser.add_argument("--max-ambiguous-fraction", type=float, default=1.0)
+    args = parser.parse_args()
+    setup_logging()
+    policy = Policy(args.chunk_length, args.ambiguous_codons, args.min_length, args.max_ambiguous_fraction)
+    prepare(args.input, args.outdir, args.shards, policy)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,172 @@
+"""prepare against VirNucPro's own frames (fixtures made by its units.py), quirks included."""
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATA, GENOMES, ROOT, read_fasta, read_tsv
+
+from workflow_lib.chunking import chunk_bounds
+from workflow_lib.prepare import Policy, prepare
+
+FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
+
+
+def _input_of(fixture: Path) -> Path:
+    name = fixture.name.rsplit(".chunk", 1)[0]
+    return DATA / "virnucpro_quirks.fasta" if name == "virnucpro_quirks" else GENOMES / f"{name}.fasta"
+
+
+def _frames_in_order(outdir: Path, shards: int) -> list[str]:
+    """frame_id, nucleotide, protein per frame, in frames-table order, read back from the shards."""
+    sequences = {}
+    for i in range(shards):
+        for (fid, nucleotide), (fid2, protein) in zip(read_fasta(outdir / f"shard_{i}.fna"),
+                                                      read_fasta(outdir / f"shard_{i}.faa")):
+            assert fid == fid2, "the .fna and .faa of a shard hold the same IDs in the same order"
+            sequences[fid] = (nucleotide, protein)
+    rows = read_tsv(outdir / "frames.tsv.gz")
+    assert len(sequences) == len(rows), "every frame is in exactly one shard"
+    return [f"{r['frame_id']}\t{sequences[r['frame_id']][0]}\t{sequences[r['frame_id']][1]}" for r in rows]
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
+def test_frames_equal_virnucpro(fixture, tmp_path):
+    chunk_length = int(fixture.name.rsplit(".chunk", 1)[1].split(".")[0])
+    prepare(_input_of(fixture), tmp_path, 3, Policy(chunk_length=chunk_length))
+    expected = fixture.read_text().splitlines()[1:]
+    assert _frames_in_order(tmp_path, 3) == expected
+
+
+def test_quirk_fixture_exercises_the_quirks():
+    """The hand-made input covers what the bundled genomes do not: N runs and IUPAC codes
+    (dropped codons), a short last chunk, records shorter than a chunk, lowercase."""
+    rows = [line.split("\t") for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk500.tsv").read_text().splitlines()[1:]]
+    rows300 = [line.split("\t") for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk300.tsv").read_text().splitlines()[1:]]
+    # Dropped codons: a frame whose nucleotide slice holds an ambiguous base.
+    assert any(set(n) - set("ACGT") for _, n, _ in rows + rows300)
+    # The one-base-longer slice: a frame that does not end at the chunk end has 3*len(protein)+1 bases.
+    assert any(len(n) == 3 * len(p) + 1 for _, n, p in rows)
+    assert any(fid.startswith("softmasked") for fid, _, _ in rows)
+
+
+def test_short_last_chunk_quirk():
+    """VirNucPro's step list runs out when lower + R mod n >= n: the last chunk then ends past L."""
+    record, starts, ends = chunk_bounds(np.array([501, 1000, 1001, 250, 0]), 500)
+    assert record.tolist() == [0, 0, 1, 1, 2, 2, 2, 3]
+    assert list(zip(starts.tolist(), ends.tolist())) == [
+        (0, 500), (250, 501),  # 501 bp: the second chunk is 251 bp, not 500
+        (0, 500), (500, 1000),
+        (0, 500), (333, 833), (666, 1001),
+        (0, 250),  # shorter than a chunk: one chunk of its own length; empty: none
+    ]
+
+
+def test_tables(tmp_path):
+    fasta = tmp_path / "in.fa"
+    fasta.write_text(">empty\n\n>short\nACGTACGTAC\n>ok some description\n" + "ATG" * 200 + "\n>amb\n" + "N" * 100 + "ACGT" * 25 + "\n")
+    counts = prepare(fasta, tmp_path / "out", 2, Policy(chunk_length=300, min_length=50, max_ambiguous_fraction=0.4))
+    sequences = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
+    assert [(s["sequence_id"], s["status"]) for s in sequences] == [
+        ("empty", "empty"), ("short", "too_short"), ("ok", "ok"), ("amb", "too_ambiguous")]
+    assert sequences[3]["ambiguous_fraction"] == "0.5"
+    ok = sequences[2]
+    assert (ok["length"], ok["n_chunks"]) == ("600", "2")
+    frames = read_tsv(tmp_path / "out" / "frames.tsv.gz")
+    assert int(ok["n_frames"]) == len(frames) == counts["frames"]
+    assert {(f["chunk"], f["chunk_start"], f["chunk_end"]) for f in frames} <= {("1", "1", "300"), ("2", "301", "600")}
+    assert all(f["sequence_id"] == "ok" and int(f["protein_length"]) > 0 for f in frames)
+    # Shards are balanced by ESM-2 tokens: no shard exceeds another by more than one frame.
+    assert max(counts["shard_tokens"]) - min(counts["shard_tokens"]) <= 102
+
+
+def test_x_policy_keeps_ambiguous_codons(tmp_path):
+    fasta = tmp_path / "in.fa"
+    fasta.write_text(">r\nATGNNNATGATGRATATG\n")
+    prepare(fasta, tmp_path / "drop", 1, Policy(chunk_length=500))
+    prepare(fasta, tmp_path / "x", 1, Policy(chunk_length=500, ambiguous_codons="X"))
+    drop = dict(read_fasta(tmp_path / "drop" / "shard_0.faa"))
+    x = dict(read_fasta(tmp_path / "x" / "shard_0.faa"))
+    assert drop["r_chunk_1F1"] == "MMMM"
+    assert x["r_chunk_1F1"] == "MXMMXM"
+
+
+def test_compressed_inputs_give_the_same_outputs(tmp_path):
+    import bz2
+    import lzma
+
+    source = GENOMES / "phiX174.fasta"
+    data = source.read_bytes()
+    outputs = []
+    for name, compress in (("plain.fa", bytes), ("x.fa.gz", gzip.compress), ("x.fa.bz2", bz2.compress), ("x.xz", lzma.compress)):
+        path = tmp_path / name
+        path.write_bytes(compress(data))
+        prepare(path, tmp_path / f"out_{name}", 2, Policy())
+        outputs.append([(tmp_path / f"out_{name}" / f).read_bytes() for f in ("frames.tsv.gz", "shard_0.faa", "shard_1.fna")])
+    assert all(o == outputs[0] for o in outputs)
+
+
+def test_fastq_equals_fasta(tmp_path):
+    records = [(f"read{i}", seq) for i, (_, seq) in enumerate(read_fasta_records(GENOMES / "phiX174.fasta", 300))]
+    (tmp_path / "r.fa").write_text("".join(f">{i}\n{s}\n" for i, s in records))
+    (tmp_path / "r.fq").write_text("".join(f"@{i}\n{s}\n+\n{'I' * len(s)}\n" for i, s in records))
+    prepare(tmp_path / "r.fa", tmp_path / "fa", 2, Policy(chunk_length=300))
+    prepare(tmp_path / "r.fq", tmp_path / "fq", 2, Policy(chunk_length=300))
+    assert (tmp_path / "fa" / "frames.tsv.gz").read_bytes() == (tmp_path / "fq" / "frames.tsv.gz").read_bytes()
+
+
+def read_fasta_records(path: Path, read_length: int):
+    seq = "".join(line.strip() for line in path.read_text().splitlines() if not line.startswith(">"))
+    return [(i, seq[i : i + read_length]) for i in range(0, len(seq) - read_length, read_length)]
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path):
+    bad = tmp_path / "protein.fa"
+    bad.write_text(">p1\nACGT\n>p2 a protein\nMKVLEEFPQ\n")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(bad),
+                             "--shards", "1", "--outdir", str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {bad}: record 2 'p2' looks like a protein sequence (contains 'E', 'F', 'L', 'P', 'Q'); "
+        "give nucleotide sequences"]
+    assert not (tmp_path / "out" / "frames.tsv.gz").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "the file is empty"),
+    (b"\n\n", "the file is empty"),
+    (b"\x00\x01\x02garbage", "starts with binary data"),
+    (b"hello world\n", "starts with text, not a FASTA"),
+    (b">a\nACGT\n>a\nGGCC\n", "duplicate sequence IDs: 'a' (records 1 and 2)"),
+    (b"@r1\nACGT\n+\nIII\n", "record 1 has 4 bases but 3 quality values"),
+    (b">\nACGT\n", "record 1 has an empty header"),
+])
+def test_bad_inputs(tmp_path, content, message):
+    from workflow_lib.errors import InputError
+
+    path = tmp_path / "in.fa"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        prepare(path, tmp_path / "out", 1, Policy())
+
+
+def test_truncated_gzip(tmp_path):
+    from workflow_lib.errors import InputError
+
+    data = gzip.compress((GENOMES / "lambda_NC_001416.fasta").read_bytes())
+    path = tmp_path / "cut.fa.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="truncated or corrupt"):
+        prepare(path, tmp_path / "out", 1, Policy())
+
+
+def test_windows_line_endings_and_lowercase(tmp_path):
+    seq = "".join(line.strip() for line in (GENOMES / "phiX174.fasta").read_text().splitlines()[1:])
+    (tmp_path / "unix.fa").write_text(f">x\n{seq}\n")
+    (tmp_path / "dos.fa").write_bytes(f">x desc\r\n{seq[:2000].lower()}\r\n{seq[2000:]}\r\n".encode())
+    prepare(tmp_path / "unix.fa", tmp_path / "u", 1, Policy())
+    prepare(tmp_path / "dos.fa", tmp_path / "d", 1, Policy())
+    assert (tmp_path / "u" / "shard_0.faa").read_bytes() == (tmp_path / "d" / "shard_0.faa").read_bytes()

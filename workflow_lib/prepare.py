@@ -1,0 +1,160 @@
+"""The prepare stage: validate, chunk, translate in six frames, write token-balanced shards.
+
+Outputs in `outdir` (all written under temporary names and renamed at the end):
+  shard_{i}.fna / shard_{i}.faa   kept frames, nucleotide and protein, same IDs in the same order
+  frames.tsv.gz                   frame_id, sequence_id, chunk, chunk_start, chunk_end, frame,
+                                  protein_length, shard (chunk coordinates 1-based, inclusive)
+  sequences.tsv.gz                one row per input record: sequence_id, length, n_chunks,
+                                  n_frames, ambiguous_fraction, status
+"""
+
+import contextlib
+import logging
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .chunking import chunk_bounds
+from .errors import InputError
+from .outputs import atomic_open
+from .progress import Progress
+from .seqio import Batch, read_batches
+from .sharding import ShardBalancer
+from .translation import FRAME_NAMES, base_codes, six_frames
+
+FRAMES_COLUMNS = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
+SEQUENCES_COLUMNS = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
+# Record status: only `ok` records are chunked; the others are reported, never silently dropped.
+STATUS = (b"ok", b"empty", b"too_short", b"too_ambiguous")
+# Records are translated in batches of about this many bases: large enough to vectorise well,
+# small enough to keep memory bounded on any input size.
+BATCH_BASES = 4_000_000
+_FRAME_IDS = [name.encode() for name in FRAME_NAMES]
+
+log = logging.getLogger("workflow")
+
+
+@dataclass(frozen=True)
+class Policy:
+    chunk_length: int = 500
+    ambiguous_codons: str = "drop"  # VirNucPro drops codons with a non-ACGT base; "X" keeps them as X
+    min_length: int = 0
+    max_ambiguous_fraction: float = 1.0
+
+
+def shard_paths(outdir: Path, shards: int) -> list[tuple[Path, Path]]:
+    return [(outdir / f"shard_{i}.fna", outdir / f"shard_{i}.faa") for i in range(shards)]
+
+
+def prepare(input_path: str | Path, outdir: str | Path, shards: int, policy: Policy) -> dict:
+    """Run the prepare stage on one input file; return the counts."""
+    input_path, outdir = Path(input_path), Path(outdir)
+    if shards < 1:
+        raise InputError(f"shards must be at least 1, got {shards}")
+    with contextlib.ExitStack() as stack:
+        shard_files = [
+            (stack.enter_context(atomic_open(fna, "wb")), stack.enter_context(atomic_open(faa, "wb")))
+            for fna, faa in shard_paths(outdir, shards)
+        ]
+        frames_table = stack.enter_context(atomic_open(outdir / "frames.tsv.gz", "wb"))
+        sequences_table = stack.enter_context(atomic_open(outdir / "sequences.tsv.gz", "wb"))
+        frames_table.write(("\t".join(FRAMES_COLUMNS) + "\n").encode())
+        sequences_table.write(("\t".join(SEQUENCES_COLUMNS) + "\n").encode())
+        writer = _Writer(shard_files, frames_table, sequences_table, policy)
+        id_hashes = array("q")
+        progress = Progress(log, "records")
+        for batch in read_batches(input_path, BATCH_BASES):
+            id_hashes.extend(map(hash, batch.ids))
+            writer.write_batch(batch)
+            progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept")
+        _check_unique_ids(input_path, id_hashes)
+        counts = dict(writer.counts, shard_tokens=writer.balancer.tokens)
+        log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
+    return counts
+
+
+class _Writer:
+    def __init__(self, shard_files, frames_table, sequences_table, policy: Policy):
+        self.shard_files, self.frames_table, self.sequences_table = shard_files, frames_table, sequences_table
+        self.policy = policy
+        self.balancer = ShardBalancer(len(shard_files))
+        self.counts = {"records": 0, "chunks": 0, "frames": 0}
+
+    def write_batch(self, batch: Batch) -> None:
+        policy = self.policy
+        lengths = batch.lengths
+        offsets = batch.offsets()
+        codes = base_codes(batch.buf)
+        any_ambiguous = codes[1]
+        non_acgt = np.zeros(lengths.size, dtype=np.int64)
+        if any_ambiguous:
+            cumulative = np.concatenate([[0], np.cumsum(codes[0] == 4)])
+            non_acgt = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+        ambiguous = np.divide(non_acgt, lengths, out=np.zeros(lengths.size), where=lengths > 0)
+        status = np.select(
+            [lengths == 0, lengths < policy.min_length, ambiguous > policy.max_ambiguous_fraction],
+            [STATUS.index(b"empty"), STATUS.index(b"too_short"), STATUS.index(b"too_ambiguous")],
+            STATUS.index(b"ok"),
+        )
+        usable = np.where(status == STATUS.index(b"ok"), lengths, 0)  # records that are not ok get no chunk
+        record_of_chunk, starts, ends = chunk_bounds(usable, policy.chunk_length)
+        frames = six_frames(batch.buf, starts + offsets[record_of_chunk], ends + offsets[record_of_chunk],
+                            policy.ambiguous_codons, codes)
+        chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
+
+        ids = batch.ids
+        chunk = frames.chunk
+        records = record_of_chunk[chunk].tolist()
+        frame_ids = [b"%s_chunk_%d%s" % (ids[r], n, _FRAME_IDS[f])
+                     for r, n, f in zip(records, chunk_number[chunk].tolist(), frames.frame.tolist())]
+        assign = self.balancer.assign
+        shards = [assign(len(protein) + 2) for protein in frames.proteins]
+        fna = [[] for _ in self.shard_files]
+        faa = [[] for _ in self.shard_files]
+        for frame_id, shard, nucleotide, protein in zip(frame_ids, shards, frames.nucleotides, frames.proteins):
+            fna[shard].append(b">%s\n%s\n" % (frame_id, nucleotide))
+            faa[shard].append(b">%s\n%s\n" % (frame_id, protein))
+        for (fna_file, faa_file), fna_lines, faa_lines in zip(self.shard_files, fna, faa):
+            fna_file.write(b"".join(fna_lines))
+            faa_file.write(b"".join(faa_lines))
+        self.frames_table.write(b"".join([
+            b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
+            for row in zip(frame_ids, [ids[r] for r in records], chunk_number[chunk].tolist(),
+                           (starts[chunk] + 1).tolist(), ends[chunk].tolist(),
+                           [_FRAME_IDS[f] for f in frames.frame.tolist()], map(len, frames.proteins), shards)
+        ]))
+
+        n_chunks = np.bincount(record_of_chunk, minlength=lengths.size)
+        n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=lengths.size)
+        self.sequences_table.write(b"".join(
+            b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
+            for row in zip(ids, lengths.tolist(), n_chunks.tolist(), n_frames.tolist(), ambiguous.tolist(),
+                           [STATUS[i] for i in status.tolist()])
+        ))
+        self.counts["records"] += lengths.size
+        self.counts["chunks"] += int(record_of_chunk.size)
+        self.counts["frames"] += len(frames.proteins)
+
+
+def _check_unique_ids(path: Path, id_hashes: array) -> None:
+    """Fail on duplicate record IDs. Only 8 bytes per record are kept; a hash collision is
+    told apart from a real duplicate by a second pass over the file, run only when hashes repeat."""
+    hashes = np.frombuffer(id_hashes, dtype=np.int64)
+    ordered = np.sort(hashes)
+    repeated = set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
+    if not repeated:
+        return
+    seen: dict[bytes, int] = {}
+    duplicates = []
+    for batch in read_batches(path):
+        for number, record_id in enumerate(batch.ids, batch.first):
+            if hash(record_id) in repeated:
+                if record_id in seen:
+                    duplicates.append(f"'{record_id.decode()}' (records {seen[record_id]} and {number})")
+                else:
+                    seen[record_id] = number
+    if duplicates:
+        shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
+        raise InputError(f"{path}: duplicate sequence IDs: {shown}; give every record a unique ID")

@@ -1,0 +1,31 @@
+"""Progress lines for long jobs: done, rate and ETA at a steady interval."""
+
+import logging
+import time
+
+
+class Progress:
+    """Log `done` of `total` (when known) every `interval` seconds, with rate and ETA."""
+
+    def __init__(self, log: logging.Logger, what: str, total: int | None = None, interval: float = 10.0):
+        self.log, self.what, self.total, self.interval = log, what, total, interval
+        self.start = self.last = time.monotonic()
+
+    def update(self, done: int, extra: str = "") -> None:
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.log.info(self.line(done, extra))
+
+    def line(self, done: int, extra: str = "") -> str:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = done / elapsed
+        text = f"{done:,} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {rate:,.0f}/s"
+        if self.total and rate > 0:
+            text += f", ETA {max(self.total - done, 0) / rate:,.0f} s"
+        return text + (f", {extra}" if extra else "")
+
+
+def setup_logging() -> logging.Logger:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    return logging.getLogger("workflow")

@@ -1,0 +1,258 @@
+"""Reading FASTA and FASTQ, plain or gzip/bz2/xz, as a stream of validated batches of records.
+
+Compression is recognised by its magic bytes, not the file name. Records are parsed a block at a
+time with bytes operations (no per-line Python loop) and validated per batch: sequences are
+upper-cased (soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC
+nucleotide code is an InputError naming the file, the record, its line and what to do.
+"""
+
+import bz2
+import gzip
+import lzma
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+IUPAC_NUCLEOTIDES = b"ACGTUNRYKMSWBDHVacgtunrykmswbdhv"
+_UPPER_IUPAC = IUPAC_NUCLEOTIDES[:16]
+_WHITESPACE = b" \t\r\n\v\f"
+# Letters that occur in proteins but are no nucleotide code: their presence means a protein file.
+_PROTEIN_ONLY = set(b"EFILPQXZJOefilpqxzjo*")
+_MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+_STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+_BLOCK = 1 << 23
+
+
+@dataclass(slots=True)
+class Batch:
+    """Consecutive records: IDs (first word of the header), full headers, and all sequences
+    concatenated upper-case in `buf` with their lengths."""
+
+    ids: list[bytes]
+    headers: list[bytes]
+    lengths: np.ndarray
+    buf: bytes
+    first: int  # 1-based number of the first record in the file
+
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths)])
+
+
+def open_binary(path: str | Path):
+    """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(6)
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found; check the path in the samples sheet") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory; give a FASTA or FASTQ file") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
+    for magic, opener in _MAGIC.items():
+        if head.startswith(magic):
+            return opener(path, "rb")
+    return open(path, "rb")
+
+
+def read_batches(path: str | Path, batch_bases: int = 4_000_000) -> Iterator[Batch]:
+    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`."""
+    path = Path(path)
+    done = 0
+    try:
+        with open_binary(path) as handle:
+            blocks = _blocks(handle)
+            first = next(blocks, b"").lstrip()
+            if not first:
+                raise InputError(f"{path}: the file is empty; give a non-empty FASTA or FASTQ file")
+            if first[:1] not in (b">", b"@"):
+                kind = "binary data" if not _is_text(first[:4096]) else "text"
+                raise InputError(
+                    f"{path}: starts with {kind}, not a FASTA ('>') or FASTQ ('@') record; "
+                    "give a nucleotide FASTA or FASTQ file"
+                )
+            split = _split_fasta if first[:1] == b">" else _split_fastq
+            pending = []
+            pending_bases = 0
+            pieces = split(_prepend(first, blocks), path)
+            while True:
+                try:
+                    headers, seqs = next(pieces)
+                except StopIteration:
+                    break
+                except _RecordError as error:
+                    number = done + sum(len(h) for h, _ in pending) + error.index + 1
+                    raise InputError(f"{path}: record {number} {error.message}") from None
+                pending.append((headers, seqs))
+                pending_bases += sum(map(len, seqs))
+                if pending_bases >= batch_bases:
+                    batch = _batch(pending, done + 1, path)
+                    done += len(batch.ids)
+                    yield batch
+                    pending, pending_bases = [], 0
+            if pending:
+                batch = _batch(pending, done + 1, path)
+                done += len(batch.ids)
+                yield batch
+    except _STREAM_ERRORS as error:
+        raise InputError(
+            f"{path}: the file is truncated or corrupt after record {done} ({error}); "
+            "re-download or re-compress it"
+        ) from None
+    if done == 0:
+        raise InputError(f"{path}: the file holds no sequence records; give a non-empty FASTA or FASTQ file")
+
+
+def _blocks(handle) -> Iterator[bytes]:
+    while block := handle.read(_BLOCK):
+        yield block
+
+
+def _prepend(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from blocks
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return error.start > len(data) - 4  # a character cut at the end of the sample
+    return True
+
+
+def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """Yield (headers, sequences) for the complete records of each block."""
+    rest = b""
+    for block in blocks:
+        data = rest + block
+        cut = data.rfind(b"\n>")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1 :]
+        yield _fasta_records(data[: cut + 1])
+    if rest.strip():
+        yield _fasta_records(rest)
+
+
+def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
+    # Fast path: every record is one header line and one sequence line (reads), so a single
+    # split gives headers and sequences, checked by counting the header lines.
+    if b"\r" not in text:
+        lines = text.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        headers = lines[0::2]
+        # No '>' other than the headers' own (bytes.count of one byte is fast; of two is not).
+        if len(lines) % 2 == 0 and text.count(b">") == len(headers) and all(
+            h[:1] == b">" for h in headers
+        ):
+            return [h[1:] for h in headers], lines[1::2]
+    parts = text[1:].split(b"\n>")
+    headers, seqs = [], []
+    for part in parts:
+        header, _, seq = part.partition(b"\n")
+        headers.append(header.rstrip())
+        seq = seq.rstrip()
+        # Deleting bytes with translate() is slow; only multi-line records need it. Blanks
+        # inside a line are removed in _batch's slow path, when validation trips on them.
+        seqs.append(seq.translate(None, _WHITESPACE) if b"\n" in seq else seq)
+    return headers, seqs
+
+
+def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    rest = b""
+    for block in blocks:
+        data = rest + block
+        lines = data.split(b"\n")
+        complete = (len(lines) - 1) // 4 * 4  # the last element is an unfinished line
+        rest = b"\n".join(lines[complete:])
+        if complete:
+            yield _fastq_records(lines[:complete], path)
+    lines = rest.split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if lines:
+        if len(lines) % 4:
+            raise _RecordError(
+                len(lines) // 4, f"is incomplete ({len(lines) % 4} of 4 lines); "
+                "the file is truncated: re-download it"
+            )
+        yield _fastq_records(lines, path)
+
+
+def _fastq_records(lines: list[bytes], path: Path) -> tuple[list[bytes], list[bytes]]:
+    headers, seqs, plus, quals = lines[0::4], lines[1::4], lines[2::4], lines[3::4]
+    seqs = [s.rstrip() for s in seqs]
+    bad = next((i for i, (h, p) in enumerate(zip(headers, plus)) if h[:1] != b"@" or p[:1] != b"+"), None)
+    if bad is not None:
+        raise _RecordError(bad, "is not a 4-line FASTQ record ('@' header, sequence, '+', qualities); "
+                                "multi-line FASTQ is not supported: reformat the file")
+    for i, (s, q) in enumerate(zip(seqs, quals)):
+        if len(s) != len(q.rstrip()):
+            raise _RecordError(i, f"has {len(s)} bases but {len(q.rstrip())} quality values; "
+                                  "the file is truncated or corrupt")
+    return [h[1:].rstrip() for h in headers], seqs
+
+
+class _RecordError(Exception):
+    """A problem with the i-th record of a parsed piece; turned into an InputError by _batch."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index, self.message = index, message
+
+
+def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path) -> Batch:
+    headers = [h for piece_headers, _ in pieces for h in piece_headers]
+    seqs = [s for _, piece_seqs in pieces for s in piece_seqs]
+    try:
+        joined = b"\n".join(headers)
+        ids = headers if not (b" " in joined or b"\t" in joined) else [h.split(None, 1)[0] for h in headers]
+        if not all(ids):
+            raise IndexError
+    except IndexError:
+        index = next(i for i, h in enumerate(headers) if not h.split())
+        raise InputError(f"{path}: record {first + index} has an empty header; give every record an ID") from None
+    try:
+        joined.decode("utf-8")
+    except UnicodeDecodeError:
+        index = next(i for i, h in enumerate(headers) if not _is_text(h))
+        raise InputError(f"{path}: record {first + index} has a header that is not UTF-8 text; fix its encoding") from None
+    buf = b"".join(seqs)
+    # One pass in the common case (clean upper-case sequences); soft-masked or oddly spaced
+    # input takes the slower repairs before anything is called invalid.
+    if buf.translate(None, _UPPER_IUPAC):
+        buf = buf.upper()
+        if buf.translate(None, _UPPER_IUPAC):
+            seqs = [s.translate(None, _WHITESPACE) for s in seqs]
+            buf = b"".join(seqs).upper()
+        if buf.translate(None, _UPPER_IUPAC):
+            index = next(i for i, s in enumerate(seqs) if s.translate(None, IUPAC_NUCLEOTIDES))
+            raise InputError(f"{path}: record {first + index} '{ids[index].decode()}' {_describe(seqs[index])}")
+    return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first)
+
+
+def _describe(seq: bytes) -> str:
+    found = sorted(set(seq.translate(None, IUPAC_NUCLEOTIDES)))
+    shown = ", ".join(repr(chr(c)) if 32 <= c < 127 else f"byte 0x{c:02x}" for c in found[:6])
+    if _PROTEIN_ONLY.intersection(found) and all(chr(c).isalpha() or c == 42 for c in found):
+        return f"looks like a protein sequence (contains {shown}); give nucleotide sequences"
+    return f"contains characters that are no IUPAC nucleotide code ({shown}); fix or remove the record"
+
+
+def read_records(path: str | Path) -> Iterator[tuple[str, str, bytes]]:
+    """Yield (id, header, sequence) for every record, one at a time (tests, small tools)."""
+    for batch in read_batches(path):
+        offsets = batch.offsets()
+        for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
+            yield record_id.decode(), header.decode(), batch.buf[offsets[i] : offsets[i + 1]]
