@@ -1,0 +1,31 @@
+# Viral sequence identification the way VirNucPro does it, at cluster scale.
+#
+#   FASTA/FASTQ -> prepare (validate, chunk, six-frame translate, token-balanced shards)
+#   shard -> embed (DNABERT-S on nucleotides, ESM-2 on proteins; one GPU job per shard and model)
+#   embeddings -> predict (VirNucPro's MLP) -> tables
+#
+# Results land in results/{sample}/: frames.tsv, chunks.tsv, sequences.tsv, viral.fasta and
+# VirNucPro's prediction_results*.txt/.csv; intermediate files in results/{sample}/prepare/ and
+# results/{sample}/embeddings/; logs in logs/{rule}/. The `train` target writes a classifier
+# from samples labelled virus/other. See README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/models.smk"
+include: "rules/prepare.smk"
+include: "rules/embed.smk"
+include: "rules/predict.smk"
+include: "rules/train.smk"
+
+
+rule all:
+    input:
+        prediction_outputs(),
+    default_target: True

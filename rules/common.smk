@@ -1,0 +1,133 @@
+import sys
+
+import pandas as pd
+from snakemake.utils import validate
+
+sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without installing
+
+from workflow_lib.models.checkpoints import is_local
+
+
+validate(config, schema="../config/schema.yaml")
+
+samples = pd.read_csv(config["samples"], sep="\t", dtype=str, keep_default_na=False, comment="#")
+validate(samples, schema="../config/samples.schema.yaml")
+if samples["sample"].duplicated().any():
+    raise ValueError(
+        f"{config['samples']}: duplicate sample names {sorted(set(samples['sample'][samples['sample'].duplicated()]))}; "
+        "give every sample a unique name"
+    )
+samples = samples.set_index("sample", drop=False)
+if "label" not in samples.columns:
+    samples["label"] = ""
+
+SHARDS = range(config["shards"])
+MODELS = ("esm", "dnabert")
+SHARD_SUFFIX = {"esm": "faa", "dnabert": "fna"}
+MODEL_CHECK = "results/checks/models.json"
+
+
+wildcard_constraints:
+    sample="|".join(samples.index),
+    model="|".join(MODELS),
+    shard=r"\d+",
+
+
+def sample_input(wildcards):
+    return samples.loc[wildcards.sample, "path"]
+
+
+def model_files():
+    """Local model checkpoints (files or directories) as inputs, so that the workflow can build them."""
+    checkpoints = (config["models"]["esm"]["checkpoint"], config["models"]["dnabert"]["checkpoint"])
+    return [c for c in checkpoints if is_local(c)]
+
+
+def classifier_to_check():
+    """The classifier is checked before embedding unless this workflow trains it (then it fits by construction)."""
+    classifier = config["models"]["classifier"]
+    return [] if classifier == config["train"]["classifier"] else [classifier]
+
+
+def check_models_args(wildcards, input):
+    classifier = f"--classifier {input.classifier}" if input.classifier else ""
+    return (
+        f"--esm {config['models']['esm']['checkpoint']} --esm-layer {config['models']['esm']['layer']} "
+        f"--dnabert {config['models']['dnabert']['checkpoint']} --cache-dir {config['models']['cache_dir']} "
+        f"{classifier}"
+    )
+
+
+def prepare_args(wildcards):
+    return (
+        f"--chunk-length {config['chunk_length']} --shards {config['shards']} "
+        f"--ambiguous-codons {config['translation']['ambiguous_codons']} "
+        f"--min-length {config['input']['min_length']} "
+        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']}"
+    )
+
+
+def shard_fasta(wildcards):
+    return f"results/{wildcards.sample}/prepare/shard_{wildcards.shard}.{SHARD_SUFFIX[wildcards.model]}"
+
+
+def embed_args(wildcards):
+    embedding = config["embedding"]
+    if wildcards.model == "esm":
+        model = config["models"]["esm"]
+        specific = f"--checkpoint {model['checkpoint']} --layer {model['layer']} --token-budget {embedding['esm_token_budget']}"
+    else:
+        specific = (
+            f"--checkpoint {config['models']['dnabert']['checkpoint']} "
+            f"--token-budget {embedding['dnabert_token_budget']}"
+        )
+    return (
+        f"--model {wildcards.model} {specific} --device {embedding['device']} "
+        f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']}"
+    )
+
+
+def embeddings_path(path):
+    return path if config["outputs"]["keep_embeddings"] else temp(path)
+
+
+def shard_embeddings(sample, model):
+    return expand("results/{sample}/embeddings/{model}/shard_{shard}.h5", sample=sample, model=model, shard=SHARDS)
+
+
+def predict_args(wildcards):
+    tables = "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
+    return f"--min-viral-fraction {config['predict']['min_viral_fraction']} {tables}"
+
+
+def prediction_outputs():
+    names = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"]
+    if config["outputs"]["virnucpro_tables"]:
+        names += ["prediction_results.txt", "prediction_results_highestscore.csv"]
+    return expand("results/{sample}/{name}", sample=samples.index, name=names)
+
+
+def training_samples():
+    labelled = samples.index[samples["label"] != ""]
+    if len(labelled) == 0:
+        raise ValueError(f"{config['samples']}: the train target needs samples labelled 'virus' or 'other' in a label column")
+    return labelled
+
+
+def training_embeddings(wildcards):
+    return {model: [f for s in training_samples() for f in shard_embeddings(s, model)] for model in MODELS}
+
+
+def train_args(wildcards, input):
+    shards = " ".join(
+        f"--shard {samples.loc[s, 'label']} {dna} {esm}"
+        for s in training_samples()
+        for dna, esm in zip(shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm"))
+    )
+    t = config["train"]
+    balance = "" if t["balance_classes"] else "--no-balance-classes"
+    return (
+        f"{shards} --epochs {t['epochs']} --batch-size {t['batch_size']} --learning-rate {t['learning_rate']} "
+        f"--patience {t['patience']} --validation-fraction {t['validation_fraction']} --seed {t['seed']} "
+        f"--chunk-length {config['chunk_length']} {balance}"
+    )

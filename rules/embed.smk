@@ -1,0 +1,23 @@
+rule embed:
+    input:
+        fasta=shard_fasta,
+        models=model_files(),
+        check=MODEL_CHECK,
+    output:
+        embeddings_path("results/{sample}/embeddings/{model}/shard_{shard}.h5"),
+    log:
+        "logs/embed/{sample}/{model}_{shard}.log",
+    benchmark:
+        "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
+    conda:
+        "../envs/embed.yaml"
+    params:
+        args=embed_args,
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        runtime=240,
+    shell:
+        "python {workflow.basedir}/scripts/embed.py {params.args} --threads {threads} "
+        "--input {input.fasta} --output {output} > {log} 2>&1"

@@ -1,0 +1,36 @@
+rule predict:
+    input:
+        prepared="results/{sample}/prepare/frames.tsv.gz",
+        sequences="results/{sample}/prepare/sequences.tsv.gz",
+        dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
+        esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
+        classifier=config["models"]["classifier"],
+        reads=sample_input,
+    output:
+        frames="results/{sample}/frames.tsv",
+        chunks="results/{sample}/chunks.tsv",
+        sequences="results/{sample}/sequences.tsv",
+        viral="results/{sample}/viral.fasta",
+        virnucpro=(
+            ["results/{sample}/prediction_results.txt", "results/{sample}/prediction_results_highestscore.csv"]
+            if config["outputs"]["virnucpro_tables"]
+            else []
+        ),
+    log:
+        "logs/predict/{sample}.log",
+    benchmark:
+        "results/benchmarks/predict/{sample}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        args=predict_args,
+        prepare_dir=subpath(input.prepared, parent=True),
+        outdir=subpath(output.frames, parent=True),
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    shell:
+        "python {workflow.basedir}/scripts/predict.py --prepare-dir {params.prepare_dir} "
+        "--dnabert {input.dnabert} --esm {input.esm} --classifier {input.classifier} --input {input.reads} "
+        "--outdir {params.outdir} {params.args} > {log} 2>&1"

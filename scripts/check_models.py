@@ -1,0 +1,28 @@
+"""Check the configured models before any embedding job: ESM-2 layer, sizes, classifier input size."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.check_models import check_models
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--esm", required=True, help="fair-esm name or .pt path")
+    parser.add_argument("--esm-layer", type=int, required=True)
+    parser.add_argument("--dnabert", required=True, help="Hugging Face id or directory")
+    parser.add_argument("--classifier", help="classifier file to check (left out when the workflow trains it)")
+    parser.add_argument("--cache-dir")
+    parser.add_argument("--output", required=True, help="JSON report")
+    args = parser.parse_args()
+    setup_logging()
+    check_models(args.esm, args.esm_layer, args.dnabert, args.classifier, args.cache_dir, args.output)
+
+
+if __name__ == "__main__":
+    run_cli(main)

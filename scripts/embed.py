@@ -1,0 +1,38 @@
+"""Embed one shard FASTA with ESM-2 (proteins, .faa) or DNABERT-S (nucleotides, .fna) into HDF5."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", choices=("esm", "dnabert"), required=True)
+    parser.add_argument("--checkpoint", required=True, help="fair-esm name or .pt path; Hugging Face id or directory")
+    parser.add_argument("--layer", type=int, help="ESM-2 layer (default: the last)")
+    parser.add_argument("--input", required=True, help="shard FASTA from prepare")
+    parser.add_argument("--output", required=True, help="HDF5 file to write")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp16", help="on CUDA; the CPU uses fp32")
+    parser.add_argument("--token-budget", type=int, default=16384, help="tokens per batch, padding included")
+    parser.add_argument("--threads", type=int, help="CPU threads for PyTorch")
+    parser.add_argument("--cache-dir", help="where named models are downloaded or found")
+    args = parser.parse_args()
+    setup_logging()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = EmbedSettings(args.model, args.checkpoint, args.layer, args.device, args.precision, args.token_budget,
+                             args.cache_dir)
+    embed_shard(args.input, args.output, settings)
+
+
+if __name__ == "__main__":
+    run_cli(main)

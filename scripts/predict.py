@@ -1,0 +1,33 @@
+"""Classify a sample's frames from its two sets of shard embeddings and write the prediction tables."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.predict import predict
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prepare-dir", required=True, help="the sample's prepare output (frames and sequences tables)")
+    parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
+    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
+    parser.add_argument("--classifier", required=True)
+    parser.add_argument("--input", required=True, help="the sample's input file (for viral.fasta)")
+    parser.add_argument("--outdir", required=True)
+    parser.add_argument("--min-viral-fraction", type=float, default=0.5)
+    parser.add_argument("--no-virnucpro-tables", action="store_true")
+    args = parser.parse_args()
+    setup_logging()
+    if len(args.dnabert) != len(args.esm):
+        parser.error("--dnabert and --esm need one file per shard each")
+    predict(args.prepare_dir, args.dnabert, args.esm, args.classifier, args.input, args.outdir,
+            args.min_viral_fraction, not args.no_virnucpro_tables)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,37 @@
+"""Train VirNucPro's classifier on the embeddings of samples labelled 'virus' or 'other'."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import setup_logging
+from workflow_lib.train import TrainSettings, train_classifier
+
+
+def main() -> None:
+    defaults = TrainSettings()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shard", nargs=3, action="append", required=True, metavar=("LABEL", "DNABERT_H5", "ESM_H5"),
+                        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings")
+    parser.add_argument("--output", required=True, help="classifier checkpoint to write")
+    parser.add_argument("--metrics", required=True, help="JSON with the validation metrics")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument("--patience", type=int, default=defaults.patience)
+    parser.add_argument("--validation-fraction", type=float, default=defaults.validation_fraction)
+    parser.add_argument("--no-balance-classes", action="store_true")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--chunk-length", type=int, help="recorded in the checkpoint")
+    args = parser.parse_args()
+    setup_logging()
+    settings = TrainSettings(args.epochs, args.batch_size, args.learning_rate, defaults.momentum, args.patience,
+                             args.validation_fraction, not args.no_balance_classes, args.seed)
+    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, settings, chunk_length=args.chunk_length)
+
+
+if __name__ == "__main__":
+    run_cli(main)

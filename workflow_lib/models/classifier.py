@@ -1,0 +1,117 @@
+"""VirNucPro's MLP classifier, and loading its files without running code from them.
+
+Architecture: Linear(in -> 512), BatchNorm1d, ReLU, Dropout(0.5), Linear(512 -> 2); the input
+is the DNABERT-S embedding followed by the ESM-2 one; softmax, class 1 = virus.
+
+Two file formats load, both through torch.load(weights_only=True):
+- ours: a dict {"format": FORMAT, "state_dict", "input_dim", "hidden_dim", "dnabert_dim", "esm_dim", ...};
+- VirNucPro's published 300_model.pth / 500_model.pth: a whole pickled module (torch.save(model)
+  from a script's __main__). Its classes are mapped to an inert stand-in that only receives the
+  pickled attributes, so no code from the file runs; anything else in the pickle is refused.
+"""
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import InputError
+
+FORMAT = "virnucpro-mlp/1"
+HIDDEN_DIM = 512
+_PICKLED_CLASSES = (
+    "__main__.MLPClassifier",
+    "torch.nn.modules.linear.Linear",
+    "torch.nn.modules.batchnorm.BatchNorm1d",
+    "torch.nn.modules.dropout.Dropout",
+)
+
+
+class MLPClassifier(nn.Module):
+    """VirNucPro's classifier; attribute names match its files' state-dict keys."""
+
+    def __init__(self, input_dim: int, hidden_dim: int = HIDDEN_DIM, num_class: int = 2):
+        super().__init__()
+        self.hidden_layer = nn.Linear(input_dim, hidden_dim)
+        self.bn1 = nn.BatchNorm1d(hidden_dim)
+        self.output_layer = nn.Linear(hidden_dim, num_class)
+        self.dropout = nn.Dropout(0.5)
+        nn.init.xavier_uniform_(self.hidden_layer.weight)
+        nn.init.xavier_uniform_(self.output_layer.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output_layer(self.dropout(F.relu(self.bn1(self.hidden_layer(x)))))
+
+    @property
+    def input_dim(self) -> int:
+        return self.hidden_layer.in_features
+
+
+class _PickledModule:
+    """Stand-in for a pickled nn.Module: the unpickler fills its __dict__ and nothing else runs."""
+
+
+def _state_of(module: _PickledModule, prefix: str = "") -> dict[str, torch.Tensor]:
+    state = {}
+    for kind in ("_parameters", "_buffers"):
+        for name, tensor in getattr(module, "__dict__", {}).get(kind, {}).items():
+            if tensor is not None:
+                state[prefix + name] = tensor.detach()
+    for name, child in getattr(module, "__dict__", {}).get("_modules", {}).items():
+        state.update(_state_of(child, f"{prefix}{name}."))
+    return state
+
+
+def save(model: MLPClassifier, path: str | Path, **metadata) -> None:
+    torch.save({"format": FORMAT, "state_dict": model.state_dict(), "input_dim": model.input_dim,
+                "hidden_dim": model.hidden_layer.out_features, **metadata}, path)
+
+
+def load(path: str | Path) -> tuple[MLPClassifier, dict]:
+    """Load a classifier file of either format; return the model (eval mode) and its metadata."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: classifier file not found; set models.classifier or run the train target")
+    try:
+        with torch.serialization.safe_globals([(_PickledModule, name) for name in _PICKLED_CLASSES]):
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure means: refuse the file
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InputError(
+            f"{path}: refused to load: not a VirNucPro classifier nor a workflow classifier file, or it "
+            f"holds code that would run on loading ({reason})"
+        ) from None
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        state, metadata = data["state_dict"], {k: v for k, v in data.items() if k != "state_dict"}
+    elif isinstance(data, _PickledModule):
+        state, metadata = _state_of(data), {"format": "virnucpro-pickle"}
+    else:
+        raise InputError(f"{path}: not a classifier file (expected a VirNucPro .pth or a workflow classifier)")
+    try:
+        weight = state["hidden_layer.weight"]
+        model = MLPClassifier(weight.shape[1], weight.shape[0], state["output_layer.weight"].shape[0])
+        model.load_state_dict(state)
+    except (KeyError, RuntimeError) as error:
+        raise InputError(f"{path}: the classifier's weights do not fit VirNucPro's architecture ({error})") from None
+    metadata["input_dim"] = model.input_dim
+    return model.eval(), metadata
+
+
+def check_input_dim(path: str | Path, dnabert_dim: int, esm_dim: int) -> None:
+    """Fail early, before any embedding job, when the classifier cannot take these embeddings."""
+    _, metadata = load(path)
+    if metadata["input_dim"] != dnabert_dim + esm_dim:
+        raise InputError(
+            f"{path}: the classifier takes {metadata['input_dim']} features but the configured models give "
+            f"{dnabert_dim} (DNABERT-S) + {esm_dim} (ESM-2) = {dnabert_dim + esm_dim}; use the classifier "
+            "trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) or train one"
+        )
+
+
+@torch.inference_mode()
+def scores(model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts."""
+    model.eval()
+    parts = [F.softmax(model(features[i : i + batch_size]), dim=1) for i in range(0, features.shape[0], batch_size)]
+    return torch.cat(parts) if parts else torch.empty(0, 2)

@@ -1,0 +1,134 @@
+"""The predict stage: join each frame's two embeddings on the frames table, classify, write tables.
+
+Outputs in `outdir`: frames.tsv, chunks.tsv, sequences.tsv (every input record), viral.fasta,
+and optionally VirNucPro's prediction_results.txt and prediction_results_highestscore.csv.
+"""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import h5store
+from .errors import InputError
+from .models import classifier
+from .outputs import atomic_open
+from .seqio import read_batches
+
+log = logging.getLogger("workflow")
+FLOAT = "%.6g"
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    return pd.read_csv(path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str})
+
+
+def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model) -> np.ndarray:
+    """[N, 2] softmax scores (others, virus) in frames-table order; every frame scored exactly once."""
+    scores = np.full((len(frames), 2), np.nan, dtype=np.float32)
+    shard_of = frames["shard"].to_numpy()
+    for shard, (dna_path, esm_path) in enumerate(zip(dnabert_files, esm_files)):
+        ids, features = h5store.read_features(dna_path, esm_path)
+        rows = np.flatnonzero(shard_of == shard)
+        expected = frames["frame_id"].to_numpy()[rows]
+        position = pd.Index(ids).get_indexer(expected) if pd.Index(ids).is_unique else None
+        if position is None or len(ids) != rows.size or (position < 0).any():
+            missing = sorted(set(expected) - set(ids))
+            extra = sorted(set(ids) - set(expected))
+            raise InputError(f"{dna_path}: the embeddings do not match shard {shard} of the frames table "
+                             f"(missing {missing[:3]}, unexpected {extra[:3]}); delete the sample's embeddings and run again")
+        if features.shape[1] != model.input_dim:
+            raise InputError(f"{dna_path} + {esm_path}: {features.shape[1]} features per frame but the classifier "
+                             f"takes {model.input_dim}; use the classifier trained for these models")
+        scores[rows] = classifier.scores(model, torch.from_numpy(features[position])).numpy()
+    if np.isnan(scores).any():
+        raise InputError(f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
+                         "the shard lists do not cover the frames table")
+    return scores
+
+
+def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
+    table = frames[["frame_id", "sequence_id", "chunk", "frame"]].copy()
+    table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
+    # torch.max picks the first maximum: a tie is 'others', as in VirNucPro.
+    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "others")
+    return table
+
+
+def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
+    grouped = frames.groupby(["sequence_id", "chunk"], sort=False)
+    table = grouped.agg(n_frames=("frame_id", "size"), max_score_other=("score_other", "max"),
+                        max_score_virus=("score_virus", "max")).reset_index()
+    table["is_virus"] = table["max_score_virus"] >= table["max_score_other"]  # VirNucPro's rule
+    return table
+
+
+def sequence_table(sequences: pd.DataFrame, chunks: pd.DataFrame, min_viral_fraction: float) -> pd.DataFrame:
+    per_sequence = chunks.groupby("sequence_id", sort=False).agg(
+        n_chunks_scored=("chunk", "size"), n_viral_chunks=("is_virus", "sum"),
+        max_score_virus=("max_score_virus", "max"), mean_score_virus=("max_score_virus", "mean"))
+    table = sequences[["sequence_id", "length", "n_chunks", "status"]].join(per_sequence, on="sequence_id")
+    scored = table["n_chunks_scored"].notna()
+    table["n_chunks_scored"] = table["n_chunks_scored"].fillna(0).astype(int)
+    table["n_viral_chunks"] = table["n_viral_chunks"].fillna(0).astype(int)
+    table["viral_fraction"] = np.where(scored, table["n_viral_chunks"] / table["n_chunks_scored"].clip(lower=1), np.nan)
+    table["call"] = np.select([~scored, table["viral_fraction"] >= min_viral_fraction], ["no_coding_frame", "virus"], "other")
+    columns = ["sequence_id", "length", "n_chunks", "n_chunks_scored", "n_viral_chunks", "viral_fraction",
+               "max_score_virus", "mean_score_virus", "call", "status"]
+    return table[columns]
+
+
+def write_tsv(table: pd.DataFrame, path: Path) -> None:
+    with atomic_open(path) as handle:
+        table.to_csv(handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n")
+
+
+def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
+    """prediction_results.txt and prediction_results_highestscore.csv as VirNucPro writes them:
+    scores printed as str() of float32, and chunks (the frame ID less its last two characters)
+    sorted by ID, as its pandas groupby does."""
+    with atomic_open(outdir / "prediction_results.txt") as handle:
+        handle.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
+        for fid, prediction, other, virus in zip(frames["frame_id"], frames["prediction"],
+                                                 frames["score_other"].to_numpy(np.float32),
+                                                 frames["score_virus"].to_numpy(np.float32)):
+            handle.write(f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n")  # str(np.float32), as VirNucPro
+    modified = frames.assign(Modified_ID=frames["frame_id"].str[:-2]).groupby("Modified_ID")
+    highest = (modified["score_virus"].max() >= modified["score_other"].max()).rename("Is_Virus").reset_index()
+    with atomic_open(outdir / "prediction_results_highestscore.csv") as handle:
+        highest.to_csv(handle, sep="\t", index=False, lineterminator="\n")
+
+
+def write_viral_fasta(input_path: str | Path, viral: set[str], path: Path) -> None:
+    with atomic_open(path, "wb") as handle:
+        for batch in read_batches(input_path):
+            offsets = batch.offsets()
+            for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
+                if record_id.decode() in viral:
+                    seq = batch.buf[offsets[i] : offsets[i + 1]]
+                    wrapped = b"\n".join(seq[j : j + 60] for j in range(0, len(seq), 60))
+                    handle.write(b">%s\n%s\n" % (header, wrapped))
+
+
+def predict(prepare_dir: str | Path, dnabert_files: list[str], esm_files: list[str], classifier_path: str | Path,
+            input_path: str | Path, outdir: str | Path, min_viral_fraction: float = 0.5,
+            virnucpro_tables: bool = True) -> dict:
+    prepare_dir, outdir = Path(prepare_dir), Path(outdir)
+    model, _ = classifier.load(classifier_path)
+    frames = read_table(prepare_dir / "frames.tsv.gz")
+    sequences = read_table(prepare_dir / "sequences.tsv.gz")
+    frames = frame_table(frames, score_frames(frames, dnabert_files, esm_files, model))
+    chunks = chunk_table(frames)
+    calls = sequence_table(sequences, chunks, min_viral_fraction)
+    write_tsv(frames, outdir / "frames.tsv")
+    write_tsv(chunks, outdir / "chunks.tsv")
+    write_tsv(calls, outdir / "sequences.tsv")
+    write_viral_fasta(input_path, set(calls.loc[calls["call"] == "virus", "sequence_id"]), outdir / "viral.fasta")
+    if virnucpro_tables:
+        write_virnucpro_tables(frames, outdir)
+    counts = calls["call"].value_counts().to_dict()
+    log.info("%d records: %s; %d frames scored; tables in %s", len(calls),
+             ", ".join(f"{n} {c}" for c, n in sorted(counts.items())), len(frames), outdir)
+    return counts
