@@ -26,6 +26,6 @@ include: "rules/train.smk"
 
 
 rule all:
+    default_target: True
     input:
         prediction_outputs(),
-    default_target: True

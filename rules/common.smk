@@ -7,10 +7,11 @@ sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without in
 
 from workflow_lib.models.checkpoints import is_local
 
-
 validate(config, schema="../config/schema.yaml")
 
-samples = pd.read_csv(config["samples"], sep="\t", dtype=str, keep_default_na=False, comment="#")
+samples = pd.read_csv(
+    config["samples"], sep="\t", dtype=str, keep_default_na=False, comment="#"
+)
 validate(samples, schema="../config/samples.schema.yaml")
 if samples["sample"].duplicated().any():
     raise ValueError(
@@ -25,6 +26,14 @@ SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
 SHARD_SUFFIX = {"esm": "faa", "dnabert": "fna"}
 MODEL_CHECK = "results/checks/models.json"
+# The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
+DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
+TABLES = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"]
+VIRNUCPRO_TABLES = (
+    ["prediction_results.txt", "prediction_results_highestscore.csv"]
+    if config["outputs"]["virnucpro_tables"]
+    else []
+)
 
 
 wildcard_constraints:
@@ -33,13 +42,20 @@ wildcard_constraints:
     shard=r"\d+",
 
 
+def script(name):
+    return f"{workflow.basedir}/scripts/{name}.py"
+
+
 def sample_input(wildcards):
     return samples.loc[wildcards.sample, "path"]
 
 
 def model_files():
     """Local model checkpoints (files or directories) as inputs, so that the workflow can build them."""
-    checkpoints = (config["models"]["esm"]["checkpoint"], config["models"]["dnabert"]["checkpoint"])
+    checkpoints = (
+        config["models"]["esm"]["checkpoint"],
+        config["models"]["dnabert"]["checkpoint"],
+    )
     return [c for c in checkpoints if is_local(c)]
 
 
@@ -92,7 +108,12 @@ def embeddings_path(path):
 
 
 def shard_embeddings(sample, model):
-    return expand("results/{sample}/embeddings/{model}/shard_{shard}.h5", sample=sample, model=model, shard=SHARDS)
+    return expand(
+        "results/{sample}/embeddings/{model}/shard_{shard}.h5",
+        sample=sample,
+        model=model,
+        shard=SHARDS,
+    )
 
 
 def predict_args(wildcards):
@@ -101,21 +122,25 @@ def predict_args(wildcards):
 
 
 def prediction_outputs():
-    names = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"]
-    if config["outputs"]["virnucpro_tables"]:
-        names += ["prediction_results.txt", "prediction_results_highestscore.csv"]
-    return expand("results/{sample}/{name}", sample=samples.index, name=names)
+    return expand(
+        "results/{sample}/{name}", sample=samples.index, name=TABLES + VIRNUCPRO_TABLES
+    )
 
 
 def training_samples():
     labelled = samples.index[samples["label"] != ""]
     if len(labelled) == 0:
-        raise ValueError(f"{config['samples']}: the train target needs samples labelled 'virus' or 'other' in a label column")
+        raise ValueError(
+            f"{config['samples']}: the train target needs samples labelled 'virus' or 'other' in a label column"
+        )
     return labelled
 
 
 def training_embeddings(wildcards):
-    return {model: [f for s in training_samples() for f in shard_embeddings(s, model)] for model in MODELS}
+    return {
+        model: [f for s in training_samples() for f in shard_embeddings(s, model)]
+        for model in MODELS
+    }
 
 
 def train_args(wildcards, input):

@@ -11,13 +11,14 @@ rule embed:
         "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
     conda:
         "../envs/embed.yaml"
-    params:
-        args=embed_args,
     threads: 2
     resources:
         gpu=1,
         mem_mb=16000,
         runtime=240,
+    params:
+        script=script("embed"),
+        args=embed_args,
     shell:
-        "python {workflow.basedir}/scripts/embed.py {params.args} --threads {threads} "
+        "python {params.script} {params.args} --threads {threads} "
         "--input {input.fasta} --output {output} > {log} 2>&1"

@@ -6,26 +6,30 @@ rule check_models:
         MODEL_CHECK,
     log:
         "logs/check_models.log",
+    localrule: True
     conda:
         "../envs/embed.yaml"
     params:
+        script=script("check_models"),
         args=check_models_args,
-    localrule: True
     shell:
-        "python {workflow.basedir}/scripts/check_models.py {params.args} --output {output} > {log} 2>&1"
+        "python {params.script} {params.args} --output {output} > {log} 2>&1"
 
 
 rule build_demo_models:
     input:
-        "resources/genomes/lambda_NC_001416.fasta",
+        DEMO_TOKENIZER_GENOME,
     output:
         esm="resources/demo_models/esm2_t2_demo.pt",
         regression="resources/demo_models/esm2_t2_demo-contact-regression.pt",
         dnabert=directory("resources/demo_models/dnabert_s_demo"),
     log:
         "logs/build_demo_models.log",
+    localrule: True
     conda:
         "../envs/embed.yaml"
-    localrule: True
+    params:
+        script=script("build_demo_models"),
+        outdir=subpath(output.esm, parent=True),
     shell:
-        "python {workflow.basedir}/scripts/build_demo_models.py --outdir resources/demo_models --genome {input} > {log} 2>&1"
+        "python {params.script} --outdir {params.outdir} --genome {input} > {log} 2>&1"

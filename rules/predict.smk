@@ -11,26 +11,23 @@ rule predict:
         chunks="results/{sample}/chunks.tsv",
         sequences="results/{sample}/sequences.tsv",
         viral="results/{sample}/viral.fasta",
-        virnucpro=(
-            ["results/{sample}/prediction_results.txt", "results/{sample}/prediction_results_highestscore.csv"]
-            if config["outputs"]["virnucpro_tables"]
-            else []
-        ),
+        virnucpro=expand("results/{{sample}}/{name}", name=VIRNUCPRO_TABLES),
     log:
         "logs/predict/{sample}.log",
     benchmark:
         "results/benchmarks/predict/{sample}.tsv"
     conda:
         "../envs/cpu.yaml"
-    params:
-        args=predict_args,
-        prepare_dir=subpath(input.prepared, parent=True),
-        outdir=subpath(output.frames, parent=True),
     threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
+    params:
+        script=script("predict"),
+        args=predict_args,
+        prepare_dir=subpath(input.prepared, parent=True),
+        outdir=subpath(output.frames, parent=True),
     shell:
-        "python {workflow.basedir}/scripts/predict.py --prepare-dir {params.prepare_dir} "
+        "python {params.script} --prepare-dir {params.prepare_dir} "
         "--dnabert {input.dnabert} --esm {input.esm} --classifier {input.classifier} --input {input.reads} "
         "--outdir {params.outdir} {params.args} > {log} 2>&1"

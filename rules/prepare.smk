@@ -2,7 +2,11 @@ rule prepare:
     input:
         sample_input,
     output:
-        shards=expand("results/{{sample}}/prepare/shard_{shard}.{ext}", shard=SHARDS, ext=("fna", "faa")),
+        shards=expand(
+            "results/{{sample}}/prepare/shard_{shard}.{ext}",
+            shard=SHARDS,
+            ext=("fna", "faa"),
+        ),
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
     log:
@@ -11,12 +15,13 @@ rule prepare:
         "results/benchmarks/prepare/{sample}.tsv"
     conda:
         "../envs/cpu.yaml"
-    params:
-        args=prepare_args,
-        outdir=subpath(output.frames, parent=True),
     threads: 1
     resources:
         mem_mb=2000,
         runtime=120,
+    params:
+        script=script("prepare"),
+        args=prepare_args,
+        outdir=subpath(output.frames, parent=True),
     shell:
-        "python {workflow.basedir}/scripts/prepare.py --input {input} --outdir {params.outdir} {params.args} > {log} 2>&1"
+        "python {params.script} --input {input} --outdir {params.outdir} {params.args} > {log} 2>&1"

@@ -10,12 +10,13 @@ rule train:
         "results/benchmarks/train.tsv"
     conda:
         "../envs/cpu.yaml"
-    params:
-        args=train_args,
     threads: 1
     resources:
         mem_mb=8000,
         runtime=120,
+    params:
+        script=script("train"),
+        args=train_args,
     shell:
-        "python {workflow.basedir}/scripts/train.py {params.args} --output {output.classifier} "
+        "python {params.script} {params.args} --output {output.classifier} "
         "--metrics {output.metrics} > {log} 2>&1"

@@ -26,3 +26,11 @@ def read_fasta(path: Path) -> list[tuple[str, str]]:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory) -> dict[str, Path]:
+    """The tiny seeded demo models, in their real on-disk formats."""
+    from workflow_lib.demo_models import build
+
+    return build(tmp_path_factory.mktemp("demo_models"), [GENOMES / "lambda_NC_001416.fasta"])

@@ -25,7 +25,7 @@ _WHITESPACE = b" \t\r\n\v\f"
 _PROTEIN_ONLY = set(b"EFILPQXZJOefilpqxzjo*")
 _MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 _STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
-_BLOCK = 1 << 23
+_BLOCK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -61,7 +61,7 @@ def open_binary(path: str | Path):
     return open(path, "rb")
 
 
-def read_batches(path: str | Path, batch_bases: int = 4_000_000) -> Iterator[Batch]:
+def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Batch]:
     """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`."""
     path = Path(path)
     done = 0

@@ -123,14 +123,13 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str 
     a = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
     b = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
-    fwd, rev = fwd.tobytes(), rev.tobytes()
     proteins, nucleotides = [], []
     for is_reverse, p0, p1, n0, n1 in zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), a.tolist(), b.tolist()):
         if is_reverse:
-            proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].translate(reverse_table))
+            proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].tobytes().translate(reverse_table))
             nucleotides.append(buf[n0:n1][::-1].translate(_COMPLEMENT))
         else:
-            proteins.append(fwd[p0:p1:3].translate(forward_table))
+            proteins.append(fwd[p0:p1:3].tobytes().translate(forward_table))
             nucleotides.append(buf[n0:n1])
     if ambiguous == "drop" and any_ambiguous:
         proteins = [p.replace(_DROPPED, b"") for p in proteins]

@@ -1,0 +1,103 @@
+"""The prediction tables: every input record, every frame, VirNucPro's chunk rule and its two tables."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import GENOMES, read_tsv
+
+from workflow_lib import h5store
+from workflow_lib.embedding import EmbedSettings, embed_shard
+from workflow_lib.errors import InputError
+from workflow_lib.models import classifier
+from workflow_lib.predict import predict
+from workflow_lib.prepare import Policy, prepare
+from workflow_lib.seqio import read_records
+
+SHARDS = 2
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory, demo_models):
+    """Real genomes plus records with no stop-free frame, empty and too short, through prepare and embed."""
+    root = tmp_path_factory.mktemp("sample")
+    text = "".join((GENOMES / name).read_text() for name in ("phiX174.fasta", "human_mtDNA.fasta"))
+    text += ">empty_record\n\n>tiny_record\nACG\n>all_N unknown bases\n" + "N" * 600 + "\n"
+    (root / "in.fa").write_text(text)
+    prepare(root / "in.fa", root / "prepare", SHARDS, Policy(chunk_length=500, min_length=10))
+    files = {"esm": [], "dnabert": []}
+    for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
+        for shard in range(SHARDS):
+            path = root / f"{model}_{shard}.h5"
+            embed_shard(root / "prepare" / f"shard_{shard}.{suffix}", path,
+                        EmbedSettings(model, str(demo_models[model]), layer=2 if model == "esm" else None, device="cpu"))
+            files[model].append(str(path))
+    torch.manual_seed(3)
+    model = classifier.MLPClassifier(48 + 64)
+    with torch.no_grad():
+        model.bn1.running_var.fill_(0.01)  # spread the random scores so that both calls occur
+    classifier.save(model.eval(), root / "classifier.pt")
+    predict(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "in.fa", root / "out")
+    return root, files
+
+
+def test_every_record_in_sequences_table(sample):
+    root, _ = sample
+    records = [record_id for record_id, _, _ in read_records(root / "in.fa")]
+    table = read_tsv(root / "out" / "sequences.tsv")
+    assert [r["sequence_id"] for r in table] == records
+    by_id = {r["sequence_id"]: r for r in table}
+    assert by_id["empty_record"]["call"] == "no_coding_frame" and by_id["empty_record"]["status"] == "empty"
+    assert by_id["tiny_record"]["status"] == "too_short"
+    assert by_id["all_N"]["call"] == "no_coding_frame" and by_id["all_N"]["n_chunks"] == "2"
+    assert by_id["MT_human"]["call"] == "no_coding_frame"  # no stop-free frame at 500 bp (VirNucPro too)
+    assert by_id["phiX174"]["call"] in ("virus", "other")
+    assert by_id["phiX174"]["n_chunks_scored"] == "4"
+
+
+def test_every_frame_once_and_chunk_rule(sample):
+    root, _ = sample
+    prepared = read_tsv(root / "prepare" / "frames.tsv.gz")
+    frames = read_tsv(root / "out" / "frames.tsv")
+    assert [f["frame_id"] for f in frames] == [f["frame_id"] for f in prepared]
+    for f in frames:
+        other, virus = float(f["score_other"]), float(f["score_virus"])
+        assert other + virus == pytest.approx(1, abs=1e-5)
+        assert f["prediction"] == ("virus" if virus > other else "others")
+    chunks = read_tsv(root / "out" / "chunks.tsv")
+    assert sum(int(c["n_frames"]) for c in chunks) == len(frames)
+    for c in chunks:
+        assert c["is_virus"] == str(float(c["max_score_virus"]) >= float(c["max_score_other"]))
+    sequences = {s["sequence_id"]: s for s in read_tsv(root / "out" / "sequences.tsv")}
+    viral = [c for c in chunks if c["sequence_id"] == "phiX174"]
+    assert int(sequences["phiX174"]["n_viral_chunks"]) == sum(c["is_virus"] == "True" for c in viral)
+
+
+def test_virnucpro_tables(sample):
+    root, _ = sample
+    lines = (root / "out" / "prediction_results.txt").read_text().splitlines()
+    assert lines[0] == "Sequence_ID\tPrediction\tscore1\tscore2"
+    frames = read_tsv(root / "out" / "frames.tsv")
+    assert [line.split("\t")[0] for line in lines[1:]] == [f["frame_id"] for f in frames]
+    first = lines[1].split("\t")
+    assert first[2] == str(np.float32(first[2])) and first[1] in ("virus", "others")
+    highest = (root / "out" / "prediction_results_highestscore.csv").read_text().splitlines()
+    assert highest[0] == "Modified_ID\tIs_Virus"
+    chunk_ids = sorted({f["frame_id"][:-2] for f in frames})  # VirNucPro's str[:-2], groupby-sorted
+    assert [h.split("\t")[0] for h in highest[1:]] == chunk_ids
+    assert {h.split("\t")[1] for h in highest[1:]} <= {"True", "False"}
+
+
+def test_viral_fasta_holds_the_virus_calls(sample):
+    root, _ = sample
+    calls = {s["sequence_id"] for s in read_tsv(root / "out" / "sequences.tsv") if s["call"] == "virus"}
+    written = [line[1:].split()[0] for line in (root / "out" / "viral.fasta").read_text().splitlines() if line.startswith(">")]
+    assert set(written) == calls
+
+
+def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
+    root, files = sample
+    ids, embeddings, attrs = h5store.read(files["esm"][0])
+    h5store.write(tmp_path / "cut.h5", ids[1:], embeddings[1:], attrs)
+    with pytest.raises(InputError, match="hold different frames"):
+        predict(root / "prepare", files["dnabert"], [str(tmp_path / "cut.h5"), files["esm"][1]],
+                root / "classifier.pt", root / "in.fa", tmp_path / "out")
