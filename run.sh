@@ -23,12 +23,13 @@ case "${1:-}" in
         start=$(date +%s)
         snakemake --configfile config/demo.yaml "$@"
         echo
-        echo "Demo finished in $(($(date +%s) - start)) s. Tables (tiny demo models: no biological meaning):"
+        echo "Demo finished in $(($(date +%s) - start)) s (tiny demo models: the calls carry no biological meaning)."
+        echo "Per sample: results/<sample>/frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, prediction_results*.txt|csv"
         for table in results/*/sequences.tsv; do
             calls=$(tail -n +2 "$table" | cut -f9 | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')
-            echo "  $(dirname "$table")/  {frames,chunks,sequences}.tsv, viral.fasta: ${calls%, }"
+            echo "  $table: ${calls%, }"
         done
-        echo "  results/train/classifier.pt, results/train/metrics.json"
+        echo "Trained classifier: results/train/classifier.pt; validation metrics: results/train/metrics.json"
         ;;
     test)
         setup

@@ -83,15 +83,31 @@ def test_tables(tmp_path):
     assert max(counts["shard_tokens"]) - min(counts["shard_tokens"]) <= 102
 
 
-def test_x_policy_keeps_ambiguous_codons(tmp_path):
-    fasta = tmp_path / "in.fa"
-    fasta.write_text(">r\nATGNNNATGATGRATATG\n")
-    prepare(fasta, tmp_path / "drop", 1, Policy(chunk_length=500))
-    prepare(fasta, tmp_path / "x", 1, Policy(chunk_length=500, ambiguous_codons="X"))
-    drop = dict(read_fasta(tmp_path / "drop" / "shard_0.faa"))
-    x = dict(read_fasta(tmp_path / "x" / "shard_0.faa"))
-    assert drop["r_chunk_1F1"] == "MMMM"
-    assert x["r_chunk_1F1"] == "MXMMXM"
+def _frames(tmp_path, text: str, **policy) -> dict[str, tuple[str, str]]:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "in.fa").write_text(text)
+    out = tmp_path / "out"
+    prepare(tmp_path / "in.fa", out, 1, Policy(**policy))
+    return {fid: (nuc, prot) for (fid, nuc), (_, prot) in zip(read_fasta(out / "shard_0.fna"), read_fasta(out / "shard_0.faa"))}
+
+
+def test_nucleotide_slice_is_one_base_longer(tmp_path):
+    """VirNucPro slices seq[f : f + 3*len(protein) + 1]: one base past the last codon."""
+    frames = _frames(tmp_path, ">r\nATGAAACCCGGGTT\n")
+    assert frames["r_chunk_1F1"] == ("ATGAAACCCGGGT", "MKPG")  # 13 bases for 4 codons
+    assert frames["r_chunk_1F3"] == ("GAAACCCGGGTT", "ETRV")  # cut at the chunk end
+    # R1 reads the reverse complement AACCCGGGTTTCAT: codons AAC CCG GGT TTC, then 'A' and 'T'.
+    assert frames["r_chunk_1R1"] == ("AACCCGGGTTTCA", "NPGF")
+
+
+def test_drop_policy_drops_ambiguous_codons(tmp_path):
+    """VirNucPro looks codons up with a '' default: a codon with N or an IUPAC code vanishes,
+    and the nucleotide slice (3 * protein length + 1) then falls short of the frame's span."""
+    text = ">r\nATGNNNATGATGRATATG\n"
+    drop = _frames(tmp_path / "drop", text)
+    x = _frames(tmp_path / "x", text, ambiguous_codons="X")
+    assert drop["r_chunk_1F1"] == ("ATGNNNATGATGR", "MMMM")
+    assert x["r_chunk_1F1"] == ("ATGNNNATGATGRATATG", "MXMMXM")
 
 
 def test_compressed_inputs_give_the_same_outputs(tmp_path):

@@ -127,3 +127,9 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
 def test_lint_is_clean():
     result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True)
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr, result.stdout
+
+
+def test_snakefmt_is_clean():
+    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "rules"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -68,7 +68,7 @@ def prepare(input_path: str | Path, outdir: str | Path, shards: int, policy: Pol
         for batch in read_batches(input_path, BATCH_BASES):
             id_hashes.extend(map(hash, batch.ids))
             writer.write_batch(batch)
-            progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept")
+            progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
         _check_unique_ids(input_path, id_hashes)
         counts = dict(writer.counts, shard_tokens=writer.balancer.tokens)
         log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
@@ -83,34 +83,50 @@ class _Writer:
         self.counts = {"records": 0, "chunks": 0, "frames": 0}
 
     def write_batch(self, batch: Batch) -> None:
-        policy = self.policy
-        lengths = batch.lengths
-        offsets = batch.offsets()
         codes = base_codes(batch.buf)
-        any_ambiguous = codes[1]
+        ambiguous, status = self._status(batch, codes)
+        usable = np.where(status == STATUS.index(b"ok"), batch.lengths, 0)  # records that are not ok get no chunk
+        record_of_chunk, starts, ends = chunk_bounds(usable, self.policy.chunk_length)
+        offsets = batch.offsets()[record_of_chunk]
+        frames = six_frames(batch.buf, starts + offsets, ends + offsets, self.policy.ambiguous_codons, codes)
+        chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
+        self._write_frames(batch.ids, frames, record_of_chunk, chunk_number, starts, ends)
+
+        n_chunks = np.bincount(record_of_chunk, minlength=len(batch.ids))
+        n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=len(batch.ids))
+        self.sequences_table.write(b"".join(
+            b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
+            for row in zip(batch.ids, batch.lengths.tolist(), n_chunks.tolist(), n_frames.tolist(),
+                           ambiguous.tolist(), [STATUS[i] for i in status.tolist()])
+        ))
+        self.counts["records"] += len(batch.ids)
+        self.counts["chunks"] += int(record_of_chunk.size)
+        self.counts["frames"] += len(frames.proteins)
+
+    def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
+        """Fraction of non-ACGT bases and status (index into STATUS) of each record."""
+        lengths = batch.lengths
         non_acgt = np.zeros(lengths.size, dtype=np.int64)
-        if any_ambiguous:
+        if codes[1]:
+            offsets = batch.offsets()
             cumulative = np.concatenate([[0], np.cumsum(codes[0] == 4)])
             non_acgt = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
         ambiguous = np.divide(non_acgt, lengths, out=np.zeros(lengths.size), where=lengths > 0)
         status = np.select(
-            [lengths == 0, lengths < policy.min_length, ambiguous > policy.max_ambiguous_fraction],
+            [lengths == 0, lengths < self.policy.min_length, ambiguous > self.policy.max_ambiguous_fraction],
             [STATUS.index(b"empty"), STATUS.index(b"too_short"), STATUS.index(b"too_ambiguous")],
             STATUS.index(b"ok"),
         )
-        usable = np.where(status == STATUS.index(b"ok"), lengths, 0)  # records that are not ok get no chunk
-        record_of_chunk, starts, ends = chunk_bounds(usable, policy.chunk_length)
-        frames = six_frames(batch.buf, starts + offsets[record_of_chunk], ends + offsets[record_of_chunk],
-                            policy.ambiguous_codons, codes)
-        chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
+        return ambiguous, status
 
-        ids = batch.ids
+    def _write_frames(self, ids: list[bytes], frames, record_of_chunk, chunk_number, starts, ends) -> None:
+        """Each kept frame to the least-loaded shard's FASTA pair, and its row to the frames table."""
         chunk = frames.chunk
-        records = record_of_chunk[chunk].tolist()
-        frame_ids = [b"%s_chunk_%d%s" % (ids[r], n, _FRAME_IDS[f])
-                     for r, n, f in zip(records, chunk_number[chunk].tolist(), frames.frame.tolist())]
-        assign = self.balancer.assign
-        shards = [assign(len(protein) + 2) for protein in frames.proteins]
+        records = [ids[r] for r in record_of_chunk[chunk].tolist()]
+        numbers = chunk_number[chunk].tolist()
+        names = [_FRAME_IDS[f] for f in frames.frame.tolist()]
+        frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
+        shards = [self.balancer.assign(len(protein) + 2) for protein in frames.proteins]
         fna = [[] for _ in self.shard_files]
         faa = [[] for _ in self.shard_files]
         for frame_id, shard, nucleotide, protein in zip(frame_ids, shards, frames.nucleotides, frames.proteins):
@@ -121,21 +137,9 @@ class _Writer:
             faa_file.write(b"".join(faa_lines))
         self.frames_table.write(b"".join([
             b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
-            for row in zip(frame_ids, [ids[r] for r in records], chunk_number[chunk].tolist(),
-                           (starts[chunk] + 1).tolist(), ends[chunk].tolist(),
-                           [_FRAME_IDS[f] for f in frames.frame.tolist()], map(len, frames.proteins), shards)
+            for row in zip(frame_ids, records, numbers, (starts[chunk] + 1).tolist(), ends[chunk].tolist(), names,
+                           map(len, frames.proteins), shards)
         ]))
-
-        n_chunks = np.bincount(record_of_chunk, minlength=lengths.size)
-        n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=lengths.size)
-        self.sequences_table.write(b"".join(
-            b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
-            for row in zip(ids, lengths.tolist(), n_chunks.tolist(), n_frames.tolist(), ambiguous.tolist(),
-                           [STATUS[i] for i in status.tolist()])
-        ))
-        self.counts["records"] += lengths.size
-        self.counts["chunks"] += int(record_of_chunk.size)
-        self.counts["frames"] += len(frames.proteins)
 
 
 def _check_unique_ids(path: Path, id_hashes: array) -> None:

@@ -11,18 +11,21 @@ class Progress:
         self.log, self.what, self.total, self.interval = log, what, total, interval
         self.start = self.last = time.monotonic()
 
-    def update(self, done: int, extra: str = "") -> None:
+    def update(self, done: int, extra: str = "", fraction: float | None = None) -> None:
         now = time.monotonic()
         if now - self.last >= self.interval:
             self.last = now
-            self.log.info(self.line(done, extra))
+            self.log.info(self.line(done, extra, fraction))
 
-    def line(self, done: int, extra: str = "") -> str:
+    def line(self, done: int, extra: str = "", fraction: float | None = None) -> str:
+        """`fraction` (of the input read, when the total count is unknown) gives the ETA."""
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = done / elapsed
         text = f"{done:,} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {rate:,.0f}/s"
-        if self.total and rate > 0:
-            text += f", ETA {max(self.total - done, 0) / rate:,.0f} s"
+        if self.total:
+            fraction = done / self.total
+        if fraction is not None and 0 < fraction < 1:
+            text += f", {fraction:.0%} done, ETA {elapsed * (1 - fraction) / fraction:,.0f} s"
         return text + (f", {extra}" if extra else "")
 
 

@@ -38,27 +38,29 @@ class Batch:
     lengths: np.ndarray
     buf: bytes
     first: int  # 1-based number of the first record in the file
+    read_fraction: float = 0.0  # share of the (compressed) input file read so far, for progress
 
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths)])
 
 
 def open_binary(path: str | Path):
-    """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently."""
+    """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently. The
+    returned stream's `raw` attribute is the file itself (its position tells the progress)."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(6)
+        raw = open(path, "rb")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found; check the path in the samples sheet") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory; give a FASTA or FASTQ file") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
-    for magic, opener in _MAGIC.items():
-        if head.startswith(magic):
-            return opener(path, "rb")
-    return open(path, "rb")
+    head = raw.read(6)
+    raw.seek(0)
+    stream = next((opener(raw, "rb") for magic, opener in _MAGIC.items() if head.startswith(magic)), raw)
+    stream.raw_file = raw
+    return stream
 
 
 def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Batch]:
@@ -66,7 +68,8 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Bat
     path = Path(path)
     done = 0
     try:
-        with open_binary(path) as handle:
+        with open_binary(path) as handle, handle.raw_file:
+            size = max(path.stat().st_size, 1)
             blocks = _blocks(handle)
             first = next(blocks, b"").lstrip()
             if not first:
@@ -92,12 +95,12 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Bat
                 pending.append((headers, seqs))
                 pending_bases += sum(map(len, seqs))
                 if pending_bases >= batch_bases:
-                    batch = _batch(pending, done + 1, path)
+                    batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size)
                     done += len(batch.ids)
                     yield batch
                     pending, pending_bases = [], 0
             if pending:
-                batch = _batch(pending, done + 1, path)
+                batch = _batch(pending, done + 1, path, 1.0)
                 done += len(batch.ids)
                 yield batch
     except _STREAM_ERRORS as error:
@@ -212,7 +215,7 @@ class _RecordError(Exception):
         self.index, self.message = index, message
 
 
-def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path) -> Batch:
+def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path, read_fraction: float) -> Batch:
     headers = [h for piece_headers, _ in pieces for h in piece_headers]
     seqs = [s for _, piece_seqs in pieces for s in piece_seqs]
     try:
@@ -239,7 +242,7 @@ def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path
         if buf.translate(None, _UPPER_IUPAC):
             index = next(i for i, s in enumerate(seqs) if s.translate(None, IUPAC_NUCLEOTIDES))
             raise InputError(f"{path}: record {first + index} '{ids[index].decode()}' {_describe(seqs[index])}")
-    return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first)
+    return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first, read_fraction)
 
 
 def _describe(seq: bytes) -> str:

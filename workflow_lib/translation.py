@@ -9,9 +9,10 @@ Reproduces VirNucPro (units.py `translate_dna` and `identify_seq`), quirks inclu
   than its codons (cut at the chunk end), and shorter than its span when codons were dropped.
 - A frame whose protein is empty is not kept (VirNucPro's prediction writes no such frame).
 
-Every codon of the batch is translated once, vectorised: buffer position p gets the amino acid
-of the forward codon starting at p and of the reverse-strand codon covering p..p+2. A frame is
-then a stride-3 slice, and its stop codons are found with one reduction per residue class.
+Vectorised over a whole batch of chunks: buffer position p gets the index of the forward codon
+starting at p and of the reverse-strand codon covering p..p+2. A frame is a stride-3 slice of
+these; stop codons are found for all frames at once with one reduction per strand, and only the
+kept frames are translated to amino acids.
 """
 
 from dataclasses import dataclass
@@ -118,13 +119,14 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str 
     # Protein: stride-3 slice of the codon indices; reverse frames run downwards from the top.
     p_from = np.where(reverse, low + 3 * (count - 1), low)
     p_to = np.where(reverse, low - 1, low + 3 * count)
-    # Nucleotides: [a, b) on the forward strand; reverse frames take it reversed and complemented.
+    # Nucleotides: [n_from, n_to) on the forward strand; reverse frames take it reversed and complemented.
     first = np.where(reverse, end - (frame - 3), start + frame)
-    a = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
-    b = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
+    n_from = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
+    n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
     proteins, nucleotides = [], []
-    for is_reverse, p0, p1, n0, n1 in zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), a.tolist(), b.tolist()):
+    for is_reverse, p0, p1, n0, n1 in zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(),
+                                          n_to.tolist()):
         if is_reverse:
             proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].tobytes().translate(reverse_table))
             nucleotides.append(buf[n0:n1][::-1].translate(_COMPLEMENT))
