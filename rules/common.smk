@@ -1,3 +1,4 @@
+import re
 import sys
 
 import pandas as pd
@@ -37,7 +38,7 @@ VIRNUCPRO_TABLES = (
 
 
 wildcard_constraints:
-    sample="|".join(samples.index),
+    sample="|".join(map(re.escape, samples.index)),
     model="|".join(MODELS),
     shard=r"\d+",
 
