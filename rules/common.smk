@@ -10,9 +10,7 @@ from workflow_lib.models.checkpoints import is_local
 
 validate(config, schema="../config/schema.yaml")
 
-samples = pd.read_csv(
-    config["samples"], sep="\t", dtype=str, keep_default_na=False, comment="#"
-)
+samples = pd.read_csv(config["samples"], sep="\t", dtype=str, keep_default_na=False)
 validate(samples, schema="../config/samples.schema.yaml")
 if samples["sample"].duplicated().any():
     raise ValueError(
@@ -67,7 +65,7 @@ def classifier_to_check():
 
 
 def check_models_args(wildcards, input):
-    classifier = f"--classifier {input.classifier}" if input.classifier else ""
+    classifier = f"--classifier {input.classifier:q}" if input.classifier else ""
     return (
         f"--esm {config['models']['esm']['checkpoint']} --esm-layer {config['models']['esm']['layer']} "
         f"--dnabert {config['models']['dnabert']['checkpoint']} --cache-dir {config['models']['cache_dir']} "

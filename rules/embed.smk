@@ -20,5 +20,5 @@ rule embed:
         script=script("embed"),
         args=embed_args,
     shell:
-        "python {params.script} {params.args} --threads {threads} "
-        "--input {input.fasta} --output {output} > {log} 2>&1"
+        "python {params.script:q} {params.args} --threads {threads} "
+        "--input {input.fasta:q} --output {output:q} > {log:q} 2>&1"

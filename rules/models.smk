@@ -13,7 +13,7 @@ rule check_models:
         script=script("check_models"),
         args=check_models_args,
     shell:
-        "python {params.script} {params.args} --output {output} > {log} 2>&1"
+        "python {params.script:q} {params.args} --output {output:q} > {log:q} 2>&1"
 
 
 rule build_demo_models:
@@ -32,4 +32,4 @@ rule build_demo_models:
         script=script("build_demo_models"),
         outdir=subpath(output.esm, parent=True),
     shell:
-        "python {params.script} --outdir {params.outdir} --genome {input} > {log} 2>&1"
+        "python {params.script:q} --outdir {params.outdir:q} --genome {input:q} > {log:q} 2>&1"

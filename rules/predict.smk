@@ -28,6 +28,6 @@ rule predict:
         prepare_dir=subpath(input.prepared, parent=True),
         outdir=subpath(output.frames, parent=True),
     shell:
-        "python {params.script} --prepare-dir {params.prepare_dir} "
-        "--dnabert {input.dnabert} --esm {input.esm} --classifier {input.classifier} --input {input.reads} "
-        "--outdir {params.outdir} {params.args} > {log} 2>&1"
+        "python {params.script:q} --prepare-dir {params.prepare_dir:q} "
+        "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} --input {input.reads:q} "
+        "--outdir {params.outdir:q} {params.args} > {log:q} 2>&1"

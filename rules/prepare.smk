@@ -24,4 +24,4 @@ rule prepare:
         args=prepare_args,
         outdir=subpath(output.frames, parent=True),
     shell:
-        "python {params.script} --input {input} --outdir {params.outdir} {params.args} > {log} 2>&1"
+        "python {params.script:q} --input {input:q} --outdir {params.outdir:q} {params.args} > {log:q} 2>&1"

@@ -18,5 +18,5 @@ rule train:
         script=script("train"),
         args=train_args,
     shell:
-        "python {params.script} {params.args} --output {output.classifier} "
-        "--metrics {output.metrics} > {log} 2>&1"
+        "python {params.script:q} {params.args} --output {output.classifier:q} "
+        "--metrics {output.metrics:q} > {log:q} 2>&1"

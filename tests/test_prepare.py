@@ -186,3 +186,55 @@ def test_windows_line_endings_and_lowercase(tmp_path):
     prepare(tmp_path / "unix.fa", tmp_path / "u", 1, Policy())
     prepare(tmp_path / "dos.fa", tmp_path / "d", 1, Policy())
     assert (tmp_path / "u" / "shard_0.faa").read_bytes() == (tmp_path / "d" / "shard_0.faa").read_bytes()
+
+
+def test_parser_across_block_boundaries(tmp_path, monkeypatch):
+    """Records, line breaks and '\\n>' split across read blocks of any size parse the same."""
+    import random
+
+    from workflow_lib import seqio
+
+    rng = random.Random(0)
+    for trial in range(60):
+        records = [(f"r{i}", "".join(rng.choice("ACGTacgtN") for _ in range(rng.randrange(0, 200))))
+                   for i in range(rng.randrange(1, 12))]
+        width = rng.choice([0, 7, 60])
+        text = "".join(f">{name} some description\n"
+                       + ("".join(seq[j : j + width] + "\n" for j in range(0, len(seq), width)) if width else seq + "\n")
+                       for name, seq in records)
+        (tmp_path / "in.fa").write_text(text)
+        monkeypatch.setattr(seqio, "_BLOCK", rng.choice([1, 2, 3, 5, 64]))
+        parsed = [(rid, seq.decode()) for rid, _, seq in seqio.read_records(tmp_path / "in.fa")]
+        assert parsed == [(name, seq.upper()) for name, seq in records], trial
+
+
+def test_header_words_split_as_biopython(tmp_path):
+    from workflow_lib.seqio import read_records
+
+    (tmp_path / "in.fa").write_text('>a\u00a0unicode space\nACGT\n>b\x0bvertical tab\nAC\n>"quoted id\nGG\n')
+    assert [rid for rid, _, _ in read_records(tmp_path / "in.fa")] == ["a", "b", '"quoted']
+
+
+def test_quoted_ids_survive_the_tables(tmp_path):
+    from workflow_lib.predict import read_table
+
+    (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + '\n>ok\n' + "ATG" * 200 + "\n")
+    prepare(tmp_path / "in.fa", tmp_path / "out", 1, Policy(chunk_length=500))
+    frames = read_table(tmp_path / "out" / "frames.tsv.gz")
+    assert frames["sequence_id"].tolist()[:1] == ['"weird'] and frames["shard"].tolist()[0] == 0
+    assert read_table(tmp_path / "out" / "sequences.tsv.gz")["sequence_id"].tolist() == ['"weird', "ok"]
+
+
+def test_fastq_with_trailing_blank_lines(tmp_path):
+    from workflow_lib.seqio import read_records
+
+    (tmp_path / "r.fq").write_text("@r1\nACGT\n+\nIIII\n@r2\n\n+\n\n" + "\n" * 6)  # r2 is an empty read
+    assert [(rid, seq) for rid, _, seq in read_records(tmp_path / "r.fq")] == [("r1", b"ACGT"), ("r2", b"")]
+
+
+def test_cr_only_line_endings_are_an_error(tmp_path):
+    from workflow_lib.errors import InputError
+
+    (tmp_path / "mac.fa").write_bytes(b">a\rACGT\r>b\rACGTAC\r")
+    with pytest.raises(InputError, match=r"record 1 has a carriage return inside its header"):
+        prepare(tmp_path / "mac.fa", tmp_path / "out", 1, Policy())

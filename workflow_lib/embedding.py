@@ -49,7 +49,7 @@ def select_precision(precision: str, device: torch.device) -> str:
 
 def read_shard(path: str | Path) -> tuple[list[str], list[str]]:
     """IDs and sequences of a shard FASTA written by prepare (one header line, one sequence line)."""
-    lines = Path(path).read_text().splitlines()
+    lines = Path(path).read_bytes().decode("utf-8").split("\n")[:-1]  # IDs may hold any other character
     if len(lines) % 2 or any(not h.startswith(">") for h in lines[0::2]):
         raise InputError(f"{path}: not a shard written by prepare; delete the sample's prepare directory and run again")
     return [h[1:] for h in lines[0::2]], lines[1::2]

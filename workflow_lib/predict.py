@@ -4,6 +4,7 @@ Outputs in `outdir`: frames.tsv, chunks.tsv, sequences.tsv (every input record),
 and optionally VirNucPro's prediction_results.txt and prediction_results_highestscore.csv.
 """
 
+import csv
 import logging
 from pathlib import Path
 
@@ -22,7 +23,9 @@ FLOAT = "%.6g"
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    return pd.read_csv(path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str})
+    # QUOTE_NONE: record IDs are taken verbatim from headers and may hold quote characters.
+    return pd.read_csv(path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str},
+                       quoting=csv.QUOTE_NONE)
 
 
 def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model) -> np.ndarray:
@@ -82,7 +85,8 @@ def sequence_table(sequences: pd.DataFrame, chunks: pd.DataFrame, min_viral_frac
 
 def write_tsv(table: pd.DataFrame, path: Path) -> None:
     with atomic_open(path) as handle:
-        table.to_csv(handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n")
+        table.to_csv(handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n",
+                     quoting=csv.QUOTE_NONE)
 
 
 def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
@@ -98,12 +102,12 @@ def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
     modified = frames.assign(Modified_ID=frames["frame_id"].str[:-2]).groupby("Modified_ID")
     highest = (modified["score_virus"].max() >= modified["score_other"].max()).rename("Is_Virus").reset_index()
     with atomic_open(outdir / "prediction_results_highestscore.csv") as handle:
-        highest.to_csv(handle, sep="\t", index=False, lineterminator="\n")
+        highest.to_csv(handle, sep="\t", index=False, lineterminator="\n", quoting=csv.QUOTE_NONE)
 
 
 def write_viral_fasta(input_path: str | Path, viral: set[str], path: Path) -> None:
     with atomic_open(path, "wb") as handle:
-        for batch in read_batches(input_path):
+        for batch in read_batches(input_path, keep_case=True):  # soft-masking kept
             offsets = batch.offsets()
             for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
                 if record_id.decode() in viral:

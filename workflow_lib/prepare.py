@@ -22,7 +22,7 @@ from .outputs import atomic_open
 from .progress import Progress
 from .seqio import Batch, read_batches
 from .sharding import ShardBalancer
-from .translation import FRAME_NAMES, base_codes, six_frames
+from .translation import FRAME_NAMES, Frames, base_codes, six_frames
 
 FRAMES_COLUMNS = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
 SEQUENCES_COLUMNS = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
@@ -42,6 +42,14 @@ class Policy:
     ambiguous_codons: str = "drop"  # VirNucPro drops codons with a non-ACGT base; "X" keeps them as X
     min_length: int = 0
     max_ambiguous_fraction: float = 1.0
+
+    def __post_init__(self):
+        if self.chunk_length < 1:
+            raise InputError(f"chunk length must be a positive number of bases, got {self.chunk_length}")
+        if self.ambiguous_codons not in ("drop", "X"):
+            raise InputError(f"ambiguous codons policy must be 'drop' or 'X', got '{self.ambiguous_codons}'")
+        if not 0 <= self.max_ambiguous_fraction <= 1:
+            raise InputError(f"max ambiguous fraction must be within 0 and 1, got {self.max_ambiguous_fraction}")
 
 
 def shard_paths(outdir: Path, shards: int) -> list[tuple[Path, Path]]:
@@ -88,7 +96,7 @@ class _Writer:
         usable = np.where(status == STATUS.index(b"ok"), batch.lengths, 0)  # records that are not ok get no chunk
         record_of_chunk, starts, ends = chunk_bounds(usable, self.policy.chunk_length)
         offsets = batch.offsets()[record_of_chunk]
-        frames = six_frames(batch.buf, starts + offsets, ends + offsets, self.policy.ambiguous_codons, codes)
+        frames = self._translate(batch.buf, codes, starts + offsets, ends + offsets)
         chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
         self._write_frames(batch.ids, frames, record_of_chunk, chunk_number, starts, ends)
 
@@ -102,6 +110,18 @@ class _Writer:
         self.counts["records"] += len(batch.ids)
         self.counts["chunks"] += int(record_of_chunk.size)
         self.counts["frames"] += len(frames.proteins)
+
+    def _translate(self, buf: bytes, codes: tuple[np.ndarray, bool], starts: np.ndarray, ends: np.ndarray) -> Frames:
+        """six_frames over windows of about BATCH_BASES bases of chunks, so that its temporary
+        arrays stay small however long a record is (a whole batch of reads is one window)."""
+        per_window = max(1, BATCH_BASES // self.policy.chunk_length)
+        parts, firsts = [], list(range(0, starts.size, per_window))
+        for lo in firsts:
+            hi = lo + per_window
+            base, top = int(starts[lo]), int(ends[lo:hi].max())
+            parts.append(six_frames(buf[base:top], starts[lo:hi] - base, ends[lo:hi] - base,
+                                    self.policy.ambiguous_codons, (codes[0][base:top], codes[1])))
+        return Frames.concat(parts, firsts)
 
     def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
         """Fraction of non-ACGT bases and status (index into STATUS) of each record."""

@@ -21,6 +21,8 @@ from .errors import InputError
 IUPAC_NUCLEOTIDES = b"ACGTUNRYKMSWBDHVacgtunrykmswbdhv"
 _UPPER_IUPAC = IUPAC_NUCLEOTIDES[:16]
 _WHITESPACE = b" \t\r\n\v\f"
+# Every ASCII byte but those that str.split() treats as whitespace (\n is the join separator).
+_ASCII_NOT_SPACE = bytes(c for c in range(128) if not chr(c).isspace()) + b"\n"
 # Letters that occur in proteins but are no nucleotide code: their presence means a protein file.
 _PROTEIN_ONLY = set(b"EFILPQXZJOefilpqxzjo*")
 _MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
@@ -63,8 +65,9 @@ def open_binary(path: str | Path):
     return stream
 
 
-def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Batch]:
-    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`."""
+def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
+    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`.
+    Sequences are upper-cased unless `keep_case` (to write records back as they were)."""
     path = Path(path)
     done = 0
     try:
@@ -95,12 +98,12 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000) -> Iterator[Bat
                 pending.append((headers, seqs))
                 pending_bases += sum(map(len, seqs))
                 if pending_bases >= batch_bases:
-                    batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size)
+                    batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size, keep_case)
                     done += len(batch.ids)
                     yield batch
                     pending, pending_bases = [], 0
             if pending:
-                batch = _batch(pending, done + 1, path, 1.0)
+                batch = _batch(pending, done + 1, path, 1.0, keep_case)
                 done += len(batch.ids)
                 yield batch
     except _STREAM_ERRORS as error:
@@ -133,16 +136,20 @@ def _is_text(data: bytes) -> bool:
 
 
 def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    """Yield (headers, sequences) for the complete records of each block."""
-    rest = b""
+    """Yield (headers, sequences) for the complete records of each block. A record longer than
+    a block is collected in a list and joined once: linear time on chromosome-sized records."""
+    parts: list[bytes] = []
     for block in blocks:
-        data = rest + block
-        cut = data.rfind(b"\n>")
-        if cut < 0:
-            rest = data
+        tail = parts[-1][-1:] if parts else b""
+        found = (tail + block).rfind(b"\n>")
+        if found < 0:
+            parts.append(block)
             continue
-        rest = data[cut + 1 :]
-        yield _fasta_records(data[: cut + 1])
+        cut = found - len(tail)  # where the "\n" is in this block; -1: it ended the previous block
+        text = b"".join(parts) + block[: cut + 1]
+        parts = [block[cut + 1 :]]
+        yield _fasta_records(text)
+    rest = b"".join(parts)
     if rest.strip():
         yield _fasta_records(rest)
 
@@ -177,12 +184,16 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
     for block in blocks:
         data = rest + block
         lines = data.split(b"\n")
-        complete = (len(lines) - 1) // 4 * 4  # the last element is an unfinished line
+        end = len(lines) - 1  # the last element is an unfinished line
+        while end and not lines[end - 1].strip():  # blank lines wait: they may end the file
+            end -= 1
+        complete = end // 4 * 4
         rest = b"\n".join(lines[complete:])
         if complete:
             yield _fastq_records(lines[:complete], path)
     lines = rest.split(b"\n")
-    while lines and not lines[-1].strip():
+    # Drop blank lines at the end of the file, but not the empty lines of an empty last read.
+    while lines and not lines[-1].strip() and (len(lines) % 4 or lines[-4][:1] != b"@"):
         lines.pop()
     if lines:
         if len(lines) % 4:
@@ -215,33 +226,41 @@ class _RecordError(Exception):
         self.index, self.message = index, message
 
 
-def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path, read_fraction: float) -> Batch:
+def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path, read_fraction: float,
+           keep_case: bool) -> Batch:
     headers = [h for piece_headers, _ in pieces for h in piece_headers]
     seqs = [s for _, piece_seqs in pieces for s in piece_seqs]
-    try:
-        joined = b"\n".join(headers)
-        ids = headers if not (b" " in joined or b"\t" in joined) else [h.split(None, 1)[0] for h in headers]
-        if not all(ids):
-            raise IndexError
-    except IndexError:
-        index = next(i for i, h in enumerate(headers) if not h.split())
-        raise InputError(f"{path}: record {first + index} has an empty header; give every record an ID") from None
+    joined = b"\n".join(headers)
     try:
         joined.decode("utf-8")
     except UnicodeDecodeError:
         index = next(i for i, h in enumerate(headers) if not _is_text(h))
         raise InputError(f"{path}: record {first + index} has a header that is not UTF-8 text; fix its encoding") from None
+    if b"\r" in joined:
+        index = next(i for i, h in enumerate(headers) if b"\r" in h)
+        raise InputError(f"{path}: record {first + index} has a carriage return inside its header: the file has "
+                         "old Mac (CR-only) line endings; convert them, e.g. with tr '\\r' '\\n'")
+    # The ID is the header's first word, split on any whitespace as Biopython (and so VirNucPro)
+    # does; plain ASCII headers without blanks, the common case, are their own ID.
+    if joined.isascii() and not joined.translate(None, _ASCII_NOT_SPACE):
+        ids = headers
+    else:
+        ids = [(h.decode().split(None, 1) or [""])[0].encode() for h in headers]
+    if not all(ids):
+        index = ids.index(b"")
+        raise InputError(f"{path}: record {first + index} has an empty header; give every record an ID")
     buf = b"".join(seqs)
     # One pass in the common case (clean upper-case sequences); soft-masked or oddly spaced
     # input takes the slower repairs before anything is called invalid.
     if buf.translate(None, _UPPER_IUPAC):
-        buf = buf.upper()
-        if buf.translate(None, _UPPER_IUPAC):
+        if buf.translate(None, IUPAC_NUCLEOTIDES):
             seqs = [s.translate(None, _WHITESPACE) for s in seqs]
-            buf = b"".join(seqs).upper()
-        if buf.translate(None, _UPPER_IUPAC):
+            buf = b"".join(seqs)
+        if buf.translate(None, IUPAC_NUCLEOTIDES):
             index = next(i for i, s in enumerate(seqs) if s.translate(None, IUPAC_NUCLEOTIDES))
             raise InputError(f"{path}: record {first + index} '{ids[index].decode()}' {_describe(seqs[index])}")
+        if not keep_case:
+            buf = buf.upper()
     return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first, read_fraction)
 
 

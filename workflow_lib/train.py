@@ -118,6 +118,9 @@ def train(x: np.ndarray, y: np.ndarray, settings: TrainSettings) -> tuple[classi
             if stale >= settings.patience:
                 log.info("early stop after epoch %d (no improvement for %d epochs)", epoch, settings.patience)
                 break
+    if best_state is None:
+        raise InputError("the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
+                         "or train.learning_rate is far too high")
     model.load_state_dict(best_state)
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
     result = {"epochs_run": epoch, "best_validation_loss": best_loss, "n_train": int(len(training)),

@@ -82,6 +82,15 @@ class Frames:
     proteins: list[bytes]
     nucleotides: list[bytes]
 
+    @staticmethod
+    def concat(parts: list["Frames"], chunk_offsets: list[int]) -> "Frames":
+        """Frames of consecutive groups of chunks as one; group i's chunks start at chunk_offsets[i]."""
+        if not parts:
+            return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
+        return Frames(np.concatenate([p.chunk + o for p, o in zip(parts, chunk_offsets)]),
+                      np.concatenate([p.frame for p in parts]),
+                      [x for p in parts for x in p.proteins], [x for p in parts for x in p.nucleotides])
+
 
 def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str = "drop",
                codes: tuple[np.ndarray, bool] | None = None) -> Frames:
