@@ -65,7 +65,7 @@ def classifier_to_check():
 
 
 def check_models_args(wildcards, input):
-    classifier = f"--classifier {input.classifier:q}" if input.classifier else ""
+    classifier = f"--classifier {input.classifier}" if input.classifier else ""
     return (
         f"--esm {config['models']['esm']['checkpoint']} --esm-layer {config['models']['esm']['layer']} "
         f"--dnabert {config['models']['dnabert']['checkpoint']} --cache-dir {config['models']['cache_dir']} "
