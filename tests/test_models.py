@@ -165,3 +165,33 @@ def test_pickle_that_runs_code_is_refused(tmp_path):
     with pytest.raises(InputError, match="refused to load"):
         classifier.load(tmp_path / "evil.pth")
     assert not payload.marker.exists()
+
+
+def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
+    """A fair-esm name and a Hugging Face id resolve to files already in models.cache_dir, with
+    no network: the layout that fair-esm (torch hub) and huggingface_hub write when they download."""
+    import json
+    import os
+    import shutil
+
+    cache = tmp_path / "cache"
+    checkpoints = cache / "torch" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(demo_models["esm"], checkpoints / "esm2_t6_8M_UR50D.pt")
+    shutil.copy(demo_models["esm"].with_name("esm2_t2_demo-contact-regression.pt"),
+                checkpoints / "esm2_t6_8M_UR50D-contact-regression.pt")
+    repo = cache / "models--zhihan1996--DNABERT-S"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(DATA / "dnabert_s_tiny", repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    script = (
+        "import json, sys; from workflow_lib.models import dnabert, esm\n"
+        f"model, _ = esm.load('esm2_t6_8M_UR50D', {str(cache)!r})\n"
+        f"print(json.dumps([model.num_layers, str(dnabert.resolve('zhihan1996/DNABERT-S', {str(cache)!r}))]))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(DATA.parents[1])}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    layers, snapshot = json.loads(result.stdout.strip().splitlines()[-1])
+    assert layers == 2  # the file in the cache was loaded (the demo model under a real name)
+    assert snapshot == str(repo / "snapshots" / revision)
