@@ -62,8 +62,8 @@ def test_dnabert_matches_public_reference_code():
     sequences = [str(s) for s in reference["sequences"]]
     token_ids = embedder.encode(sequences)
     assert [len(t) for t in token_ids] == reference["n_tokens"].tolist()
-    alone = torch.stack([embedder([s])[0] for s in sequences]).numpy()
-    padded = embedder(sequences).numpy()  # one padded batch of all lengths
+    alone = torch.stack([embedder([ids])[0] for ids in token_ids]).numpy()
+    padded = embedder(token_ids).numpy()  # one padded batch of all lengths
     assert np.abs(alone - reference["embeddings"]).max() < 1e-5
     assert np.abs(padded - reference["embeddings"]).max() < 1e-5
 

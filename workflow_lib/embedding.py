@@ -82,17 +82,11 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     real_tokens = padded_slots = 0
     progress = Progress(log, "frames", total=len(ids))
     for block_start in range(0, len(sequences), BLOCK):
-        block = sequences[block_start : block_start + BLOCK]
-        token_ids = embedder.encode(block) if settings.model == "dnabert" else None
-        lengths = np.array([len(t) for t in token_ids] if token_ids else [embedder.tokens(s) for s in block])
+        items = embedder.encode(sequences[block_start : block_start + BLOCK])
+        lengths = np.array([embedder.n_tokens(item) for item in items])
         for batch in padded_batches(lengths, settings.token_budget):
             rows = block_start + batch
-            seqs = [block[i] for i in batch.tolist()]
-            if token_ids is None:
-                vectors = embedder(seqs)
-            else:
-                vectors = embedder(seqs, [token_ids[i] for i in batch.tolist()])
-            out[rows] = vectors.cpu().numpy()
+            out[rows] = embedder([items[i] for i in batch.tolist()]).cpu().numpy()
             written[rows] += 1
             real_tokens += int(lengths[batch].sum())
             padded_slots += int(lengths[batch].max()) * len(batch)
@@ -109,10 +103,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     seconds = time.monotonic() - started
     stats = {
         "model": settings.model, "checkpoint": settings.checkpoint,
-        "layer": -1 if settings.model == "dnabert" else int(embedder.layer),
-        "dim": int(embedder.dim), "precision": precision,
-        "pooling": "mean over all tokens ([CLS] and [SEP] included)" if settings.model == "dnabert"
-        else "mean over residues (BOS and EOS excluded)",
+        "layer": int(embedder.layer), "dim": int(embedder.dim), "precision": precision, "pooling": embedder.pooling,
         "n_tokens": real_tokens, "workflow_version": __version__,
         "device": str(device), "seconds": round(seconds, 3), "tokens_per_s": round(real_tokens / max(seconds, 1e-9)),
         "fill": round(real_tokens / max(padded_slots, 1), 4), "token_budget": settings.token_budget,

@@ -175,17 +175,22 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, Tokeni
 class DNABERTEmbedder:
     """Mean-pooled DNABERT-S embeddings of nucleotide sequences, in padded batches."""
 
+    layer = -1  # the last hidden state
+    pooling = "mean over all tokens ([CLS] and [SEP] included)"
+
     def __init__(self, model: DNABERT, tokenizer: Tokenizer, device: torch.device, dtype: torch.dtype = torch.float32):
         self.model = model.to(device=device, dtype=dtype)
         self.tokenizer, self.device, self.dim = tokenizer, device, model.dim
         self.pad = tokenizer.token_to_id("[PAD]") or 0
 
     def encode(self, sequences: list[str]) -> list[list[int]]:
+        """Token IDs, [CLS] ... [SEP], of whole sequences."""
         return [e.ids for e in self.tokenizer.encode_batch(sequences, add_special_tokens=True)]
 
+    n_tokens = staticmethod(len)
+
     @torch.inference_mode()
-    def __call__(self, sequences: list[str], token_ids: list[list[int]] | None = None) -> torch.Tensor:
-        token_ids = token_ids or self.encode(sequences)
+    def __call__(self, token_ids: list[list[int]]) -> torch.Tensor:
         lengths = torch.tensor([len(t) for t in token_ids])
         ids = torch.full((len(token_ids), int(lengths.max())), self.pad, dtype=torch.long)
         for row, t in enumerate(token_ids):

@@ -86,8 +86,14 @@ class ESMEmbedder:
         self.convert = alphabet.get_batch_converter(truncation_seq_length=MAX_RESIDUES)
         self.dim = model.embed_dim
 
+    pooling = "mean over residues (BOS and EOS excluded)"
+
     @staticmethod
-    def tokens(sequence: str) -> int:
+    def encode(sequences: list[str]) -> list[str]:
+        return sequences  # fair-esm's batch converter tokenizes each batch
+
+    @staticmethod
+    def n_tokens(sequence: str) -> int:
         return min(len(sequence), MAX_RESIDUES) + 2
 
     @torch.inference_mode()
