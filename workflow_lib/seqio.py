@@ -3,7 +3,7 @@
 Compression is recognised by its magic bytes, not the file name. Records are parsed a block at a
 time with bytes operations (no per-line Python loop) and validated per batch: sequences are
 upper-cased (soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC
-nucleotide code is an InputError naming the file, the record, its line and what to do.
+nucleotide code is an InputError naming the file, the record (number and ID) and what to do.
 """
 
 import bz2
@@ -33,7 +33,7 @@ _BLOCK = 1 << 20
 @dataclass(slots=True)
 class Batch:
     """Consecutive records: IDs (first word of the header), full headers, and all sequences
-    concatenated upper-case in `buf` with their lengths."""
+    concatenated in `buf` (upper-case unless read with keep_case) with their lengths."""
 
     ids: list[bytes]
     headers: list[bytes]
@@ -48,7 +48,7 @@ class Batch:
 
 def open_binary(path: str | Path):
     """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently. The
-    returned stream's `raw` attribute is the file itself (its position tells the progress)."""
+    returned stream's `raw_file` attribute is the file itself (its position tells the progress)."""
     path = Path(path)
     try:
         raw = open(path, "rb")
