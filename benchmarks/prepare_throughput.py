@@ -36,7 +36,7 @@ def write_reads(path: Path, n: int, length: int, seed: int) -> None:
         for i in range(n):
             genome = rng.choice(genomes)
             start = rng.randrange(len(genome) - length)
-            out.write(f">read_{i}\n{genome[start:start + length].decode()}\n")
+            out.write(f">read_{i}\n{genome[start : start + length].decode()}\n")
 
 
 def load_virnucpro(units_path: str):

@@ -29,8 +29,9 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    settings = EmbedSettings(args.model, args.checkpoint, args.layer, args.device, args.precision, args.token_budget,
-                             args.cache_dir)
+    settings = EmbedSettings(
+        args.model, args.checkpoint, args.layer, args.device, args.precision, args.token_budget, args.cache_dir
+    )
     embed_shard(args.input, args.output, settings)
 
 

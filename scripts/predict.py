@@ -13,7 +13,9 @@ from workflow_lib.progress import setup_logging
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--prepare-dir", required=True, help="the sample's prepare output (frames and sequences tables)")
+    parser.add_argument(
+        "--prepare-dir", required=True, help="the sample's prepare output (frames and sequences tables)"
+    )
     parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
     parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
     parser.add_argument("--classifier", required=True)
@@ -25,8 +27,16 @@ def main() -> None:
     setup_logging()
     if len(args.dnabert) != len(args.esm):
         parser.error("--dnabert and --esm need one file per shard each")
-    predict(args.prepare_dir, args.dnabert, args.esm, args.classifier, args.input, args.outdir,
-            args.min_viral_fraction, not args.no_virnucpro_tables)
+    predict(
+        args.prepare_dir,
+        args.dnabert,
+        args.esm,
+        args.classifier,
+        args.input,
+        args.outdir,
+        args.min_viral_fraction,
+        not args.no_virnucpro_tables,
+    )
 
 
 if __name__ == "__main__":

@@ -14,8 +14,14 @@ from workflow_lib.train import TrainSettings, train_classifier
 def main() -> None:
     defaults = TrainSettings()
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--shard", nargs=3, action="append", required=True, metavar=("LABEL", "DNABERT_H5", "ESM_H5"),
-                        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings")
+    parser.add_argument(
+        "--shard",
+        nargs=3,
+        action="append",
+        required=True,
+        metavar=("LABEL", "DNABERT_H5", "ESM_H5"),
+        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings",
+    )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON with the validation metrics")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -28,9 +34,19 @@ def main() -> None:
     parser.add_argument("--chunk-length", type=int, help="recorded in the checkpoint")
     args = parser.parse_args()
     setup_logging()
-    settings = TrainSettings(args.epochs, args.batch_size, args.learning_rate, defaults.momentum, args.patience,
-                             args.validation_fraction, not args.no_balance_classes, args.seed)
-    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, settings, chunk_length=args.chunk_length)
+    settings = TrainSettings(
+        args.epochs,
+        args.batch_size,
+        args.learning_rate,
+        defaults.momentum,
+        args.patience,
+        args.validation_fraction,
+        not args.no_balance_classes,
+        args.seed,
+    )
+    train_classifier(
+        [tuple(s) for s in args.shard], args.output, args.metrics, settings, chunk_length=args.chunk_length
+    )
 
 
 if __name__ == "__main__":

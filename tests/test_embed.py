@@ -63,12 +63,43 @@ def test_padded_batches():
 
 def test_embed_cli(shard, demo_models, tmp_path):
     output = tmp_path / "cli.h5"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "dnabert", "--checkpoint",
-                    str(demo_models["dnabert"]), "--input", str(shard / "shard_0.fna"), "--output", str(output),
-                    "--device", "cpu"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "embed.py"),
+            "--model",
+            "dnabert",
+            "--checkpoint",
+            str(demo_models["dnabert"]),
+            "--input",
+            str(shard / "shard_0.fna"),
+            "--output",
+            str(output),
+            "--device",
+            "cpu",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert output.exists()
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint",
-                          str(tmp_path / "missing.pt"), "--input", str(shard / "shard_0.faa"), "--output",
-                          str(tmp_path / "x.h5")], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "embed.py"),
+            "--model",
+            "esm",
+            "--checkpoint",
+            str(tmp_path / "missing.pt"),
+            "--input",
+            str(shard / "shard_0.faa"),
+            "--output",
+            str(tmp_path / "x.h5"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2
-    assert bad.stderr.strip() == f"error: {tmp_path / 'missing.pt'}: ESM-2 checkpoint not found; set models.esm.checkpoint to a fair-esm name or a .pt file"
+    assert (
+        bad.stderr.strip() == f"error: {tmp_path / 'missing.pt'}: ESM-2 checkpoint not found; "
+        "set models.esm.checkpoint to a fair-esm name or a .pt file"
+    )

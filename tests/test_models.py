@@ -70,7 +70,8 @@ def test_dnabert_matches_public_reference_code():
 
 def test_dnabert_alibi_slopes():
     assert dnabert.alibi_slopes(12) == pytest.approx(
-        [2**-i for i in range(1, 9)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5])
+        [2**-i for i in range(1, 9)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]
+    )
 
 
 def test_dnabert_loads_prefixed_checkpoint_with_heads(tmp_path):
@@ -96,7 +97,7 @@ def test_checkpoint_kinds():
     assert is_local("./zhihan1996/DNABERT-S")
 
 
-VIRNUCPRO_SAVE = textwrap.dedent('''
+VIRNUCPRO_SAVE = textwrap.dedent("""
     import sys
     import torch
     import torch.nn.functional as F
@@ -126,7 +127,7 @@ VIRNUCPRO_SAVE = textwrap.dedent('''
     model.eval()
     x = torch.randn(7, 40)
     torch.save({"x": x, "scores": F.softmax(model(x), dim=1).detach()}, sys.argv[2])
-''')
+""")
 
 
 def test_virnucpro_pickled_classifier(tmp_path):
@@ -178,8 +179,10 @@ def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     checkpoints = cache / "torch" / "checkpoints"
     checkpoints.mkdir(parents=True)
     shutil.copy(demo_models["esm"], checkpoints / "esm2_t6_8M_UR50D.pt")
-    shutil.copy(demo_models["esm"].with_name("esm2_t2_demo-contact-regression.pt"),
-                checkpoints / "esm2_t6_8M_UR50D-contact-regression.pt")
+    shutil.copy(
+        demo_models["esm"].with_name("esm2_t2_demo-contact-regression.pt"),
+        checkpoints / "esm2_t6_8M_UR50D-contact-regression.pt",
+    )
     repo = cache / "models--zhihan1996--DNABERT-S"
     revision = "0123456789abcdef0123456789abcdef01234567"
     shutil.copytree(DATA / "dnabert_s_tiny", repo / "snapshots" / revision)

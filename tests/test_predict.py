@@ -28,8 +28,11 @@ def sample(tmp_path_factory, demo_models):
     for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
         for shard in range(SHARDS):
             path = root / f"{model}_{shard}.h5"
-            embed_shard(root / "prepare" / f"shard_{shard}.{suffix}", path,
-                        EmbedSettings(model, str(demo_models[model]), layer=2 if model == "esm" else None, device="cpu"))
+            embed_shard(
+                root / "prepare" / f"shard_{shard}.{suffix}",
+                path,
+                EmbedSettings(model, str(demo_models[model]), layer=2 if model == "esm" else None, device="cpu"),
+            )
             files[model].append(str(path))
     torch.manual_seed(3)
     model = classifier.MLPClassifier(48 + 64)
@@ -90,7 +93,9 @@ def test_virnucpro_tables(sample):
 def test_viral_fasta_holds_the_virus_calls(sample):
     root, _ = sample
     calls = {s["sequence_id"] for s in read_tsv(root / "out" / "sequences.tsv") if s["call"] == "virus"}
-    written = [line[1:].split()[0] for line in (root / "out" / "viral.fasta").read_text().splitlines() if line.startswith(">")]
+    written = [
+        line[1:].split()[0] for line in (root / "out" / "viral.fasta").read_text().splitlines() if line.startswith(">")
+    ]
     assert set(written) == calls
 
 
@@ -99,5 +104,11 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
     ids, embeddings, attrs = h5store.read(files["esm"][0])
     h5store.write(tmp_path / "cut.h5", ids[1:], embeddings[1:], attrs)
     with pytest.raises(InputError, match="hold different frames"):
-        predict(root / "prepare", files["dnabert"], [str(tmp_path / "cut.h5"), files["esm"][1]],
-                root / "classifier.pt", root / "in.fa", tmp_path / "out")
+        predict(
+            root / "prepare",
+            files["dnabert"],
+            [str(tmp_path / "cut.h5"), files["esm"][1]],
+            root / "classifier.pt",
+            root / "in.fa",
+            tmp_path / "out",
+        )

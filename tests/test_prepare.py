@@ -24,8 +24,9 @@ def _frames_in_order(outdir: Path, shards: int) -> list[str]:
     """frame_id, nucleotide, protein per frame, in frames-table order, read back from the shards."""
     sequences = {}
     for i in range(shards):
-        for (fid, nucleotide), (fid2, protein) in zip(read_fasta(outdir / f"shard_{i}.fna"),
-                                                      read_fasta(outdir / f"shard_{i}.faa")):
+        for (fid, nucleotide), (fid2, protein) in zip(
+            read_fasta(outdir / f"shard_{i}.fna"), read_fasta(outdir / f"shard_{i}.faa")
+        ):
             assert fid == fid2, "the .fna and .faa of a shard hold the same IDs in the same order"
             sequences[fid] = (nucleotide, protein)
     rows = read_tsv(outdir / "frames.tsv.gz")
@@ -44,8 +45,14 @@ def test_frames_equal_virnucpro(fixture, tmp_path):
 def test_quirk_fixture_exercises_the_quirks():
     """The hand-made input covers what the bundled genomes do not: N runs and IUPAC codes
     (dropped codons), a short last chunk, records shorter than a chunk, lowercase."""
-    rows = [line.split("\t") for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk500.tsv").read_text().splitlines()[1:]]
-    rows300 = [line.split("\t") for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk300.tsv").read_text().splitlines()[1:]]
+    rows = [
+        line.split("\t")
+        for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk500.tsv").read_text().splitlines()[1:]
+    ]
+    rows300 = [
+        line.split("\t")
+        for line in (DATA / "virnucpro_frames" / "virnucpro_quirks.chunk300.tsv").read_text().splitlines()[1:]
+    ]
     # Dropped codons: a frame whose nucleotide slice holds an ambiguous base.
     assert any(set(n) - set("ACGT") for _, n, _ in rows + rows300)
     # The one-base-longer slice: a frame that does not end at the chunk end has 3*len(protein)+1 bases.
@@ -58,20 +65,35 @@ def test_short_last_chunk_quirk():
     record, starts, ends = chunk_bounds(np.array([501, 1000, 1001, 250, 0]), 500)
     assert record.tolist() == [0, 0, 1, 1, 2, 2, 2, 3]
     assert list(zip(starts.tolist(), ends.tolist())) == [
-        (0, 500), (250, 501),  # 501 bp: the second chunk is 251 bp, not 500
-        (0, 500), (500, 1000),
-        (0, 500), (333, 833), (666, 1001),
+        (0, 500),
+        (250, 501),  # 501 bp: the second chunk is 251 bp, not 500
+        (0, 500),
+        (500, 1000),
+        (0, 500),
+        (333, 833),
+        (666, 1001),
         (0, 250),  # shorter than a chunk: one chunk of its own length; empty: none
     ]
 
 
 def test_tables(tmp_path):
     fasta = tmp_path / "in.fa"
-    fasta.write_text(">empty\n\n>short\nACGTACGTAC\n>ok some description\n" + "ATG" * 200 + "\n>amb\n" + "N" * 100 + "ACGT" * 25 + "\n")
+    fasta.write_text(
+        ">empty\n\n>short\nACGTACGTAC\n>ok some description\n"
+        + "ATG" * 200
+        + "\n>amb\n"
+        + "N" * 100
+        + "ACGT" * 25
+        + "\n"
+    )
     counts = prepare(fasta, tmp_path / "out", 2, Policy(chunk_length=300, min_length=50, max_ambiguous_fraction=0.4))
     sequences = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
     assert [(s["sequence_id"], s["status"]) for s in sequences] == [
-        ("empty", "empty"), ("short", "too_short"), ("ok", "ok"), ("amb", "too_ambiguous")]
+        ("empty", "empty"),
+        ("short", "too_short"),
+        ("ok", "ok"),
+        ("amb", "too_ambiguous"),
+    ]
     assert sequences[3]["ambiguous_fraction"] == "0.5"
     ok = sequences[2]
     assert (ok["length"], ok["n_chunks"]) == ("600", "2")
@@ -88,7 +110,10 @@ def _frames(tmp_path, text: str, **policy) -> dict[str, tuple[str, str]]:
     (tmp_path / "in.fa").write_text(text)
     out = tmp_path / "out"
     prepare(tmp_path / "in.fa", out, 1, Policy(**policy))
-    return {fid: (nuc, prot) for (fid, nuc), (_, prot) in zip(read_fasta(out / "shard_0.fna"), read_fasta(out / "shard_0.faa"))}
+    return {
+        fid: (nuc, prot)
+        for (fid, nuc), (_, prot) in zip(read_fasta(out / "shard_0.fna"), read_fasta(out / "shard_0.faa"))
+    }
 
 
 def test_nucleotide_slice_is_one_base_longer(tmp_path):
@@ -117,11 +142,18 @@ def test_compressed_inputs_give_the_same_outputs(tmp_path):
     source = GENOMES / "phiX174.fasta"
     data = source.read_bytes()
     outputs = []
-    for name, compress in (("plain.fa", bytes), ("x.fa.gz", gzip.compress), ("x.fa.bz2", bz2.compress), ("x.xz", lzma.compress)):
+    for name, compress in (
+        ("plain.fa", bytes),
+        ("x.fa.gz", gzip.compress),
+        ("x.fa.bz2", bz2.compress),
+        ("x.xz", lzma.compress),
+    ):
         path = tmp_path / name
         path.write_bytes(compress(data))
         prepare(path, tmp_path / f"out_{name}", 2, Policy())
-        outputs.append([(tmp_path / f"out_{name}" / f).read_bytes() for f in ("frames.tsv.gz", "shard_0.faa", "shard_1.fna")])
+        outputs.append(
+            [(tmp_path / f"out_{name}" / f).read_bytes() for f in ("frames.tsv.gz", "shard_0.faa", "shard_1.fna")]
+        )
     assert all(o == outputs[0] for o in outputs)
 
 
@@ -142,24 +174,40 @@ def read_fasta_records(path: Path, read_length: int):
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     bad = tmp_path / "protein.fa"
     bad.write_text(">p1\nACGT\n>p2 a protein\nMKVLEEFPQ\n")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(bad),
-                             "--shards", "1", "--outdir", str(tmp_path / "out")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "prepare.py"),
+            "--input",
+            str(bad),
+            "--shards",
+            "1",
+            "--outdir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {bad}: record 2 'p2' looks like a protein sequence (contains 'E', 'F', 'L', 'P', 'Q'); "
-        "give nucleotide sequences"]
+        "give nucleotide sequences"
+    ]
     assert not (tmp_path / "out" / "frames.tsv.gz").exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "the file is empty"),
-    (b"\n\n", "the file is empty"),
-    (b"\x00\x01\x02garbage", "starts with binary data"),
-    (b"hello world\n", "starts with text, not a FASTA"),
-    (b">a\nACGT\n>a\nGGCC\n", "duplicate sequence IDs: 'a' (records 1 and 2)"),
-    (b"@r1\nACGT\n+\nIII\n", "record 1 has 4 bases but 3 quality values"),
-    (b">\nACGT\n", "record 1 has an empty header"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "the file is empty"),
+        (b"\n\n", "the file is empty"),
+        (b"\x00\x01\x02garbage", "starts with binary data"),
+        (b"hello world\n", "starts with text, not a FASTA"),
+        (b">a\nACGT\n>a\nGGCC\n", "duplicate sequence IDs: 'a' (records 1 and 2)"),
+        (b"@r1\nACGT\n+\nIII\n", "record 1 has 4 bases but 3 quality values"),
+        (b">\nACGT\n", "record 1 has an empty header"),
+    ],
+)
 def test_bad_inputs(tmp_path, content, message):
     from workflow_lib.errors import InputError
 
@@ -196,12 +244,16 @@ def test_parser_across_block_boundaries(tmp_path, monkeypatch):
 
     rng = random.Random(0)
     for trial in range(60):
-        records = [(f"r{i}", "".join(rng.choice("ACGTacgtN") for _ in range(rng.randrange(0, 200))))
-                   for i in range(rng.randrange(1, 12))]
+        records = [
+            (f"r{i}", "".join(rng.choice("ACGTacgtN") for _ in range(rng.randrange(0, 200))))
+            for i in range(rng.randrange(1, 12))
+        ]
         width = rng.choice([0, 7, 60])
-        text = "".join(f">{name} some description\n"
-                       + ("".join(seq[j : j + width] + "\n" for j in range(0, len(seq), width)) if width else seq + "\n")
-                       for name, seq in records)
+        text = "".join(
+            f">{name} some description\n"
+            + ("".join(seq[j : j + width] + "\n" for j in range(0, len(seq), width)) if width else seq + "\n")
+            for name, seq in records
+        )
         (tmp_path / "in.fa").write_text(text)
         monkeypatch.setattr(seqio, "_BLOCK", rng.choice([1, 2, 3, 5, 64]))
         parsed = [(rid, seq.decode()) for rid, _, seq in seqio.read_records(tmp_path / "in.fa")]
@@ -218,7 +270,7 @@ def test_header_words_split_as_biopython(tmp_path):
 def test_quoted_ids_survive_the_tables(tmp_path):
     from workflow_lib.predict import read_table
 
-    (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + '\n>ok\n' + "ATG" * 200 + "\n")
+    (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + "\n>ok\n" + "ATG" * 200 + "\n")
     prepare(tmp_path / "in.fa", tmp_path / "out", 1, Policy(chunk_length=500))
     frames = read_table(tmp_path / "out" / "frames.tsv.gz")
     assert frames["sequence_id"].tolist()[:1] == ['"weird'] and frames["shard"].tolist()[0] == 0

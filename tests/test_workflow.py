@@ -16,8 +16,17 @@ from conftest import GENOMES, ROOT, read_fasta, read_tsv
 from workflow_lib.models import classifier
 from workflow_lib.seqio import read_records
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--cores", "2",
-             "--resources", "gpu=2"]
+SNAKEMAKE = [
+    sys.executable,
+    "-m",
+    "snakemake",
+    "--snakefile",
+    str(ROOT / "Snakefile"),
+    "--cores",
+    "2",
+    "--resources",
+    "gpu=2",
+]
 # The rules call `python`: the one running the tests, as in an activated environment.
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 SAMPLES = {"phix": "virus", "gamma": "virus", "plasmid": "other", "mito": "other", "reads": ""}
@@ -29,24 +38,38 @@ def write_inputs(workdir: Path) -> None:
     inputs.mkdir()
     shutil.copy(GENOMES / "phiX174.fasta", inputs / "phix.fa")
     shutil.copy(GENOMES / "bacillus_phage_gamma_NC_007458.fasta", inputs / "gamma.fa")
-    (inputs / "plasmid.fa.bz2").write_bytes(__import__("bz2").compress((GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta").read_bytes()))
+    (inputs / "plasmid.fa.bz2").write_bytes(
+        __import__("bz2").compress((GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta").read_bytes())
+    )
     shutil.copy(GENOMES / "human_mtDNA.fasta", inputs / "mito.fa")
-    (_, _, lam), = read_records(GENOMES / "lambda_NC_001416.fasta")
+    ((_, _, lam),) = read_records(GENOMES / "lambda_NC_001416.fasta")
     with gzip.open(inputs / "reads.fq.gz", "wt") as out:
         for i in range(0, 30000, 250):
             read = lam[i : i + 280].decode()
             out.write(f"@read{i} from lambda\n{read}\n+\n{'F' * len(read)}\n")
-    paths = {"phix": "phix.fa", "gamma": "gamma.fa", "plasmid": "plasmid.fa.bz2", "mito": "mito.fa", "reads": "reads.fq.gz"}
-    (workdir / "samples.tsv").write_text("sample\tpath\tlabel\n" + "".join(
-        f"{name}\t{inputs / paths[name]}\t{label}\n" for name, label in SAMPLES.items()))
+    paths = {
+        "phix": "phix.fa",
+        "gamma": "gamma.fa",
+        "plasmid": "plasmid.fa.bz2",
+        "mito": "mito.fa",
+        "reads": "reads.fq.gz",
+    }
+    (workdir / "samples.tsv").write_text(
+        "sample\tpath\tlabel\n"
+        + "".join(f"{name}\t{inputs / paths[name]}\t{label}\n" for name, label in SAMPLES.items())
+    )
 
 
 def write_config(workdir: Path, **changes) -> Path:
     config = {
-        "samples": str(workdir / "samples.tsv"), "chunk_length": 300, "shards": 2,
-        "models": {"esm": {"checkpoint": "resources/demo_models/esm2_t2_demo.pt", "layer": 2},
-                   "dnabert": {"checkpoint": "resources/demo_models/dnabert_s_demo"},
-                   "classifier": "results/train/classifier.pt"},
+        "samples": str(workdir / "samples.tsv"),
+        "chunk_length": 300,
+        "shards": 2,
+        "models": {
+            "esm": {"checkpoint": "resources/demo_models/esm2_t2_demo.pt", "layer": 2},
+            "dnabert": {"checkpoint": "resources/demo_models/dnabert_s_demo"},
+            "classifier": "results/train/classifier.pt",
+        },
         "embedding": {"esm_token_budget": 2048, "dnabert_token_budget": 2048},
         "train": {"epochs": 8},
     }
@@ -61,8 +84,9 @@ def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     write_inputs(workdir)
     config = write_config(workdir)
-    result = subprocess.run(SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)],
-                            capture_output=True, text=True, env=ENV)
+    result = subprocess.run(
+        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)], capture_output=True, text=True, env=ENV
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir, config
 
@@ -102,12 +126,22 @@ def test_trained_classifier_and_metrics(run):
 
 def test_every_rule_logs_and_rerun_is_a_no_op(run):
     workdir, config = run
-    for log in ("check_models.log", "build_demo_models.log", "train.log", "prepare/reads.log", "predict/reads.log",
-                "embed/reads/esm_1.log"):
+    for log in (
+        "check_models.log",
+        "build_demo_models.log",
+        "train.log",
+        "prepare/reads.log",
+        "predict/reads.log",
+        "embed/reads/esm_1.log",
+    ):
         assert (workdir / "logs" / log).stat().st_size > 0
     assert "tokens/s" in (workdir / "logs" / "embed" / "reads" / "esm_1.log").read_text()
-    dry = subprocess.run(SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config), "-n"],
-                         capture_output=True, text=True, env=ENV)
+    dry = subprocess.run(
+        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config), "-n"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
 
 
@@ -116,20 +150,10 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt")  # DNABERT-S 768 + ESM-2 3B 2560
     config = write_config(tmp_path, classifier=str(tmp_path / "virnucpro_sized.pt"))
-    result = subprocess.run(SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)],
-                            capture_output=True, text=True, env=ENV)
+    result = subprocess.run(
+        SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)], capture_output=True, text=True, env=ENV
+    )
     assert result.returncode != 0
     log = (tmp_path / "logs" / "check_models.log").read_text()
     assert "takes 3328 features but the configured models give 48 (DNABERT-S) + 64 (ESM-2) = 112" in log
     assert not list(tmp_path.glob("results/*/embeddings/*/*.h5"))
-
-
-def test_lint_is_clean():
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True)
-    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr, result.stdout
-
-
-def test_snakefmt_is_clean():
-    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "rules"], cwd=ROOT,
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr

@@ -19,11 +19,23 @@ from .seqio import read_records
 ESM_NAME = "esm2_t2_demo"
 ESM_CONFIG = {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True}
 DNABERT_CONFIG = {
-    "architectures": ["BertModel"], "model_type": "bert", "alibi_starting_size": 512,
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "hidden_size": 48, "intermediate_size": 96, "num_attention_heads": 12, "num_hidden_layers": 2,
-    "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "pad_token_id": 3, "type_vocab_size": 2,
-    "vocab_size": 256, "initializer_range": 0.02, "torch_dtype": "float32",
+    "architectures": ["BertModel"],
+    "model_type": "bert",
+    "alibi_starting_size": 512,
+    "attention_probs_dropout_prob": 0.0,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 48,
+    "intermediate_size": 96,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 2,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 512,
+    "pad_token_id": 3,
+    "type_vocab_size": 2,
+    "vocab_size": 256,
+    "initializer_range": 0.02,
+    "torch_dtype": "float32",
 }
 SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 
@@ -34,12 +46,18 @@ def build_esm(outdir: Path, seed: int) -> Path:
     import esm
 
     torch.manual_seed(seed)
-    model = esm.ESM2(ESM_CONFIG["encoder_layers"], ESM_CONFIG["encoder_embed_dim"],
-                     ESM_CONFIG["encoder_attention_heads"], "ESM-1b", ESM_CONFIG["token_dropout"])
+    model = esm.ESM2(
+        ESM_CONFIG["encoder_layers"],
+        ESM_CONFIG["encoder_embed_dim"],
+        ESM_CONFIG["encoder_attention_heads"],
+        "ESM-1b",
+        ESM_CONFIG["token_dropout"],
+    )
     state = model.state_dict()
     regression = {k: state.pop(k) for k in list(state) if k.startswith("contact_head.")}
-    prefixed = {(f"encoder.{k}" if k.startswith("lm_head.") else f"encoder.sentence_encoder.{k}"): v
-                for k, v in state.items()}
+    prefixed = {
+        (f"encoder.{k}" if k.startswith("lm_head.") else f"encoder.sentence_encoder.{k}"): v for k, v in state.items()
+    }
     path = outdir / f"{ESM_NAME}.pt"
     torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**ESM_CONFIG)}}, path)
     torch.save({"model": regression}, outdir / f"{ESM_NAME}-contact-regression.pt")
@@ -50,17 +68,33 @@ def build_dnabert(outdir: Path, genomes: list[Path], seed: int) -> Path:
     directory = outdir / "dnabert_s_demo"
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
-    trainer = trainers.BpeTrainer(vocab_size=DNABERT_CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS,
-                                  show_progress=False)
-    pieces = [seq[i : i + 1000].decode() for path in genomes for _, _, seq in read_records(path)
-              for i in range(0, len(seq), 1000)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=DNABERT_CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False
+    )
+    pieces = [
+        seq[i : i + 1000].decode()
+        for path in genomes
+        for _, _, seq in read_records(path)
+        for i in range(0, len(seq), 1000)
+    ]
     tokenizer.train_from_iterator(pieces, trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+    )
     tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "cls_token": "[CLS]", "sep_token": "[SEP]",
-         "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]"}, indent=2))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "cls_token": "[CLS]",
+                "sep_token": "[SEP]",
+                "pad_token": "[PAD]",
+                "unk_token": "[UNK]",
+                "mask_token": "[MASK]",
+            },
+            indent=2,
+        )
+    )
     (directory / "config.json").write_text(json.dumps(DNABERT_CONFIG, indent=2))
     torch.manual_seed(seed)
     model = DNABERT(DNABERT_CONFIG)

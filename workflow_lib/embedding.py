@@ -35,8 +35,10 @@ class EmbedSettings:
 
 def select_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("embedding.device is 'cuda' but no CUDA device is visible to this job; "
-                         "request a GPU or set embedding.device to 'auto' or 'cpu'")
+        raise InputError(
+            "embedding.device is 'cuda' but no CUDA device is visible to this job; "
+            "request a GPU or set embedding.device to 'auto' or 'cpu'"
+        )
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
@@ -74,8 +76,15 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     ids, sequences = read_shard(input_path)
     started = time.monotonic()
     embedder = build_embedder(settings, device, PRECISIONS[precision])
-    log.info("%s on %s (%s): %d frames from %s, token budget %d", settings.model, device, precision, len(ids),
-             input_path, settings.token_budget)
+    log.info(
+        "%s on %s (%s): %d frames from %s, token budget %d",
+        settings.model,
+        device,
+        precision,
+        len(ids),
+        input_path,
+        settings.token_budget,
+    )
 
     out = np.zeros((len(ids), embedder.dim), dtype=np.float32)
     written = np.zeros(len(ids), dtype=np.int64)
@@ -91,23 +100,38 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
             real_tokens += int(lengths[batch].sum())
             padded_slots += int(lengths[batch].max()) * len(batch)
             elapsed = max(time.monotonic() - started, 1e-9)
-            progress.update(int((written > 0).sum()), f"{real_tokens / elapsed:,.0f} tokens/s, fill {real_tokens / padded_slots:.1%}")
+            progress.update(
+                int((written > 0).sum()),
+                f"{real_tokens / elapsed:,.0f} tokens/s, fill {real_tokens / padded_slots:.1%}",
+            )
 
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
-        raise RuntimeError(f"{input_path}: {lost.size} frames not embedded (e.g. {[ids[i] for i in lost[:3]]}), "
-                           f"{repeated.size} embedded twice (e.g. {[ids[i] for i in repeated[:3]]})")
+        raise RuntimeError(
+            f"{input_path}: {lost.size} frames not embedded (e.g. {[ids[i] for i in lost[:3]]}), "
+            f"{repeated.size} embedded twice (e.g. {[ids[i] for i in repeated[:3]]})"
+        )
     if not np.isfinite(out).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
         raise RuntimeError(f"{input_path}: non-finite embeddings for {[ids[i] for i in bad[:3]]}; try --precision fp32")
     seconds = time.monotonic() - started
     stats = {
-        "model": settings.model, "checkpoint": settings.checkpoint,
-        "layer": int(embedder.layer), "dim": int(embedder.dim), "precision": precision, "pooling": embedder.pooling,
-        "n_tokens": real_tokens, "workflow_version": __version__,
-        "device": str(device), "seconds": round(seconds, 3), "tokens_per_s": round(real_tokens / max(seconds, 1e-9)),
-        "fill": round(real_tokens / max(padded_slots, 1), 4), "token_budget": settings.token_budget,
+        "model": settings.model,
+        "checkpoint": settings.checkpoint,
+        "layer": int(embedder.layer),
+        "dim": int(embedder.dim),
+        "precision": precision,
+        "pooling": embedder.pooling,
+        "n_tokens": real_tokens,
+        "workflow_version": __version__,
+        "device": str(device),
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(real_tokens / max(seconds, 1e-9)),
+        "fill": round(real_tokens / max(padded_slots, 1), 4),
+        "token_budget": settings.token_budget,
     }
     h5store.write(output_path, ids, out, stats)
-    log.info(progress.line(len(ids), f"{stats['tokens_per_s']:,} tokens/s, fill {stats['fill']:.1%}, wrote {output_path}"))
+    log.info(
+        progress.line(len(ids), f"{stats['tokens_per_s']:,} tokens/s, fill {stats['fill']:.1%}, wrote {output_path}")
+    )
     return stats

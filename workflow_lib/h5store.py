@@ -28,7 +28,9 @@ def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
             ids = [i.decode() if isinstance(i, bytes) else i for i in handle["ids"][()]]
             return ids, handle["embeddings"][()], dict(handle.attrs)
     except (OSError, KeyError) as error:
-        raise InputError(f"{path}: not a readable embeddings file ({error}); delete it and run the workflow again") from None
+        raise InputError(
+            f"{path}: not a readable embeddings file ({error}); delete it and run the workflow again"
+        ) from None
 
 
 def read_features(dnabert_path: str | Path, esm_path: str | Path) -> tuple[list[str], np.ndarray]:

@@ -48,4 +48,3 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
         else:
             with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
                 yield handle
-

@@ -24,8 +24,9 @@ FLOAT = "%.6g"
 
 def read_table(path: str | Path) -> pd.DataFrame:
     # QUOTE_NONE: record IDs are taken verbatim from headers and may hold quote characters.
-    return pd.read_csv(path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str},
-                       quoting=csv.QUOTE_NONE)
+    return pd.read_csv(
+        path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str}, quoting=csv.QUOTE_NONE
+    )
 
 
 def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model) -> np.ndarray:
@@ -40,15 +41,21 @@ def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list
         if position is None or len(ids) != rows.size or (position < 0).any():
             missing = sorted(set(expected) - set(ids))
             extra = sorted(set(ids) - set(expected))
-            raise InputError(f"{dna_path}: the embeddings do not match shard {shard} of the frames table "
-                             f"(missing {missing[:3]}, unexpected {extra[:3]}); delete the sample's embeddings and run again")
+            raise InputError(
+                f"{dna_path}: the embeddings do not match shard {shard} of the frames table "
+                f"(missing {missing[:3]}, unexpected {extra[:3]}); delete the sample's embeddings and run again"
+            )
         if features.shape[1] != model.input_dim:
-            raise InputError(f"{dna_path} + {esm_path}: {features.shape[1]} features per frame but the classifier "
-                             f"takes {model.input_dim}; use the classifier trained for these models")
+            raise InputError(
+                f"{dna_path} + {esm_path}: {features.shape[1]} features per frame but the classifier "
+                f"takes {model.input_dim}; use the classifier trained for these models"
+            )
         scores[rows] = classifier.scores(model, torch.from_numpy(features[position])).numpy()
     if np.isnan(scores).any():
-        raise InputError(f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
-                         "the shard lists do not cover the frames table")
+        raise InputError(
+            f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
+            "the shard lists do not cover the frames table"
+        )
     return scores
 
 
@@ -62,31 +69,48 @@ def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
 
 def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
     grouped = frames.groupby(["sequence_id", "chunk"], sort=False)
-    table = grouped.agg(n_frames=("frame_id", "size"), max_score_other=("score_other", "max"),
-                        max_score_virus=("score_virus", "max")).reset_index()
+    table = grouped.agg(
+        n_frames=("frame_id", "size"), max_score_other=("score_other", "max"), max_score_virus=("score_virus", "max")
+    ).reset_index()
     table["is_virus"] = table["max_score_virus"] >= table["max_score_other"]  # VirNucPro's rule
     return table
 
 
 def sequence_table(sequences: pd.DataFrame, chunks: pd.DataFrame, min_viral_fraction: float) -> pd.DataFrame:
     per_sequence = chunks.groupby("sequence_id", sort=False).agg(
-        n_chunks_scored=("chunk", "size"), n_viral_chunks=("is_virus", "sum"),
-        max_score_virus=("max_score_virus", "max"), mean_score_virus=("max_score_virus", "mean"))
+        n_chunks_scored=("chunk", "size"),
+        n_viral_chunks=("is_virus", "sum"),
+        max_score_virus=("max_score_virus", "max"),
+        mean_score_virus=("max_score_virus", "mean"),
+    )
     table = sequences[["sequence_id", "length", "n_chunks", "status"]].join(per_sequence, on="sequence_id")
     scored = table["n_chunks_scored"].notna()
     table["n_chunks_scored"] = table["n_chunks_scored"].fillna(0).astype(int)
     table["n_viral_chunks"] = table["n_viral_chunks"].fillna(0).astype(int)
     table["viral_fraction"] = np.where(scored, table["n_viral_chunks"] / table["n_chunks_scored"].clip(lower=1), np.nan)
-    table["call"] = np.select([~scored, table["viral_fraction"] >= min_viral_fraction], ["no_coding_frame", "virus"], "other")
-    columns = ["sequence_id", "length", "n_chunks", "n_chunks_scored", "n_viral_chunks", "viral_fraction",
-               "max_score_virus", "mean_score_virus", "call", "status"]
+    table["call"] = np.select(
+        [~scored, table["viral_fraction"] >= min_viral_fraction], ["no_coding_frame", "virus"], "other"
+    )
+    columns = [
+        "sequence_id",
+        "length",
+        "n_chunks",
+        "n_chunks_scored",
+        "n_viral_chunks",
+        "viral_fraction",
+        "max_score_virus",
+        "mean_score_virus",
+        "call",
+        "status",
+    ]
     return table[columns]
 
 
 def write_tsv(table: pd.DataFrame, path: Path) -> None:
     with atomic_open(path) as handle:
-        table.to_csv(handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n",
-                     quoting=csv.QUOTE_NONE)
+        table.to_csv(
+            handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n", quoting=csv.QUOTE_NONE
+        )
 
 
 def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
@@ -95,9 +119,12 @@ def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
     sorted by ID, as its pandas groupby does."""
     with atomic_open(outdir / "prediction_results.txt") as handle:
         handle.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
-        for fid, prediction, other, virus in zip(frames["frame_id"], frames["prediction"],
-                                                 frames["score_other"].to_numpy(np.float32),
-                                                 frames["score_virus"].to_numpy(np.float32)):
+        for fid, prediction, other, virus in zip(
+            frames["frame_id"],
+            frames["prediction"],
+            frames["score_other"].to_numpy(np.float32),
+            frames["score_virus"].to_numpy(np.float32),
+        ):
             handle.write(f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n")  # str(np.float32), as VirNucPro
     modified = frames.assign(Modified_ID=frames["frame_id"].str[:-2]).groupby("Modified_ID")
     highest = (modified["score_virus"].max() >= modified["score_other"].max()).rename("Is_Virus").reset_index()
@@ -116,9 +143,16 @@ def write_viral_fasta(input_path: str | Path, viral: set[str], path: Path) -> No
                     handle.write(b">%s\n%s\n" % (header, wrapped))
 
 
-def predict(prepare_dir: str | Path, dnabert_files: list[str], esm_files: list[str], classifier_path: str | Path,
-            input_path: str | Path, outdir: str | Path, min_viral_fraction: float = 0.5,
-            virnucpro_tables: bool = True) -> dict:
+def predict(
+    prepare_dir: str | Path,
+    dnabert_files: list[str],
+    esm_files: list[str],
+    classifier_path: str | Path,
+    input_path: str | Path,
+    outdir: str | Path,
+    min_viral_fraction: float = 0.5,
+    virnucpro_tables: bool = True,
+) -> dict:
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
     model, _ = classifier.load(classifier_path)
     frames = read_table(prepare_dir / "frames.tsv.gz")
@@ -133,6 +167,11 @@ def predict(prepare_dir: str | Path, dnabert_files: list[str], esm_files: list[s
     if virnucpro_tables:
         write_virnucpro_tables(frames, outdir)
     counts = calls["call"].value_counts().to_dict()
-    log.info("%d records: %s; %d frames scored; tables in %s", len(calls),
-             ", ".join(f"{n} {c}" for c, n in sorted(counts.items())), len(frames), outdir)
+    log.info(
+        "%d records: %s; %d frames scored; tables in %s",
+        len(calls),
+        ", ".join(f"{n} {c}" for c, n in sorted(counts.items())),
+        len(frames),
+        outdir,
+    )
     return counts

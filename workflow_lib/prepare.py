@@ -102,11 +102,19 @@ class _Writer:
 
         n_chunks = np.bincount(record_of_chunk, minlength=len(batch.ids))
         n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=len(batch.ids))
-        self.sequences_table.write(b"".join(
-            b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
-            for row in zip(batch.ids, batch.lengths.tolist(), n_chunks.tolist(), n_frames.tolist(),
-                           ambiguous.tolist(), [STATUS[i] for i in status.tolist()])
-        ))
+        self.sequences_table.write(
+            b"".join(
+                b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
+                for row in zip(
+                    batch.ids,
+                    batch.lengths.tolist(),
+                    n_chunks.tolist(),
+                    n_frames.tolist(),
+                    ambiguous.tolist(),
+                    [STATUS[i] for i in status.tolist()],
+                )
+            )
+        )
         self.counts["records"] += len(batch.ids)
         self.counts["chunks"] += int(record_of_chunk.size)
         self.counts["frames"] += len(frames.proteins)
@@ -119,8 +127,15 @@ class _Writer:
         for lo in firsts:
             hi = lo + per_window
             base, top = int(starts[lo]), int(ends[lo:hi].max())
-            parts.append(six_frames(buf[base:top], starts[lo:hi] - base, ends[lo:hi] - base,
-                                    self.policy.ambiguous_codons, (codes[0][base:top], codes[1])))
+            parts.append(
+                six_frames(
+                    buf[base:top],
+                    starts[lo:hi] - base,
+                    ends[lo:hi] - base,
+                    self.policy.ambiguous_codons,
+                    (codes[0][base:top], codes[1]),
+                )
+            )
         return Frames.concat(parts, firsts)
 
     def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,11 +170,23 @@ class _Writer:
         for (fna_file, faa_file), fna_lines, faa_lines in zip(self.shard_files, fna, faa):
             fna_file.write(b"".join(fna_lines))
             faa_file.write(b"".join(faa_lines))
-        self.frames_table.write(b"".join([
-            b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
-            for row in zip(frame_ids, records, numbers, (starts[chunk] + 1).tolist(), ends[chunk].tolist(), names,
-                           map(len, frames.proteins), shards)
-        ]))
+        self.frames_table.write(
+            b"".join(
+                [
+                    b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
+                    for row in zip(
+                        frame_ids,
+                        records,
+                        numbers,
+                        (starts[chunk] + 1).tolist(),
+                        ends[chunk].tolist(),
+                        names,
+                        map(len, frames.proteins),
+                        shards,
+                    )
+                ]
+            )
+        )
 
 
 def _check_unique_ids(path: Path, id_hashes: array) -> None:

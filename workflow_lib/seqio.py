@@ -108,8 +108,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                 yield batch
     except _STREAM_ERRORS as error:
         raise InputError(
-            f"{path}: the file is truncated or corrupt after record {done} ({error}); "
-            "re-download or re-compress it"
+            f"{path}: the file is truncated or corrupt after record {done} ({error}); re-download or re-compress it"
         ) from None
     if done == 0:
         raise InputError(f"{path}: the file holds no sequence records; give a non-empty FASTA or FASTQ file")
@@ -163,9 +162,7 @@ def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
             lines.pop()
         headers = lines[0::2]
         # No '>' other than the headers' own (bytes.count of one byte is fast; of two is not).
-        if len(lines) % 2 == 0 and text.count(b">") == len(headers) and all(
-            h[:1] == b">" for h in headers
-        ):
+        if len(lines) % 2 == 0 and text.count(b">") == len(headers) and all(h[:1] == b">" for h in headers):
             return [h[1:] for h in headers], lines[1::2]
     parts = text[1:].split(b"\n>")
     headers, seqs = [], []
@@ -198,8 +195,7 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
     if lines:
         if len(lines) % 4:
             raise _RecordError(
-                len(lines) // 4, f"is incomplete ({len(lines) % 4} of 4 lines); "
-                "the file is truncated: re-download it"
+                len(lines) // 4, f"is incomplete ({len(lines) % 4} of 4 lines); the file is truncated: re-download it"
             )
         yield _fastq_records(lines, path)
 
@@ -209,12 +205,16 @@ def _fastq_records(lines: list[bytes], path: Path) -> tuple[list[bytes], list[by
     seqs = [s.rstrip() for s in seqs]
     bad = next((i for i, (h, p) in enumerate(zip(headers, plus)) if h[:1] != b"@" or p[:1] != b"+"), None)
     if bad is not None:
-        raise _RecordError(bad, "is not a 4-line FASTQ record ('@' header, sequence, '+', qualities); "
-                                "multi-line FASTQ is not supported: reformat the file")
+        raise _RecordError(
+            bad,
+            "is not a 4-line FASTQ record ('@' header, sequence, '+', qualities); "
+            "multi-line FASTQ is not supported: reformat the file",
+        )
     for i, (s, q) in enumerate(zip(seqs, quals)):
         if len(s) != len(q.rstrip()):
-            raise _RecordError(i, f"has {len(s)} bases but {len(q.rstrip())} quality values; "
-                                  "the file is truncated or corrupt")
+            raise _RecordError(
+                i, f"has {len(s)} bases but {len(q.rstrip())} quality values; the file is truncated or corrupt"
+            )
     return [h[1:].rstrip() for h in headers], seqs
 
 
@@ -226,8 +226,9 @@ class _RecordError(Exception):
         self.index, self.message = index, message
 
 
-def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path, read_fraction: float,
-           keep_case: bool) -> Batch:
+def _batch(
+    pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path, read_fraction: float, keep_case: bool
+) -> Batch:
     headers = [h for piece_headers, _ in pieces for h in piece_headers]
     seqs = [s for _, piece_seqs in pieces for s in piece_seqs]
     joined = b"\n".join(headers)
@@ -235,11 +236,15 @@ def _batch(pieces: list[tuple[list[bytes], list[bytes]]], first: int, path: Path
         joined.decode("utf-8")
     except UnicodeDecodeError:
         index = next(i for i, h in enumerate(headers) if not _is_text(h))
-        raise InputError(f"{path}: record {first + index} has a header that is not UTF-8 text; fix its encoding") from None
+        raise InputError(
+            f"{path}: record {first + index} has a header that is not UTF-8 text; fix its encoding"
+        ) from None
     if b"\r" in joined:
         index = next(i for i, h in enumerate(headers) if b"\r" in h)
-        raise InputError(f"{path}: record {first + index} has a carriage return inside its header: the file has "
-                         "old Mac (CR-only) line endings; convert them, e.g. with tr '\\r' '\\n'")
+        raise InputError(
+            f"{path}: record {first + index} has a carriage return inside its header: the file has "
+            "old Mac (CR-only) line endings; convert them, e.g. with tr '\\r' '\\n'"
+        )
     # The ID is the header's first word, split on any whitespace as Biopython (and so VirNucPro)
     # does; plain ASCII headers without blanks, the common case, are their own ID.
     if joined.isascii() and not joined.translate(None, _ASCII_NOT_SPACE):

@@ -61,9 +61,11 @@ def metrics(y: np.ndarray, score: np.ndarray) -> dict:
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     return {
-        "n": int(y.size), "n_virus": int((y == 1).sum()),
+        "n": int(y.size),
+        "n_virus": int((y == 1).sum()),
         "accuracy": float((predicted == (y == 1)).mean()),
-        "precision": precision, "recall": recall,
+        "precision": precision,
+        "recall": recall,
         "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
         "roc_auc": _roc_auc(y, score),
     }
@@ -75,8 +77,9 @@ def _roc_auc(y: np.ndarray, score: np.ndarray) -> float | None:
     if not positives.size or not negatives.size:
         return None
     ranks = pd.Series(np.concatenate([positives, negatives])).rank().to_numpy()  # ties: average rank
-    return float((ranks[: positives.size].sum() - positives.size * (positives.size + 1) / 2)
-                 / (positives.size * negatives.size))
+    return float(
+        (ranks[: positives.size].sum() - positives.size * (positives.size + 1) / 2) / (positives.size * negatives.size)
+    )
 
 
 def train(x: np.ndarray, y: np.ndarray, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
@@ -119,24 +122,39 @@ def train(x: np.ndarray, y: np.ndarray, settings: TrainSettings) -> tuple[classi
                 log.info("early stop after epoch %d (no improvement for %d epochs)", epoch, settings.patience)
                 break
     if best_state is None:
-        raise InputError("the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
-                         "or train.learning_rate is far too high")
+        raise InputError(
+            "the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
+            "or train.learning_rate is far too high"
+        )
     model.load_state_dict(best_state)
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
-    result = {"epochs_run": epoch, "best_validation_loss": best_loss, "n_train": int(len(training)),
-              "validation": metrics(y[validation], validation_scores), "settings": asdict(settings)}
+    result = {
+        "epochs_run": epoch,
+        "best_validation_loss": best_loss,
+        "n_train": int(len(training)),
+        "validation": metrics(y[validation], validation_scores),
+        "settings": asdict(settings),
+    }
     return model.eval(), result
 
 
-def train_classifier(shards: list[tuple[str, str, str]], output: str | Path, metrics_path: str | Path,
-                     settings: TrainSettings, **metadata) -> dict:
+def train_classifier(
+    shards: list[tuple[str, str, str]],
+    output: str | Path,
+    metrics_path: str | Path,
+    settings: TrainSettings,
+    **metadata,
+) -> dict:
     x, y = load_examples(shards)
-    log.info("training on %d frames (%d virus, %d other), %d features", len(y), (y == 1).sum(), (y == 0).sum(), x.shape[1])
+    log.info(
+        "training on %d frames (%d virus, %d other), %d features", len(y), (y == 1).sum(), (y == 0).sum(), x.shape[1]
+    )
     model, result = train(x, y, settings)
     with atomic_path(output) as tmp:
         classifier.save(model, tmp, validation=result["validation"], **metadata)
     with atomic_open(metrics_path) as handle:
         json.dump(result, handle, indent=2)
-    log.info("validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items()
-                                        if isinstance(v, float)))
+    log.info(
+        "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))
+    )
     return result

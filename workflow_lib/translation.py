@@ -87,13 +87,21 @@ class Frames:
         """Frames of consecutive groups of chunks as one; group i's chunks start at chunk_offsets[i]."""
         if not parts:
             return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
-        return Frames(np.concatenate([p.chunk + o for p, o in zip(parts, chunk_offsets)]),
-                      np.concatenate([p.frame for p in parts]),
-                      [x for p in parts for x in p.proteins], [x for p in parts for x in p.nucleotides])
+        return Frames(
+            np.concatenate([p.chunk + o for p, o in zip(parts, chunk_offsets)]),
+            np.concatenate([p.frame for p in parts]),
+            [x for p in parts for x in p.proteins],
+            [x for p in parts for x in p.nucleotides],
+        )
 
 
-def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str = "drop",
-               codes: tuple[np.ndarray, bool] | None = None) -> Frames:
+def six_frames(
+    buf: bytes,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    ambiguous: str = "drop",
+    codes: tuple[np.ndarray, bool] | None = None,
+) -> Frames:
     """Translate the chunks buf[starts[i]:ends[i]] (upper case) in six frames; keep stop-free ones.
     `codes` is base_codes(buf), when the caller has it already."""
     forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
@@ -115,7 +123,9 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str 
     has_codons = m > 0
     lowest = np.where(has_codons, lowest, 0)
 
-    stops = _reduce_in_frames(np.logical_or, _is_stop(fwd, forward_stops), _is_stop(rev, reverse_stops), lowest, m, bool)
+    stops = _reduce_in_frames(
+        np.logical_or, _is_stop(fwd, forward_stops), _is_stop(rev, reverse_stops), lowest, m, bool
+    )
     residues = m
     if ambiguous == "drop" and any_ambiguous:
         other = b == 4
@@ -134,8 +144,9 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str 
     n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
     proteins, nucleotides = [], []
-    for is_reverse, p0, p1, n0, n1 in zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(),
-                                          n_to.tolist()):
+    for is_reverse, p0, p1, n0, n1 in zip(
+        reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist()
+    ):
         if is_reverse:
             proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].tobytes().translate(reverse_table))
             nucleotides.append(buf[n0:n1][::-1].translate(_COMPLEMENT))
@@ -147,8 +158,9 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str 
     return Frames(chunk, frame, proteins, nucleotides)
 
 
-def _reduce_in_frames(ufunc, forward: np.ndarray, reverse: np.ndarray, lowest: np.ndarray, m: np.ndarray,
-                      dtype) -> np.ndarray:
+def _reduce_in_frames(
+    ufunc, forward: np.ndarray, reverse: np.ndarray, lowest: np.ndarray, m: np.ndarray, dtype
+) -> np.ndarray:
     """Reduce mask[lowest + 3*i for i < m] per frame with `ufunc` (any or count), (chunks, 6).
 
     Seen as rows of 3 positions, a frame is one column over a range of rows, so a single

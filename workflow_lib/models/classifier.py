@@ -64,8 +64,16 @@ def _state_of(module: _PickledModule, prefix: str = "") -> dict[str, torch.Tenso
 
 
 def save(model: MLPClassifier, path: str | Path, **metadata) -> None:
-    torch.save({"format": FORMAT, "state_dict": model.state_dict(), "input_dim": model.input_dim,
-                "hidden_dim": model.hidden_layer.out_features, **metadata}, path)
+    torch.save(
+        {
+            "format": FORMAT,
+            "state_dict": model.state_dict(),
+            "input_dim": model.input_dim,
+            "hidden_dim": model.hidden_layer.out_features,
+            **metadata,
+        },
+        path,
+    )
 
 
 def load(path: str | Path) -> tuple[MLPClassifier, dict]:

@@ -27,6 +27,7 @@ HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_F
 def alibi_slopes(heads: int) -> list[float]:
     """ALiBi head slopes; for a head count that is no power of two, the slopes of the next
     power of two fill in every other one (2^-0.5, 2^-1.5, ... for 12 heads)."""
+
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
         return [start * start**i for i in range(n)]
@@ -40,7 +41,9 @@ def alibi_slopes(heads: int) -> list[float]:
 class _Embeddings(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.word_embeddings = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"], padding_idx=cfg.get("pad_token_id", 0))
+        self.word_embeddings = nn.Embedding(
+            cfg["vocab_size"], cfg["hidden_size"], padding_idx=cfg.get("pad_token_id", 0)
+        )
         self.token_type_embeddings = nn.Embedding(cfg.get("type_vocab_size", 2), cfg["hidden_size"])
         self.LayerNorm = nn.LayerNorm(cfg["hidden_size"], eps=cfg.get("layer_norm_eps", 1e-12))
 
@@ -101,7 +104,8 @@ class _Encoder(nn.Module):
         super().__init__()
         d, eps = cfg["hidden_size"], cfg.get("layer_norm_eps", 1e-12)
         self.layer = nn.ModuleList(
-            _Layer(d, cfg["num_attention_heads"], cfg["intermediate_size"], eps) for _ in range(cfg["num_hidden_layers"])
+            _Layer(d, cfg["num_attention_heads"], cfg["intermediate_size"], eps)
+            for _ in range(cfg["num_hidden_layers"])
         )
 
 
@@ -133,8 +137,10 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
     if is_local(checkpoint):
         path = Path(checkpoint)
         if not (path / "config.json").is_file():
-            raise InputError(f"{path}: no config.json; models.dnabert.checkpoint must be a DNABERT-S directory "
-                             "(config.json, model.safetensors or pytorch_model.bin, tokenizer.json) or a Hugging Face id")
+            raise InputError(
+                f"{path}: no config.json; models.dnabert.checkpoint must be a DNABERT-S directory "
+                "(config.json, model.safetensors or pytorch_model.bin, tokenizer.json) or a Hugging Face id"
+            )
         return path
     from huggingface_hub import snapshot_download
 

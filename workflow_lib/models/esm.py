@@ -36,8 +36,10 @@ def read_config(checkpoint: str) -> tuple[int, int]:
     """(layers, embedding size) of an ESM-2 checkpoint, without building the model."""
     if not is_local(checkpoint):
         if checkpoint not in ESM2_MODELS:
-            raise InputError(f"models.esm.checkpoint: '{checkpoint}' is no fair-esm ESM-2 model "
-                             f"({', '.join(ESM2_MODELS)}) and no local .pt file")
+            raise InputError(
+                f"models.esm.checkpoint: '{checkpoint}' is no fair-esm ESM-2 model "
+                f"({', '.join(ESM2_MODELS)}) and no local .pt file"
+            )
         return ESM2_MODELS[checkpoint]
     cfg = _local_data(Path(checkpoint))["cfg"]["model"]
     return cfg.encoder_layers, cfg.encoder_embed_dim
@@ -45,7 +47,9 @@ def read_config(checkpoint: str) -> tuple[int, int]:
 
 def _local_data(path: Path) -> dict:
     if not path.is_file():
-        raise InputError(f"{path}: ESM-2 checkpoint not found; set models.esm.checkpoint to a fair-esm name or a .pt file")
+        raise InputError(
+            f"{path}: ESM-2 checkpoint not found; set models.esm.checkpoint to a fair-esm name or a .pt file"
+        )
     data = _torch_load(path)
     if not isinstance(data, dict) or "cfg" not in data or "model" not in data:
         raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint (no 'cfg' and 'model' entries)")
@@ -77,8 +81,14 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.A
 class ESMEmbedder:
     """Mean-pooled ESM-2 embeddings of protein sequences, in padded batches (fair-esm's forward)."""
 
-    def __init__(self, model: esm.ESM2, alphabet: esm.Alphabet, layer: int, device: torch.device,
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        model: esm.ESM2,
+        alphabet: esm.Alphabet,
+        layer: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ):
         if not 0 <= layer <= model.num_layers:
             raise InputError(f"models.esm.layer: {layer} is out of range for a {model.num_layers}-layer ESM-2 model")
         self.model = model.to(device=device, dtype=dtype)
