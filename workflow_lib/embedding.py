@@ -88,7 +88,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
 
     out = np.zeros((len(ids), embedder.dim), dtype=np.float32)
     written = np.zeros(len(ids), dtype=np.int64)
-    real_tokens = padded_slots = 0
+    real_tokens = padded_slots = done = 0
     progress = Progress(log, "frames", total=len(ids))
     for block_start in range(0, len(sequences), BLOCK):
         items = embedder.encode(sequences[block_start : block_start + BLOCK])
@@ -99,11 +99,9 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
             written[rows] += 1
             real_tokens += int(lengths[batch].sum())
             padded_slots += int(lengths[batch].max()) * len(batch)
+            done += len(batch)  # a running count: a scan of `written` per batch would be quadratic
             elapsed = max(time.monotonic() - started, 1e-9)
-            progress.update(
-                int((written > 0).sum()),
-                f"{real_tokens / elapsed:,.0f} tokens/s, fill {real_tokens / padded_slots:.1%}",
-            )
+            progress.update(done, f"{real_tokens / elapsed:,.0f} tokens/s, fill {real_tokens / padded_slots:.1%}")
 
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)

@@ -37,7 +37,8 @@ def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list
         ids, features = h5store.read_features(dna_path, esm_path)
         rows = np.flatnonzero(shard_of == shard)
         expected = frames["frame_id"].to_numpy()[rows]
-        position = pd.Index(ids).get_indexer(expected) if pd.Index(ids).is_unique else None
+        index = pd.Index(ids)
+        position = index.get_indexer(expected) if index.is_unique else None
         if position is None or len(ids) != rows.size or (position < 0).any():
             missing = sorted(set(expected) - set(ids))
             extra = sorted(set(ids) - set(expected))
