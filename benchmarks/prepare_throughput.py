@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import platform
-import random
 import sys
 import tempfile
 import time
@@ -22,21 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from reads import write_reads
+
 from workflow_lib.prepare import Policy, prepare
-from workflow_lib.seqio import read_records
-
-GENOMES = Path(__file__).resolve().parents[1] / "resources" / "genomes"
-
-
-def write_reads(path: Path, n: int, length: int, seed: int) -> None:
-    """Sample n reads uniformly from the bundled genomes (both strands are covered by the frames)."""
-    genomes = [seq for f in sorted(GENOMES.glob("*.fasta")) for _, _, seq in read_records(f)]
-    rng = random.Random(seed)
-    with open(path, "w") as out:
-        for i in range(n):
-            genome = rng.choice(genomes)
-            start = rng.randrange(len(genome) - length)
-            out.write(f">read_{i}\n{genome[start : start + length].decode()}\n")
 
 
 def load_virnucpro(units_path: str):

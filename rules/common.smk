@@ -96,10 +96,20 @@ def embed_args(wildcards):
             f"--checkpoint {config['models']['dnabert']['checkpoint']} "
             f"--token-budget {embedding['dnabert_token_budget']}"
         )
+    expandable = "" if embedding["expandable_segments"] else " --no-expandable-segments"
     return (
         f"--model {wildcards.model} {specific} --device {embedding['device']} "
-        f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']}"
+        f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']} "
+        f"--num-workers {embedding['num_workers']} --prefetch-factor {embedding['prefetch_factor']}{expandable}"
     )
+
+
+def embed_threads(wildcards):
+    """The main process and its loader workers. auto asks for 2 workers: they pack tens of
+    thousands of frames a second, far more than a GPU embeds, and leave cores for other jobs.
+    """
+    workers = config["embedding"]["num_workers"]
+    return (2 if workers == "auto" else workers) + 1
 
 
 def embeddings_path(path):

@@ -11,7 +11,7 @@ rule embed:
         "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
     conda:
         "../envs/embed.yaml"
-    threads: 2
+    threads: embed_threads
     resources:
         gpu=1,
         mem_mb=16000,

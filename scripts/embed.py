@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
 from workflow_lib.errors import run_cli
+from workflow_lib.loader import default_num_workers
 from workflow_lib.progress import setup_logging
 
 
@@ -20,17 +21,44 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp16", help="on CUDA; the CPU uses fp32")
-    parser.add_argument("--token-budget", type=int, default=16384, help="tokens per batch, padding included")
-    parser.add_argument("--threads", type=int, help="CPU threads for PyTorch")
+    parser.add_argument("--token-budget", type=int, default=16384, help="tokens per packed batch")
+    parser.add_argument("--threads", type=int, help="CPUs of the job (default: all this process may use)")
+    parser.add_argument(
+        "--num-workers",
+        default="auto",
+        help="loader processes (auto: one per CPU of the job beyond this one, at most 8)",
+    )
+    parser.add_argument("--prefetch-factor", type=int, default=2, help="batches each loader worker keeps ready")
+    parser.add_argument(
+        "--no-expandable-segments",
+        dest="expandable_segments",
+        action="store_false",
+        help="leave PYTORCH_CUDA_ALLOC_CONF alone (by default: expandable_segments:True, against fragmentation)",
+    )
     parser.add_argument("--cache-dir", help="where named models are downloaded or found")
     args = parser.parse_args()
     setup_logging()
+    if args.num_workers == "auto":
+        workers = default_num_workers(args.threads)
+    elif args.num_workers.isdigit():
+        workers = int(args.num_workers)
+    else:
+        parser.error(f"--num-workers: expected 'auto' or a count, got '{args.num_workers}'")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     settings = EmbedSettings(
-        args.model, args.checkpoint, args.layer, args.device, args.precision, args.token_budget, args.cache_dir
+        args.model,
+        args.checkpoint,
+        args.layer,
+        args.device,
+        args.precision,
+        args.token_budget,
+        args.cache_dir,
+        workers,
+        args.prefetch_factor,
+        args.expandable_segments,
     )
     embed_shard(args.input, args.output, settings)
 

@@ -1,17 +1,30 @@
-"""The embed job: HDF5 contract, shard order, every frame exactly once, batching invariance."""
+"""The embed job: HDF5 contract, shard order, every frame exactly once with any number of loader
+workers, packing fill, out-of-memory halving, clean shutdown on SIGTERM, GPU claims."""
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import GENOMES, ROOT
+from conftest import ROOT
 
-from workflow_lib.embedding import EmbedSettings, build_embedder, embed_shard, read_shard
-from workflow_lib.packing import padded_batches
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from reads import write_reads  # noqa: E402
+
+from workflow_lib.embedding import DeviceFeed, EmbedSettings, build_embedder, embed_shard
+from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
+from workflow_lib.models import esm
+from workflow_lib.packing import greedy_batches, pack
 from workflow_lib.prepare import Policy, prepare
+from workflow_lib.tokens import ESMTokens
+
+CPU = torch.device("cpu")
+GENOMES = ROOT / "resources" / "genomes"
 
 
 @pytest.fixture(scope="module")
@@ -21,85 +34,256 @@ def shard(tmp_path_factory):
     return outdir
 
 
+@pytest.fixture(scope="module")
+def read_frames(tmp_path_factory):
+    """Stop-free frames of 8,000 reads of 500 bp sampled from the bundled genomes."""
+    outdir = tmp_path_factory.mktemp("reads")
+    write_reads(outdir / "reads.fa", 8000, 500, seed=3)
+    prepare(outdir / "reads.fa", outdir, 1, Policy(chunk_length=500))
+    return outdir
+
+
+def embed(shard_path, output, model, checkpoint, **options):
+    settings = EmbedSettings(model, str(checkpoint), layer=2 if model == "esm" else None, device="cpu", **options)
+    stats = embed_shard(shard_path, output, settings)
+    with h5py.File(output) as h5:
+        return [i.decode() for i in h5["ids"][()]], h5["embeddings"][()], dict(h5.attrs), stats
+
+
 @pytest.mark.parametrize("model, suffix, budget", [("esm", "faa", 600), ("dnabert", "fna", 500)])
 def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suffix, budget):
-    checkpoint = str(demo_models[model])
-    settings = EmbedSettings(model, checkpoint, layer=2 if model == "esm" else None, device="cpu", token_budget=budget)
-    output = tmp_path / "shard_0.h5"
-    stats = embed_shard(shard / f"shard_0.{suffix}", output, settings)
-    ids, sequences = read_shard(shard / f"shard_0.{suffix}")
-    with h5py.File(output) as h5:
-        assert [i.decode() for i in h5["ids"][()]] == ids  # shard FASTA order
-        embeddings = h5["embeddings"][()]
-        attrs = dict(h5.attrs)
+    ids, embeddings, attrs, stats = embed(
+        shard / f"shard_0.{suffix}", tmp_path / "e.h5", model, demo_models[model], token_budget=budget, num_workers=0
+    )
+    index = ShardIndex.read(shard / f"shard_0.{suffix}")
+    assert ids == index.ids  # shard FASTA order
     assert embeddings.dtype == np.float32 and embeddings.shape == (len(ids), 64 if model == "esm" else 48)
     for key in ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version"):
         assert key in attrs
-    assert attrs["precision"] == "fp32" and attrs["checkpoint"] == checkpoint
-    assert 0 < stats["fill"] <= 1
-    # Sorting and padding change nothing: each row equals the sequence embedded alone.
-    embedder = build_embedder(settings, torch.device("cpu"), torch.float32)
+    for key in ("fill", "tokens_per_s", "loader_wait_s", "peak_memory_bytes", "attention", "num_workers"):
+        assert key in attrs
+    assert attrs["precision"] == "fp32" and attrs["checkpoint"] == str(demo_models[model])
+    assert attrs["attention"] == "padded sdpa" and stats["batches"] > 1
+    # Sorting and packing change nothing: each row equals the sequence embedded alone.
+    embedder = build_embedder(EmbedSettings(model, str(demo_models[model]), 2), CPU, torch.float32)
+    sequences = [s for b in range(index.n_blocks) for s in index.block(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
-        alone = embedder(embedder.encode([sequences[row]]))[0].numpy()
+        alone = embedder(pack([0], embedder.tokens([sequences[row]]), budget).tensors())[0].numpy()
         assert np.abs(embeddings[row] - alone).max() < 1e-5
 
 
-def test_budget_below_one_sequence_still_embeds(shard, demo_models, tmp_path):
-    """A sequence longer than the token budget gets a batch of its own; nothing is truncated."""
-    settings = EmbedSettings("esm", str(demo_models["esm"]), layer=2, device="cpu", token_budget=10)
-    embed_shard(shard / "shard_1.faa", tmp_path / "e.h5", settings)
-    ids, _ = read_shard(shard / "shard_1.faa")
-    with h5py.File(tmp_path / "e.h5") as h5:
-        assert h5["embeddings"].shape[0] == len(ids)
+@pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
+def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
+    """Three spawn workers over many small blocks give what the main process alone gives."""
+    import workflow_lib.loader
+
+    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 97)  # read by the main process only: workers get the index
+    path = read_frames / f"shard_0.{suffix}"
+    alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
+    workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=3)
+    assert ShardIndex.read(path).n_blocks > 6
+    assert workers[0] == alone[0] == ShardIndex.read(path).ids
+    assert np.array_equal(workers[1], alone[1])
+    assert workers[2]["num_workers"] == 3 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
 
 
-def test_padded_batches():
+def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_path, monkeypatch):
+    batches = ShardBatches.__iter__
+
+    def repeat_first(self):
+        first = next(batches(self))
+        yield first
+        yield from batches(self)  # the first batch comes twice
+
+    monkeypatch.setattr(ShardBatches, "__iter__", repeat_first)
+    with pytest.raises(RuntimeError, match=r"0 frames not embedded .* embedded more than once \(e\.g\. \['"):
+        embed(shard / "shard_0.faa", tmp_path / "e.h5", "esm", demo_models["esm"], token_budget=600, num_workers=0)
+    assert not (tmp_path / "e.h5").exists()
+
+
+@pytest.mark.parametrize("suffix, budget", [("faa", 16384), ("fna", 32768)])
+def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, budget):
+    """Real tokens over budget slots, through the spawn loader, as the config's default budgets."""
+    index = ShardIndex.read(read_frames / f"shard_0.{suffix}")
+    if suffix == "faa":
+        encode = ESMTokens.of(esm.load(str(demo_models["esm"]))[1])
+    else:
+        from workflow_lib.models import dnabert
+
+        encode = dnabert.load(str(demo_models["dnabert"]))[1]
+    tokens = slots = 0
+    with open_loader(ShardBatches(index, encode, budget), 2) as batches:
+        for batch in batches:
+            assert batch.n_tokens <= budget
+            tokens, slots = tokens + batch.n_tokens, slots + batch.slots
+    assert len(index) > 2000 and tokens / slots > 0.9
+
+
+def test_greedy_batches_never_truncate():
     lengths = np.array([5, 100, 7, 7, 50, 300, 1, 64])
-    batches = padded_batches(lengths, 200)
+    batches = greedy_batches(lengths, 200)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))  # each once
     assert batches[0].tolist() == [5]  # longest first; alone since 300 > budget
-    assert all(lengths[b].max() * len(b) <= 200 for b in batches[1:])
+    assert [lengths[b].sum() for b in batches] == [300, 100 + 64, 50 + 7 + 7 + 5 + 1]  # next fit, in order
+    assert all(lengths[b].sum() <= 200 for b in batches[1:])
+
+
+class RunsOutOfMemory:
+    """The ESM-2 embedder on a device with room for `limit` tokens per batch. CUDA memory cannot
+    run out on this machine; the halving logic around it is device-independent."""
+
+    def __init__(self, embedder, limit: int):
+        self.embedder, self.limit, self.seen = embedder, limit, []
+
+    def __call__(self, batch):
+        self.seen.append(batch.n_tokens)
+        if batch.n_tokens > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return self.embedder(batch)
+
+
+def test_out_of_memory_halves_the_batch(demo_models):
+    model, alphabet = esm.load(str(demo_models["esm"]))
+    embedder = esm.ESMEmbedder(model, alphabet, 2, CPU)
+    proteins = [b"MKV" * n for n in range(1, 40)]
+    encoded = embedder.tokens(proteins)
+    batch = pack(np.arange(len(encoded)), encoded, 5000).tensors()
+    expected = embedder(batch).numpy()
+    feed = DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU)
+    results = list(feed.compute(*feed.send(batch)))
+    rows = np.concatenate([r for r, _ in results])
+    assert sorted(rows.tolist()) == list(range(len(encoded)))  # nothing lost in the splits
+    got = np.zeros_like(expected)
+    for r, pooled in results:
+        got[r] = pooled
+    assert np.abs(got - expected).max() < 1e-5
+    assert feed.splits >= 2 and feed.max_tokens < batch.n_tokens
+    # later batches are cut to the size that fitted, before trying
+    feed.embedder.seen.clear()
+    list(feed.compute(*feed.send(batch)))
+    assert max(feed.embedder.seen) <= feed.max_tokens
+    one = pack([0], embedder.tokens([b"M" * 900]), 5000).tensors()
+    with pytest.raises(RuntimeError, match="one sequence of 902 tokens does not fit in GPU memory"):
+        list(DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU).compute(one, one))
+
+
+def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path):
+    """SLURM preemption: the job exits promptly, leaves no loader worker and no output behind."""
+    output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
+    shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
+    command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint"]
+    command += [str(demo_models["esm"]), "--input", str(shard), "--output", str(output)]
+    command += ["--device", "cpu", "--num-workers", "2", "--token-budget", "64"]  # many small batches: a long job
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        listed = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout
+        workers = [int(p) for p in listed.split()]
+    assert len(workers) >= 2, "the loader workers did not start"
+    time.sleep(3)  # let them import and start sending batches
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(_alive, workers)):
+        time.sleep(0.2)
+    assert not any(map(_alive, workers))
+    assert not output.exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in next(line for line in status if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+
+
+CLAIM = (
+    "import time; from pathlib import Path; from workflow_lib import locks; "
+    "print(locks.claim_gpu(['GPU-a', 'GPU-b'], Path({dir!r}), 0.1), flush=True); time.sleep({hold})"
+)
+
+
+def test_concurrent_jobs_claim_different_gpus(tmp_path):
+    """Local runs on a multi-GPU node: each embed job takes a GPU no other job holds, and a job
+    that finds all taken waits for one to come free (the claim ends with the process)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(hold):
+        code = CLAIM.format(dir=str(tmp_path), hold=hold)
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+
+    first, second = start(3), start(3)
+    claimed = {int(first.stdout.readline()), int(second.stdout.readline())}
+    assert claimed == {0, 1}
+    started = time.monotonic()
+    third = start(0)
+    assert int(third.stdout.readline()) in (0, 1)
+    assert time.monotonic() - started > 1  # it had to wait for one of the first two to exit
+    for job in (first, second, third):
+        job.wait(timeout=30)
+
+
+FETCH = """
+import os, sys, time
+from pathlib import Path
+from workflow_lib import locks
+target = Path(sys.argv[1])
+def fetch():
+    with open(target.with_name("fetches"), "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    with open(target, "w") as out:  # a slow, non-atomic download
+        out.write("half")
+        out.flush()
+        time.sleep(1)
+        out.write(" and the rest")
+locks.fetch_once(target, lambda: target.with_name("done").exists(), lambda: (fetch(), target.with_name("done").touch()))
+print(target.read_text())
+"""
+
+
+def test_a_model_is_fetched_once_when_jobs_start_together(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FETCH, str(tmp_path / "model.pt")], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(4)
+    ]
+    outputs = [job.communicate(timeout=60)[0].strip() for job in jobs]
+    assert outputs == ["half and the rest"] * 4
+    assert len((tmp_path / "fetches").read_text().split()) == 1
 
 
 def test_embed_cli(shard, demo_models, tmp_path):
+    def run(*args):
+        command = [sys.executable, str(ROOT / "scripts" / "embed.py"), *map(str, args)]
+        return subprocess.run(command, capture_output=True, text=True)
+
     output = tmp_path / "cli.h5"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "embed.py"),
-            "--model",
-            "dnabert",
-            "--checkpoint",
-            str(demo_models["dnabert"]),
-            "--input",
-            str(shard / "shard_0.fna"),
-            "--output",
-            str(output),
-            "--device",
-            "cpu",
-        ],
-        check=True,
-        capture_output=True,
+    ok = run("--model", "dnabert", "--checkpoint", demo_models["dnabert"], "--input", shard / "shard_0.fna")
+    assert ok.returncode == 2 and "--output" in ok.stderr  # argparse: a required option
+    ok = run(
+        *("--model", "dnabert", "--checkpoint", demo_models["dnabert"], "--input", shard / "shard_0.fna"),
+        *("--output", output, "--device", "cpu", "--num-workers", "1", "--threads", "1"),
     )
-    assert output.exists()
-    bad = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "embed.py"),
-            "--model",
-            "esm",
-            "--checkpoint",
-            str(tmp_path / "missing.pt"),
-            "--input",
-            str(shard / "shard_0.faa"),
-            "--output",
-            str(tmp_path / "x.h5"),
-        ],
-        capture_output=True,
-        text=True,
+    assert ok.returncode == 0, ok.stderr
+    assert "0 loader workers (1 asked, 1 blocks)" in ok.stderr and "tokens/s, fill" in ok.stderr
+    bad = run(
+        "--model",
+        "esm",
+        "--checkpoint",
+        tmp_path / "missing.pt",
+        "--input",
+        shard / "shard_0.faa",
+        "--output",
+        tmp_path / "x.h5",
     )
     assert bad.returncode == 2
     assert (
         bad.stderr.strip() == f"error: {tmp_path / 'missing.pt'}: ESM-2 checkpoint not found; "
         "set models.esm.checkpoint to a fair-esm name or a .pt file"
     )
+    workers = run("--model", "esm", "--checkpoint", "x", "--input", "x", "--output", "x", "--num-workers", "many")
+    assert workers.returncode == 2 and "--num-workers: expected 'auto' or a count, got 'many'" in workers.stderr

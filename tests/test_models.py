@@ -12,27 +12,54 @@ import torch
 from conftest import DATA
 
 from workflow_lib.errors import InputError
-from workflow_lib.models import classifier, dnabert, esm
+from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.models.checkpoints import is_local
+from workflow_lib.packing import greedy_batches, pack
 
 CPU = torch.device("cpu")
-PROTEINS = ["M", "MK", "ACDEFGHIKLMNPQRSTVWY" * 3, "MKV" * 40, "L" * 1030, "XBZUOMKV", "MKVLAAG" * 24]
+# 1 residue, the truncation limit (1022 residues) and past it, ambiguous and rare letters
+PROTEINS = ["M", "MK", "ACDEFGHIKLMNPQRSTVWY" * 3, "MKV" * 40, "L" * 1030, "W" * 1022, "XBZUOMKV", "MKVLAAG" * 24]
 
 
-def test_esm_matches_fair_esm_forward(demo_models):
-    """Batched, sorted, padded embeddings equal fair-esm's forward on each sequence alone."""
+def packed_run(embedder, encoded: list[np.ndarray], budget: int) -> torch.Tensor:
+    """Embeddings in input order, through greedy packed batches of the given token budget."""
+    lengths = np.array([len(e) for e in encoded])
+    out = torch.zeros(len(encoded), embedder.dim)
+    batches = greedy_batches(lengths, budget)
+    for batch in batches:
+        out[batch] = embedder(pack(batch, [encoded[i] for i in batch.tolist()], budget).tensors())
+    return out, len(batches)
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])  # embeddings, an intermediate (pre-LN) layer, the last (LN after)
+@pytest.mark.parametrize("budget", [100_000, 1100, 200])  # one row; rows split across the budget
+def test_esm_packed_matches_fair_esm_padded(demo_models, layer, budget):
+    """Packed varlen batches equal fair-esm's own forward on one padded batch of all lengths."""
     model, alphabet = esm.load(str(demo_models["esm"]))
-    for layer in (1, 2):  # an intermediate (pre-LN) layer and the last (after emb_layer_norm_after)
-        embedder = esm.ESMEmbedder(model, alphabet, layer, CPU)
-        batched = embedder(PROTEINS)
-        convert = alphabet.get_batch_converter()
-        for i, protein in enumerate(PROTEINS):
-            length = min(len(protein), 1022)  # BOS + 1022 residues + EOS at most
-            _, _, tokens = convert([("", protein[:length])])
-            with torch.no_grad():
-                hidden = model(tokens, repr_layers=[layer])["representations"][layer]
-            expected = hidden[0, 1 : length + 1].mean(0)  # residues only
-            assert torch.allclose(batched[i], expected, atol=1e-5), (layer, i)
+    embedder = esm.ESMEmbedder(model, alphabet, layer, CPU)
+    packed, n_batches = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS]), budget)
+    assert n_batches == {100_000: 1, 1100: 3, 200: 5}[budget]
+    _, _, tokens = alphabet.get_batch_converter(truncation_seq_length=1022)([("", p) for p in PROTEINS])
+    with torch.no_grad():
+        hidden = model(tokens, repr_layers=[layer])["representations"][layer]
+    for i, protein in enumerate(PROTEINS):
+        length = min(len(protein), 1022)  # BOS + 1022 residues + EOS at most
+        expected = hidden[i, 1 : length + 1].mean(0)  # residues only
+        assert (packed[i] - expected).abs().max() < 1e-5, (layer, i)
+
+
+def test_esm_token_dropout_rescale_per_sequence(demo_models):
+    """<mask> tokens scale each sequence by 0.88 / (1 - its own mask share), as fair-esm does."""
+    model, alphabet = esm.load(str(demo_models["esm"]))
+    embedder = esm.ESMEmbedder(model, alphabet, 2, CPU)
+    encoded = embedder.tokens([b"MKVLAAGW", b"ACDE", b"MKVLAAGWPQ"])
+    encoded[0][[2, 5]] = alphabet.mask_idx
+    encoded[2][3] = alphabet.mask_idx
+    packed, _ = packed_run(embedder, encoded, 100)
+    for i, tokens in enumerate(encoded):
+        with torch.no_grad():
+            hidden = model(torch.from_numpy(tokens)[None], repr_layers=[2])["representations"][2]
+        assert (packed[i] - hidden[0, 1:-1].mean(0)).abs().max() < 1e-5
 
 
 def test_esm_checkpoint_is_fair_esm_format(demo_models):
@@ -53,19 +80,35 @@ def test_esm_layer_out_of_range(demo_models):
         esm.ESMEmbedder(model, alphabet, 3, CPU)
 
 
-def test_dnabert_matches_public_reference_code():
+@pytest.mark.parametrize("budget", [100_000, 1000, 150])
+def test_dnabert_packed_matches_public_reference_code(budget):
     """Vectors computed once by MAGICS-LAB/DNABERT_S bert_layers.py on a tiny checkpoint (12 heads,
-    so non-power-of-two ALiBi slopes; up to 845 tokens, past the 512 ALiBi starting size)."""
+    so non-power-of-two ALiBi slopes; 3 to 845 tokens, past the 512 ALiBi starting size), against
+    packed rows of every size: one row of all, and rows split across the budget."""
     reference = np.load(DATA / "dnabert_s_tiny" / "reference.npz", allow_pickle=False)
-    model, tokenizer = dnabert.load(str(DATA / "dnabert_s_tiny"))
-    embedder = dnabert.DNABERTEmbedder(model, tokenizer, CPU)
-    sequences = [str(s) for s in reference["sequences"]]
-    token_ids = embedder.encode(sequences)
-    assert [len(t) for t in token_ids] == reference["n_tokens"].tolist()
-    alone = torch.stack([embedder([ids])[0] for ids in token_ids]).numpy()
-    padded = embedder(token_ids).numpy()  # one padded batch of all lengths
-    assert np.abs(alone - reference["embeddings"]).max() < 1e-5
-    assert np.abs(padded - reference["embeddings"]).max() < 1e-5
+    model, tokens = dnabert.load(str(DATA / "dnabert_s_tiny"))
+    embedder = dnabert.DNABERTEmbedder(model, tokens, CPU)
+    encoded = tokens([str(s).encode() for s in reference["sequences"]])
+    assert [len(t) for t in encoded] == reference["n_tokens"].tolist()
+    packed, n_batches = packed_run(embedder, encoded, budget)
+    assert n_batches == {100_000: 1, 1000: 4, 150: 27}[budget]
+    assert np.abs(packed.numpy() - reference["embeddings"]).max() < 1e-5
+
+
+def test_padded_attention_never_builds_a_row_sized_bias():
+    """ALiBi for a packed row: the bias is H x L x L for its longest sequence, not for the row."""
+    lengths = [300] + [2] * 2000
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    layout = varlen.Layout(cu, 300, int(cu[-1]))
+    q, k, v = torch.randn(3, int(cu[-1]), 2, 4).unbind(0)
+    slopes = torch.tensor([0.5, 0.25])
+    out = varlen.padded_attention(q, k, v, layout, slopes)
+    alone = varlen.padded_attention(q[:300], k[:300], v[:300], varlen.Layout(cu[:2], 300, 300), slopes)
+    assert torch.allclose(out[:300], alone, atol=1e-6)
+    pair = slice(300, 302)  # a 2-token sequence attends to itself only
+    bias = torch.tensor([[0.0, -0.5], [-0.5, 0.0]])
+    weights = torch.softmax(q[pair, 0] @ k[pair, 0].T / 2 + bias, dim=-1)
+    assert torch.allclose(out[pair, 0], weights @ v[pair, 0], atol=1e-6)
 
 
 def test_dnabert_alibi_slopes():

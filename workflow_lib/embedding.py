@@ -1,25 +1,35 @@
 """The embed job: one shard FASTA through one model (ESM-2 or DNABERT-S) into the HDF5 contract.
 
-Rows come out in the shard's order, every frame exactly once (checked before anything is written).
+Loader workers read, tokenize and pack the shard; the main process copies each batch to the
+device on a side stream while the previous one computes, and brings pooled embeddings back
+without waiting on every batch. Every frame comes out exactly once (checked before anything is
+written), in the shard's order.
 """
 
+import contextlib
 import logging
+import os
+import resource
+import signal
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import __version__, h5store
+from . import __version__, h5store, locks
 from .errors import InputError
-from .packing import padded_batches
+from .loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
+from .models import varlen
+from .packing import PackedBatch
 from .progress import Progress
 
 log = logging.getLogger("workflow")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Sequences are tokenized and sorted a block at a time: memory stays bounded on any shard size.
-BLOCK = 16384
+# Pooled results waited for only when this many newer batches are queued behind them.
+RESULTS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -31,30 +41,30 @@ class EmbedSettings:
     precision: str = "fp16"
     token_budget: int = 16384
     cache_dir: str | None = None
+    num_workers: int | None = None  # None: one per CPU of the job beyond the main process, at most 8
+    prefetch_factor: int = 2
+    expandable_segments: bool = True
 
 
 def select_device(name: str) -> torch.device:
+    """The device to embed on. With several GPUs visible, this job claims one that no concurrent
+    job holds (SLURM gives each job its own; a local run on a multi-GPU node does not)."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
             "request a GPU or set embedding.device to 'auto' or 'cpu'"
         )
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    if name == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    index = locks.claim_gpu([str(torch.cuda.get_device_properties(i).uuid) for i in range(count)]) if count > 1 else 0
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def select_precision(precision: str, device: torch.device) -> str:
     """Half precision is for GPUs; on the CPU embeddings are always computed in float32."""
     return precision if device.type == "cuda" else "fp32"
-
-
-def read_shard(path: str | Path) -> tuple[list[str], list[str]]:
-    """IDs and sequences of a shard FASTA written by prepare (one header line, one sequence line)."""
-    lines = Path(path).read_bytes().decode("utf-8").split("\n")[:-1]  # IDs may hold any other character
-    if len(lines) % 2 or any(not h.startswith(">") for h in lines[0::2]):
-        raise InputError(f"{path}: not a shard written by prepare; delete the sample's prepare directory and run again")
-    return [h[1:] for h in lines[0::2]], lines[1::2]
 
 
 def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.dtype):
@@ -66,53 +76,210 @@ def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.d
         return esm.ESMEmbedder(model, alphabet, layer, device, dtype)
     from .models import dnabert
 
-    model, tokenizer = dnabert.load(settings.checkpoint, settings.cache_dir)
-    return dnabert.DNABERTEmbedder(model, tokenizer, device, dtype)
+    model, tokens = dnabert.load(settings.checkpoint, settings.cache_dir)
+    return dnabert.DNABERTEmbedder(model, tokens, device, dtype)
+
+
+class DeviceFeed:
+    """Batches onto the device: copies run on a side stream, overlapping the compute of the
+    batch before; outputs come back through pinned memory, waited for RESULTS_IN_FLIGHT
+    batches later. A CUDA out-of-memory error halves the batch and retries, and later batches
+    are cut to the size that fitted. On the CPU all of this reduces to plain calls."""
+
+    def __init__(self, embedder, device: torch.device):
+        self.embedder, self.device = embedder, device
+        self.cuda = device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
+        self.max_tokens = None  # set after an out-of-memory error
+        self.splits = 0
+        self.pending = deque()  # (rows, host tensor, event)
+
+    def send(self, batch: PackedBatch) -> tuple[PackedBatch, PackedBatch]:
+        """(host batch, device batch); the copy is only enqueued."""
+        if not self.cuda:
+            return batch, batch
+        with torch.cuda.stream(self.copy_stream):
+            moved = batch._replace(
+                tokens=batch.tokens.to(self.device, non_blocking=True),
+                cu_seqlens=batch.cu_seqlens.to(self.device, non_blocking=True),
+            )
+        return batch, moved
+
+    def compute(self, host: PackedBatch, moved: PackedBatch):
+        """Embed one sent batch; yields (rows, pooled float32 numpy) as results arrive."""
+        if self.cuda:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(self.copy_stream)
+            for tensor in (moved.tokens, moved.cu_seqlens):
+                tensor.record_stream(current)  # the copy stream's memory is used on this one
+        if self.max_tokens is not None and moved.n_tokens > self.max_tokens and len(host.rows) > 1:
+            yield from self._halves(host)
+            return
+        try:
+            pooled = self.embedder(moved)
+        except torch.OutOfMemoryError:
+            if len(host.rows) == 1:
+                raise RuntimeError(
+                    f"one sequence of {host.n_tokens} tokens does not fit in GPU memory; "
+                    "use a larger GPU or set embedding.precision to fp16"
+                ) from None
+            torch.cuda.empty_cache()
+            self.max_tokens = host.n_tokens // 2
+            log.warning(
+                "out of GPU memory on %d tokens: batches are split to %d tokens", host.n_tokens, self.max_tokens
+            )
+            yield from self._halves(host)
+            return
+        yield from self._collect(host.rows.numpy(), pooled)
+
+    def _halves(self, host: PackedBatch):
+        self.splits += 1
+        for half in host.halves():
+            yield from self.compute(*self.send(half))
+
+    def _collect(self, rows: np.ndarray, pooled: torch.Tensor):
+        if not self.cuda:
+            yield rows, pooled.numpy()
+            return
+        host = torch.empty(pooled.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(pooled, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.pending.append((rows, host, event))
+        while len(self.pending) > RESULTS_IN_FLIGHT:
+            yield self._arrived()
+
+    def _arrived(self) -> tuple[np.ndarray, np.ndarray]:
+        rows, host, event = self.pending.popleft()
+        event.synchronize()
+        return rows, host.numpy()
+
+    def flush(self):
+        while self.pending:
+            yield self._arrived()
+
+    def peak_memory(self) -> int:
+        """Peak bytes allocated on the GPU, or the peak resident size of this process on the CPU."""
+        if self.cuda:
+            return torch.cuda.max_memory_allocated(self.device)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@contextlib.contextmanager
+def sigterm_exits():
+    """SLURM preemption sends SIGTERM: leave through the normal exits, so loader workers are
+    shut down and no partial output is left."""
+
+    def handler(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Meter:
+    """Throughput figures of a job: tokens, packing fill, and time waiting for the loader."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.tokens = self.slots = self.batches = 0
+        self.loader_wait = 0.0
+
+    def add(self, batch: PackedBatch) -> None:
+        self.tokens += batch.n_tokens
+        self.slots += batch.slots
+        self.batches += 1
+
+    @property
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.start, 1e-9)
+
+    def summary(self, feed: DeviceFeed, depth: int | None = None) -> str:
+        text = (
+            f"{self.tokens / self.elapsed:,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
+            f"loader wait {self.loader_wait:.1f} s of {self.elapsed:.1f} s, "
+            f"peak memory {feed.peak_memory() / 2**30:.2f} GiB"
+        )
+        return text + (f", {depth} batches queued" if depth is not None else "")
 
 
 def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
+    if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     device = select_device(settings.device)
     precision = select_precision(settings.precision, device)
-    ids, sequences = read_shard(input_path)
-    started = time.monotonic()
-    embedder = build_embedder(settings, device, PRECISIONS[precision])
+    dtype = PRECISIONS[precision]
+    index = ShardIndex.read(input_path)
+    meter = Meter()
+    embedder = build_embedder(settings, device, dtype)
+    asked = default_num_workers() if settings.num_workers is None else settings.num_workers
+    # Workers take whole blocks; with a single block one would only add its start-up (seconds).
+    workers = min(asked, index.n_blocks) if index.n_blocks > 1 else 0
     log.info(
-        "%s on %s (%s): %d frames from %s, token budget %d",
+        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks)",
         settings.model,
         device,
         precision,
-        len(ids),
+        len(index),
         input_path,
         settings.token_budget,
+        workers,
+        asked,
+        index.n_blocks,
     )
 
-    out = np.zeros((len(ids), embedder.dim), dtype=np.float32)
-    written = np.zeros(len(ids), dtype=np.int64)
-    real_tokens = padded_slots = done = 0
-    progress = Progress(log, "frames", total=len(ids))
-    for block_start in range(0, len(sequences), BLOCK):
-        items = embedder.encode(sequences[block_start : block_start + BLOCK])
-        lengths = np.array([embedder.n_tokens(item) for item in items])
-        for batch in padded_batches(lengths, settings.token_budget):
-            rows = block_start + batch
-            out[rows] = embedder([items[i] for i in batch.tolist()]).cpu().numpy()
-            written[rows] += 1
-            real_tokens += int(lengths[batch].sum())
-            padded_slots += int(lengths[batch].max()) * len(batch)
-            done += len(batch)  # a running count: a scan of `written` per batch would be quadratic
-            elapsed = max(time.monotonic() - started, 1e-9)
-            progress.update(done, f"{real_tokens / elapsed:,.0f} tokens/s, fill {real_tokens / padded_slots:.1%}")
+    out = np.zeros((len(index), embedder.dim), dtype=np.float32)
+    written = np.zeros(len(index), dtype=np.int64)
+    done = 0
+    progress = Progress(log, "frames", total=len(index), interval=30.0)
+    feed = DeviceFeed(embedder, device)
+    dataset = ShardBatches(index, embedder.tokens, settings.token_budget)
+    with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
+
+        def next_batch():
+            waited = time.monotonic()
+            batch = next(batches, None)
+            meter.loader_wait += time.monotonic() - waited
+            return batch.tensors(pin=feed.cuda) if batch is not None else None
+
+        def store(results):
+            nonlocal done
+            for rows, pooled in results:
+                out[rows] = pooled
+                written[rows] += 1
+                done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
+
+        batch = next_batch()
+        sent = feed.send(batch) if batch is not None else None
+        while sent is not None:
+            meter.add(sent[0])
+            results = feed.compute(*sent)
+            # the GPU runs this batch's kernels while the host fetches and sends the next one
+            first = next(results, None)
+            batch = next_batch()
+            sent = feed.send(batch) if batch is not None else None
+            store([first] if first is not None else [])
+            store(results)
+            if progress.due():
+                log.info(progress.line(done, meter.summary(feed, queue_depth(batches))))
+        store(feed.flush())
 
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
         raise RuntimeError(
-            f"{input_path}: {lost.size} frames not embedded (e.g. {[ids[i] for i in lost[:3]]}), "
-            f"{repeated.size} embedded twice (e.g. {[ids[i] for i in repeated[:3]]})"
+            f"{input_path}: {lost.size} frames not embedded (e.g. {[index.ids[i] for i in lost[:3]]}), "
+            f"{repeated.size} embedded more than once (e.g. {[index.ids[i] for i in repeated[:3]]})"
         )
     if not np.isfinite(out).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
-        raise RuntimeError(f"{input_path}: non-finite embeddings for {[ids[i] for i in bad[:3]]}; try --precision fp32")
-    seconds = time.monotonic() - started
+        raise RuntimeError(
+            f"{input_path}: non-finite embeddings for {[index.ids[i] for i in bad[:3]]}; "
+            "set embedding.precision to fp32 or bf16"
+        )
+    seconds = meter.elapsed
     stats = {
         "model": settings.model,
         "checkpoint": settings.checkpoint,
@@ -120,16 +287,21 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "dim": int(embedder.dim),
         "precision": precision,
         "pooling": embedder.pooling,
-        "n_tokens": real_tokens,
+        "n_tokens": meter.tokens,
         "workflow_version": __version__,
         "device": str(device),
+        "attention": varlen.kernel_name(device, dtype, embedder.alibi),
         "seconds": round(seconds, 3),
-        "tokens_per_s": round(real_tokens / max(seconds, 1e-9)),
-        "fill": round(real_tokens / max(padded_slots, 1), 4),
+        "tokens_per_s": round(meter.tokens / seconds),
+        "fill": round(meter.tokens / max(meter.slots, 1), 4),
         "token_budget": settings.token_budget,
+        "batches": meter.batches,
+        "oom_splits": feed.splits,
+        "num_workers": workers,
+        "prefetch_factor": settings.prefetch_factor,
+        "loader_wait_s": round(meter.loader_wait, 3),
+        "peak_memory_bytes": int(feed.peak_memory()),
     }
-    h5store.write(output_path, ids, out, stats)
-    log.info(
-        progress.line(len(ids), f"{stats['tokens_per_s']:,} tokens/s, fill {stats['fill']:.1%}, wrote {output_path}")
-    )
+    h5store.write(output_path, index.ids, out, stats)
+    log.info(progress.line(len(index), f"{meter.summary(feed)}, wrote {output_path}"))
     return stats

@@ -11,10 +11,16 @@ class Progress:
         self.log, self.what, self.total, self.interval = log, what, total, interval
         self.start = self.last = time.monotonic()
 
-    def update(self, done: int, extra: str = "", fraction: float | None = None) -> None:
+    def due(self) -> bool:
+        """True once per interval: time to log a line."""
         now = time.monotonic()
-        if now - self.last >= self.interval:
-            self.last = now
+        if now - self.last < self.interval:
+            return False
+        self.last = now
+        return True
+
+    def update(self, done: int, extra: str = "", fraction: float | None = None) -> None:
+        if self.due():
             self.log.info(self.line(done, extra, fraction))
 
     def line(self, done: int, extra: str = "", fraction: float | None = None) -> str:

@@ -10,14 +10,18 @@ VirNucPro's nucleotide embedding is the mean of the last hidden state over ALL t
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
 from torch import nn
 
+from .. import locks
 from ..errors import InputError
+from ..packing import PackedBatch
+from ..tokens import DNABERTTokens
+from . import varlen
 from .checkpoints import is_local
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -90,11 +94,10 @@ class _Layer(nn.Module):
         self.attention = _Attention(d, eps)
         self.mlp = _GatedMLP(d, intermediate, eps)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.attention.self.Wqkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # softmax(qk^T/sqrt(dh) + bias)
-        attended = attended.transpose(1, 2).reshape(b, t, d)
+    def forward(self, x: torch.Tensor, layout: varlen.Layout, slopes: torch.Tensor) -> torch.Tensor:
+        n, d = x.shape
+        q, k, v = self.attention.self.Wqkv(x).view(n, 3, self.heads, d // self.heads).unbind(1)
+        attended = varlen.attention(q, k, v, layout, slopes).reshape(n, d)  # softmax(qk^T/sqrt(dh) + ALiBi)
         out = self.attention.output
         return self.mlp(out.LayerNorm(out.dense(attended) + x))
 
@@ -116,18 +119,17 @@ class DNABERT(nn.Module):
         super().__init__()
         self.embeddings = _Embeddings(cfg)
         self.encoder = _Encoder(cfg)
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(cfg["num_attention_heads"])), persistent=False)
+        # not a buffer: model.half() would round slopes such as 2^-0.5
+        self.slopes = torch.tensor(alibi_slopes(cfg["num_attention_heads"]), dtype=torch.float32)
         self.dim = cfg["hidden_size"]
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Last hidden state of padded token batches; `mask` is True on real tokens."""
+    def forward(self, ids: torch.Tensor, layout: varlen.Layout) -> torch.Tensor:
+        """Last hidden state [T, d] of a packed row of token IDs."""
+        if self.slopes.device != ids.device:
+            self.slopes = self.slopes.to(ids.device)
         x = self.embeddings(ids)
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        distance = (positions[None, :] - positions[:, None]).abs().to(x.dtype)
-        bias = -self.slopes.to(x.dtype)[:, None, None] * distance  # heads x T x T
-        bias = bias.masked_fill(~mask[:, None, None, :], float("-inf"))  # padded keys
         for layer in self.encoder.layer:
-            x = layer(x, bias)
+            x = layer(x, layout, self.slopes)  # ALiBi depends only on |i - j|: exact within each sequence
         return x
 
 
@@ -144,7 +146,21 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
         return path
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES))
+    def cached() -> Path | None:
+        try:
+            return Path(
+                snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES, local_files_only=True)
+            )
+        except Exception:  # huggingface_hub raises several kinds for "not in the cache"
+            return None
+
+    cache = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir())
+    locks.fetch_once(
+        cache / checkpoint.replace("/", "--"),
+        lambda: cached() is not None,
+        lambda: snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES),
+    )
+    return cached()
 
 
 def read_config(directory: Path) -> dict:
@@ -163,7 +179,7 @@ def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
     raise InputError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
 
 
-def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, Tokenizer]:
+def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, DNABERTTokens]:
     directory = resolve(checkpoint, cache_dir)
     model = DNABERT(read_config(directory))
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
@@ -172,36 +188,21 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, Tokeni
     if missing:
         raise InputError(f"{directory}: not a DNABERT-S checkpoint, missing weights {missing[:3]}")
     model.load_state_dict({k: state[k] for k in wanted})  # the pooler and MLM head are not needed
-    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    tokenizer.no_truncation()  # VirNucPro tokenizes whole sequences
-    tokenizer.no_padding()
-    return model.eval(), tokenizer
+    return model.eval(), DNABERTTokens(directory / "tokenizer.json")
 
 
 class DNABERTEmbedder:
-    """Mean-pooled DNABERT-S embeddings of nucleotide sequences, in padded batches."""
+    """Mean-pooled DNABERT-S embeddings of packed batches."""
 
     layer = -1  # the last hidden state
     pooling = "mean over all tokens ([CLS] and [SEP] included)"
+    alibi = True
 
-    def __init__(self, model: DNABERT, tokenizer: Tokenizer, device: torch.device, dtype: torch.dtype = torch.float32):
+    def __init__(self, model: DNABERT, tokens: DNABERTTokens, device: torch.device, dtype: torch.dtype = torch.float32):
         self.model = model.to(device=device, dtype=dtype)
-        self.tokenizer, self.device, self.dim = tokenizer, device, model.dim
-        self.pad = tokenizer.token_to_id("[PAD]") or 0
-
-    def encode(self, sequences: list[str]) -> list[list[int]]:
-        """Token IDs, [CLS] ... [SEP], of whole sequences."""
-        return [e.ids for e in self.tokenizer.encode_batch(sequences, add_special_tokens=True)]
-
-    n_tokens = staticmethod(len)
+        self.tokens, self.device, self.dim = tokens, device, model.dim
 
     @torch.inference_mode()
-    def __call__(self, token_ids: list[list[int]]) -> torch.Tensor:
-        lengths = torch.tensor([len(t) for t in token_ids])
-        ids = torch.full((len(token_ids), int(lengths.max())), self.pad, dtype=torch.long)
-        for row, t in enumerate(token_ids):
-            ids[row, : len(t)] = torch.tensor(t)
-        mask = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
-        ids, mask = ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
-        hidden = self.model(ids, mask).float()
-        return (hidden * mask[..., None]).sum(1) / lengths.to(self.device)[:, None]
+    def __call__(self, batch: PackedBatch) -> torch.Tensor:
+        layout = varlen.Layout(batch.cu_seqlens, batch.max_len, batch.n_tokens)
+        return layout.mean(self.model(batch.tokens, layout))

@@ -9,11 +9,16 @@ from pathlib import Path
 
 import esm
 import torch
+import torch.nn.functional as F
 
+from .. import locks
 from ..errors import InputError
+from ..packing import PackedBatch
+from ..tokens import ESMTokens
+from . import varlen
 from .checkpoints import is_local
 
-MAX_RESIDUES = 1022
+FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 # fair-esm's ESM-2 models: layers, embedding size.
 ESM2_MODELS = {
     "esm2_t6_8M_UR50D": (6, 320),
@@ -56,6 +61,23 @@ def _local_data(path: Path) -> dict:
     return data
 
 
+def _download(name: str) -> None:
+    """Fetch a named model into torch hub's cache, once when many jobs start together."""
+    hub = Path(torch.hub.get_dir()) / "checkpoints"
+    files = {
+        hub / f"{name}.pt": f"{FAIR_ESM_URL}/models/{name}.pt",
+        hub / f"{name}-contact-regression.pt": f"{FAIR_ESM_URL}/regression/{name}-contact-regression.pt",
+    }
+
+    def fetch() -> None:
+        for path, url in files.items():
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torch.hub.download_url_to_file(url, str(path))  # writes a temporary file, then renames
+
+    locks.fetch_once(next(iter(files)), lambda: all(p.exists() for p in files), fetch)
+
+
 def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.Alphabet]:
     """Load an ESM-2 model by fair-esm name (downloaded into cache_dir/torch) or local .pt path.
 
@@ -66,6 +88,7 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.A
         read_config(checkpoint)  # a clear error for unknown names
         if cache_dir:
             torch.hub.set_dir(str(Path(cache_dir) / "torch"))
+        _download(checkpoint)
         with torch.serialization.safe_globals([argparse.Namespace]):
             model, alphabet = esm.pretrained.load_model_and_alphabet_hub(checkpoint)
     else:
@@ -78,8 +101,24 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.A
     return model.eval(), alphabet
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (fair-esm's rotate_half form), computed in float32."""
+    x32 = x.float()
+    half = x32.shape[-1] // 2
+    rotated = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
+    return (x32 * cos + rotated * sin).to(x.dtype)
+
+
 class ESMEmbedder:
-    """Mean-pooled ESM-2 embeddings of protein sequences, in padded batches (fair-esm's forward)."""
+    """Mean-pooled ESM-2 embeddings of packed batches: fair-esm's weights, a varlen forward.
+
+    Per sequence, as fair-esm's padded forward: BOS/EOS, the token-dropout rescale, rotary
+    positions from 0, attention within the sequence only; the layers above `layer` and the LM
+    and contact heads are skipped.
+    """
+
+    pooling = "mean over residues (BOS and EOS excluded)"
+    alibi = False
 
     def __init__(
         self,
@@ -92,27 +131,36 @@ class ESMEmbedder:
         if not 0 <= layer <= model.num_layers:
             raise InputError(f"models.esm.layer: {layer} is out of range for a {model.num_layers}-layer ESM-2 model")
         self.model = model.to(device=device, dtype=dtype)
-        self.alphabet, self.layer, self.device = alphabet, layer, device
-        self.convert = alphabet.get_batch_converter(truncation_seq_length=MAX_RESIDUES)
-        self.dim = model.embed_dim
-
-    pooling = "mean over residues (BOS and EOS excluded)"
-
-    @staticmethod
-    def encode(sequences: list[str]) -> list[str]:
-        return sequences  # fair-esm's batch converter tokenizes each batch
-
-    @staticmethod
-    def n_tokens(sequence: str) -> int:
-        return min(len(sequence), MAX_RESIDUES) + 2
+        self.layer, self.device, self.dim = layer, device, model.embed_dim
+        self.tokens = ESMTokens.of(alphabet)
+        self.heads = model.attention_heads
+        head_dim = model.embed_dim // self.heads
+        self.inv_freq = 1.0 / 10000 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
 
     @torch.inference_mode()
-    def __call__(self, sequences: list[str]) -> torch.Tensor:
-        _, _, tokens = self.convert([("", s) for s in sequences])
-        tokens = tokens.to(self.device, non_blocking=True)
-        hidden = self.model(tokens, repr_layers=[self.layer])["representations"][self.layer]
-        lengths = torch.tensor([min(len(s), MAX_RESIDUES) for s in sequences], device=self.device)
-        positions = torch.arange(tokens.shape[1], device=self.device)
-        residues = (positions >= 1) & (positions <= lengths[:, None])  # BOS and EOS excluded
-        summed = (hidden.float() * residues[..., None]).sum(1)
-        return summed / lengths[:, None].clamp(min=1)
+    def __call__(self, batch: PackedBatch) -> torch.Tensor:
+        m, tokens = self.model, batch.tokens
+        layout = varlen.Layout(batch.cu_seqlens, batch.max_len, batch.n_tokens)
+        x = m.embed_scale * m.embed_tokens(tokens)
+        if m.token_dropout:
+            masked = tokens == m.mask_idx
+            x = x.masked_fill(masked[:, None], 0.0)
+            ratio = torch.zeros(layout.n_seqs, device=x.device).index_add_(0, layout.seq, masked.float())
+            ratio = (ratio / layout.lengths).to(x.dtype)  # <mask> share of each sequence, BOS and EOS counted
+            x = x * (1 - 0.15 * 0.8) / (1 - ratio)[layout.seq, None]  # the constant 0.88 without <mask>
+        freqs = layout.pos.float()[:, None] * self.inv_freq[None, :]
+        cos, sin = (f(torch.cat((freqs, freqs), dim=-1))[:, None, :] for f in (torch.cos, torch.sin))
+        n, d = x.shape
+        for block in m.layers[: self.layer]:
+            attn = block.self_attn
+            h = block.self_attn_layer_norm(x)
+            q, k, v = (proj(h).view(n, self.heads, -1) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+            # fair-esm scales q by head_dim^-0.5 before rotary; rotary is linear, so the kernel's
+            # own 1/sqrt(dh) scaling is the same (exactly so for power-of-two head sizes).
+            out = varlen.attention(_rotate(q, cos, sin), _rotate(k, cos, sin), v, layout)
+            x = x + attn.out_proj(out.reshape(n, d))
+            x = x + block.fc2(F.gelu(block.fc1(block.final_layer_norm(x))))  # erf GELU, as esm.modules.gelu
+        if self.layer == m.num_layers:
+            x = m.emb_layer_norm_after(x)  # the last layer only: intermediate layers are pre-LN
+        residues = (layout.pos > 0) & (layout.pos < layout.lengths[layout.seq] - 1)
+        return layout.mean(x, residues)
