@@ -1,6 +1,7 @@
 """Models against their references: ESM-2 against fair-esm's own forward, DNABERT-S against
 vectors computed by the public DNABERT-S model code, the classifier against VirNucPro's files."""
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -241,3 +242,14 @@ def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     layers, snapshot = json.loads(result.stdout.strip().splitlines()[-1])
     assert layers == 2  # the file in the cache was loaded (the demo model under a real name)
     assert snapshot == str(repo / "snapshots" / revision)
+
+
+def test_fused_attention_kernels_are_checked_before_use(caplog):
+    """A fused varlen kernel is used only after it ran and matched the padded path here; on this
+    CPU none does (flash-attn is absent, torch's varlen_attn is CUDA-only), so forwards pad."""
+    q = torch.randn(10, 4, 8)
+    name, kernel = varlen._fused_kernel(q, alibi=False)
+    assert (name, kernel) == varlen.PADDED
+    if importlib.util.find_spec("torch.nn.attention.varlen"):
+        assert "attention: torch varlen_attn does not run here" in caplog.text
+    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "padded sdpa"
