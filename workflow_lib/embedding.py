@@ -209,6 +209,8 @@ class Meter:
 def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    # SLURM names the GPUs it gave this job here; locally the variable is usually unset
+    log.info("CUDA_VISIBLE_DEVICES=%s", os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"))
     device = select_device(settings.device)
     precision = select_precision(settings.precision, device)
     dtype = PRECISIONS[precision]

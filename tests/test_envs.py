@@ -1,0 +1,91 @@
+"""The conda environments (no conda channel is reachable here, so they are checked, not built):
+they parse, they list every package the scripts of their rules import, and their pins agree with
+requirements.txt, which the README installs."""
+
+import ast
+import re
+import sys
+
+import yaml
+from conftest import ROOT
+
+# import name -> distribution name, where they differ
+DISTRIBUTIONS = {"esm": "fair-esm", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}
+OPTIONAL = {"flash_attn"}  # used on CUDA when installed (workflow_lib/models/varlen.py)
+
+
+def rules_envs_scripts() -> list[tuple[str, str, str]]:
+    """(rule, env file, script name) of every rule that runs a script."""
+    found = []
+    for smk in sorted((ROOT / "rules").glob("*.smk")):
+        for block in (b for b in re.split(r"\n(?=rule )", smk.read_text()) if b.startswith("rule ")):
+            rule = block.split()[1].rstrip(":")
+            env = re.search(r'conda:\s*"\.\./(envs/[\w.]+)"', block)
+            script = re.search(r'script\("(\w+)"\)', block)
+            if script:
+                assert env, f"rule {rule} runs a script without a conda: environment"
+                found.append((rule, env.group(1), script.group(1)))
+    return found
+
+
+def third_party_imports(path, seen=None) -> set[str]:
+    """Top-level third-party modules imported by a file and, transitively, by workflow_lib."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return set()
+    seen.add(path)
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative, inside workflow_lib
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                target = base.joinpath(*(node.module or "").split("."))
+                candidates = [target.with_suffix(".py"), target / "__init__.py"]
+                candidates += [target / f"{a.name}.py" for a in node.names]
+                for candidate in candidates:
+                    if candidate.is_file():
+                        modules |= third_party_imports(candidate, seen)
+                continue
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top == "workflow_lib":
+                target = ROOT.joinpath(*name.split("."))
+                for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                    if candidate.is_file():
+                        modules |= third_party_imports(candidate, seen)
+            elif top not in sys.stdlib_module_names:
+                modules.add(top)
+    return modules
+
+
+def pins(lines) -> dict[str, str]:
+    return dict(line.split("==") for line in lines if "==" in line and not line.lstrip().startswith("#"))
+
+
+def test_every_script_rule_has_an_environment_with_its_imports():
+    found = rules_envs_scripts()
+    assert {rule for rule, _, _ in found} >= {"prepare", "embed", "predict", "train", "check_models"}
+    for rule, env, script in found:
+        spec = yaml.safe_load((ROOT / env).read_text())
+        pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict))
+        listed = set(pins(pip))
+        needed = {DISTRIBUTIONS.get(m, m) for m in third_party_imports(ROOT / "scripts" / f"{script}.py") - OPTIONAL}
+        assert needed <= listed, f"{env} lacks {sorted(needed - listed)} for rule {rule}"
+
+
+def test_environment_pins_agree_with_requirements():
+    required = pins((ROOT / "requirements.txt").read_text().split())
+    for env in sorted((ROOT / "envs").glob("*.yaml")):
+        spec = yaml.safe_load(env.read_text())
+        assert "python=3.11" in spec["dependencies"]
+        pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict))
+        for name, version in pins(pip).items():
+            assert required.get(name) == version, (
+                f"{env.name}: {name}=={version}, requirements.txt has {required.get(name)}"
+            )
