@@ -209,8 +209,6 @@ class Meter:
 def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    # SLURM names the GPUs it gave this job here; locally the variable is usually unset
-    log.info("CUDA_VISIBLE_DEVICES=%s", os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"))
     device = select_device(settings.device)
     precision = select_precision(settings.precision, device)
     dtype = PRECISIONS[precision]
@@ -221,7 +219,8 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
     workers = min(asked, index.n_blocks) if index.n_blocks > 1 else 0
     log.info(
-        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks)",
+        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
+        "CUDA_VISIBLE_DEVICES=%s",
         settings.model,
         device,
         precision,
@@ -231,6 +230,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         workers,
         asked,
         index.n_blocks,
+        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )
 
     out = np.zeros((len(index), embedder.dim), dtype=np.float32)
