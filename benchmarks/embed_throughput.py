@@ -146,7 +146,8 @@ def main() -> None:
         embedder = esm.ESMEmbedder(model, alphabet, layers, device, dtype)
         theirs_s, ours_s = [], []
         for _ in range(args.repeats):  # interleaved, best of each: this machine's speed drifts
-            torch.cuda.reset_peak_memory_stats(device) if device.type == "cuda" else None
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             seconds, (ours, tokens) = timed(packed_embed, device, embedder, index, args.budget)
             ours_s.append(seconds)
             our_peak = peak(device)

@@ -121,7 +121,7 @@ class DeviceFeed:
             if len(host.rows) == 1:
                 raise RuntimeError(
                     f"one sequence of {host.n_tokens} tokens does not fit in GPU memory; "
-                    "use a larger GPU or set embedding.precision to fp16"
+                    "use a larger GPU, or embedding.precision fp16 or bf16 if it is fp32"
                 ) from None
             torch.cuda.empty_cache()
             self.max_tokens = host.n_tokens // 2
