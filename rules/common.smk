@@ -1,25 +1,35 @@
 import re
 import sys
+from pathlib import Path
 
-import pandas as pd
+import yaml
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without installing
 
+from workflow_lib.config_check import check_config, read_samples, source_of
+from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import is_local
 
-validate(config, schema="../config/schema.yaml")
-
-samples = pd.read_csv(config["samples"], sep="\t", dtype=str, keep_default_na=False)
-validate(samples, schema="../config/samples.schema.yaml")
-if samples["sample"].duplicated().any():
-    raise ValueError(
-        f"{config['samples']}: duplicate sample names {sorted(set(samples['sample'][samples['sample'].duplicated()]))}; "
-        "give every sample a unique name"
+# Where each config value came from, the one that wins first: --config, then the config files.
+given = [str(f) for f in workflow.config_settings.configfiles]
+config_sources = [("--config", workflow.config_settings.config)] + [
+    (f, yaml.safe_load(Path(f).read_text()))
+    for f in reversed(
+        [str(f) for f in workflow.configfiles if str(f) not in given] + given
     )
-samples = samples.set_index("sample", drop=False)
-if "label" not in samples.columns:
-    samples["label"] = ""
+]
+try:
+    check_config(config, f"{workflow.basedir}/config/schema.yaml", config_sources)
+    samples = read_samples(
+        config["samples"],
+        f"{workflow.basedir}/config/samples.schema.yaml",
+        source_of(["samples"], config_sources),
+    )
+except InputError as error:
+    raise WorkflowError(str(error)) from None  # Snakemake prints it without a traceback
+validate(config, schema="../config/schema.yaml")  # fills in the defaults
 
 SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
@@ -27,7 +37,7 @@ SHARD_SUFFIX = {"esm": "faa", "dnabert": "fna"}
 MODEL_CHECK = "results/checks/models.json"
 # The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
 DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
-TABLES = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"]
+TABLES = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta", "manifest.json"]
 VIRNUCPRO_TABLES = (
     ["prediction_results.txt", "prediction_results_highestscore.csv"]
     if config["outputs"]["virnucpro_tables"]
@@ -100,7 +110,8 @@ def embed_args(wildcards):
     return (
         f"--model {wildcards.model} {specific} --device {embedding['device']} "
         f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']} "
-        f"--num-workers {embedding['num_workers']} --prefetch-factor {embedding['prefetch_factor']}{expandable}"
+        f"--num-workers {embedding['num_workers']} --prefetch-factor {embedding['prefetch_factor']} "
+        f"--commit-seconds {embedding['commit_seconds']}{expandable}"
     )
 
 

@@ -20,5 +20,5 @@ rule embed:
         script=script("embed"),
         args=embed_args,
     shell:
-        "python {params.script:q} {params.args} --threads {threads} "
+        "python {params.script:q} {params.args} --threads {threads} --model-check {input.check:q} "
         "--input {input.fasta:q} --output {output:q} > {log:q} 2>&1"

@@ -11,6 +11,7 @@ rule predict:
         chunks="results/{sample}/chunks.tsv",
         sequences="results/{sample}/sequences.tsv",
         viral="results/{sample}/viral.fasta",
+        manifest="results/{sample}/manifest.json",
         virnucpro=expand("results/{{sample}}/{name}", name=VIRNUCPRO_TABLES),
     log:
         "logs/predict/{sample}.log",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from workflow_lib.check_models import known_checksums
 from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
 from workflow_lib.errors import run_cli
 from workflow_lib.loader import default_num_workers
@@ -36,6 +37,13 @@ def main() -> None:
         help="leave PYTORCH_CUDA_ALLOC_CONF alone (by default: expandable_segments:True, against fragmentation)",
     )
     parser.add_argument("--cache-dir", help="where named models are downloaded or found")
+    parser.add_argument(
+        "--commit-seconds",
+        type=float,
+        default=60.0,
+        help="how often finished results are committed beside the output, for a killed job to resume",
+    )
+    parser.add_argument("--model-check", help="the run's model check (JSON): model file checksums to reuse")
     args = parser.parse_args()
     setup_logging()
     if args.num_workers == "auto":
@@ -59,6 +67,8 @@ def main() -> None:
         workers,
         args.prefetch_factor,
         args.expandable_segments,
+        args.commit_seconds,
+        known_checksums(args.model_check, args.model),
     )
     embed_shard(args.input, args.output, settings)
 

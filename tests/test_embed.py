@@ -168,20 +168,23 @@ def test_out_of_memory_halves_the_batch(demo_models):
 
 
 def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path):
-    """SLURM preemption: the job exits promptly, leaves no loader worker and no output behind."""
+    """SLURM preemption: the job exits promptly, leaves no loader worker and no output behind, and
+    commits what it had embedded so that a rerun resumes."""
     output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
     shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
     command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint"]
     command += [str(demo_models["esm"]), "--input", str(shard), "--output", str(output)]
     command += ["--device", "cpu", "--num-workers", "2", "--token-budget", "64"]  # many small batches: a long job
-    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    deadline, workers = time.monotonic() + 60, []
-    while time.monotonic() < deadline and len(workers) < 2:
-        time.sleep(0.5)
-        listed = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout
-        workers = [int(p) for p in listed.split()]
+    job = subprocess.Popen(command + ["--commit-seconds", "1"], stderr=subprocess.PIPE, text=True)
+    parts = tmp_path / ".e.h5.parts"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(parts.glob("part_*.npz")):  # batches are flowing
+        time.sleep(0.1)
+    workers = [
+        int(p) for p in subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+    ]
     assert len(workers) >= 2, "the loader workers did not start"
-    time.sleep(3)  # let them import and start sending batches
+    committed = len(list(parts.glob("part_*.npz")))
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=30) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10
@@ -189,6 +192,8 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
         time.sleep(0.2)
     assert not any(map(_alive, workers))
     assert not output.exists()
+    assert "they are committed: run the job again to resume" in job.stderr.read()
+    assert len(list(parts.glob("part_*.npz"))) > committed  # what was done since the last commit
 
 
 def _alive(pid: int) -> bool:
@@ -287,3 +292,56 @@ def test_embed_cli(shard, demo_models, tmp_path):
     )
     workers = run("--model", "esm", "--checkpoint", "x", "--input", "x", "--output", "x", "--num-workers", "many")
     assert workers.returncode == 2 and "--num-workers: expected 'auto' or a count, got 'many'" in workers.stderr
+
+
+def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_path):
+    """SIGKILL in the middle of a shard, then the same command again: it embeds only what was not
+    committed, says so in its log, and writes exactly what an uninterrupted run writes."""
+    shard, output = read_frames / "shard_0.faa", tmp_path / "e.h5"
+    command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint"]
+    command += [str(demo_models["esm"]), "--input", str(shard), "--device", "cpu", "--num-workers", "0"]
+    command += ["--token-budget", "512", "--commit-seconds", "0"]  # a commit after every batch
+    reference = subprocess.run(command + ["--output", str(tmp_path / "reference.h5")], capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr
+
+    parts = tmp_path / ".e.h5.parts"
+    job = subprocess.Popen(command + ["--output", str(output)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(parts.glob("part_*.npz"))) < 20 and job.poll() is None:
+        time.sleep(0.02)
+    job.kill()
+    assert job.wait() == -signal.SIGKILL, "the job ended before it could be killed"
+    assert not output.exists() and not list(tmp_path.glob(".e.h5.tmp*"))
+
+    resumed = subprocess.run(command + ["--output", str(output)], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    n = len(ShardIndex.read(shard))
+    committed = int(resumed.stderr.split("resuming: ")[1].split(" of ")[0])
+    assert 20 <= committed < n and f"resuming: {committed} of {n} frames" in resumed.stderr
+    with h5py.File(output) as got, h5py.File(tmp_path / "reference.h5") as want:
+        assert got["ids"][()].tolist() == want["ids"][()].tolist()
+        assert np.array_equal(got["embeddings"][()], want["embeddings"][()])
+        assert got.attrs["n_tokens"] == want.attrs["n_tokens"] and got.attrs["resumed_frames"] == committed
+        assert got.attrs["checkpoint_sha256"] == want.attrs["checkpoint_sha256"]
+    assert not parts.exists()
+
+
+def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
+    from workflow_lib.resume import Commits
+
+    out, tokens = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6)
+    first = Commits(tmp_path / "e.h5", {"token_budget": 512}, interval=0)
+    assert not first.restore(np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
+    for rows in ([0, 1], [4]):
+        first.add(np.array(rows))
+        first.commit(out, tokens)
+    restored, restored_tokens = np.zeros((6, 2), np.float32), np.zeros(6, np.int64)
+    done = Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens)
+    assert done.tolist() == [True, True, False, False, True, False]
+    assert np.array_equal(restored[done], out[done]) and np.array_equal(restored_tokens[done], tokens[done])
+
+    (first.dir / "part_000001.npz").write_bytes(b"not a zip")  # rows 4: embedded again
+    assert Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens).sum() == 2
+    other = Commits(tmp_path / "e.h5", {"token_budget": 1024}, 0)
+    assert not other.restore(restored, restored_tokens).any()
+    assert not list(other.dir.glob("part_*"))

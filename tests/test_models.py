@@ -203,12 +203,30 @@ class _Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-def test_pickle_that_runs_code_is_refused(tmp_path):
+@pytest.mark.parametrize("kind", ["classifier", "esm", "dnabert"])
+def test_pickle_that_runs_code_is_refused(demo_models, tmp_path, kind):
+    """A classifier, an ESM-2 checkpoint or DNABERT-S weights whose pickle would run a command on
+    loading is refused with one line, and the command never runs."""
+    import shutil
+
+    from workflow_lib.models import dnabert
+
     payload = _Payload()
     payload.marker = tmp_path / "pwned"
-    torch.save({"format": classifier.FORMAT, "state_dict": payload}, tmp_path / "evil.pth")
-    with pytest.raises(InputError, match="refused to load"):
-        classifier.load(tmp_path / "evil.pth")
+    if kind == "classifier":
+        torch.save({"format": classifier.FORMAT, "state_dict": payload}, tmp_path / "evil.pth")
+        load, message = lambda: classifier.load(tmp_path / "evil.pth"), "VirNucPro or workflow classifier"
+    elif kind == "esm":
+        torch.save({"cfg": {}, "model": payload}, tmp_path / "esm2_evil.pt")
+        load, message = lambda: esm.load(str(tmp_path / "esm2_evil.pt")), "fair-esm ESM-2 checkpoint"
+    else:
+        directory = tmp_path / "dnabert"
+        shutil.copytree(demo_models["dnabert"], directory)
+        (directory / "model.safetensors").unlink()
+        torch.save({"bert.embeddings.word_embeddings.weight": payload}, directory / "pytorch_model.bin")
+        load, message = lambda: dnabert.load(str(directory)), "DNABERT-S weights"
+    with pytest.raises(InputError, match=f"refused to load: not a {message} file, or it holds code that would run"):
+        load()
     assert not payload.marker.exists()
 
 
@@ -253,3 +271,11 @@ def test_fused_attention_kernels_are_checked_before_use(caplog):
     if importlib.util.find_spec("torch.nn.attention.varlen"):
         assert "attention: torch varlen_attn does not run here" in caplog.text
     assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "padded sdpa"
+
+
+def test_no_remote_code_is_ever_trusted(root):
+    """Models load through this project's own code: never `trust_remote_code`, which would run
+    Python shipped with a Hugging Face checkpoint."""
+    for path in [*(root / "workflow_lib").rglob("*.py"), *(root / "scripts").glob("*.py")]:
+        text = path.read_text()
+        assert "trust_remote_code=" not in text and "from_pretrained(" not in text, path

@@ -112,3 +112,38 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
             root / "in.fa",
             tmp_path / "out",
         )
+
+
+def test_manifest_names_the_checkpoints_and_counts(sample, demo_models):
+    import json
+
+    from workflow_lib.checksums import sha256
+
+    root, _ = sample
+    manifest = json.loads((root / "out" / "manifest.json").read_text())
+    esm_file = demo_models["esm"]
+    assert manifest["checkpoints"]["esm"]["sha256"][esm_file.name] == sha256(esm_file)
+    assert manifest["checkpoints"]["dnabert"]["sha256"]["model.safetensors"] == sha256(
+        demo_models["dnabert"] / "model.safetensors"
+    )
+    assert manifest["checkpoints"]["classifier"]["sha256"] == sha256(root / "classifier.pt")
+    table = read_tsv(root / "out" / "sequences.tsv")
+    assert manifest["counts"]["records"] == len(table)
+    assert manifest["counts"]["frames"] == len(read_tsv(root / "out" / "frames.tsv"))
+    assert sum(manifest["counts"]["calls"].values()) == len(table)
+
+
+def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
+    """A shard left from a run with other model files is not mixed into the tables."""
+    root, files = sample
+    ids, embeddings, attrs = h5store.read(files["esm"][1])
+    h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
+    with pytest.raises(InputError, match=r"other.h5: made with .*'0123'.* but shard 0 with"):
+        predict(
+            root / "prepare",
+            files["dnabert"],
+            [files["esm"][0], str(tmp_path / "other.h5")],
+            root / "classifier.pt",
+            root / "in.fa",
+            tmp_path / "out",
+        )

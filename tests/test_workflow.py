@@ -60,7 +60,8 @@ def write_inputs(workdir: Path) -> None:
     )
 
 
-def write_config(workdir: Path, **changes) -> Path:
+def write_config(workdir: Path, classifier: str = "results/train/classifier.pt", **settings) -> Path:
+    """The test config: tiny demo models, and `settings` in place of the top-level keys they name."""
     config = {
         "samples": str(workdir / "samples.tsv"),
         "chunk_length": 300,
@@ -68,12 +69,12 @@ def write_config(workdir: Path, **changes) -> Path:
         "models": {
             "esm": {"checkpoint": "resources/demo_models/esm2_t2_demo.pt", "layer": 2},
             "dnabert": {"checkpoint": "resources/demo_models/dnabert_s_demo"},
-            "classifier": "results/train/classifier.pt",
+            "classifier": classifier,
         },
         "embedding": {"esm_token_budget": 2048, "dnabert_token_budget": 2048},
         "train": {"epochs": 8},
+        **settings,
     }
-    config["models"].update(changes)
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

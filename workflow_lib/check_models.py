@@ -4,6 +4,7 @@ import json
 import logging
 from pathlib import Path
 
+from . import checksums
 from .errors import InputError
 from .models import classifier, dnabert, esm
 from .outputs import atomic_open
@@ -22,14 +23,30 @@ def check_models(
     layers, esm_dim = esm.read_config(esm_checkpoint)
     if not 0 <= esm_layer <= layers:
         raise InputError(f"models.esm.layer: {esm_layer} is out of range for {esm_checkpoint} ({layers} layers)")
-    dnabert_dim = dnabert.read_config(dnabert.resolve(dnabert_checkpoint, cache_dir))["hidden_size"]
+    dnabert_dir = dnabert.resolve(dnabert_checkpoint, cache_dir)
+    dnabert_dim = dnabert.read_config(dnabert_dir)["hidden_size"]
+    # A named ESM-2 model not downloaded yet has no files: its embed jobs hash it themselves.
     report = {
-        "esm": {"checkpoint": esm_checkpoint, "layers": layers, "layer": esm_layer, "dim": esm_dim},
-        "dnabert": {"checkpoint": dnabert_checkpoint, "dim": dnabert_dim},
+        "esm": {
+            "checkpoint": esm_checkpoint,
+            "layers": layers,
+            "layer": esm_layer,
+            "dim": esm_dim,
+            "files": checksums.describe(esm.checkpoint_files(esm_checkpoint, cache_dir)),
+        },
+        "dnabert": {
+            "checkpoint": dnabert_checkpoint,
+            "dim": dnabert_dim,
+            "files": checksums.describe(dnabert.checkpoint_files(dnabert_dir)),
+        },
     }
     if classifier_path:
         classifier.check_input_dim(classifier_path, dnabert_dim, esm_dim)
-        report["classifier"] = {"path": str(classifier_path), "input_dim": dnabert_dim + esm_dim}
+        report["classifier"] = {
+            "path": str(classifier_path),
+            "input_dim": dnabert_dim + esm_dim,
+            "files": checksums.describe([Path(classifier_path)]),
+        }
     with atomic_open(output) as handle:
         json.dump(report, handle, indent=2)
     log.info(
@@ -41,3 +58,10 @@ def check_models(
         dnabert_dim + esm_dim,
     )
     return report
+
+
+def known_checksums(report_path: str | None, model: str) -> dict | None:
+    """The model check's file checksums for `model` ("esm" or "dnabert"), to reuse in embed jobs."""
+    if not report_path:
+        return None
+    return json.loads(Path(report_path).read_text()).get(model, {}).get("files")

@@ -8,12 +8,15 @@ loaded by the native implementation.
 
 import argparse
 import json
+import os
+import shutil
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, processors, trainers
 
 from .models.dnabert import DNABERT
+from .outputs import atomic_path
 from .seqio import read_records
 
 ESM_NAME = "esm2_t2_demo"
@@ -59,14 +62,29 @@ def build_esm(outdir: Path, seed: int) -> Path:
         (f"encoder.{k}" if k.startswith("lm_head.") else f"encoder.sentence_encoder.{k}"): v for k, v in state.items()
     }
     path = outdir / f"{ESM_NAME}.pt"
-    torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**ESM_CONFIG)}}, path)
-    torch.save({"model": regression}, outdir / f"{ESM_NAME}-contact-regression.pt")
+    with atomic_path(path) as tmp:
+        torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**ESM_CONFIG)}}, tmp)
+    with atomic_path(outdir / f"{ESM_NAME}-contact-regression.pt") as tmp:
+        torch.save({"model": regression}, tmp)
     return path
 
 
 def build_dnabert(outdir: Path, genomes: list[Path], seed: int) -> Path:
+    """A DNABERT-S directory, written under a temporary name and renamed when complete."""
     directory = outdir / "dnabert_s_demo"
-    directory.mkdir(parents=True, exist_ok=True)
+    tmp = outdir / f".dnabert_s_demo.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write_dnabert(tmp, genomes, seed)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _write_dnabert(directory: Path, genomes: list[Path], seed: int) -> None:
     tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
     trainer = trainers.BpeTrainer(
         vocab_size=DNABERT_CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False
@@ -101,7 +119,6 @@ def build_dnabert(outdir: Path, genomes: list[Path], seed: int) -> Path:
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors")
-    return directory
 
 
 def build(outdir: str | Path, genomes: list[Path], seed: int = 0) -> dict[str, Path]:

@@ -7,6 +7,7 @@ written), in the shard's order.
 """
 
 import contextlib
+import json
 import logging
 import os
 import resource
@@ -19,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, h5store, locks
+from . import __version__, checksums, h5store, locks
 from .errors import InputError
 from .loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
 from .models import varlen
 from .packing import PackedBatch
 from .progress import Progress
+from .resume import Commits
 
 log = logging.getLogger("workflow")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -44,6 +46,8 @@ class EmbedSettings:
     num_workers: int | None = None  # None: one per CPU of the job beyond the main process, at most 8
     prefetch_factor: int = 2
     expandable_segments: bool = True
+    commit_seconds: float = 60.0  # how often finished results are committed, for a killed job to resume
+    known_checksums: dict | None = None  # checksums.describe() of model files by the run's model check
 
 
 def select_device(name: str) -> torch.device:
@@ -78,6 +82,19 @@ def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.d
 
     model, tokens = dnabert.load(settings.checkpoint, settings.cache_dir)
     return dnabert.DNABERTEmbedder(model, tokens, device, dtype)
+
+
+def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
+    """{file name: SHA-256} of the model files the job loaded."""
+    if settings.model == "esm":
+        from .models import esm
+
+        files = esm.checkpoint_files(settings.checkpoint, settings.cache_dir)
+    else:
+        from .models import dnabert
+
+        files = dnabert.checkpoint_files(dnabert.resolve(settings.checkpoint, settings.cache_dir))
+    return checksums.digests(checksums.describe(files, settings.known_checksums))
 
 
 class DeviceFeed:
@@ -233,41 +250,62 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )
 
+    digests = checkpoint_digests(settings)
     out = np.zeros((len(index), embedder.dim), dtype=np.float32)
-    written = np.zeros(len(index), dtype=np.int64)
-    done = 0
+    row_tokens = np.zeros(len(index), dtype=np.int64)
+    commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
+    committed = commits.restore(out, row_tokens)
+    written = committed.astype(np.int64)
+    done = int(committed.sum())
+    if done:
+        log.info("resuming: %d of %d frames were committed by an interrupted run", done, len(index))
     progress = Progress(log, "frames", total=len(index), interval=30.0)
     feed = DeviceFeed(embedder, device)
-    dataset = ShardBatches(index, embedder.tokens, settings.token_budget)
+    dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
         def next_batch():
             waited = time.monotonic()
             batch = next(batches, None)
             meter.loader_wait += time.monotonic() - waited
-            return batch.tensors(pin=feed.cuda) if batch is not None else None
+            if batch is None:
+                return None
+            row_tokens[batch.rows] = np.diff(batch.cu_seqlens)
+            return batch.tensors(pin=feed.cuda)
 
         def store(results):
             nonlocal done
             for rows, pooled in results:
-                out[rows] = pooled
+                fresh = ~committed[rows]  # a batch split after running out of memory may be partly committed
+                rows = rows[fresh]
+                out[rows] = pooled[fresh]
                 written[rows] += 1
+                commits.add(rows)
                 done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
 
-        batch = next_batch()
-        sent = feed.send(batch) if batch is not None else None
-        while sent is not None:
-            meter.add(sent[0])
-            results = feed.compute(*sent)
-            # the GPU runs this batch's kernels while the host fetches and sends the next one
-            first = next(results, None)
+        try:
             batch = next_batch()
             sent = feed.send(batch) if batch is not None else None
-            store([first] if first is not None else [])
-            store(results)
-            if progress.due():
-                log.info(progress.line(done, meter.summary(feed, queue_depth(batches))))
-        store(feed.flush())
+            while sent is not None:
+                meter.add(sent[0])
+                results = feed.compute(*sent)
+                # the GPU runs this batch's kernels while the host fetches and sends the next one
+                first = next(results, None)
+                batch = next_batch()
+                sent = feed.send(batch) if batch is not None else None
+                store([first] if first is not None else [])
+                store(results)
+                if commits.due():
+                    commits.commit(out, row_tokens)
+                if progress.due():
+                    log.info(progress.line(done, meter.summary(feed, queue_depth(batches))))
+            store(feed.flush())
+        except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
+            commits.commit(out, row_tokens)
+            log.warning(
+                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(index)
+            )
+            raise
 
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
@@ -289,8 +327,9 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "dim": int(embedder.dim),
         "precision": precision,
         "pooling": embedder.pooling,
-        "n_tokens": meter.tokens,
+        "n_tokens": int(row_tokens.sum()),
         "workflow_version": __version__,
+        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
         "device": str(device),
         "attention": varlen.kernel_name(device, dtype, embedder.alibi),
         "seconds": round(seconds, 3),
@@ -303,7 +342,24 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "prefetch_factor": settings.prefetch_factor,
         "loader_wait_s": round(meter.loader_wait, 3),
         "peak_memory_bytes": int(feed.peak_memory()),
+        "resumed_frames": int(committed.sum()),
     }
     h5store.write(output_path, index.ids, out, stats)
+    commits.remove()
     log.info(progress.line(len(index), f"{meter.summary(feed)}, wrote {output_path}"))
     return stats
+
+
+def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, precision: str, device) -> dict:
+    """What committed results depend on: the shard, the model files and the batches."""
+    return {
+        "shard_sha256": index.sha256,
+        "block_size": index.block_size,
+        "model": settings.model,
+        "checkpoint_sha256": digests,
+        "layer": settings.layer,
+        "precision": precision,
+        "device": device.type,
+        "token_budget": settings.token_budget,
+        "workflow_version": __version__,
+    }

@@ -33,10 +33,11 @@ def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
         ) from None
 
 
-def read_features(dnabert_path: str | Path, esm_path: str | Path) -> tuple[list[str], np.ndarray]:
-    """One shard's classifier input: DNABERT-S then ESM-2 embedding per frame (VirNucPro's order)."""
-    dna_ids, dna, _ = read(dnabert_path)
-    esm_ids, esm, _ = read(esm_path)
+def read_features(dnabert_path: str | Path, esm_path: str | Path) -> tuple[list[str], np.ndarray, dict[str, dict]]:
+    """One shard's classifier input: DNABERT-S then ESM-2 embedding per frame (VirNucPro's order),
+    and each model's attributes."""
+    dna_ids, dna, dna_attrs = read(dnabert_path)
+    esm_ids, esm, esm_attrs = read(esm_path)
     if dna_ids != esm_ids:
         raise InputError(f"{dnabert_path} and {esm_path} hold different frames; delete both and run again")
-    return dna_ids, np.concatenate([dna, esm], axis=1)
+    return dna_ids, np.concatenate([dna, esm], axis=1), {"dnabert": dna_attrs, "esm": esm_attrs}

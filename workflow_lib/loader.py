@@ -7,6 +7,7 @@ repeats sequences fails silently otherwise.
 """
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class ShardIndex:
     ids: list[str]
     block_size: int
     offsets: list[int]  # byte offset of record i * block_size, then the file size
+    sha256: str  # of the file: an interrupted job's committed results belong to this shard only
 
     @classmethod
     def read(cls, path: str | Path, block_size: int | None = None) -> "ShardIndex":
@@ -49,7 +51,7 @@ class ShardIndex:
         ends = np.cumsum(np.fromiter(map(len, lines[:-1]), dtype=np.int64, count=len(lines) - 1) + 1)
         starts = np.concatenate(([0], ends[1::2]))  # record r starts after line 2r - 1
         offsets = [int(starts[i]) for i in range(0, len(ids), block_size)] + [len(data)]
-        return cls(path, ids, block_size, offsets)
+        return cls(path, ids, block_size, offsets, hashlib.sha256(data).hexdigest())
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -67,20 +69,34 @@ class ShardIndex:
 
 class ShardBatches(IterableDataset):
     """Packed batches of a shard. With several workers, worker w takes blocks w, w + W, ...;
-    `encode` turns a block's sequences (bytes) into their models' token arrays, BOS/EOS included."""
+    `encode` turns a block's sequences (bytes) into their models' token arrays, BOS/EOS included.
 
-    def __init__(self, index: ShardIndex, encode: Callable[[list[bytes]], list[np.ndarray]], token_budget: int):
+    Batches whose rows are all `done` (committed by an interrupted run) are left out; the others
+    are the same batches as in a run from zero, so their results are the same to the bit."""
+
+    def __init__(
+        self,
+        index: ShardIndex,
+        encode: Callable[[list[bytes]], list[np.ndarray]],
+        token_budget: int,
+        done: np.ndarray | None = None,
+    ):
         self.index, self.encode, self.token_budget = index, encode, token_budget
+        self.done = np.zeros(len(index), dtype=bool) if done is None else done
 
     def __iter__(self) -> Iterator[PackedBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         for b in range(worker, self.index.n_blocks, workers):
+            first = b * self.index.block_size
+            done = self.done[first : first + self.index.block_size]
+            if done.all():
+                continue
             encoded = self.encode(self.index.block(b))
             lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-            first = b * self.index.block_size
             for batch in greedy_batches(lengths, self.token_budget):
-                yield pack(first + batch, [encoded[i] for i in batch.tolist()], self.token_budget)
+                if not done[batch].all():
+                    yield pack(first + batch, [encoded[i] for i in batch.tolist()], self.token_budget)
 
 
 def hide_gpus(_worker_id: int) -> None:

@@ -1,12 +1,15 @@
 """Writing outputs so that no partial file ever looks finished, and gzip that is byte-reproducible."""
 
 import contextlib
+import errno
 import gzip
 import io
 import os
 from pathlib import Path
 
 from .errors import InputError
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _temporary_name(path: Path) -> Path:
@@ -15,18 +18,39 @@ def _temporary_name(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds.
+    A full disk or an unwritable directory is an InputError that says so."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise InputError(f"{path.parent}: cannot create the output directory ({error.strerror})") from None
+        raise InputError(
+            f"{path.parent}: cannot create the output directory ({error.strerror.lower()}); write the outputs elsewhere"
+        ) from None
     tmp = _temporary_name(path)
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as error:
+        code = errno.ENOSPC if "No space left" in str(error) else error.errno
+        if not _refused(error, code, tmp):
+            raise
+        advice = "free space" if code in _FULL else "make it writable"
+        raise InputError(
+            f"{path.parent}: cannot write the outputs: {os.strerror(code).lower()}; {advice} or write them elsewhere"
+        ) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only file system refuses even a missing file
+            tmp.unlink()
+
+
+def _refused(error: OSError, code: int | None, tmp: Path) -> bool:
+    """Whether the disk or the directory refused `tmp`: no space (a write names no file), or a
+    read-only or forbidden place for this very file (h5py names it only in its message)."""
+    ours = os.fspath(error.filename) == os.fspath(tmp) if error.filename else str(tmp) in str(error)
+    return (code in _FULL and (ours or not error.filename)) or (
+        code in (errno.EROFS, errno.EACCES, errno.EPERM) and ours
+    )
 
 
 @contextlib.contextmanager
@@ -37,14 +61,13 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
         if str(path).endswith(".gz"):
             # mtime=0 and no file name in the header: the same content gives the same bytes.
             # Level 1: these are intermediate tables, written at hundreds of thousands of rows/s.
-            raw = open(tmp, "wb")
-            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=1)
-            handle = stream if binary else io.TextIOWrapper(stream, encoding="utf-8", newline="")
-            try:
-                yield handle
-            finally:
-                handle.close()
-                raw.close()
+            with open(tmp, "wb") as raw:
+                stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=1)
+                handle = stream if binary else io.TextIOWrapper(stream, encoding="utf-8", newline="")
+                try:
+                    yield handle
+                finally:
+                    handle.close()
         else:
             with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
                 yield handle

@@ -1,10 +1,12 @@
 """The predict stage: join each frame's two embeddings on the frames table, classify, write tables.
 
 Outputs in `outdir`: frames.tsv, chunks.tsv, sequences.tsv (every input record), viral.fasta,
-and optionally VirNucPro's prediction_results.txt and prediction_results_highestscore.csv.
+manifest.json (the checkpoints with their SHA-256 and the reconciled counts), and optionally
+VirNucPro's prediction_results.txt and prediction_results_highestscore.csv.
 """
 
 import csv
+import json
 import logging
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import h5store
+from . import __version__, checksums, h5store
 from .errors import InputError
 from .models import classifier
 from .outputs import atomic_open
@@ -29,12 +31,44 @@ def read_table(path: str | Path) -> pd.DataFrame:
     )
 
 
-def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model) -> np.ndarray:
-    """[N, 2] softmax scores (others, virus) in frames-table order; every frame scored exactly once."""
+def check_tables(frames: pd.DataFrame, sequences: pd.DataFrame, prepare_dir: Path) -> None:
+    """Every input record once in the sequences table, every frame once in the frames table, and
+    the frames counted per record where they are listed."""
+    for table, column, name in ((sequences, "sequence_id", "sequences"), (frames, "frame_id", "frames")):
+        repeated = table[column][table[column].duplicated()]
+        if len(repeated):
+            raise InputError(
+                f"{prepare_dir / name}.tsv.gz: {len(repeated)} IDs listed more than once (e.g. "
+                f"{repeated.head(3).tolist()}); delete the prepare directory and run again"
+            )
+    counted = frames["sequence_id"].value_counts()
+    listed = sequences.set_index("sequence_id")["n_frames"]
+    differ = listed.sub(counted, fill_value=0)
+    differ = differ[differ != 0]
+    if len(differ):
+        raise InputError(
+            f"{prepare_dir}: the frames table and the sequences table disagree on the frames of "
+            f"{len(differ)} records (e.g. {differ.index[:3].tolist()}); delete the prepare directory and run again"
+        )
+
+
+def score_frames(
+    frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model
+) -> tuple[np.ndarray, dict[str, dict]]:
+    """[N, 2] softmax scores (others, virus) in frames-table order, every frame scored exactly once;
+    and each model's checkpoint, the same for every shard."""
     scores = np.full((len(frames), 2), np.nan, dtype=np.float32)
     shard_of = frames["shard"].to_numpy()
+    made_with: dict[str, dict] = {}
     for shard, (dna_path, esm_path) in enumerate(zip(dnabert_files, esm_files)):
-        ids, features = h5store.read_features(dna_path, esm_path)
+        ids, features, attrs = h5store.read_features(dna_path, esm_path)
+        for name, path in (("dnabert", dna_path), ("esm", esm_path)):
+            used = _checkpoint(attrs[name])
+            if made_with.setdefault(name, used) != used:
+                raise InputError(
+                    f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
+                    "embeddings and run again"
+                )
         rows = np.flatnonzero(shard_of == shard)
         expected = frames["frame_id"].to_numpy()[rows]
         index = pd.Index(ids)
@@ -57,7 +91,16 @@ def score_frames(frames: pd.DataFrame, dnabert_files: list[str], esm_files: list
             f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
             "the shard lists do not cover the frames table"
         )
-    return scores
+    return scores, made_with
+
+
+def _checkpoint(attrs: dict) -> dict:
+    return {
+        "checkpoint": str(attrs["checkpoint"]),
+        "layer": int(attrs["layer"]),
+        "precision": str(attrs["precision"]),
+        "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
+    }
 
 
 def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
@@ -158,7 +201,9 @@ def predict(
     model, _ = classifier.load(classifier_path)
     frames = read_table(prepare_dir / "frames.tsv.gz")
     sequences = read_table(prepare_dir / "sequences.tsv.gz")
-    frames = frame_table(frames, score_frames(frames, dnabert_files, esm_files, model))
+    check_tables(frames, sequences, prepare_dir)
+    scores, made_with = score_frames(frames, dnabert_files, esm_files, model)
+    frames = frame_table(frames, scores)
     chunks = chunk_table(frames)
     calls = sequence_table(sequences, chunks, min_viral_fraction)
     write_tsv(frames, outdir / "frames.tsv")
@@ -168,6 +213,22 @@ def predict(
     if virnucpro_tables:
         write_virnucpro_tables(frames, outdir)
     counts = calls["call"].value_counts().to_dict()
+    made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
+    manifest = {
+        "workflow_version": __version__,
+        "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
+        "checkpoints": made_with,
+        "counts": {
+            "records": len(calls),
+            "chunks": int(sequences["n_chunks"].sum()),
+            "chunks_scored": len(chunks),
+            "frames": len(frames),
+            "calls": {call: int(n) for call, n in sorted(counts.items())},
+        },
+    }
+    with atomic_open(outdir / "manifest.json") as handle:
+        json.dump(manifest, handle, indent=2)
+        handle.write("\n")
     log.info(
         "%d records: %s; %d frames scored; tables in %s",
         len(calls),

@@ -69,14 +69,19 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
     """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`.
     Sequences are upper-cased unless `keep_case` (to write records back as they were)."""
     path = Path(path)
-    done = 0
+    done = bases = 0
+    pending: list[tuple[list[bytes], list[bytes]]] = []
+    last_id = b""
     try:
         with open_binary(path) as handle, handle.raw_file:
             size = max(path.stat().st_size, 1)
             blocks = _blocks(handle)
-            first = next(blocks, b"").lstrip()
+            first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
             if not first:
-                raise InputError(f"{path}: the file is empty; give a non-empty FASTA or FASTQ file")
+                raise InputError(
+                    f"{path}: no sequences: the file is empty or holds only blank lines; "
+                    "give a FASTA or FASTQ file with nucleotide sequences"
+                )
             if first[:1] not in (b">", b"@"):
                 kind = "binary data" if not _is_text(first[:4096]) else "text"
                 raise InputError(
@@ -84,7 +89,6 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                     "give a nucleotide FASTA or FASTQ file"
                 )
             split = _split_fasta if first[:1] == b">" else _split_fastq
-            pending = []
             pending_bases = 0
             pieces = split(_prepend(first, blocks), path)
             while True:
@@ -99,19 +103,26 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                 pending_bases += sum(map(len, seqs))
                 if pending_bases >= batch_bases:
                     batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size, keep_case)
-                    done += len(batch.ids)
-                    yield batch
+                    done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
                     pending, pending_bases = [], 0
+                    yield batch
             if pending:
                 batch = _batch(pending, done + 1, path, 1.0, keep_case)
-                done += len(batch.ids)
+                done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
+                pending = []
                 yield batch
     except _STREAM_ERRORS as error:
+        parsed = [h for headers, _ in pending for h in headers]
+        last = _first_word(parsed[-1]) if parsed else last_id.decode()
+        where = f" after record {done + len(parsed)} '{last}'" if last else ""
         raise InputError(
-            f"{path}: the file is truncated or corrupt after record {done} ({error}); re-download or re-compress it"
+            f"{path}: the file is truncated or corrupt{where} ({error}); re-download or re-compress it"
         ) from None
-    if done == 0:
-        raise InputError(f"{path}: the file holds no sequence records; give a non-empty FASTA or FASTQ file")
+    if not bases:
+        raise InputError(
+            f"{path}: no sequences: every record ({done} in all) is empty; "
+            "give a FASTA or FASTQ file with nucleotide sequences"
+        )
 
 
 def _blocks(handle) -> Iterator[bytes]:
@@ -135,21 +146,40 @@ def _is_text(data: bytes) -> bool:
 
 
 def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    """Yield (headers, sequences) for the complete records of each block. A record longer than
-    a block is collected in a list and joined once: linear time on chromosome-sized records."""
-    parts: list[bytes] = []
+    """Yield (headers, sequences) for the complete records of each block. The sequence of a record
+    longer than a block is collected block by block without its line breaks and joined once:
+    linear time, and at most twice the record's size in memory, on chromosome-sized records."""
+    rest = b""  # raw text of the unfinished last record, from its '>'
+    header, pieces = None, []  # a record longer than a block: its header and sequence so far
     for block in blocks:
-        tail = parts[-1][-1:] if parts else b""
-        found = (tail + block).rfind(b"\n>")
-        if found < 0:
-            parts.append(block)
-            continue
-        cut = found - len(tail)  # where the "\n" is in this block; -1: it ended the previous block
-        text = b"".join(parts) + block[: cut + 1]
-        parts = [block[cut + 1 :]]
-        yield _fasta_records(text)
-    rest = b"".join(parts)
-    if rest.strip():
+        data = rest + block
+        if header is not None:
+            end = data.find(b"\n>")
+            if end < 0:  # the last byte waits: it may be the '\n' of a '\n>' across blocks
+                pieces.append(data[:-1].translate(None, _WHITESPACE))
+                rest = data[-1:]
+                continue
+            pieces.append(data[:end].translate(None, _WHITESPACE))
+            pieces = [b"".join(pieces)]  # the pieces go before the record is used
+            yield [header], pieces
+            header, pieces, data = None, [], data[end + 1 :]
+        found = data.rfind(b"\n>")
+        if found >= 0:
+            yield _fasta_records(data[: found + 1])
+            data = data[found + 1 :]
+        newline = data.find(b"\n")
+        if len(data) > _BLOCK and newline >= 0:
+            header, pieces, rest = (
+                data[1:newline].rstrip(),
+                [data[newline + 1 : -1].translate(None, _WHITESPACE)],
+                data[-1:],
+            )
+        else:
+            rest = data
+    if header is not None:
+        pieces = [b"".join([*pieces, rest.translate(None, _WHITESPACE)])]
+        yield [header], pieces
+    elif rest.strip():
         yield _fasta_records(rest)
 
 
@@ -213,7 +243,9 @@ def _fastq_records(lines: list[bytes], path: Path) -> tuple[list[bytes], list[by
     for i, (s, q) in enumerate(zip(seqs, quals)):
         if len(s) != len(q.rstrip()):
             raise _RecordError(
-                i, f"has {len(s)} bases but {len(q.rstrip())} quality values; the file is truncated or corrupt"
+                i,
+                f"'{_first_word(headers[i][1:])}' has {len(s)} bases but {len(q.rstrip())} quality values; "
+                "the file is truncated or corrupt: re-download it",
             )
     return [h[1:].rstrip() for h in headers], seqs
 
@@ -234,8 +266,8 @@ def _batch(
     joined = b"\n".join(headers)
     try:
         joined.decode("utf-8")
-    except UnicodeDecodeError:
-        index = next(i for i, h in enumerate(headers) if not _is_text(h))
+    except UnicodeDecodeError as error:
+        index = joined.count(b"\n", 0, error.start)  # the header that holds the bad byte
         raise InputError(
             f"{path}: record {first + index} has a header that is not UTF-8 text; fix its encoding"
         ) from None
@@ -250,7 +282,7 @@ def _batch(
     if joined.isascii() and not joined.translate(None, _ASCII_NOT_SPACE):
         ids = headers
     else:
-        ids = [(h.decode().split(None, 1) or [""])[0].encode() for h in headers]
+        ids = [_first_word(h).encode() for h in headers]
     if not all(ids):
         index = ids.index(b"")
         raise InputError(f"{path}: record {first + index} has an empty header; give every record an ID")
@@ -267,6 +299,10 @@ def _batch(
         if not keep_case:
             buf = buf.upper()
     return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first, read_fraction)
+
+
+def _first_word(header: bytes) -> str:
+    return (header.decode(errors="replace").split(None, 1) or [""])[0]
 
 
 def _describe(seq: bytes) -> str:

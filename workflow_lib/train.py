@@ -44,7 +44,7 @@ def load_examples(shards: list[tuple[str, str, str]]) -> tuple[np.ndarray, np.nd
     for label, dna_path, esm_path in shards:
         if label not in LABELS:
             raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
-        _, x = h5store.read_features(dna_path, esm_path)
+        _, x, _ = h5store.read_features(dna_path, esm_path)
         features.append(x)
         labels.append(np.full(len(x), LABELS[label]))
     x, y = np.concatenate(features), np.concatenate(labels)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InputError
+from .checkpoints import load_weights
 
 FORMAT = "virnucpro-mlp/1"
 HIDDEN_DIM = 512
@@ -81,15 +82,7 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: classifier file not found; set models.classifier or run the train target")
-    try:
-        with torch.serialization.safe_globals([(_PickledModule, name) for name in _PICKLED_CLASSES]):
-            data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means: refuse the file
-        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        raise InputError(
-            f"{path}: refused to load: not a VirNucPro classifier nor a workflow classifier file, or it "
-            f"holds code that would run on loading ({reason})"
-        ) from None
+    data = load_weights(path, "VirNucPro or workflow classifier", [(_PickledModule, name) for name in _PICKLED_CLASSES])
     if isinstance(data, dict) and data.get("format") == FORMAT:
         state, metadata = data["state_dict"], {k: v for k, v in data.items() if k != "state_dict"}
     elif isinstance(data, _PickledModule):

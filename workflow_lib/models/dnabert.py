@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import DNABERTTokens
 from . import varlen
-from .checkpoints import is_local
+from .checkpoints import is_local, load_weights
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -167,6 +167,12 @@ def read_config(directory: Path) -> dict:
     return json.loads((directory / "config.json").read_text())
 
 
+def checkpoint_files(directory: Path) -> list[Path]:
+    """The files a checkpoint directory loads from."""
+    names = ("config.json", *WEIGHT_FILES, "tokenizer.json")
+    return [directory / name for name in names if (directory / name).is_file()]
+
+
 def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
     for name in WEIGHT_FILES:
         path = directory / name
@@ -175,7 +181,7 @@ def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
                 from safetensors.torch import load_file
 
                 return load_file(path)
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return load_weights(path, "DNABERT-S weights")
     raise InputError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
 
 

@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import ESMTokens
 from . import varlen
-from .checkpoints import is_local
+from .checkpoints import is_local, load_weights
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 # fair-esm's ESM-2 models: layers, embedding size.
@@ -33,8 +33,7 @@ ESM2_MODELS = {
 def _torch_load(path: Path):
     # Real fair-esm checkpoints hold their config as an argparse.Namespace: torch >= 2.6 loads
     # with weights_only=True and refuses it unless it is allowlisted.
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return load_weights(path, "fair-esm ESM-2 checkpoint", [argparse.Namespace], mmap=True)
 
 
 def read_config(checkpoint: str) -> tuple[int, int]:
@@ -59,6 +58,17 @@ def _local_data(path: Path) -> dict:
     if not isinstance(data, dict) or "cfg" not in data or "model" not in data:
         raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint (no 'cfg' and 'model' entries)")
     return data
+
+
+def _hub_dir(cache_dir: str | None) -> Path:
+    """Where torch hub keeps named models: cache_dir/torch, else torch's default."""
+    return Path(cache_dir) / "torch" if cache_dir else Path(torch.hub.get_dir())
+
+
+def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
+    """The files a checkpoint loads from, those that exist (a named model's once it is downloaded)."""
+    path = Path(checkpoint) if is_local(checkpoint) else _hub_dir(cache_dir) / "checkpoints" / f"{checkpoint}.pt"
+    return [p for p in (path, path.with_name(f"{path.stem}-contact-regression.pt")) if p.is_file()]
 
 
 def _download(name: str) -> None:
@@ -86,8 +96,7 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.A
     """
     if not is_local(checkpoint):
         read_config(checkpoint)  # a clear error for unknown names
-        if cache_dir:
-            torch.hub.set_dir(str(Path(cache_dir) / "torch"))
+        torch.hub.set_dir(str(_hub_dir(cache_dir)))
         _download(checkpoint)
         with torch.serialization.safe_globals([argparse.Namespace]):
             model, alphabet = esm.pretrained.load_model_and_alphabet_hub(checkpoint)

@@ -1,0 +1,110 @@
+"""Peak memory and throughput of the prepare CLI on a large input: a multi-gigabyte FASTA of
+500 bp reads sampled from the bundled genomes, or (--contig-mb) one long contig.
+
+Prints JSON. The input is written once under --workdir and reused by later runs; prepare's
+outputs go to a temporary folder there and are deleted after counting. The peak is the
+resident set (ru_maxrss) of the prepare process, the only child of this one.
+
+    python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --gb 2 --shards 4
+    python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --contig-mb 100
+"""
+
+import argparse
+import functools
+import gzip
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reads import GENOMES, write_reads
+
+from workflow_lib.seqio import read_records
+
+ROOT = GENOMES.parents[1]
+READ_LENGTH = 500
+
+
+def write_contig(path: Path, bases: int, seed: int) -> None:
+    """One record of `bases` bases: 100 kb pieces of the bundled genomes, 60 bases a line."""
+    genome = b"".join(seq for f in sorted(GENOMES.glob("*.fasta")) for _, _, seq in read_records(f))
+    rng = random.Random(seed)
+    with open(path, "wb") as out:
+        out.write(b">contig synthetic\n")
+        for done in range(0, bases, 100_000):
+            start = rng.randrange(len(genome) - 100_000)
+            piece = genome[start : start + min(100_000, bases - done)]
+            out.write(b"".join(piece[i : i + 60] + b"\n" for i in range(0, len(piece), 60)))
+
+
+def input_file(workdir: Path, args) -> Path:
+    """The benchmark input, written under a temporary name first so that a broken write is never reused."""
+    if args.contig_mb:
+        path = workdir / f"contig_{args.contig_mb}Mb_seed{args.seed}.fa"
+        write = functools.partial(write_contig, bases=args.contig_mb * 1_000_000, seed=args.seed)
+    else:
+        path = workdir / f"reads_{args.gb:g}GB_seed{args.seed}.fa"
+        reads = round(args.gb * 1e9 / (len(f">read_{1_000_000}\n\n") + READ_LENGTH))
+        write = functools.partial(write_reads, n=reads, length=READ_LENGTH, seed=args.seed)
+    if not path.exists():
+        write(path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").rename(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, help="where the input is kept between runs")
+    parser.add_argument("--gb", type=float, default=2.0, help="size of the reads FASTA, in GB")
+    parser.add_argument("--contig-mb", type=int, help="write one contig of this many Mb instead of reads")
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = input_file(workdir, args)
+
+    with tempfile.TemporaryDirectory(dir=workdir) as outdir:
+        command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path)]
+        command += ["--chunk-length", str(READ_LENGTH), "--shards", str(args.shards), "--outdir", outdir]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+        with gzip.open(Path(outdir) / "sequences.tsv.gz", "rb") as table:
+            records = sum(1 for _ in table) - 1
+        with gzip.open(Path(outdir) / "frames.tsv.gz", "rb") as table:
+            frames = sum(1 for _ in table) - 1
+        output_bytes = sum(f.stat().st_size for f in Path(outdir).iterdir())
+    input_bytes = path.stat().st_size
+    print(
+        json.dumps(
+            {
+                "benchmark": "prepare_memory",
+                "input": path.name,
+                "input_bytes": input_bytes,
+                "records": records,
+                "frames": frames,
+                "shards": args.shards,
+                "output_bytes": output_bytes,
+                "seconds": round(seconds, 2),
+                "mb_per_s": round(input_bytes / 1e6 / seconds, 1),
+                "peak_rss_mb": round(peak_kib / 1024),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+                "python": platform.python_version(),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

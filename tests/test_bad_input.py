@@ -1,0 +1,476 @@
+"""Bad input, bad samples sheets and configs, full or unwritable disks: one line that names the
+file, the record or key and what to do, exit status 2 (Snakemake: non-zero), no traceback, and
+no output left behind. Odd but valid input (headers, line endings, case, N, empty records) works."""
+
+import bz2
+import contextlib
+import gzip
+import lzma
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GENOMES, ROOT, read_fasta, read_tsv
+
+from workflow_lib.errors import InputError
+from workflow_lib.prepare import Policy, prepare
+from workflow_lib.seqio import read_records
+
+LAMBDA = GENOMES / "lambda_NC_001416.fasta"
+
+
+def run_prepare(path: Path, outdir: Path, *flags: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path), "--outdir", str(outdir)]
+    return subprocess.run([*command, "--shards", "2", *flags], capture_output=True, text=True)
+
+
+def assert_refused(path: Path, outdir: Path, message: str, *flags: str) -> None:
+    """The prepare CLI prints exactly `error: {message}`, exits 2 and leaves no file behind."""
+    result = run_prepare(path, outdir, *flags)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [f"error: {message}"])
+    assert not outdir.exists() or not list(outdir.iterdir())
+
+
+def lambda_reads(n: int, length: int = 500) -> bytes:
+    ((_, _, genome),) = read_records(LAMBDA)
+    return b"".join(b">read_%d\n%s\n" % (i, genome[i * 100 : i * 100 + length]) for i in range(n))
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "no sequences: the file is empty or holds only blank lines"),
+        (b"\n \n\t\r\n", "no sequences: the file is empty or holds only blank lines"),
+        (b">a\n>b some words\n", "no sequences: every record (2 in all) is empty"),
+        (b">a\n\n\n>b\n  \n", "no sequences: every record (2 in all) is empty"),
+        (b"@r1\n\n+\n\n", "no sequences: every record (1 in all) is empty"),
+    ],
+    ids=["empty", "blank_lines", "headers_only", "headers_and_blank_lines", "empty_fastq_read"],
+)
+def test_no_sequences(tmp_path, content, message):
+    (tmp_path / "in.fa").write_bytes(content)
+    assert_refused(
+        tmp_path / "in.fa",
+        tmp_path / "out",
+        f"{tmp_path / 'in.fa'}: {message}; give a FASTA or FASTQ file with nucleotide sequences",
+    )
+
+
+CUT = "Compressed file ended before the end-of-stream marker was reached"
+
+
+@pytest.mark.parametrize(
+    "name, damage, reason",
+    [
+        ("cut.fa.gz", lambda data: gzip.compress(data)[:-2000], CUT),
+        (
+            "garbage.fa.gz",
+            lambda data: gzip.compress(data)[:10] + bytes(range(256)) * 4,
+            "Error -3 while decompressing data: invalid stored block lengths",
+        ),
+        ("cut.fa.bz2", lambda data: bz2.compress(data)[:-2000], CUT),
+        ("cut.fa.xz", lambda data: lzma.compress(data)[:-2000], CUT),
+    ],
+    ids=["truncated_gzip", "corrupt_gzip", "truncated_bz2", "truncated_xz"],
+)
+def test_damaged_compressed_file(tmp_path, name, damage, reason):
+    path = tmp_path / name
+    path.write_bytes(damage(lambda_reads(400)))
+    assert_refused(
+        path, tmp_path / "out", f"{path}: the file is truncated or corrupt ({reason}); re-download or re-compress it"
+    )
+
+
+def test_truncation_names_the_last_record_read(tmp_path, monkeypatch):
+    """Past the first read block, the message says how far the file could be read."""
+    from workflow_lib import seqio
+
+    monkeypatch.setattr(seqio, "_BLOCK", 4096)
+    path = tmp_path / "cut.fa.gz"
+    data = gzip.compress(lambda_reads(400))
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as caught:
+        prepare(path, tmp_path / "out", 2, Policy())
+    message = str(caught.value)
+    number = int(message.split(" after record ")[1].split()[0])
+    assert 100 < number < 400
+    assert message == (
+        f"{path}: the file is truncated or corrupt after record {number} 'read_{number - 1}' ({CUT}); "
+        "re-download or re-compress it"
+    )
+    assert not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            bytes(random.Random(0).randrange(256) for _ in range(2000)).replace(b">", b"").replace(b"@", b""),
+            "starts with binary data, not a FASTA ('>') or FASTQ ('@') record; give a nucleotide FASTA or FASTQ file",
+        ),
+        (
+            b">a\nACGT\n>b\nAC\x00\x01\xffGT\n",
+            "record 2 'b' contains characters that are no IUPAC nucleotide "
+            "code (byte 0x00, byte 0x01, byte 0xff); fix or remove the record",
+        ),
+        (
+            b"hello world\n",
+            "starts with text, not a FASTA ('>') or FASTQ ('@') record; give a nucleotide FASTA or FASTQ file",
+        ),
+        (b">a\nACGT\n>\xff\xfe\nACGT\n", "record 2 has a header that is not UTF-8 text; fix its encoding"),
+        (b">a\nACGT\n>\nACGT\n", "record 2 has an empty header; give every record an ID"),
+        (
+            b">a\rACGT\r>b\rACGTAC\r",
+            "record 1 has a carriage return inside its header: the file has old Mac "
+            "(CR-only) line endings; convert them, e.g. with tr '\\r' '\\n'",
+        ),
+    ],
+    ids=["binary_garbage", "binary_in_a_record", "not_fasta", "header_not_utf8", "empty_header", "cr_only"],
+)
+def test_unreadable_content(tmp_path, content, message):
+    (tmp_path / "in.fa").write_bytes(content)
+    assert_refused(tmp_path / "in.fa", tmp_path / "out", f"{tmp_path / 'in.fa'}: {message}")
+
+
+def test_protein_fasta_given_as_dna(tmp_path):
+    path = tmp_path / "protein.fa"
+    path.write_text(">p1\nACGT\n>p2 a protein\nMKVLEEFPQ\n")
+    assert_refused(
+        path,
+        tmp_path / "out",
+        f"{path}: record 2 'p2' looks like a protein sequence (contains 'E', 'F', 'L', 'P', 'Q'); "
+        "give nucleotide sequences",
+    )
+
+
+def test_duplicate_ids(tmp_path):
+    path = tmp_path / "in.fa"
+    path.write_text(">a\nACGT\n>b\nAC\n>a other words\nGG\n>c\nA\n>b\nA\n")
+    assert_refused(
+        path,
+        tmp_path / "out",
+        f"{path}: duplicate sequence IDs: 'a' (records 1 and 3); 'b' (records 2 and 5); give every record a unique ID",
+    )
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            b"@r1\nACGT\n+\nIIII\n@r2 desc\nACGTA\n+\nIII\n",
+            "record 2 'r2' has 5 bases but 3 quality values; the file is truncated or corrupt: re-download it",
+        ),
+        (
+            b"@r1\nACGT\n+\nIIII\n@r2\nACGTA\n",
+            "record 2 is incomplete (2 of 4 lines); the file is truncated: re-download it",
+        ),
+        (
+            b"@r1\nACGT\nIIII\n@r2\nACGT\n+\nIIII\n",
+            "record 1 is not a 4-line FASTQ record ('@' header, sequence, "
+            "'+', qualities); multi-line FASTQ is not supported: reformat the file",
+        ),
+    ],
+    ids=["quality_length", "truncated", "not_four_lines"],
+)
+def test_bad_fastq(tmp_path, content, message):
+    (tmp_path / "in.fq").write_bytes(content)
+    assert_refused(tmp_path / "in.fq", tmp_path / "out", f"{tmp_path / 'in.fq'}: {message}")
+
+
+def test_header_words_are_split_as_biopython(tmp_path):
+    """Spaces, tabs, '|' and non-ASCII are no error: the ID is the header's first word, as
+    Biopython (and so VirNucPro) splits it, in every output."""
+    from Bio import SeqIO
+
+    headers = [
+        "gi|9626243|ref|NC_001416.1| Enterobacteria phage lambda",
+        "tab\tseparated\twords",
+        "virus_α_β description",
+        "  leading blanks",
+        "a\u00a0unicode space",
+        "b\x0bvertical tab",
+        '"quoted id',
+    ]
+    body = (GENOMES / "phiX174.fasta").read_text().split("\n", 1)[1]
+    path = tmp_path / "in.fa"
+    path.write_text("".join(f">{header}\n{body}" for header in headers), encoding="utf-8")
+    ids = [record.id for record in SeqIO.parse(path, "fasta")]
+    assert ids == ["gi|9626243|ref|NC_001416.1|", "tab", "virus_α_β", "leading", "a", "b", '"quoted']
+    result = run_prepare(path, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    assert [row["sequence_id"] for row in read_tsv(out / "sequences.tsv.gz")] == ids
+    frames = read_tsv(out / "frames.tsv.gz")
+    assert list(dict.fromkeys(row["sequence_id"] for row in frames)) == ids
+    assert all(row["frame_id"].startswith(f"{row['sequence_id']}_chunk_") for row in frames)
+    shard_ids = {fid for i in range(2) for name in ("fna", "faa") for fid, _ in read_fasta(out / f"shard_{i}.{name}")}
+    assert shard_ids == {row["frame_id"] for row in frames}
+
+
+def test_quoted_ids_survive_the_tables(tmp_path):
+    """A header starting with a quote is read back verbatim by the table reader the merge uses."""
+    from workflow_lib.predict import read_table
+
+    (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + "\n>ok\n" + "ATG" * 200 + "\n")
+    prepare(tmp_path / "in.fa", tmp_path / "out", 1, Policy(chunk_length=500))
+    frames = read_table(tmp_path / "out" / "frames.tsv.gz")
+    assert frames["sequence_id"].tolist()[:1] == ['"weird'] and frames["shard"].tolist()[0] == 0
+    assert read_table(tmp_path / "out" / "sequences.tsv.gz")["sequence_id"].tolist() == ['"weird', "ok"]
+
+
+def test_windows_line_endings_lowercase_and_soft_masking(tmp_path):
+    """CRLF, lower case and soft-masked (partly lower-case) input give the uppercase frames."""
+    seq = next(read_records(GENOMES / "human_chr17_part_softmasked.fasta"))[2].decode()
+    raw = "".join(line.strip() for line in (GENOMES / "human_chr17_part_softmasked.fasta").read_text().splitlines()[1:])
+    assert raw != raw.upper() and raw.upper() == seq  # the genome is soft-masked
+    inputs = {
+        "upper.fa": f">x\n{seq}\n",
+        "softmasked_crlf.fa": ">x desc\r\n" + "".join(f"{raw[i : i + 60]}\r\n" for i in range(0, len(raw), 60)),
+        "lower.fa": f">x\n{seq.lower()}\n",
+    }
+    outputs = []
+    for name, text in inputs.items():
+        (tmp_path / name).write_bytes(text.encode())
+        prepare(tmp_path / name, tmp_path / name.replace(".fa", ""), 2, Policy())
+        out = tmp_path / name.replace(".fa", "")
+        outputs.append(
+            [(out / f).read_bytes() for f in ("frames.tsv.gz", "sequences.tsv.gz", "shard_0.fna", "shard_1.faa")]
+        )
+    assert read_tsv(tmp_path / "upper" / "frames.tsv.gz") and all(o == outputs[0] for o in outputs)
+
+
+def test_n_runs_and_iupac_codes_follow_the_policy(tmp_path):
+    """ambiguous_fraction counts every non-ACGT base exactly; above input.max_ambiguous_fraction a
+    record is too_ambiguous and not chunked; codons with N or IUPAC codes are dropped or X."""
+    ((_, _, genome),) = read_records(LAMBDA)
+    genome = genome.decode()
+    records = {
+        "clean": genome[:600],
+        "n_run": genome[:250] + "N" * 100 + genome[350:600],
+        "iupac": genome[:300] + "RYKMSWBDHVU" + genome[311:600],
+        "mostly_n": "N" * 400 + genome[:200],
+    }
+    path = tmp_path / "in.fa"
+    path.write_text("".join(f">{name}\n{seq}\n" for name, seq in records.items()))
+    proteins = {}
+    for policy in ("drop", "X"):
+        out = tmp_path / policy
+        flags = ("--chunk-length", "300", "--ambiguous-codons", policy, "--max-ambiguous-fraction", "0.5")
+        result = run_prepare(path, out, *flags)
+        assert result.returncode == 0, result.stderr
+        rows = {row["sequence_id"]: row for row in read_tsv(out / "sequences.tsv.gz")}
+        assert {name: (row["ambiguous_fraction"], row["status"], row["n_chunks"]) for name, row in rows.items()} == {
+            "clean": ("0", "ok", "2"),
+            "n_run": ("0.166667", "ok", "2"),  # 100 of 600
+            "iupac": ("0.0183333", "ok", "2"),  # 11 of 600
+            "mostly_n": ("0.666667", "too_ambiguous", "0"),  # 400 of 600 > 0.5
+        }
+        proteins[policy] = {fid: p for i in range(2) for fid, p in read_fasta(out / f"shard_{i}.faa")}
+    assert not any("X" in p for p in proteins["drop"].values())
+    assert any("X" in p for fid, p in proteins["X"].items() if fid.startswith(("n_run_chunk_1", "iupac_chunk_")))
+    assert not any(fid.startswith("mostly_n") for fid in proteins["X"])
+
+
+def test_empty_and_short_records_are_reported(tmp_path):
+    """Empty records and records under input.min_length stay in sequences.tsv.gz with 0 chunks."""
+    path = tmp_path / "in.fa"
+    ((_, _, genome),) = read_records(LAMBDA)
+    path.write_text(f">empty\n>short one\nACGTACGTAC\n>ok\n{genome[:600].decode()}\n>empty2\n\n>short2\nACG\n")
+    result = run_prepare(path, tmp_path / "out", "--min-length", "100")
+    assert result.returncode == 0, result.stderr
+    rows = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
+    assert [(r["sequence_id"], r["length"], r["n_chunks"], r["n_frames"], r["status"]) for r in rows[:2]] == [
+        ("empty", "0", "0", "0", "empty"),
+        ("short", "10", "0", "0", "too_short"),
+    ]
+    assert [(r["sequence_id"], r["status"], r["n_chunks"]) for r in rows[2:]] == [
+        ("ok", "ok", "2"),
+        ("empty2", "empty", "0"),
+        ("short2", "too_short", "0"),
+    ]
+    frames = read_tsv(tmp_path / "out" / "frames.tsv.gz")
+    assert {row["sequence_id"] for row in frames} == {"ok"} and len(frames) == int(rows[2]["n_frames"]) > 0
+
+
+# Measured: 273 MB for this contig, 117 MB without its N gap (prepare counts non-ACGT bases with
+# a per-base int64 cumulative sum, 17 bytes a base); 473 MB on a clean 100 Mb contig. A reader
+# that held a record as Python objects per line or base would need gigabytes.
+PEAK_RSS_BOUND_MB = 400
+
+
+def test_10_mb_contig_in_bounded_memory(tmp_path):
+    genome = b"".join(seq for f in sorted(GENOMES.glob("*.fasta")) for _, _, seq in read_records(f))
+    rng = random.Random(1)
+    starts = [rng.randrange(len(genome) - 100_000) for _ in range(100)]
+    contig = b"".join(genome[start : start + 100_000] for start in starts)
+    contig = contig[:1000] + b"N" * 1000 + contig[2000:5_000_000].lower() + contig[5_000_000:]  # gap, soft-masking
+    path = tmp_path / "contig.fa"
+    path.write_bytes(b">contig assembled\n" + b"".join(contig[i : i + 60] + b"\n" for i in range(0, len(contig), 60)))
+    # A fresh process whose only child is prepare: its RUSAGE_CHILDREN peak is that of prepare.
+    measure = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-c", measure, *command, "--shards", "4", "--outdir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    peak_mb = int(result.stdout) / 1024  # ru_maxrss is in KiB on Linux
+    (row,) = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
+    assert (row["sequence_id"], row["length"], row["n_chunks"], row["ambiguous_fraction"], row["status"]) == (
+        "contig",
+        "10000000",
+        "20000",
+        "0.0001",
+        "ok",
+    )
+    frames = read_tsv(tmp_path / "out" / "frames.tsv.gz")
+    assert len(frames) == int(row["n_frames"]) > 5_000
+    assert peak_mb < PEAK_RSS_BOUND_MB, f"prepare peaked at {peak_mb:.0f} MB on a 10 Mb contig"
+
+
+# Samples sheets and configs: Snakemake's dry run refuses them at parse time, before any job.
+
+
+def dry_run(workdir: Path, sheet: str | None, config: str = "", *args: str) -> list[str]:
+    """`snakemake -n` on the workflow with this samples sheet and config; its output lines."""
+    if sheet is not None:
+        (workdir / "samples.tsv").write_text(sheet)
+    (workdir / "config.yaml").write_text("samples: samples.tsv\n" + config)
+    command = [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+    result = subprocess.run(
+        [*command, "--configfile", str(workdir / "config.yaml"), *args], capture_output=True, text=True
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output
+    return output.splitlines()
+
+
+PHIX, LAMBDA_PATH = GENOMES / "phiX174.fasta", GENOMES / "lambda_NC_001416.fasta"
+
+
+def test_bad_samples_sheet(tmp_path):
+    """A missing file, a duplicate name, names with '/' or '..': each is one line, all at once."""
+    sheet = (
+        f"sample\tpath\nphix\t{PHIX}\nlambda\tinputs/lambda.fa\n\nphix\t{LAMBDA_PATH}\n"
+        f"phix/a\t{PHIX}\n..\t{LAMBDA_PATH}\n"
+    )
+    rule = (
+        "(Sample name, which names its results directory; letters, digits, '.', '_' and '-' only, and not '.' or '..')"
+    )
+    assert [line for line in dry_run(tmp_path, sheet) if line.startswith("samples.tsv")] == [
+        f"samples.tsv: line 6: sample: 'phix/a' is not allowed {rule}; fix the samples sheet",
+        f"samples.tsv: line 7: sample: '..' is not allowed {rule}; fix the samples sheet",
+        f"samples.tsv: line 3: sample 'lambda': inputs/lambda.fa: no such file; fix the path (a relative path "
+        f"starts in {tmp_path})",
+        "samples.tsv: line 5: sample 'phix' is also on line 2; give every sample a unique name",
+    ]
+
+
+def test_samples_sheet_without_its_columns(tmp_path):
+    assert (
+        "samples.tsv: no column path or sample; its first line must name the tab-separated columns sample and "
+        "path (and optionally label)"
+    ) in dry_run(tmp_path, f"sample,path\nphix,{PHIX}\n")
+
+
+def test_missing_samples_sheet(tmp_path):
+    assert (
+        f"{tmp_path / 'config.yaml'}: samples: samples.tsv: no such file; "
+        "give the path of the samples sheet (a TSV with columns sample and path)"
+    ) in dry_run(tmp_path, None)
+
+
+@pytest.mark.parametrize(
+    "config, args, expected",
+    [
+        (
+            "shards: four\nshard: 2\ntranslation:\n  ambiguous_codons: N\n",
+            (),
+            [
+                "{config}: shard: unknown key",
+                "{config}: shards: 'four' is not of type 'integer'",
+                "{config}: translation.ambiguous_codons: 'N' is not one of ['drop', 'X']",
+            ],
+        ),
+        ("", ("--config", "shards=0"), ["--config: shards: 0 is less than the minimum of 1"]),
+    ],
+    ids=["config_file", "command_line"],
+)
+def test_config_that_fails_the_schema(tmp_path, config, args, expected):
+    lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n", config, *args)
+    assert [line for line in lines if "config/schema.yaml" in line] == [
+        line.format(config=tmp_path / "config.yaml") + "; fix it (config/schema.yaml describes every key)"
+        for line in expected
+    ]
+
+
+# Resources: a full disk, a read-only file system, an output directory that cannot be made.
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, options: str):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root and mount(8) to mount a small tmpfs")
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_full_disk(tmp_path):
+    (tmp_path / "reads.fa").write_bytes(lambda_reads(400))
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        out = disk / "out"
+        message = f"{out}: cannot write the outputs: no space left on device; free space or write them elsewhere"
+        assert_refused(tmp_path / "reads.fa", out, message)
+        assert os.listdir(disk) == ["out"]
+
+
+def test_full_disk_hdf5(tmp_path):
+    import numpy as np
+
+    from workflow_lib import h5store
+
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        attrs = dict.fromkeys(h5store.REQUIRED_ATTRS, "x")
+        with pytest.raises(InputError) as caught:
+            h5store.write(disk / "shard_0.h5", ["a"] * 100, np.ones((100, 512), np.float32), attrs)
+        assert str(caught.value) == (
+            f"{disk}: cannot write the outputs: no space left on device; free space or write them elsewhere"
+        )
+        assert os.listdir(disk) == []
+
+
+def test_read_only_output_directory(tmp_path):
+    (tmp_path / "reads.fa").write_bytes(lambda_reads(10))
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        (disk / "out").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        message = (
+            f"{disk / 'out'}: cannot write the outputs: read-only file system; make it writable or write them elsewhere"
+        )
+        assert_refused(tmp_path / "reads.fa", disk / "out", message)
+
+
+def test_output_directory_under_a_file(tmp_path):
+    (tmp_path / "reads.fa").write_bytes(lambda_reads(10))
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    assert_refused(
+        tmp_path / "reads.fa",
+        out,
+        f"{out}: cannot create the output directory (not a directory); write the outputs elsewhere",
+    )

@@ -1,0 +1,186 @@
+"""Interrupted and repeated runs of the whole workflow: an embed job killed mid-shard is retried
+by the profile and resumes from its last commit; the same inputs and config give the same bytes."""
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import GENOMES, ROOT
+from test_workflow import ENV, SNAKEMAKE, write_config
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from reads import write_reads  # noqa: E402
+
+KILLED = "results/reads/embeddings/esm/shard_0.h5"  # the embed job that the fault hits
+
+
+def setup(workdir: Path) -> Path:
+    """A virus and another genome to train on, and 4,000 sampled reads: a shard of ~1,600 frames,
+    committed after every batch, so that a kill lands mid-shard. Paths are relative to the
+    working directory, so that two runs can be compared byte for byte."""
+    workdir.mkdir()
+    shutil.copy(GENOMES / "phiX174.fasta", workdir / "phix.fa")
+    shutil.copy(GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta", workdir / "plasmid.fa")
+    write_reads(workdir / "reads.fa", 4000, 500, seed=5)
+    (workdir / "samples.tsv").write_text(
+        "sample\tpath\tlabel\nphix\tphix.fa\tvirus\nplasmid\tplasmid.fa\tother\nreads\treads.fa\t\n"
+    )
+    write_config(
+        workdir,
+        samples="samples.tsv",
+        chunk_length=500,
+        shards=1,
+        embedding={"esm_token_budget": 1024, "dnabert_token_budget": 2048, "commit_seconds": 0},
+    )
+    return workdir
+
+
+def snakemake(workdir: Path) -> subprocess.CompletedProcess:
+    """The workflow with its default profile (profiles/default, which retries a failed job once)."""
+    command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    return subprocess.run(command, capture_output=True, text=True, env=ENV)
+
+
+def kill_embed_job_once(workdir: Path, after_parts: int, killed: list) -> threading.Thread:
+    """SIGKILL the embed job writing KILLED once it has committed `after_parts` batches."""
+    parts = workdir / Path(KILLED).with_name(f".{Path(KILLED).name}.parts")
+
+    def watch():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and len(list(parts.glob("part_*.npz"))) < after_parts:
+            time.sleep(0.01)
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (proc / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if len(argv) > 1 and argv[1].endswith("scripts/embed.py") and KILLED in argv:
+                subprocess.run(["kill", "-KILL", proc.name])
+                killed.append(int(proc.name))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reliability")
+    first, second, killed_run = setup(base / "first"), setup(base / "second"), setup(base / "killed")
+    for workdir in (first, second):
+        result = snakemake(workdir)
+        assert result.returncode == 0, result.stderr[-3000:]
+    killed: list[int] = []
+    watcher = kill_embed_job_once(killed_run, 10, killed)
+    result = snakemake(killed_run)
+    watcher.join(timeout=5)
+    return first, second, killed_run, result, killed
+
+
+def outputs(workdir: Path) -> dict[str, bytes]:
+    """Every result file but run times (benchmarks), HDF5 files (their attributes hold timings) and
+    the model check (it records the model files' paths and modification times)."""
+    results = workdir / "results"
+    return {
+        str(p.relative_to(results)): p.read_bytes()
+        for p in sorted(results.rglob("*"))
+        if p.is_file() and p.suffix != ".h5" and not {"benchmarks", "checks"} & set(p.parts)
+    }
+
+
+def embeddings(workdir: Path) -> dict[str, tuple[list, np.ndarray]]:
+    found = {}
+    for path in sorted((workdir / "results").rglob("*.h5")):
+        with h5py.File(path) as h5:
+            found[str(path.relative_to(workdir))] = (h5["ids"][()].tolist(), h5["embeddings"][()])
+    return found
+
+
+def same_embeddings(a: Path, b: Path) -> bool:
+    left, right = embeddings(a), embeddings(b)
+    return left.keys() == right.keys() and all(
+        left[k][0] == right[k][0] and np.array_equal(left[k][1], right[k][1]) for k in left
+    )
+
+
+def test_same_inputs_and_config_give_byte_identical_results(runs):
+    first, second, *_ = runs
+    assert outputs(first) == outputs(second)
+    assert {"reads/sequences.tsv", "reads/frames.tsv", "train/classifier.pt", "reads/manifest.json"} <= outputs(
+        first
+    ).keys()
+    assert same_embeddings(first, second)
+
+
+def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
+    first, _, killed_run, result, killed = runs
+    assert killed, "the watcher found no embed job to kill"
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Error in rule embed" in result.stderr and "Trying to restart job" in result.stderr
+    log = (killed_run / "logs" / "embed" / "reads" / "esm_0.log").read_text()
+    committed, total = (int(n) for n in log.split("resuming: ")[1].split(" frames")[0].split(" of "))
+    assert 10 <= committed < total
+    assert outputs(killed_run) == outputs(first) and same_embeddings(killed_run, first)
+    assert not list(killed_run.rglob(".*.parts"))
+
+
+def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
+    """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
+    from workflow_lib.errors import InputError
+    from workflow_lib.prepare import Policy, prepare, shard_paths
+    from workflow_lib.reconcile import IDDigest, check_prepared, table_chunks
+
+    counts = prepare(GENOMES / "phiX174.fasta", tmp_path, 2, Policy(chunk_length=300))
+    written = [IDDigest() for _ in range(2)]
+    for chunk in table_chunks(tmp_path / "frames.tsv.gz", ["frame_id", "shard"]):
+        for shard, ids in chunk.groupby("shard")["frame_id"]:
+            written[shard].update([i.encode() for i in ids])
+    check_prepared(tmp_path, shard_paths(tmp_path, 2), written, counts["records"])
+    with pytest.raises(InputError, match=r"sequences.tsv.gz: 1 rows for 2 input records"):
+        check_prepared(tmp_path, shard_paths(tmp_path, 2), written, 2)
+
+    faa = tmp_path / "shard_1.faa"
+    lines = faa.read_text().splitlines(keepends=True)
+    lost = lines[2][1:].strip()
+    faa.write_text("".join(lines[:2] + lines[4:]))
+    with pytest.raises(InputError, match=rf"shard_1.faa: holds {len(lines) // 2 - 1} frames .*\(missing \['{lost}'\]"):
+        check_prepared(tmp_path, shard_paths(tmp_path, 2), written, counts["records"])
+
+
+def test_predict_refuses_tables_that_disagree(tmp_path):
+    import pandas as pd
+
+    from workflow_lib.errors import InputError
+    from workflow_lib.predict import check_tables
+
+    sequences = pd.DataFrame({"sequence_id": ["a", "b"], "n_frames": [2, 1]})
+    frames = pd.DataFrame({"frame_id": ["a_chunk_1F1", "a_chunk_1R2", "b_chunk_1F1"], "sequence_id": ["a", "a", "b"]})
+    check_tables(frames, sequences, tmp_path)
+    with pytest.raises(InputError, match=r"disagree on the frames of 1 records \(e.g. \['b'\]\)"):
+        check_tables(frames.iloc[:2], sequences, tmp_path)
+    with pytest.raises(InputError, match=r"frames.tsv.gz: 1 IDs listed more than once \(e.g. \['a_chunk_1F1'\]\)"):
+        check_tables(pd.concat([frames, frames.iloc[:1]]), sequences.assign(n_frames=[3, 1]), tmp_path)
+
+
+def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):
+    """Embed jobs reuse the model check's SHA-256 of a multi-GB checkpoint unless the file changed."""
+    import hashlib
+    import os
+
+    from workflow_lib.checksums import describe, digests
+
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"weights")
+    known = describe([path])
+    assert digests(known) == {"model.pt": hashlib.sha256(b"weights").hexdigest()}
+    recorded = {str(path.absolute()): {**known[str(path.absolute())], "sha256": "from the model check"}}
+    assert digests(describe([path], recorded)) == {"model.pt": "from the model check"}
+    path.write_bytes(b"other weights")
+    os.utime(path, ns=(1, 1))
+    assert digests(describe([path], recorded)) == {"model.pt": hashlib.sha256(b"other weights").hexdigest()}

@@ -1,0 +1,93 @@
+"""The config and the samples sheet, checked at start-up: one line per problem, naming the file
+(or --config), the key or the sheet's line, and what to do; never a schema dump."""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from jsonschema import Draft202012Validator
+
+from .errors import InputError
+
+
+def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
+    """(key path, message) for each violation of the schema, in key order."""
+    validator = Draft202012Validator(yaml.safe_load(Path(schema_path).read_text()))
+    found = []
+    for error in validator.iter_errors(instance):
+        path = list(error.path)
+        if error.validator == "additionalProperties":
+            unknown = sorted(set(error.instance) - set(error.schema["properties"]))
+            found += [([*path, key], "unknown key") for key in unknown]
+        elif error.validator in ("pattern", "not"):
+            allowed = error.schema["description"].rstrip(".")
+            found.append((path, f"{error.instance!r} is not allowed ({allowed})"))
+        else:
+            found.append((path, error.message))
+    return sorted(found, key=lambda problem: list(map(str, problem[0])))
+
+
+def source_of(path: list, sources: list[tuple[str, dict]]) -> str:
+    """The first of (name, values) `sources` that sets the key at `path`."""
+    for name, values in sources:
+        for key in path:
+            values = values.get(key, ...) if isinstance(values, Mapping) else ...
+        if values is not ...:
+            return name
+    return "config"
+
+
+def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]]) -> None:
+    """`sources`: where the values came from, the one that wins first (--config, then config files)."""
+    problems = [
+        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; "
+        f"fix it (config/{Path(schema_path).name} describes every key)"
+        for path, message in schema_problems(config, schema_path)
+    ]
+    if problems:
+        raise InputError("\n".join(problems))
+
+
+def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
+    """The samples sheet, indexed by sample; `named_in` says where its path was given."""
+    if not os.path.isfile(sheet):
+        raise InputError(
+            f"{named_in}: samples: {sheet}: no such file; "
+            "give the path of the samples sheet (a TSV with columns sample and path)"
+        )
+    try:
+        samples = pd.read_csv(sheet, sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except pd.errors.ParserError as error:
+        raise InputError(f"{sheet}: {str(error).strip()}; give a tab-separated table") from None
+    samples = samples[samples.ne("").any(axis=1)]  # blank lines go; the index keeps line = index + 2
+    if missing := {"sample", "path"} - set(samples.columns):
+        raise InputError(
+            f"{sheet}: no column {' or '.join(sorted(missing))}; its first line must name "
+            "the tab-separated columns sample and path (and optionally label)"
+        )
+    problems = [
+        f"{sheet}: line {line + 2}: {'.'.join(map(str, path))}: {message}; fix the samples sheet"
+        for line, row in samples.iterrows()
+        for path, message in schema_problems(row.to_dict(), schema_path)
+    ]
+    first_line = {}
+    for line, name, path in zip(samples.index + 2, samples["sample"], samples["path"]):
+        if name in first_line:
+            problems.append(
+                f"{sheet}: line {line}: sample {name!r} is also on line {first_line[name]}; "
+                "give every sample a unique name"
+            )
+        elif path and not os.path.isfile(path):
+            problems.append(
+                f"{sheet}: line {line}: sample {name!r}: {path}: no such file; fix the path "
+                f"(a relative path starts in {os.getcwd()})"
+            )
+        first_line.setdefault(name, line)
+    if problems:
+        raise InputError("\n".join(problems))
+    samples = samples.set_index("sample", drop=False)
+    if "label" not in samples.columns:
+        samples["label"] = ""
+    return samples
