@@ -259,7 +259,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     done = int(committed.sum())
     if done:
         log.info("resuming: %d of %d frames were committed by an interrupted run", done, len(index))
-    progress = Progress(log, "frames", total=len(index), interval=30.0)
+    progress = Progress(log, "frames", total=len(index), interval=30.0, done_before=done)
     feed = DeviceFeed(embedder, device)
     dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:

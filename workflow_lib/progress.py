@@ -7,8 +7,11 @@ import time
 class Progress:
     """Log `done` of `total` (when known) every `interval` seconds, with rate and ETA."""
 
-    def __init__(self, log: logging.Logger, what: str, total: int | None = None, interval: float = 10.0):
-        self.log, self.what, self.total, self.interval = log, what, total, interval
+    def __init__(
+        self, log: logging.Logger, what: str, total: int | None = None, interval: float = 10.0, done_before: int = 0
+    ):
+        """`done_before`: counted as done but not by this process (a resumed job); not in the rate."""
+        self.log, self.what, self.total, self.interval, self.done_before = log, what, total, interval, done_before
         self.start = self.last = time.monotonic()
 
     def due(self) -> bool:
@@ -26,12 +29,15 @@ class Progress:
     def line(self, done: int, extra: str = "", fraction: float | None = None) -> str:
         """`fraction` (of the input read, when the total count is unknown) gives the ETA."""
         elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = done / elapsed
+        rate = (done - self.done_before) / elapsed
         text = f"{done:,} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {rate:,.0f}/s"
         if self.total:
             fraction = done / self.total
-        if fraction is not None and 0 < fraction < 1:
-            text += f", {fraction:.0%} done, ETA {elapsed * (1 - fraction) / fraction:,.0f} s"
+            eta = (self.total - done) / rate if rate > 0 else None
+        else:
+            eta = elapsed * (1 - fraction) / fraction if fraction else None
+        if fraction is not None and 0 < fraction < 1 and eta is not None:
+            text += f", {fraction:.0%} done, ETA {eta:,.0f} s"
         return text + (f", {extra}" if extra else "")
 
 
