@@ -1,6 +1,7 @@
 """The prepare stage: validate, chunk, translate in six frames, write token-balanced shards.
 
-Outputs in `outdir` (all written under temporary names and renamed at the end):
+Outputs in `outdir` (written under temporary names and renamed at the end, then read back and
+reconciled with what was written; on a mismatch they are removed and the job fails):
   shard_{i}.fna / shard_{i}.faa   kept frames, nucleotide and protein, same IDs in the same order
   frames.tsv.gz                   frame_id, sequence_id, chunk, chunk_start, chunk_end, frame,
                                   protein_length, shard (chunk coordinates 1-based, inclusive)
