@@ -296,10 +296,10 @@ def test_empty_and_short_records_are_reported(tmp_path):
     assert {row["sequence_id"] for row in frames} == {"ok"} and len(frames) == int(rows[2]["n_frames"]) > 0
 
 
-# Measured: 273 MB for this contig, 117 MB without its N gap (prepare counts non-ACGT bases with
-# a per-base int64 cumulative sum, 17 bytes a base); 473 MB on a clean 100 Mb contig. A reader
-# that held a record as Python objects per line or base would need gigabytes.
-PEAK_RSS_BOUND_MB = 400
+# Measured: 128 MB for this contig, 117 MB without its N gap (273 MB before non-ACGT bases were
+# counted from their positions instead of a per-base running sum). A reader that held a record as
+# Python objects per line or base would need gigabytes.
+PEAK_RSS_BOUND_MB = 250
 
 
 def test_10_mb_contig_in_bounded_memory(tmp_path):

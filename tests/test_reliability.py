@@ -1,7 +1,9 @@
 """Interrupted and repeated runs of the whole workflow: an embed job killed mid-shard is retried
 by the profile and resumes from its last commit; the same inputs and config give the same bytes."""
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -61,7 +63,7 @@ def kill_embed_job_once(workdir: Path, after_parts: int, killed: list) -> thread
             except OSError:
                 continue
             if len(argv) > 1 and argv[1].endswith("scripts/embed.py") and KILLED in argv:
-                subprocess.run(["kill", "-KILL", proc.name])
+                os.kill(int(proc.name), signal.SIGKILL)
                 killed.append(int(proc.name))
 
     thread = threading.Thread(target=watch, daemon=True)
