@@ -13,8 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import GENOMES, ROOT
-from test_workflow import ENV, SNAKEMAKE, write_config
+from conftest import ENV, GENOMES, ROOT, SNAKEMAKE, write_config
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from reads import write_reads  # noqa: E402

@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT
-from test_workflow import ENV, SNAKEMAKE, write_config, write_inputs
+from conftest import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
 
 SLURM = ROOT / "tests" / "slurm"
 pytestmark = pytest.mark.skipif(
