@@ -5,7 +5,8 @@
 #   embeddings -> predict (VirNucPro's MLP) -> tables
 #
 # Results land in results/{sample}/: frames.tsv, chunks.tsv, sequences.tsv, viral.fasta and
-# VirNucPro's prediction_results*.txt/.csv; intermediate files in results/{sample}/prepare/ and
+# VirNucPro's prediction_results*.txt/.csv, run_summary.json (versions, checkpoints, config, timings,
+# counts) and the report's figures in report/; intermediate files in results/{sample}/prepare/ and
 # results/{sample}/embeddings/; logs in logs/{rule}/. The `train` target writes a classifier
 # from samples labelled virus/other. See README.md.
 
@@ -17,15 +18,20 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/models.smk"
 include: "rules/prepare.smk"
 include: "rules/embed.smk"
 include: "rules/predict.smk"
 include: "rules/train.smk"
+include: "rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         prediction_outputs(),
+        report_outputs(),

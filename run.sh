@@ -34,6 +34,8 @@ case "${1:-}" in
     test)
         setup
         shift
+        # tests/test_report.py opens the report in headless Chromium (Debian's package; CI runs as root)
+        command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
         python -m pytest "$@"
         ;;
     *)

@@ -1,16 +1,24 @@
+import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
 import yaml
+from snakemake import __version__ as snakemake_version
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without installing
 
-from workflow_lib.config_check import check_config, read_samples, source_of
+from workflow_lib.config_check import (
+    check_config,
+    check_model_choice,
+    read_samples,
+    source_of,
+)
 from workflow_lib.errors import InputError
-from workflow_lib.models.checkpoints import is_local
+from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 # Where each config value came from, the one that wins first: --config, then the config files.
 given = [str(f) for f in workflow.config_settings.configfiles]
@@ -27,9 +35,10 @@ try:
         f"{workflow.basedir}/config/samples.schema.yaml",
         source_of(["samples"], config_sources),
     )
+    validate(config, schema="../config/schema.yaml")  # fills in the defaults
+    check_model_choice(config, config_sources)
 except InputError as error:
     raise WorkflowError(str(error)) from None  # Snakemake prints it without a traceback
-validate(config, schema="../config/schema.yaml")  # fills in the defaults
 
 SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
@@ -68,10 +77,56 @@ def model_files():
     return [c for c in checkpoints if is_local(c)]
 
 
+def classifier_file():
+    """The classifier that jobs read: models.classifier, or where fetch_models puts a URL's download."""
+    models = config["models"]
+    return classifier_path(models["classifier"], models["cache_dir"])
+
+
 def classifier_to_check():
     """The classifier is checked before embedding unless this workflow trains it (then it fits by construction)."""
-    classifier = config["models"]["classifier"]
+    classifier = classifier_file()
     return [] if classifier == config["train"]["classifier"] else [classifier]
+
+
+def fetched_manifest():
+    return f"{config['models']['cache_dir']}/{MANIFEST}"
+
+
+def fetched():
+    """fetch_models' manifest when a model is remote (a fair-esm name, a Hugging Face id, a
+    classifier URL): the model check, on the submit host, waits for it; jobs then run offline.
+    """
+    models = config["models"]
+    checkpoints = (models["esm"]["checkpoint"], models["dnabert"]["checkpoint"])
+    remote = is_url(models["classifier"]) or not all(map(is_local, checkpoints))
+    return [fetched_manifest()] if remote else []
+
+
+def fetched_classifier():
+    return [classifier_file()] if is_url(config["models"]["classifier"]) else []
+
+
+def fetch_models_args(wildcards):
+    models = config["models"]
+    args = [
+        f"--esm {shlex.quote(models['esm']['checkpoint'])}",
+        f"--dnabert {shlex.quote(models['dnabert']['checkpoint'])}",
+        f"--cache-dir {shlex.quote(models['cache_dir'])}",
+        *(
+            f"--checksum {shlex.quote(f'{n}={sha}')}"
+            for n, sha in models["checksums"].items()
+        ),
+    ]
+    if classifier_to_check():  # not the one this workflow trains
+        args.append(f"--classifier {shlex.quote(models['classifier'])}")
+    return " ".join(args)
+
+
+def offline_env():
+    """The environment prefix of jobs that load models: no network, named models from cache_dir."""
+    torch_home = shlex.quote(f"{config['models']['cache_dir']}/torch")
+    return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
 
 
 def check_models_args(wildcards, input):
@@ -88,7 +143,8 @@ def prepare_args(wildcards):
         f"--chunk-length {config['chunk_length']} --shards {config['shards']} "
         f"--ambiguous-codons {config['translation']['ambiguous_codons']} "
         f"--min-length {config['input']['min_length']} "
-        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']}"
+        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']} "
+        f"--progress-seconds {config['progress_seconds']}"
     )
 
 
@@ -111,7 +167,8 @@ def embed_args(wildcards):
         f"--model {wildcards.model} {specific} --device {embedding['device']} "
         f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']} "
         f"--num-workers {embedding['num_workers']} --prefetch-factor {embedding['prefetch_factor']} "
-        f"--commit-seconds {embedding['commit_seconds']}{expandable}"
+        f"--commit-seconds {embedding['commit_seconds']} "
+        f"--progress-seconds {config['progress_seconds']}{expandable}"
     )
 
 
@@ -138,13 +195,47 @@ def shard_embeddings(sample, model):
 
 def predict_args(wildcards):
     tables = "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
-    return f"--min-viral-fraction {config['predict']['min_viral_fraction']} {tables}"
+    return (
+        f"--min-viral-fraction {config['predict']['min_viral_fraction']} "
+        f"--progress-seconds {config['progress_seconds']} {tables}"
+    )
 
 
 def prediction_outputs():
     return expand(
         "results/{sample}/{name}", sample=samples.index, name=TABLES + VIRNUCPRO_TABLES
     )
+
+
+def shard_benchmarks(sample, model):
+    return expand(
+        "results/benchmarks/embed/{sample}/{model}_{shard}.tsv",
+        sample=sample,
+        model=model,
+        shard=SHARDS,
+    )
+
+
+def summarize_args(wildcards):
+    """The run's config and the Snakemake version go into the run summary."""
+    return f"--config {shlex.quote(json.dumps(config))} --snakemake-version {snakemake_version}"
+
+
+def plot_sample_args(wildcards):
+    shown = config["report"]
+    return (
+        f"--top-sequences {shown['top_sequences']} --table-rows {shown['table_rows']}"
+    )
+
+
+def report_outputs():
+    """Per sample the run summary and the report's figures and table; the training figures when
+    this workflow trains the classifier that it uses."""
+    per_sample = expand(
+        [*rules.summarize.output, *rules.plot_sample.output], sample=samples.index
+    )
+    trained = config["models"]["classifier"] == config["train"]["classifier"]
+    return per_sample + (list(rules.plot_training.output) if trained else [])
 
 
 def training_samples():
@@ -156,16 +247,21 @@ def training_samples():
     return labelled
 
 
+def frames_table(sample):
+    return f"results/{sample}/prepare/frames.tsv.gz"
+
+
 def training_embeddings(wildcards):
+    """The training samples' embeddings, and their frames tables (the split holds out whole chunks)."""
     return {
         model: [f for s in training_samples() for f in shard_embeddings(s, model)]
         for model in MODELS
-    }
+    } | {"frames": [frames_table(s) for s in training_samples()]}
 
 
 def train_args(wildcards, input):
     shards = " ".join(
-        f"--shard {samples.loc[s, 'label']} {dna} {esm}"
+        f"--shard {samples.loc[s, 'label']} {dna} {esm} {frames_table(s)}"
         for s in training_samples()
         for dna, esm in zip(shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm"))
     )
@@ -174,5 +270,5 @@ def train_args(wildcards, input):
     return (
         f"{shards} --epochs {t['epochs']} --batch-size {t['batch_size']} --learning-rate {t['learning_rate']} "
         f"--patience {t['patience']} --validation-fraction {t['validation_fraction']} --seed {t['seed']} "
-        f"--chunk-length {config['chunk_length']} {balance}"
+        f"--chunk-length {config['chunk_length']} --progress-seconds {config['progress_seconds']} {balance}"
     )

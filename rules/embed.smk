@@ -19,6 +19,7 @@ rule embed:
     params:
         script=script("embed"),
         args=embed_args,
+        env=offline_env(),
     shell:
-        "python {params.script:q} {params.args} --threads {threads} --model-check {input.check:q} "
+        "{params.env} python {params.script:q} {params.args} --threads {threads} --model-check {input.check:q} "
         "--input {input.fasta:q} --output {output:q} > {log:q} 2>&1"

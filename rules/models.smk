@@ -1,7 +1,26 @@
+rule fetch_models:
+    input:
+        models=model_files(),
+    output:
+        manifest=fetched_manifest(),
+        classifier=fetched_classifier(),
+    log:
+        "logs/fetch_models.log",
+    localrule: True
+    conda:
+        "../envs/embed.yaml"
+    params:
+        script=script("fetch_models"),
+        args=fetch_models_args,
+    shell:
+        "python {params.script:q} {params.args} > {log:q} 2>&1"
+
+
 rule check_models:
     input:
         models=model_files(),
         classifier=classifier_to_check(),
+        fetched=fetched(),
     output:
         MODEL_CHECK,
     log:
@@ -12,8 +31,9 @@ rule check_models:
     params:
         script=script("check_models"),
         args=check_models_args,
+        env=offline_env(),
     shell:
-        "python {params.script:q} {params.args} --output {output:q} > {log:q} 2>&1"
+        "{params.env} python {params.script:q} {params.args} --output {output:q} > {log:q} 2>&1"
 
 
 rule build_demo_models:

@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--esm-layer", type=int, required=True)
     parser.add_argument("--dnabert", required=True, help="Hugging Face id or directory")
     parser.add_argument("--classifier", help="classifier file to check (left out when the workflow trains it)")
-    parser.add_argument("--cache-dir")
+    parser.add_argument("--cache-dir", help="where fetch_models put the named models")
     parser.add_argument("--output", required=True, help="JSON report")
     args = parser.parse_args()
     setup_logging()

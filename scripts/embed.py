@@ -10,7 +10,7 @@ from workflow_lib.check_models import known_checksums
 from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
 from workflow_lib.errors import run_cli
 from workflow_lib.loader import default_num_workers
-from workflow_lib.progress import setup_logging
+from workflow_lib.progress import add_progress_argument, setup_logging
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
         action="store_false",
         help="leave PYTORCH_CUDA_ALLOC_CONF alone (by default: expandable_segments:True, against fragmentation)",
     )
-    parser.add_argument("--cache-dir", help="where named models are downloaded or found")
+    parser.add_argument("--cache-dir", help="where fetch_models put the named models")
     parser.add_argument(
         "--commit-seconds",
         type=float,
@@ -44,6 +44,7 @@ def main() -> None:
         help="how often finished results are committed beside the output, for a killed job to resume",
     )
     parser.add_argument("--model-check", help="the run's model check (JSON): model file checksums to reuse")
+    add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
     if args.num_workers == "auto":
@@ -69,6 +70,7 @@ def main() -> None:
         args.expandable_segments,
         args.commit_seconds,
         known_checksums(args.model_check, args.model),
+        args.progress_seconds,
     )
     embed_shard(args.input, args.output, settings)
 

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workflow_lib.errors import run_cli
 from workflow_lib.predict import predict
-from workflow_lib.progress import setup_logging
+from workflow_lib.progress import add_progress_argument, setup_logging
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--outdir", required=True)
     parser.add_argument("--min-viral-fraction", type=float, default=0.5)
     parser.add_argument("--no-virnucpro-tables", action="store_true")
+    add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
     if len(args.dnabert) != len(args.esm):
@@ -36,6 +37,7 @@ def main() -> None:
         args.outdir,
         args.min_viral_fraction,
         not args.no_virnucpro_tables,
+        args.progress_seconds,
     )
 
 

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workflow_lib.errors import run_cli
 from workflow_lib.prepare import Policy, prepare
-from workflow_lib.progress import setup_logging
+from workflow_lib.progress import add_progress_argument, setup_logging
 
 
 def main() -> None:
@@ -20,10 +20,11 @@ def main() -> None:
     parser.add_argument("--ambiguous-codons", choices=("drop", "X"), default="drop")
     parser.add_argument("--min-length", type=int, default=0)
     parser.add_argument("--max-ambiguous-fraction", type=float, default=1.0)
+    add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
     policy = Policy(args.chunk_length, args.ambiguous_codons, args.min_length, args.max_ambiguous_fraction)
-    prepare(args.input, args.outdir, args.shards, policy)
+    prepare(args.input, args.outdir, args.shards, policy, args.progress_seconds)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
+from workflow_lib.progress import add_progress_argument, setup_logging
 from workflow_lib.train import TrainSettings, train_classifier
 
 
@@ -16,14 +16,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--shard",
-        nargs=3,
+        nargs=4,
         action="append",
         required=True,
-        metavar=("LABEL", "DNABERT_H5", "ESM_H5"),
-        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings",
+        metavar=("LABEL", "DNABERT_H5", "ESM_H5", "FRAMES_TSV"),
+        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings, its sample's prepare frames table",
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
-    parser.add_argument("--metrics", required=True, help="JSON with the validation metrics")
+    parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--no-balance-classes", action="store_true")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--chunk-length", type=int, help="recorded in the checkpoint")
+    add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
     settings = TrainSettings(
@@ -45,7 +46,12 @@ def main() -> None:
         args.seed,
     )
     train_classifier(
-        [tuple(s) for s in args.shard], args.output, args.metrics, settings, chunk_length=args.chunk_length
+        [tuple(s) for s in args.shard],
+        args.output,
+        args.metrics,
+        settings,
+        args.progress_seconds,
+        chunk_length=args.chunk_length,
     )
 
 

@@ -1,7 +1,11 @@
 """The embed job: HDF5 contract, shard order, every frame exactly once with any number of loader
 workers, packing fill, out-of-memory halving, clean shutdown on SIGTERM, GPU claims."""
 
+import importlib.metadata
+import json
 import os
+import platform
+import re
 import signal
 import subprocess
 import sys
@@ -64,6 +68,11 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
         assert key in attrs
     assert attrs["precision"] == "fp32" and attrs["checkpoint"] == str(demo_models[model])
     assert attrs["attention"] == "padded sdpa" and stats["batches"] > 1
+    versions = json.loads(attrs["versions"])  # the software and device that made the embeddings
+    assert versions["python"] == platform.python_version() and versions["torch"] == torch.__version__
+    for package in ("fair-esm", "numpy", "h5py", "tokenizers"):
+        assert versions[package] == importlib.metadata.version(package)
+    assert versions["cuda"] == torch.version.cuda and versions["device_name"] == (platform.processor() or "cpu")
     # Sorting and packing change nothing: each row equals the sequence embedded alone.
     embedder = build_embedder(EmbedSettings(model, str(demo_models[model]), 2), CPU, torch.float32)
     sequences = [s for b in range(index.n_blocks) for s in index.block(b)]
@@ -230,37 +239,6 @@ def test_concurrent_jobs_claim_different_gpus(tmp_path):
         job.wait(timeout=30)
 
 
-FETCH = """
-import os, sys, time
-from pathlib import Path
-from workflow_lib import locks
-target = Path(sys.argv[1])
-def fetch():
-    with open(target.with_name("fetches"), "a") as log:
-        log.write(f"{os.getpid()}\\n")
-    with open(target, "w") as out:  # a slow, non-atomic download
-        out.write("half")
-        out.flush()
-        time.sleep(1)
-        out.write(" and the rest")
-locks.fetch_once(target, lambda: target.with_name("done").exists(), lambda: (fetch(), target.with_name("done").touch()))
-print(target.read_text())
-"""
-
-
-def test_a_model_is_fetched_once_when_jobs_start_together(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    jobs = [
-        subprocess.Popen(
-            [sys.executable, "-c", FETCH, str(tmp_path / "model.pt")], stdout=subprocess.PIPE, text=True, env=env
-        )
-        for _ in range(4)
-    ]
-    outputs = [job.communicate(timeout=60)[0].strip() for job in jobs]
-    assert outputs == ["half and the rest"] * 4
-    assert len((tmp_path / "fetches").read_text().split()) == 1
-
-
 def test_embed_cli(shard, demo_models, tmp_path):
     def run(*args):
         command = [sys.executable, str(ROOT / "scripts" / "embed.py"), *map(str, args)]
@@ -272,9 +250,18 @@ def test_embed_cli(shard, demo_models, tmp_path):
     ok = run(
         *("--model", "dnabert", "--checkpoint", demo_models["dnabert"], "--input", shard / "shard_0.fna"),
         *("--output", output, "--device", "cpu", "--num-workers", "1", "--threads", "1"),
+        *("--token-budget", "500", "--progress-seconds", "0.000001"),  # a line after every batch
     )
     assert ok.returncode == 0, ok.stderr
-    assert "0 loader workers (1 asked, 1 blocks)" in ok.stderr and "tokens/s, fill" in ok.stderr
+    assert "0 loader workers (1 asked, 1 blocks)" in ok.stderr
+    frames = len(ShardIndex.read(shard / "shard_0.fna"))
+    lines = re.findall(rf"INFO ([\d,]+) frames of {frames:,}, ([\d.,]+)/s, (\d+)% done, ETA [\d,]+ s, .*", ok.stderr)
+    assert len(lines) >= 2, ok.stderr
+    progress = [line for line in ok.stderr.splitlines() if "frames of" in line]
+    assert all("tokens/s, fill" in line and "loader wait" in line for line in progress)
+    done = [int(d.replace(",", "")) for d, _, _ in lines]
+    assert done == sorted(done) and 0 < done[0] < frames and float(lines[0][1].replace(",", "")) > 0
+    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s, .*tokens/s, fill.*wrote ", ok.stderr)
     bad = run(
         "--model",
         "esm",

@@ -238,7 +238,7 @@ def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     import shutil
 
     cache = tmp_path / "cache"
-    checkpoints = cache / "torch" / "checkpoints"
+    checkpoints = cache / "torch" / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)
     shutil.copy(demo_models["esm"], checkpoints / "esm2_t6_8M_UR50D.pt")
     shutil.copy(

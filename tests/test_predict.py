@@ -1,9 +1,13 @@
 """The prediction tables: every input record, every frame, VirNucPro's chunk rule and its two tables."""
 
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
-from conftest import GENOMES, read_tsv
+from conftest import GENOMES, ROOT, read_tsv
 
 from workflow_lib import h5store
 from workflow_lib.embedding import EmbedSettings, embed_shard
@@ -147,3 +151,20 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
             root / "in.fa",
             tmp_path / "out",
         )
+
+
+def test_cli_logs_progress_lines(sample, tmp_path):
+    """The predict CLI logs frames scored, rate and ETA, shard by shard, then a final line."""
+    root, files = sample
+    command = [sys.executable, str(ROOT / "scripts" / "predict.py"), "--prepare-dir", str(root / "prepare")]
+    command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
+    command += ["--input", str(root / "in.fa"), "--outdir", str(tmp_path), "--progress-seconds", "0.000001"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    frames = len(read_tsv(root / "prepare" / "frames.tsv.gz"))
+    first_shard = sum(f["shard"] == "0" for f in read_tsv(root / "prepare" / "frames.tsv.gz"))
+    assert 0 < first_shard < frames
+    line = rf"INFO {first_shard:,} frames of {frames:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s, 1 of 2 shards scored\n"
+    assert re.search(line, result.stderr), result.stderr
+    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s, 2 of 2 shards scored\n", result.stderr)
+    assert (tmp_path / "frames.tsv").read_bytes() == (root / "out" / "frames.tsv").read_bytes()

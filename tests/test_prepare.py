@@ -1,11 +1,14 @@
 """prepare against VirNucPro's own frames (fixtures made by its units.py), quirks included."""
 
 import gzip
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, GENOMES, read_fasta, read_tsv
+from conftest import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
 from workflow_lib.chunking import chunk_bounds
 from workflow_lib.prepare import Policy, prepare
@@ -199,3 +202,24 @@ def test_fastq_with_trailing_blank_lines(tmp_path):
 
     (tmp_path / "r.fq").write_text("@r1\nACGT\n+\nIIII\n@r2\n\n+\n\n" + "\n" * 6)  # r2 is an empty read
     assert [(rid, seq) for rid, _, seq in read_records(tmp_path / "r.fq")] == [("r1", b"ACGT"), ("r2", b"")]
+
+
+def test_cli_logs_progress_lines(tmp_path):
+    """The prepare CLI logs records done, rate and ETA at the interval asked for, then a final line."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from reads import write_reads
+
+    write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
+    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(tmp_path / "reads.fa")]
+    command += ["--shards", "2", "--outdir", str(tmp_path / "out"), "--progress-seconds", "0.000001"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = re.findall(
+        r"INFO ([\d,]+) records, ([\d.,]+)/s, (\d+)% done, ETA ([\d,]+) s, [\d,]+ frames kept", result.stderr
+    )
+    assert len(lines) >= 2, result.stderr  # one per batch: three batches, the last one has no ETA
+    done = [int(d.replace(",", "")) for d, _, _, _ in lines]
+    assert done == sorted(done) and done[-1] < 6000 and all(float(rate.replace(",", "")) > 0 for _, rate, _, _ in lines)
+    assert re.search(r"INFO 6,000 records, [\d.,]+/s, [\d,]+ chunks, [\d,]+ frames kept\n", result.stderr)
+    bad = subprocess.run(command[:-1] + ["0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--progress-seconds: expected a positive number of seconds, got 0" in bad.stderr

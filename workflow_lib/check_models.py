@@ -25,7 +25,7 @@ def check_models(
         raise InputError(f"models.esm.layer: {esm_layer} is out of range for {esm_checkpoint} ({layers} layers)")
     dnabert_dir = dnabert.resolve(dnabert_checkpoint, cache_dir)
     dnabert_dim = dnabert.read_config(dnabert_dir)["hidden_size"]
-    # A named ESM-2 model not downloaded yet has no files: its embed jobs hash it themselves.
+    # A named ESM-2 model is fetched before this check in a run; by hand without it, it has no files here.
     report = {
         "esm": {
             "checkpoint": esm_checkpoint,

@@ -10,6 +10,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .errors import InputError
+from .models.checkpoints import ESM2_MODELS, is_local
 
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
@@ -48,6 +49,25 @@ def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]
     ]
     if problems:
         raise InputError("\n".join(problems))
+
+
+def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
+    """A named ESM-2 model exists and has the configured layer (a local checkpoint, and the
+    classifier's input size, are checked by the check_models job before any embedding)."""
+    checkpoint, layer = config["models"]["esm"]["checkpoint"], config["models"]["esm"]["layer"]
+    if is_local(checkpoint):
+        return
+    if checkpoint not in ESM2_MODELS:
+        raise InputError(
+            f"{source_of(['models', 'esm', 'checkpoint'], sources)}: models.esm.checkpoint: {checkpoint!r} is no "
+            f"fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) and no local .pt file; fix it"
+        )
+    layers, dim = ESM2_MODELS[checkpoint]
+    if layer > layers:
+        raise InputError(
+            f"{source_of(['models', 'esm', 'layer'], sources)}: models.esm.layer: {layer} is out of range for "
+            f"{checkpoint} ({layers} layers of {dim}); set it to {layers} (the last layer, as VirNucPro) or lower"
+        )
 
 
 def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:

@@ -7,9 +7,11 @@ written), in the shard's order.
 """
 
 import contextlib
+import importlib.metadata
 import json
 import logging
 import os
+import platform
 import resource
 import signal
 import time
@@ -48,6 +50,7 @@ class EmbedSettings:
     expandable_segments: bool = True
     commit_seconds: float = 60.0  # how often finished results are committed, for a killed job to resume
     known_checksums: dict | None = None  # checksums.describe() of model files by the run's model check
+    progress_seconds: float = 30.0  # between progress lines
 
 
 def select_device(name: str) -> torch.device:
@@ -259,7 +262,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     done = int(committed.sum())
     if done:
         log.info("resuming: %d of %d frames were committed by an interrupted run", done, len(index))
-    progress = Progress(log, "frames", total=len(index), interval=30.0, done_before=done)
+    progress = Progress(log, "frames", total=len(index), interval=settings.progress_seconds, done_before=done)
     feed = DeviceFeed(embedder, device)
     dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
@@ -343,11 +346,28 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "loader_wait_s": round(meter.loader_wait, 3),
         "peak_memory_bytes": int(feed.peak_memory()),
         "resumed_frames": int(committed.sum()),
+        "versions": json.dumps(versions(device)),
     }
     h5store.write(output_path, index.ids, out, stats)
     commits.remove()
     log.info(progress.line(len(index), f"{meter.summary(feed)}, wrote {output_path}"))
     return stats
+
+
+def versions(device: torch.device) -> dict:
+    """The software and the device that made the embeddings, for the run summary."""
+    packages = {}
+    for name in ("torch", "fair-esm", "numpy", "h5py", "tokenizers"):
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "python": platform.python_version(),
+        **packages,
+        "cuda": torch.version.cuda,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+    }
 
 
 def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, precision: str, device) -> dict:

@@ -57,13 +57,3 @@ def exclusive(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def fetch_once(target: Path, is_cached, fetch) -> None:
-    """Run `fetch` (a download into a shared cache) in one job only: jobs that start together
-    wait for it, then find the files cached. Loading afterwards needs no lock."""
-    if is_cached():
-        return
-    with exclusive(target.with_name(f".{target.name}.lock")):
-        if not is_cached():
-            fetch()

@@ -18,10 +18,12 @@ from . import __version__, checksums, h5store
 from .errors import InputError
 from .models import classifier
 from .outputs import atomic_open
+from .progress import Progress
 from .seqio import read_batches
 
 log = logging.getLogger("workflow")
 FLOAT = "%.6g"
+SCORE_ROWS = 65536  # frames scored between two progress checks
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -53,11 +55,12 @@ def check_tables(frames: pd.DataFrame, sequences: pd.DataFrame, prepare_dir: Pat
 
 
 def score_frames(
-    frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model
+    frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model, progress_seconds: float = 30.0
 ) -> tuple[np.ndarray, dict[str, dict]]:
     """[N, 2] softmax scores (others, virus) in frames-table order, every frame scored exactly once;
     and each model's checkpoint, the same for every shard."""
     scores = np.full((len(frames), 2), np.nan, dtype=np.float32)
+    progress, done = Progress(log, "frames", total=len(frames), interval=progress_seconds), 0
     shard_of = frames["shard"].to_numpy()
     made_with: dict[str, dict] = {}
     for shard, (dna_path, esm_path) in enumerate(zip(dnabert_files, esm_files)):
@@ -85,12 +88,17 @@ def score_frames(
                 f"{dna_path} + {esm_path}: {features.shape[1]} features per frame but the classifier "
                 f"takes {model.input_dim}; use the classifier trained for these models"
             )
-        scores[rows] = classifier.scores(model, torch.from_numpy(features[position])).numpy()
+        for start in range(0, rows.size, SCORE_ROWS):
+            part = slice(start, start + SCORE_ROWS)
+            scores[rows[part]] = classifier.scores(model, torch.from_numpy(features[position[part]])).numpy()
+            done += len(position[part])
+            progress.update(done, f"{shard + (part.stop >= rows.size)} of {len(esm_files)} shards scored")
     if np.isnan(scores).any():
         raise InputError(
             f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
             "the shard lists do not cover the frames table"
         )
+    log.info(progress.line(done, f"{len(esm_files)} of {len(esm_files)} shards scored"))
     return scores, made_with
 
 
@@ -196,13 +204,14 @@ def predict(
     outdir: str | Path,
     min_viral_fraction: float = 0.5,
     virnucpro_tables: bool = True,
+    progress_seconds: float = 30.0,
 ) -> dict:
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
     model, _ = classifier.load(classifier_path)
     frames = read_table(prepare_dir / "frames.tsv.gz")
     sequences = read_table(prepare_dir / "sequences.tsv.gz")
     check_tables(frames, sequences, prepare_dir)
-    scores, made_with = score_frames(frames, dnabert_files, esm_files, model)
+    scores, made_with = score_frames(frames, dnabert_files, esm_files, model, progress_seconds)
     frames = frame_table(frames, scores)
     chunks = chunk_table(frames)
     calls = sequence_table(sequences, chunks, min_viral_fraction)

@@ -59,8 +59,11 @@ def shard_paths(outdir: Path, shards: int) -> list[tuple[Path, Path]]:
     return [(outdir / f"shard_{i}.fna", outdir / f"shard_{i}.faa") for i in range(shards)]
 
 
-def prepare(input_path: str | Path, outdir: str | Path, shards: int, policy: Policy) -> dict:
-    """Run the prepare stage on one input file; return the counts."""
+def prepare(
+    input_path: str | Path, outdir: str | Path, shards: int, policy: Policy, progress_seconds: float = 30.0
+) -> dict:
+    """Run the prepare stage on one input file; return the counts. A progress line is logged
+    every `progress_seconds`."""
     input_path, outdir = Path(input_path), Path(outdir)
     if shards < 1:
         raise InputError(f"shards must be at least 1, got {shards}")
@@ -74,7 +77,7 @@ def prepare(input_path: str | Path, outdir: str | Path, shards: int, policy: Pol
         sequences_table.write(("\t".join(SEQUENCES_COLUMNS) + "\n").encode())
         writer = _Writer(shard_files, frames_table, sequences_table, policy)
         id_hashes = array("q")
-        progress = Progress(log, "records")
+        progress = Progress(log, "records", interval=progress_seconds)
         for batch in read_batches(input_path, BATCH_BASES):
             id_hashes.extend(map(hash, batch.ids))
             writer.write_batch(batch)

@@ -1,5 +1,6 @@
 """Progress lines for long jobs: done, rate and ETA at a steady interval."""
 
+import argparse
 import logging
 import time
 
@@ -22,15 +23,17 @@ class Progress:
         self.last = now
         return True
 
-    def update(self, done: int, extra: str = "", fraction: float | None = None) -> None:
+    def update(self, done: float, extra: str = "", fraction: float | None = None) -> None:
         if self.due():
             self.log.info(self.line(done, extra, fraction))
 
-    def line(self, done: int, extra: str = "", fraction: float | None = None) -> str:
-        """`fraction` (of the input read, when the total count is unknown) gives the ETA."""
+    def line(self, done: float, extra: str = "", fraction: float | None = None) -> str:
+        """`done` may be fractional (epochs); `fraction` (of the input read, when the total count
+        is unknown) gives the ETA."""
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = (done - self.done_before) / elapsed
-        text = f"{done:,} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {rate:,.0f}/s"
+        count = f"{done:,.2f}" if isinstance(done, float) else f"{done:,}"
+        text = f"{count} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {_figure(rate)}/s"
         if self.total:
             fraction = done / self.total
             eta = (self.total - done) / rate if rate > 0 else None
@@ -39,6 +42,23 @@ class Progress:
         if fraction is not None and 0 < fraction < 1 and eta is not None:
             text += f", {fraction:.0%} done, ETA {eta:,.0f} s"
         return text + (f", {extra}" if extra else "")
+
+
+def _figure(x: float) -> str:
+    """Whole numbers from 100 up, three significant digits below (0.0123 epochs/s)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """--progress-seconds, the same in every script of a long job."""
+
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+        return value
+
+    parser.add_argument("--progress-seconds", type=seconds, default=30.0, help="seconds between progress lines")
 
 
 def setup_logging() -> logging.Logger:

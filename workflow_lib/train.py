@@ -1,14 +1,17 @@
 """Training VirNucPro's classifier on frames of samples labelled `virus` or `other`.
 
 VirNucPro's recipe: SGD (lr 2e-4, momentum 0.9), StepLR (10 epochs, gamma 0.85), batch 32,
-cross-entropy, early stopping on the validation loss (patience 5), a held-out split. Two
-deliberate differences: the best weights are really restored (VirNucPro keeps a reference to
-the live state dict, so it restores the last), and classes may be weighted by their inverse
-frequency instead of VirNucPro's down-sampling of the larger class.
+cross-entropy, early stopping on the validation loss (patience 5), a held-out split. Deliberate
+differences: the best weights are really restored (VirNucPro keeps a reference to the live
+state dict, so it restores the last); classes may be weighted by their inverse frequency
+instead of VirNucPro's down-sampling of the larger class; and the validation split holds out
+whole chunks (whole sequences when there are enough), not single frames: the six frames of a
+chunk are near-duplicates, and a split by frame scores the classifier on frames it was trained on.
 """
 
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,9 +24,14 @@ from . import h5store
 from .errors import InputError
 from .models import classifier
 from .outputs import atomic_open, atomic_path
+from .predict import read_table
+from .progress import Progress
 
 log = logging.getLogger("workflow")
 LABELS = {"other": 0, "virus": 1}
+# Whole sequences are held out when each class has at least this many; with fewer, one sequence
+# would be too large a share of its class, and chunks are held out instead.
+MIN_SEQUENCES_PER_CLASS = 10
 
 
 @dataclass(frozen=True)
@@ -38,26 +46,78 @@ class TrainSettings:
     seed: int = 42
 
 
-def load_examples(shards: list[tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels from (label, DNABERT-S HDF5, ESM-2 HDF5) per shard."""
-    features, labels = [], []
-    for label, dna_path, esm_path in shards:
+@dataclass(frozen=True)
+class Examples:
+    x: np.ndarray  # [N, D] features: DNABERT-S then ESM-2
+    y: np.ndarray  # [N] labels, 1 = virus
+    chunk: np.ndarray  # [N] the frame's chunk, numbered over all samples
+    sequence: np.ndarray  # [N] the frame's input record, numbered over all samples
+
+
+def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: float = 30.0) -> Examples:
+    """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table) per shard;
+    chunks and sequences come from the frames table, joined on frame_id (a sample is its table)."""
+    tables: dict[str, pd.DataFrame] = {}
+    features, labels, keys = [], [], []
+    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
+    for done, (label, dna_path, esm_path, frames_path) in enumerate(shards, 1):
         if label not in LABELS:
             raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
-        _, x, _ = h5store.read_features(dna_path, esm_path)
+        if frames_path not in tables:
+            if not Path(frames_path).is_file():
+                raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
+            tables[frames_path] = read_table(frames_path).set_index("frame_id")[["sequence_id", "chunk"]]
+        ids, x, _ = h5store.read_features(dna_path, esm_path)
+        where = tables[frames_path].index.get_indexer(ids)
+        if (where < 0).any():
+            raise InputError(
+                f"{dna_path}: {(where < 0).sum()} frames are not in {frames_path} (e.g. "
+                f"{[ids[i] for i in np.flatnonzero(where < 0)[:3]]}); delete the sample's embeddings and run again"
+            )
+        keys.append(tables[frames_path].iloc[where].reset_index().assign(sample=frames_path))
         features.append(x)
         labels.append(np.full(len(x), LABELS[label]))
+        progress.update(done)
+    key = pd.concat(keys, ignore_index=True)
+    repeated = key.duplicated(["sample", "frame_id"])
+    if repeated.any():
+        raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
     x, y = np.concatenate(features), np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
-    return x, y
+    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
+    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
+    return Examples(x, y, chunk, sequence)
+
+
+def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(training rows, validation rows, unit): whole sequences are held out when each class has
+    MIN_SEQUENCES_PER_CLASS of them, else whole chunks. Per class, its groups in a seeded order
+    until they hold `fraction` of its frames: at least one group, never all of them."""
+    y = examples.y
+    per_class = [np.unique(examples.sequence[y == label]).size for label in (0, 1)]
+    unit = "sequence" if min(per_class) >= MIN_SEQUENCES_PER_CLASS else "chunk"
+    group = examples.sequence if unit == "sequence" else examples.chunk
+    rng = np.random.default_rng(seed)
+    held = np.zeros(y.size, dtype=bool)
+    for label in (0, 1):
+        groups, sizes = np.unique(group[y == label], return_counts=True)
+        if groups.size < 2:
+            continue  # its one group is needed for training
+        order = rng.permutation(groups.size)
+        cumulative = np.cumsum(sizes[order])
+        n = min(int(np.searchsorted(cumulative, fraction * cumulative[-1])) + 1, groups.size - 1)
+        held |= np.isin(group, groups[order[:n]])
+    if not held.any():
+        raise InputError("too few chunks to hold out a validation split: give the train target more sequences")
+    return np.flatnonzero(~held), np.flatnonzero(held), unit
 
 
 def metrics(y: np.ndarray, score: np.ndarray) -> dict:
     """Accuracy, precision, recall, F1 (class virus, threshold: virus > other) and ROC-AUC."""
     predicted = score > 0.5
     tp, fp = int((predicted & (y == 1)).sum()), int((predicted & (y == 0)).sum())
-    fn = int((~predicted & (y == 1)).sum())
+    fn, tn = int((~predicted & (y == 1)).sum()), int((~predicted & (y == 0)).sum())
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     return {
@@ -68,6 +128,7 @@ def metrics(y: np.ndarray, score: np.ndarray) -> dict:
         "recall": recall,
         "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
         "roc_auc": _roc_auc(y, score),
+        "confusion": {"tp": tp, "fp": fp, "tn": tn, "fn": fn},
     }
 
 
@@ -82,14 +143,47 @@ def _roc_auc(y: np.ndarray, score: np.ndarray) -> float | None:
     )
 
 
-def train(x: np.ndarray, y: np.ndarray, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
-    torch.manual_seed(settings.seed)
+def roc_curve(y: np.ndarray, score: np.ndarray) -> dict | None:
+    """The exact ROC curve: one step per distinct score from the highest down (tied frames step
+    together, a diagonal), from (0, 0) to (1, 1). Points inside straight runs are left out: the
+    curve and its area are the same. threshold[i]: frames scoring at least this are called virus
+    (None at (0, 0), where no frame is)."""
+    positives = int((y == 1).sum())
+    negatives = y.size - positives
+    if not positives or not negatives:
+        return None
+    order = np.argsort(-score, kind="stable")
+    ranked = score[order]
+    last = np.r_[np.flatnonzero(np.diff(ranked)), ranked.size - 1]  # the last frame of each distinct score
+    tp = np.r_[0, np.cumsum(y[order] == 1)[last]]
+    fp = np.r_[0, last + 1 - tp[1:]]
+    keep = np.r_[True, (np.diff(tp, 2) != 0) | (np.diff(fp, 2) != 0), True]
+    return {
+        "false_positive_rate": (fp[keep] / negatives).tolist(),
+        "true_positive_rate": (tp[keep] / positives).tolist(),
+        "threshold": [None, *ranked[last][keep[1:]].tolist()],
+    }
+
+
+def train(
+    examples: Examples, settings: TrainSettings, progress_seconds: float = 30.0
+) -> tuple[classifier.MLPClassifier, dict]:
+    torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
     generator = torch.Generator().manual_seed(settings.seed)
-    order = torch.randperm(len(y), generator=generator).numpy()
-    n_validation = max(1, int(len(y) * settings.validation_fraction))
-    validation, training = order[:n_validation], order[n_validation:]
+    training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
+    x, y = examples.x, examples.y
     x_train, y_train = torch.from_numpy(x[training]), torch.from_numpy(y[training])
     x_val, y_val = torch.from_numpy(x[validation]), torch.from_numpy(y[validation])
+    log.info(
+        "held out by %s: %d validation frames (%d virus), %d training frames (%d virus)",
+        unit,
+        len(validation),
+        y[validation].sum(),
+        len(training),
+        y[training].sum(),
+    )
+    if len(np.unique(y[validation])) < 2:
+        log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
     weight = None
     if settings.balance_classes:
         counts = torch.bincount(y_train, minlength=2).clamp(min=1).float()
@@ -98,62 +192,103 @@ def train(x: np.ndarray, y: np.ndarray, settings: TrainSettings) -> tuple[classi
     model = classifier.MLPClassifier(x.shape[1])
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
-    best_loss, best_state, stale, epoch = float("inf"), None, 0, 0
+    best_loss, best_state, best_epoch, stale, epoch = float("inf"), None, 0, 0, 0
+    history = {"train_loss": [], "validation_loss": []}
+    # Checked after every batch: the first line comes after one interval even when epochs are long.
+    progress, status = Progress(log, "epochs", total=settings.epochs, interval=progress_seconds), "epoch 1 running"
+    starts = range(0, len(y_train), settings.batch_size)
     for epoch in range(1, settings.epochs + 1):
         model.train()
         permutation = torch.randperm(len(y_train), generator=generator)
-        for start in range(0, len(permutation), settings.batch_size):
+        total, seen = 0.0, 0
+        for step, start in enumerate(starts, 1):
             batch = permutation[start : start + settings.batch_size]
-            if len(batch) < 2:  # BatchNorm needs two rows in training mode
-                continue
-            optimizer.zero_grad()
-            F.cross_entropy(model(x_train[batch]), y_train[batch], weight=weight).backward()
-            optimizer.step()
+            if len(batch) >= 2:  # BatchNorm needs two rows in training mode
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x_train[batch]), y_train[batch], weight=weight)
+                loss.backward()
+                optimizer.step()
+                total, seen = total + loss.item() * len(batch), seen + len(batch)
+            progress.update(epoch - 1 + step / len(starts), status)
         scheduler.step()
         model.eval()
         with torch.no_grad():
             loss = float(F.cross_entropy(model(x_val), y_val, weight=weight))
-        log.info("epoch %d: validation loss %.4f", epoch, loss)
+        history["train_loss"].append(total / max(seen, 1))
+        history["validation_loss"].append(loss)
         if loss < best_loss:
-            best_loss, best_state, stale = loss, {k: v.clone() for k, v in model.state_dict().items()}, 0
+            best_loss, best_epoch, stale = loss, epoch, 0
+            best_state = {k: v.clone() for k, v in model.state_dict().items()}
         else:
             stale += 1
-            if stale >= settings.patience:
-                log.info("early stop after epoch %d (no improvement for %d epochs)", epoch, settings.patience)
-                break
+        status = f"validation loss {loss:.4f} at epoch {epoch}, best {best_loss:.4f} at epoch {best_epoch}"
+        progress.update(float(epoch), status)
+        if stale >= settings.patience:
+            break
     if best_state is None:
         raise InputError(
             "the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
             "or train.learning_rate is far too high"
         )
+    log.info(
+        "%d epochs in %.1f s (%s); best validation loss %.4f at epoch %d",
+        epoch,
+        time.monotonic() - progress.start,
+        f"early stop: no improvement for {settings.patience} epochs" if stale >= settings.patience else "all epochs",
+        best_loss,
+        best_epoch,
+    )
     model.load_state_dict(best_state)
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
     result = {
         "epochs_run": epoch,
+        "best_epoch": best_epoch,
         "best_validation_loss": best_loss,
-        "n_train": int(len(training)),
+        "split": {
+            "unit": unit,
+            "train_frames": int(training.size),
+            "validation_frames": int(validation.size),
+            "train_chunks": int(np.unique(examples.chunk[training]).size),
+            "validation_chunks": int(np.unique(examples.chunk[validation]).size),
+            "train_sequences": int(np.unique(examples.sequence[training]).size),
+            "validation_sequences": int(np.unique(examples.sequence[validation]).size),
+            "seed": settings.seed,
+        },
+        "train": metrics(y[training], classifier.scores(model, x_train)[:, 1].numpy()),
         "validation": metrics(y[validation], validation_scores),
+        "roc_curve": roc_curve(y[validation], validation_scores),
+        "history": history,
         "settings": asdict(settings),
     }
     return model.eval(), result
 
 
 def train_classifier(
-    shards: list[tuple[str, str, str]],
+    shards: list[tuple[str, str, str, str]],
     output: str | Path,
     metrics_path: str | Path,
     settings: TrainSettings,
+    progress_seconds: float = 30.0,
     **metadata,
 ) -> dict:
-    x, y = load_examples(shards)
+    """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
+    and the metrics JSON (training and validation metrics, the validation ROC curve, the split)."""
+    examples = load_examples(shards, progress_seconds)
+    x, y = examples.x, examples.y
     log.info(
-        "training on %d frames (%d virus, %d other), %d features", len(y), (y == 1).sum(), (y == 0).sum(), x.shape[1]
+        "training on %d frames (%d virus, %d other) of %d chunks, %d features",
+        len(y),
+        (y == 1).sum(),
+        (y == 0).sum(),
+        np.unique(examples.chunk).size,
+        x.shape[1],
     )
-    model, result = train(x, y, settings)
+    model, result = train(examples, settings, progress_seconds)
     with atomic_path(output) as tmp:
         classifier.save(model, tmp, validation=result["validation"], **metadata)
     with atomic_open(metrics_path) as handle:
         json.dump(result, handle, indent=2)
+        handle.write("\n")
     log.info(
         "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))
     )

@@ -2,11 +2,23 @@
 and loading pickled checkpoints without running code from them."""
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 from ..errors import InputError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+MANIFEST = "fetched.json"  # what fetch_models fetched, in models.cache_dir
+# fair-esm's ESM-2 models: layers, embedding size (here, not in esm.py: the Snakefile checks the
+# configured model at start-up without importing torch).
+ESM2_MODELS = {
+    "esm2_t6_8M_UR50D": (6, 320),
+    "esm2_t12_35M_UR50D": (12, 480),
+    "esm2_t30_150M_UR50D": (30, 640),
+    "esm2_t33_650M_UR50D": (33, 1280),
+    "esm2_t36_3B_UR50D": (36, 2560),
+    "esm2_t48_15B_UR50D": (48, 5120),
+}
 
 
 def is_local(checkpoint: str) -> bool:
@@ -15,6 +27,26 @@ def is_local(checkpoint: str) -> bool:
     if Path(checkpoint).exists() or checkpoint.endswith(".pt"):
         return True
     return "/" in checkpoint and not _HUB_ID.match(checkpoint)
+
+
+def is_url(path: str) -> bool:
+    return path.startswith(("http://", "https://"))
+
+
+def classifier_path(classifier: str, cache_dir: str) -> str:
+    """The classifier file that jobs read: the path itself, or where fetch_models puts a URL's download."""
+    if not is_url(classifier):
+        return classifier
+    name = PurePosixPath(urlsplit(classifier).path).name or "classifier.pth"
+    return str(Path(cache_dir) / "classifier" / name)
+
+
+def not_fetched(key: str, checkpoint: str, cache_dir: str | Path) -> InputError:
+    """The error of a job that finds a named model missing from the cache (jobs never download)."""
+    return InputError(
+        f"{key}: '{checkpoint}' is not in the model cache {cache_dir}; run `snakemake fetch_models` on a machine "
+        "with internet (then copy cache_dir if needed)"
+    )
 
 
 def load_weights(path: Path, what: str, allowed: list = (), mmap: bool = False):

@@ -10,19 +10,17 @@ VirNucPro's nucleotide embedding is the mean of the last hidden state over ALL t
 
 import json
 import math
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import locks
 from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import DNABERTTokens
 from . import varlen
-from .checkpoints import is_local, load_weights
+from .checkpoints import is_local, load_weights, not_fetched
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -134,8 +132,8 @@ class DNABERT(nn.Module):
 
 
 def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
-    """The local directory of a DNABERT-S checkpoint: the path itself, or the Hugging Face
-    snapshot of an id (downloaded into cache_dir, or found there when HF_HUB_OFFLINE=1)."""
+    """The local directory of a DNABERT-S checkpoint: the path itself, or the Hugging Face snapshot
+    of an id that fetch_models downloaded into cache_dir (found there with no network)."""
     if is_local(checkpoint):
         path = Path(checkpoint)
         if not (path / "config.json").is_file():
@@ -144,23 +142,15 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
                 "(config.json, model.safetensors or pytorch_model.bin, tokenizer.json) or a Hugging Face id"
             )
         return path
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
-    def cached() -> Path | None:
-        try:
-            return Path(
-                snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES, local_files_only=True)
-            )
-        except Exception:  # huggingface_hub raises several kinds for "not in the cache"
-            return None
-
-    cache = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir())
-    locks.fetch_once(
-        cache / checkpoint.replace("/", "--"),
-        lambda: cached() is not None,
-        lambda: snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES),
-    )
-    return cached()
+    try:
+        path = Path(snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES, local_files_only=True))
+        if (path / "config.json").is_file():
+            return path
+    except Exception:  # huggingface_hub raises several kinds for "not in the cache"
+        pass
+    raise not_fetched("models.dnabert.checkpoint", checkpoint, cache_dir or constants.HF_HUB_CACHE)
 
 
 def read_config(directory: Path) -> dict:

@@ -5,29 +5,20 @@ VirNucPro's protein embedding is the chosen layer's representation averaged over
 """
 
 import argparse
+import os
 from pathlib import Path
 
 import esm
 import torch
 import torch.nn.functional as F
 
-from .. import locks
 from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import ESMTokens
 from . import varlen
-from .checkpoints import is_local, load_weights
+from .checkpoints import ESM2_MODELS, is_local, load_weights, not_fetched
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
-# fair-esm's ESM-2 models: layers, embedding size.
-ESM2_MODELS = {
-    "esm2_t6_8M_UR50D": (6, 320),
-    "esm2_t12_35M_UR50D": (12, 480),
-    "esm2_t30_150M_UR50D": (30, 640),
-    "esm2_t33_650M_UR50D": (33, 1280),
-    "esm2_t36_3B_UR50D": (36, 2560),
-    "esm2_t48_15B_UR50D": (48, 5120),
-}
 
 
 def _torch_load(path: Path):
@@ -61,52 +52,49 @@ def _local_data(path: Path) -> dict:
 
 
 def _hub_dir(cache_dir: str | None) -> Path:
-    """Where torch hub keeps named models: cache_dir/torch, else torch's default."""
-    return Path(cache_dir) / "torch" if cache_dir else Path(torch.hub.get_dir())
+    """torch hub's directory for named models: cache_dir/torch/hub (jobs run with TORCH_HOME=cache_dir/torch),
+    else torch's own."""
+    return Path(cache_dir) / "torch" / "hub" if cache_dir else Path(torch.hub.get_dir())
+
+
+def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
+    """A named model's files in torch hub's layout, and the URLs that fetch_models downloads them from
+    (FAIR_ESM_URL in the environment replaces fair-esm's site, e.g. with a mirror)."""
+    base = os.environ.get("FAIR_ESM_URL", FAIR_ESM_URL).rstrip("/")
+    checkpoints = _hub_dir(cache_dir) / "checkpoints"
+    return {
+        checkpoints / f"{name}.pt": f"{base}/models/{name}.pt",
+        checkpoints / f"{name}-contact-regression.pt": f"{base}/regression/{name}-contact-regression.pt",
+    }
 
 
 def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
-    """The files a checkpoint loads from, those that exist (a named model's once it is downloaded)."""
-    path = Path(checkpoint) if is_local(checkpoint) else _hub_dir(cache_dir) / "checkpoints" / f"{checkpoint}.pt"
+    """The files a checkpoint loads from, those that exist (a named model's once it is fetched)."""
+    path = Path(checkpoint) if is_local(checkpoint) else next(iter(hub_files(checkpoint, cache_dir)))
     return [p for p in (path, path.with_name(f"{path.stem}-contact-regression.pt")) if p.is_file()]
 
 
-def _download(name: str) -> None:
-    """Fetch a named model into torch hub's cache, once when many jobs start together."""
-    hub = Path(torch.hub.get_dir()) / "checkpoints"
-    files = {
-        hub / f"{name}.pt": f"{FAIR_ESM_URL}/models/{name}.pt",
-        hub / f"{name}-contact-regression.pt": f"{FAIR_ESM_URL}/regression/{name}-contact-regression.pt",
-    }
-
-    def fetch() -> None:
-        for path, url in files.items():
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.hub.download_url_to_file(url, str(path))  # writes a temporary file, then renames
-
-    locks.fetch_once(next(iter(files)), lambda: all(p.exists() for p in files), fetch)
-
-
 def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.Alphabet]:
-    """Load an ESM-2 model by fair-esm name (downloaded into cache_dir/torch) or local .pt path.
+    """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt path.
 
     A local checkpoint may have `<stem>-contact-regression.pt` beside it, as fair-esm's own files
     do; the contact head is not used for embeddings, so it is optional here.
     """
-    if not is_local(checkpoint):
-        read_config(checkpoint)  # a clear error for unknown names
-        torch.hub.set_dir(str(_hub_dir(cache_dir)))
-        _download(checkpoint)
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            model, alphabet = esm.pretrained.load_model_and_alphabet_hub(checkpoint)
-    else:
+    if is_local(checkpoint):
         path = Path(checkpoint)
-        data = _local_data(path)
-        regression_path = path.with_name(f"{path.stem}-contact-regression.pt")
-        regression = _torch_load(regression_path) if regression_path.exists() else None
-        # "esm2" selects fair-esm's ESM-2 builder whatever the file is called.
-        model, alphabet = esm.pretrained.load_model_and_alphabet_core("esm2", data, regression)
+    else:
+        read_config(checkpoint)  # a clear error for unknown names
+        files = hub_files(checkpoint, cache_dir)
+        if not all(p.is_file() for p in files):
+            raise not_fetched("models.esm.checkpoint", checkpoint, cache_dir or torch.hub.get_dir())
+        # Not fair-esm's load_model_and_alphabet_hub: it downloads what is missing and unpickles
+        # with weights_only=False; the fetched files load as a local checkpoint does.
+        path = next(iter(files))
+    data = _local_data(path)
+    regression_path = path.with_name(f"{path.stem}-contact-regression.pt")
+    regression = _torch_load(regression_path) if regression_path.exists() else None
+    # "esm2" selects fair-esm's ESM-2 builder whatever the file is called.
+    model, alphabet = esm.pretrained.load_model_and_alphabet_core("esm2", data, regression)
     return model.eval(), alphabet
 
 

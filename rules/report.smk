@@ -1,0 +1,125 @@
+rule summarize:
+    input:
+        prepared="results/{sample}/prepare/sequences.tsv.gz",
+        manifest="results/{sample}/manifest.json",
+        esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
+        dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
+        benchmark_prepare="results/benchmarks/prepare/{sample}.tsv",
+        benchmark_esm=lambda wildcards: shard_benchmarks(wildcards.sample, "esm"),
+        benchmark_dnabert=lambda wildcards: shard_benchmarks(
+            wildcards.sample, "dnabert"
+        ),
+        benchmark_predict="results/benchmarks/predict/{sample}.tsv",
+    output:
+        report(
+            "results/{sample}/run_summary.json",
+            caption="../report/run_summary.rst",
+            category="Run summary",
+            subcategory="{sample}",
+            labels={"item": "run summary (download)"},
+        ),
+    log:
+        "logs/summarize/{sample}.log",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        script=script("summarize"),
+        args=summarize_args,
+    shell:
+        "python {params.script:q} --sample {wildcards.sample:q} --prepared {input.prepared:q} "
+        "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
+        "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
+        "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-predict {input.benchmark_predict:q} "
+        "{params.args} --output {output:q} > {log:q} 2>&1"
+
+
+rule plot_sample:
+    input:
+        frames="results/{sample}/frames.tsv",
+        chunks="results/{sample}/chunks.tsv",
+        sequences="results/{sample}/sequences.tsv",
+        prepared_frames="results/{sample}/prepare/frames.tsv.gz",
+        prepared_sequences="results/{sample}/prepare/sequences.tsv.gz",
+        summary="results/{sample}/run_summary.json",
+    output:
+        scores=report(
+            "results/{sample}/report/scores.png",
+            caption="../report/scores.rst",
+            category="Predictions",
+            subcategory="{sample}",
+            labels={"item": "virus score distributions"},
+        ),
+        calls=report(
+            "results/{sample}/report/calls.png",
+            caption="../report/calls.rst",
+            category="Predictions",
+            subcategory="{sample}",
+            labels={"item": "calls"},
+        ),
+        top_sequences=report(
+            "results/{sample}/report/top_sequences.png",
+            caption="../report/top_sequences.rst",
+            category="Predictions",
+            subcategory="{sample}",
+            labels={"item": "top sequences along their length"},
+        ),
+        table=report(
+            "results/{sample}/report/sequences.html",
+            caption="../report/sequences_table.rst",
+            category="Predictions",
+            subcategory="{sample}",
+            labels={"item": "top sequences table"},
+        ),
+        input=report(
+            "results/{sample}/report/input.png",
+            caption="../report/input.rst",
+            category="Input",
+            subcategory="{sample}",
+            labels={"item": "input statistics"},
+        ),
+        throughput=report(
+            "results/{sample}/report/throughput.png",
+            caption="../report/throughput.rst",
+            category="Embedding",
+            subcategory="{sample}",
+            labels={"item": "throughput per shard"},
+        ),
+    log:
+        "logs/plot_sample/{sample}.log",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        script=script("plot_sample"),
+        args=plot_sample_args,
+        results=subpath(input.sequences, parent=True),
+        outdir=subpath(output.scores, parent=True),
+    shell:
+        "python {params.script:q} --sample {wildcards.sample:q} --results {params.results:q} "
+        "--summary {input.summary:q} --outdir {params.outdir:q} {params.args} > {log:q} 2>&1"
+
+
+rule plot_training:
+    input:
+        metrics="results/train/metrics.json",
+    output:
+        roc=report(
+            "results/train/roc.png",
+            caption="../report/roc.rst",
+            category="Training",
+            labels={"item": "validation ROC curve"},
+        ),
+        table=report(
+            "results/train/metrics.html",
+            caption="../report/metrics.rst",
+            category="Training",
+            labels={"item": "training metrics"},
+        ),
+    log:
+        "logs/plot_training.log",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        script=script("plot_training"),
+    shell:
+        "python {params.script:q} --metrics {input.metrics:q} --roc {output.roc:q} "
+        "--table {output.table:q} > {log:q} 2>&1"

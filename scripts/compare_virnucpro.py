@@ -1,0 +1,27 @@
+"""Compare this workflow's results for a sample with VirNucPro's tables for the same input (JSON on stdout)."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.compare import compare
+from workflow_lib.errors import run_cli
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ours", required=True, help="results/{sample}: frames.tsv of this workflow")
+    parser.add_argument(
+        "--virnucpro",
+        required=True,
+        help="VirNucPro's output: prediction_results.txt, prediction_results_highestscore.csv",
+    )
+    args = parser.parse_args()
+    print(json.dumps(compare(args.ours, args.virnucpro), indent=2))
+
+
+if __name__ == "__main__":
+    run_cli(main)

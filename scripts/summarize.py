@@ -1,0 +1,51 @@
+"""Write a sample's run summary (versions, checkpoints, config, timings per stage, counts, embedding
+figures per shard) as JSON."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib import summary
+from workflow_lib.errors import run_cli
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sample", required=True)
+    parser.add_argument("--prepared", required=True, help="prepare's sequences.tsv.gz")
+    parser.add_argument("--manifest", required=True, help="predict's manifest.json")
+    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
+    parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
+    parser.add_argument("--benchmark-prepare", required=True, help="Snakemake benchmark file of the prepare job")
+    parser.add_argument("--benchmark-esm", nargs="+", required=True, help="of the ESM-2 embed jobs, in shard order")
+    parser.add_argument("--benchmark-dnabert", nargs="+", required=True, help="of the DNABERT-S embed jobs")
+    parser.add_argument("--benchmark-predict", required=True)
+    parser.add_argument("--config", default="{}", help="the run's config as JSON")
+    parser.add_argument("--snakemake-version", help="of the Snakemake that runs the workflow")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    models = {"esm": (args.esm, args.benchmark_esm), "dnabert": (args.dnabert, args.benchmark_dnabert)}
+    for model, (files, benchmarks) in models.items():
+        if len(files) != len(benchmarks):
+            parser.error(f"--{model} and --benchmark-{model} need one file per shard each")
+    result = summary.summarize(
+        args.sample,
+        args.prepared,
+        args.manifest,
+        {model: files for model, (files, _) in models.items()},
+        {
+            "prepare": args.benchmark_prepare,
+            "embed": {model: benchmarks for model, (_, benchmarks) in models.items()},
+            "predict": args.benchmark_predict,
+        },
+        json.loads(args.config),
+        args.snakemake_version,
+    )
+    summary.write(result, args.output)
+
+
+if __name__ == "__main__":
+    run_cli(main)

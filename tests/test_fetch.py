@@ -1,0 +1,218 @@
+"""fetch_models: named models downloaded into models.cache_dir and verified on a machine with
+internet; jobs then load them from there with no network.
+
+A real HTTP server on 127.0.0.1 (model_server.py) stands in for the network: fair-esm's site, the
+Hugging Face Hub as huggingface_hub's own client talks to it, and a classifier URL. It serves the
+tiny demo models in their real formats. The demo ESM-2 file goes by the real fair-esm name
+esm2_t6_8M_UR50D, which fetching and loading only use to find files; the model check takes a named
+model's sizes from fair-esm's table (6 layers of 320), so the classifier served here takes
+48 (demo DNABERT-S) + 320 features, and the embeddings (from the file) have 64.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import pytest
+import torch
+import yaml
+from conftest import ENV, GENOMES, ROOT, SNAKEMAKE
+from model_server import ModelServer
+
+from workflow_lib.errors import InputError
+from workflow_lib.fetch import fetch_models
+from workflow_lib.models import classifier
+
+ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
+ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"
+AGAIN = "run `snakemake fetch_models` again"
+FETCH_FIRST = "run `snakemake fetch_models` on a machine with internet (then copy cache_dir if needed)"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def sources(demo_models, tmp_path_factory) -> dict:
+    """What the server serves: files by URL path, and the Hub repository's files."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("classifier") / "classifier.pt"
+    classifier.save(classifier.MLPClassifier(48 + 320), path)
+    esm = demo_models["esm"]
+    repo = {p.name: p.read_bytes() for p in demo_models["dnabert"].iterdir()}
+    return {
+        "files": {
+            ESM_PATH: esm.read_bytes(),
+            f"/fair-esm/regression/{ESM}-contact-regression.pt": esm.with_name(
+                f"{esm.stem}-contact-regression.pt"
+            ).read_bytes(),
+            CLASSIFIER_PATH: path.read_bytes(),
+        },
+        "repo": {**repo, "bert_layers.py": b"# model code: never fetched, never run\n"},
+    }
+
+
+@pytest.fixture
+def server(sources, monkeypatch):
+    with ModelServer() as server:
+        server.files.update(sources["files"])
+        server.repos[REPO] = dict(sources["repo"])
+        monkeypatch.setenv("FAIR_ESM_URL", f"{server.url}/fair-esm")
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
+    return fetch_models(ESM, REPO, server.url + CLASSIFIER_PATH, str(cache), pinned)
+
+
+def snapshot(server: ModelServer, cache):
+    return cache / "models--zhihan1996--DNABERT-S" / "snapshots" / server.commit(REPO)
+
+
+def leftovers(cache) -> list:
+    return [p for p in cache.rglob("*") if ".tmp" in p.name or p.name.endswith((".incomplete", ".part"))]
+
+
+def test_fetch_verifies_records_and_fetches_once(server, tmp_path):
+    cache = tmp_path / "cache"
+    manifest = fetch(server, cache)
+    hub = cache / "torch" / "hub" / "checkpoints"  # torch hub's layout under TORCH_HOME=cache/torch
+    assert (hub / f"{ESM}.pt").read_bytes() == server.files[ESM_PATH]
+    assert (hub / f"{ESM}-contact-regression.pt").is_file()
+    assert sorted(p.name for p in snapshot(server, cache).iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    assert (cache / "classifier" / "classifier.pt").read_bytes() == server.files[CLASSIFIER_PATH]
+    assert json.loads((cache / "fetched.json").read_text()) == manifest
+    assert {name: (m["source"], m["kind"]) for name, m in manifest.items()} == {
+        "esm": (ESM, "fair-esm"),
+        "dnabert": (REPO, "huggingface"),
+        "classifier": (server.url + CLASSIFIER_PATH, "url"),
+    }
+    assert manifest["dnabert"]["revision"] == server.commit(REPO)
+    for model in manifest.values():
+        for path, entry in model["files"].items():
+            data = (cache / path).read_bytes()
+            assert (entry["size"], entry["sha256"]) == (len(data), sha256(data))
+    assert len(manifest["esm"]["files"]) == 2 and len(manifest["dnabert"]["files"]) == 4
+
+    server.requests.clear()
+    assert fetch(server, cache) == manifest
+    downloads = [r for r in server.requests if r[0] == "GET" and not r[1].startswith("/api/")]
+    assert downloads == []  # only metadata: sizes (HEAD) and the Hub's file list
+    assert leftovers(cache) == []
+
+
+@pytest.mark.parametrize("case", ["cut_download", "damaged_hub_file", "wrong_pin"])
+def test_a_download_that_does_not_verify_is_deleted(server, tmp_path, case):
+    cache, pinned = tmp_path / "cache", None
+    if case == "cut_download":  # the connection drops after 1,000 bytes
+        server.cut[ESM_PATH] = 1000
+        size = len(server.files[ESM_PATH])
+        expected = (
+            f"{server.url}{ESM_PATH}: 1,000 bytes where the source declares {size:,} (an incomplete download), "
+            f"so it is deleted; {AGAIN}"
+        )
+        gone = cache / "torch" / "hub" / "checkpoints" / f"{ESM}.pt"
+    elif case == "damaged_hub_file":  # the bytes differ from the SHA-256 the Hub publishes
+        data = server.repos[REPO]["model.safetensors"]
+        server.damaged[f"/{REPO}/resolve/{server.commit(REPO)}/model.safetensors"] = damaged = data[::-1]
+        expected = (
+            f"{REPO}: model.safetensors: SHA-256 {sha256(damaged)} where the source declares {sha256(data)} "
+            f"(a damaged download), so it is deleted; {AGAIN}"
+        )
+        gone = snapshot(server, cache) / "model.safetensors"
+    else:
+        pinned = {"classifier.pt": "0" * 64}
+        expected = (
+            f"{server.url}{CLASSIFIER_PATH}: SHA-256 {sha256(server.files[CLASSIFIER_PATH])} where "
+            f"models.checksums pins {'0' * 64}, so it is deleted; fix the pin if the source is right"
+        )
+        gone = cache / "classifier" / "classifier.pt"
+    with pytest.raises(InputError) as error:
+        fetch(server, cache, pinned)
+    assert str(error.value) == expected
+    assert not gone.exists() and not gone.is_symlink()
+    if case == "damaged_hub_file":
+        blobs = (cache / "models--zhihan1996--DNABERT-S" / "blobs").iterdir()
+        assert not any(blob.read_bytes() == damaged for blob in blobs)
+    assert leftovers(cache) == [] and not (cache / "fetched.json").exists()
+
+
+def write_shards(directory) -> dict:
+    directory.mkdir()
+    (directory / "shard.faa").write_text(">a_chunk_1F1\nMKVLAAGIVGLLLA\n>b_chunk_1F2\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n")
+    (directory / "shard.fna").write_text(">a_chunk_1\nATGAAAGTTCTGGCAGCAGGTATC\n>b_chunk_1\nATGTCTACTAACCCGAAACCG\n")
+    return {"esm": directory / "shard.faa", "dnabert": directory / "shard.fna"}
+
+
+def offline_env(cache) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("FAIR_ESM_URL", "HF_ENDPOINT")}
+    return {**env, "HF_HUB_OFFLINE": "1", "TORCH_HOME": str(cache / "torch")}
+
+
+def test_fetched_models_embed_offline(server, tmp_path):
+    """With the server gone and HF_HUB_OFFLINE=1, embed jobs load both models from the cache alone."""
+    cache = tmp_path / "cache"
+    fetch(server, cache)
+    server.stop()
+    shards = write_shards(tmp_path / "shards")
+    for model, checkpoint, dim in (("esm", ESM, 64), ("dnabert", REPO, 48)):
+        output = tmp_path / f"{model}.h5"
+        command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", model, "--checkpoint", checkpoint]
+        command += ["--input", str(shards[model]), "--output", str(output), "--cache-dir", str(cache)]
+        command += ["--device", "cpu", "--num-workers", "0", *(["--layer", "2"] if model == "esm" else [])]
+        result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))
+        assert result.returncode == 0, result.stderr
+        with h5py.File(output) as h5:
+            assert h5["embeddings"].shape == (2, dim) and h5.attrs["checkpoint"] == checkpoint
+
+
+@pytest.mark.parametrize("job", ["embed", "check_models"])
+def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
+    cache, shards = tmp_path / "empty", write_shards(tmp_path / "shards")
+    if job == "embed":
+        args = ["--model", "esm", "--checkpoint", ESM, "--layer", "2", "--input", str(shards["esm"])]
+        args += ["--output", str(tmp_path / "e.h5"), "--device", "cpu"]
+        missing = f"models.esm.checkpoint: '{ESM}'"
+    else:
+        args = ["--esm", ESM, "--esm-layer", "2", "--dnabert", REPO, "--output", str(tmp_path / "m.json")]
+        missing = f"models.dnabert.checkpoint: '{REPO}'"
+    command = [sys.executable, str(ROOT / "scripts" / f"{job}.py"), *args, "--cache-dir", str(cache)]
+    result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {missing} is not in the model cache {cache}; {FETCH_FIRST}"
+
+
+def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_path):
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{GENOMES / 'phiX174.fasta'}\n")
+    url = server.url + CLASSIFIER_PATH
+    models = {"esm": {"checkpoint": ESM, "layer": 2}, "dnabert": {"checkpoint": REPO}, "classifier": url}
+    models["checksums"] = {"classifier.pt": sha256(server.files[CLASSIFIER_PATH])}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"samples": "samples.tsv", "shards": 1, "models": models}))
+
+    def snakemake(target, env):
+        command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-p", target]
+        return subprocess.run(command, capture_output=True, text=True, env=env)
+
+    fetched = snakemake("fetch_models", {**ENV, "FAIR_ESM_URL": f"{server.url}/fair-esm", "HF_ENDPOINT": server.url})
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    manifest = json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())
+    assert sorted(manifest) == ["classifier", "dnabert", "esm"]
+    server.stop()
+    checked = snakemake("check_models", ENV)  # the rule itself sets HF_HUB_OFFLINE and TORCH_HOME
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert "rule fetch_models" not in checked.stdout + checked.stderr  # the manifest is up to date
+    assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in checked.stdout + checked.stderr
+    report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
+    assert (report["dnabert"]["dim"], report["esm"]["dim"], report["classifier"]["input_dim"]) == (48, 320, 368)
+    assert report["classifier"]["path"] == "models/cache/classifier/classifier.pt"

@@ -1,0 +1,167 @@
+"""Training metrics on the demo data: whole chunks held out, both classes in validation, the
+metrics, ROC curve and split in metrics.json; seeded runs give the same bytes."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, read_tsv
+
+from workflow_lib import h5store
+from workflow_lib.embedding import EmbedSettings, embed_shard
+from workflow_lib.prepare import Policy, prepare
+from workflow_lib.seqio import read_records
+from workflow_lib.train import Examples, load_examples, metrics, roc_curve, split
+
+RECORDS, RECORD_LENGTH, SHARDS = 4, 6000, 2
+FRACTION, SEED = 0.2, 42
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, demo_models):
+    """The demo's labelled genomes (config/demo_samples.tsv), 4 records of 6 kb cut from each,
+    through prepare and embed. Records are named alike in every sample: a chunk is told by its
+    sample too."""
+    root = tmp_path_factory.mktemp("demo_training")
+    shards = []
+    for row in read_tsv(ROOT / "config" / "demo_samples.tsv"):
+        if not row["label"]:
+            continue
+        ((_, _, genome),) = read_records(ROOT / row["path"])
+        step = len(genome) // RECORDS
+        parts = [genome[i * step : i * step + RECORD_LENGTH].decode() for i in range(RECORDS)]
+        (root / f"{row['sample']}.fa").write_text("".join(f">part_{i}\n{part}\n" for i, part in enumerate(parts)))
+        prepared = root / row["sample"]
+        prepare(root / f"{row['sample']}.fa", prepared, SHARDS, Policy(chunk_length=300))
+        for shard in range(SHARDS):
+            paths = []
+            for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
+                paths.append(str(prepared / f"{model}_{shard}.h5"))
+                settings = EmbedSettings(model, str(demo_models[model]), 2 if model == "esm" else None, "cpu")
+                embed_shard(prepared / f"shard_{shard}.{suffix}", paths[-1], settings)
+            shards.append((row["label"], *paths, str(prepared / "frames.tsv.gz")))
+    return root, shards
+
+
+def train_cli(shards, outdir):
+    command = [sys.executable, str(ROOT / "scripts" / "train.py")]
+    for shard in shards:
+        command += ["--shard", *shard]
+    command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json"), "--epochs", "40"]
+    command += ["--validation-fraction", str(FRACTION), "--seed", str(SEED), "--progress-seconds", "0.000001"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(demo):
+    """Two training runs through the CLI, with the same seed: (their directories, the first log)."""
+    root, shards = demo
+    logs = []
+    for name in ("first", "second"):
+        (root / name).mkdir()
+        logs.append(train_cli(shards, root / name))
+    return root / "first", root / "second", logs[0]
+
+
+def test_metrics_on_the_demo_data(demo, trained):
+    first, _, _ = trained
+    result = json.loads((first / "metrics.json").read_text())
+    for part in ("train", "validation"):
+        assert {"n", "n_virus", "accuracy", "precision", "recall", "f1", "roc_auc"} <= result[part].keys()
+        assert all(0 <= result[part][k] <= 1 for k in ("accuracy", "precision", "recall", "f1", "roc_auc"))
+    validation, split_ = result["validation"], result["split"]
+    assert 0 < validation["n_virus"] < validation["n"], "both classes in validation"
+    assert split_["unit"] == "chunk" and split_["seed"] == SEED  # 8 virus records: too few to hold out whole ones
+    assert split_["validation_frames"] == validation["n"] and split_["train_frames"] == result["train"]["n"]
+    frames = split_["train_frames"] + split_["validation_frames"]
+    assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[3] for s in demo[1]})
+    assert 0.15 < split_["validation_frames"] / frames < 0.3
+    assert 0 < result["epochs_run"] <= 40 and len(result["history"]["validation_loss"]) == result["epochs_run"]
+
+
+def test_roc_curve_is_exact_and_its_area_is_the_auc(trained):
+    result = json.loads((trained[0] / "metrics.json").read_text())
+    fpr, tpr = (np.array(result["roc_curve"][k]) for k in ("false_positive_rate", "true_positive_rate"))
+    threshold = result["roc_curve"]["threshold"]
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0, 0, 1, 1)
+    assert (np.diff(fpr) >= 0).all() and (np.diff(tpr) >= 0).all() and len(fpr) > 3
+    assert threshold[0] is None and threshold[1:] == sorted(threshold[1:], reverse=True)
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    assert area == pytest.approx(result["validation"]["roc_auc"], abs=1e-9)
+
+
+def test_no_chunk_on_both_sides(demo, trained):
+    """The split that training used, checked against (sample, sequence, chunk) read straight from
+    the embeddings and the frames tables."""
+    _, shards = demo
+    keys = []
+    for _, dna_path, _, frames_path in shards:
+        chunk_of = {f["frame_id"]: (frames_path, f["sequence_id"], f["chunk"]) for f in read_tsv(frames_path)}
+        keys += [chunk_of[frame_id] for frame_id in h5store.read(dna_path)[0]]
+    training, validation, unit = split(load_examples(shards), FRACTION, SEED)
+    train_chunks, validation_chunks = {keys[i] for i in training}, {keys[i] for i in validation}
+    assert unit == "chunk" and not train_chunks & validation_chunks
+    result = json.loads((trained[0] / "metrics.json").read_text())
+    assert (len(train_chunks), len(validation_chunks)) == (
+        result["split"]["train_chunks"],
+        result["split"]["validation_chunks"],
+    )
+    assert len(validation_chunks) < len(validation), "some chunks have several frames: a split by frame would leak"
+
+
+def test_seeded_training_gives_the_same_bytes(trained):
+    first, second, _ = trained
+    assert (first / "metrics.json").read_bytes() == (second / "metrics.json").read_bytes()
+    assert (first / "classifier.pt").read_bytes() == (second / "classifier.pt").read_bytes()
+
+
+def test_cli_logs_progress_lines(trained):
+    log = trained[2]
+    lines = re.findall(r"INFO ([\d.]+) epochs of 40, ([\d.,]+)/s, \d+% done, ETA [\d,]+ s, (.*)\n", log)
+    assert len(lines) > 10, log[-3000:]
+    done = [float(d) for d, _, _ in lines]
+    assert done == sorted(done) and all(float(rate.replace(",", "")) > 0 for _, rate, _ in lines)
+    assert lines[0][2] == "epoch 1 running"
+    assert any(re.fullmatch(r"validation loss [\d.]+ at epoch \d+, best [\d.]+ at epoch \d+", e) for _, _, e in lines)
+    assert re.search(r"INFO \d+ epochs in [\d.]+ s \(.*\); best validation loss [\d.]+ at epoch \d+\n", log)
+    assert re.search(rf"INFO {SHARDS * 5} shards read of {SHARDS * 5}, ", log)
+
+
+def test_roc_and_metrics_by_hand():
+    """Three virus frames (0.9, 0.8, 0.6) and three others (0.8, 0.4, 0.2): the tie at 0.8 is one
+    diagonal step; virus outscores other in 7.5 of 9 pairs."""
+    y = np.array([1, 1, 0, 1, 0, 0])
+    score = np.array([0.9, 0.8, 0.8, 0.6, 0.4, 0.2], dtype=np.float32)
+    curve = roc_curve(y, score)
+    third = 1 / 3
+    assert curve["false_positive_rate"] == pytest.approx([0, 0, third, third, 1])
+    assert curve["true_positive_rate"] == pytest.approx([0, third, 2 * third, 1, 1])  # (2/3, 1) is on a straight run
+    assert curve["threshold"] == [None, *np.float32([0.9, 0.8, 0.6, 0.2]).tolist()]
+    found = metrics(y, score)
+    assert found["roc_auc"] == pytest.approx(7.5 / 9)
+    assert found["confusion"] == {"tp": 3, "fp": 1, "tn": 2, "fn": 0}  # called virus above 0.5
+    assert (found["accuracy"], found["precision"], found["recall"]) == pytest.approx((5 / 6, 3 / 4, 1))
+    assert found["f1"] == pytest.approx(6 / 7)
+    assert roc_curve(np.array([1, 1]), np.float32([0.3, 0.7])) is None and metrics(y[:2], score[:2])["roc_auc"] is None
+
+
+def test_whole_sequences_are_held_out_when_there_are_enough():
+    """12 sequences per class of 3 chunks of 2 frames each; with 3 per class, chunks are held out."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 72)
+    sequence, chunk = np.arange(144) // 6, np.arange(144) // 2
+    examples = Examples(rng.normal(size=(144, 4)).astype(np.float32), y, chunk, sequence)
+    training, validation, unit = split(examples, 0.25, SEED)
+    assert unit == "sequence" and not set(sequence[training]) & set(sequence[validation])
+    assert set(y[validation]) == {0, 1} and len(validation) == 2 * 18  # 3 of each class's 12 sequences
+    again = split(examples, 0.25, SEED)
+    assert np.array_equal(training, again[0]) and np.array_equal(validation, again[1])
+    assert not np.array_equal(validation, split(examples, 0.25, SEED + 1)[1])
+    few = Examples(examples.x[:36], y[:36] * 0 + (np.arange(36) >= 18), chunk[:36], sequence[:36])
+    training, validation, unit = split(few, 0.25, SEED)
+    assert unit == "chunk" and not set(chunk[training]) & set(chunk[validation]) and set(few.y[validation]) == {0, 1}

@@ -1,0 +1,245 @@
+"""The figures and tables of the Snakemake report: per sample, virus-score distributions, calls,
+the top-scoring sequences chunk by chunk, input statistics and embedding throughput; for the
+`train` target, the validation ROC curve and metrics. PNGs are deterministic: fixed sizes, no
+timestamps or software names in their metadata."""
+
+import csv
+import html
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .outputs import atomic_path  # noqa: E402
+from .summary import read_tsv  # noqa: E402
+
+SAMPLE_FILES = {
+    "scores": "scores.png",
+    "calls": "calls.png",
+    "top_sequences": "top_sequences.png",
+    "table": "sequences.html",
+    "input": "input.png",
+    "throughput": "throughput.png",
+}
+CALLS = {"virus": "#c0392b", "other": "#2e86c1", "no_coding_frame": "#95a5a6"}
+MODELS = {"esm": ("ESM-2", "#8e44ad"), "dnabert": ("DNABERT-S", "#16a085")}
+SCORE_BINS = np.linspace(0, 1, 41)
+TABLE_STYLE = (
+    "body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
+    "th,td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#eee;position:sticky;top:0}"
+    "td:first-child,th:first-child{text-align:left}"
+)
+
+
+def save(figure, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    plt.close(figure)
+
+
+def _text(value) -> str:
+    """A sequence ID as matplotlib text: a `$` would start math mode."""
+    return str(value).replace("$", r"\$")
+
+
+def plot_scores(frames: pd.DataFrame, sequences: pd.DataFrame, path: str | Path) -> None:
+    """Histograms of the frames' score_virus and the sequences' max_score_virus."""
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for ax, values, what in (
+        (axes[0], frames["score_virus"], "frames"),
+        (axes[1], sequences["max_score_virus"].dropna(), "sequences (highest chunk score)"),
+    ):
+        ax.hist(values, bins=SCORE_BINS, color=CALLS["virus"], alpha=0.8)
+        ax.axvline(0.5, color="black", linestyle="--", linewidth=1)
+        ax.set(xlabel="virus score", ylabel="count", title=f"{len(values):,} {what}", xlim=(0, 1))
+    save(figure, path)
+
+
+def plot_calls(sequences: pd.DataFrame, path: str | Path) -> None:
+    """Sequences per call, with the share of all sequences."""
+    counts = sequences["call"].value_counts().reindex(list(CALLS), fill_value=0)
+    total = max(len(sequences), 1)
+    figure, ax = plt.subplots(figsize=(7, 3), layout="constrained")
+    bars = ax.barh(counts.index[::-1], counts.to_numpy()[::-1], color=[CALLS[c] for c in counts.index[::-1]])
+    ax.bar_label(bars, labels=[f"{n:,} ({n / total:.1%})" for n in counts.to_numpy()[::-1]], padding=3)
+    ax.set(xlabel="sequences", title=f"{counts['virus'] / total:.1%} of {len(sequences):,} sequences called viral")
+    ax.set_xlim(0, max(counts.max(), 1) * 1.3)
+    save(figure, path)
+
+
+def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
+    """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
+    columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
+    parts = [
+        part[part["sequence_id"].isin(ids)].drop_duplicates()
+        for part in pd.read_csv(
+            prepared_frames,
+            sep="\t",
+            usecols=columns,
+            keep_default_na=False,
+            dtype={"sequence_id": str},
+            chunksize=500_000,
+            quoting=csv.QUOTE_NONE,
+        )
+    ]
+    return pd.concat(parts).drop_duplicates(["sequence_id", "chunk"])
+
+
+def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The n sequences with the highest max_score_virus (unscored ones last), ties in table order."""
+    return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
+
+
+def plot_top_sequences(
+    sequences: pd.DataFrame, chunks: pd.DataFrame, positions: pd.DataFrame, n: int, path: str | Path
+) -> None:
+    """Per-chunk max_score_virus along each of the n highest-scoring sequences: one segment per
+    scored chunk from its start to its end (bp), red when the chunk is called viral."""
+    top = top_sequences(sequences[sequences["n_chunks_scored"] > 0], n)
+    scored = chunks.merge(positions, on=["sequence_id", "chunk"], how="left")
+    columns = min(max(len(top), 1), 3)
+    rows = max(1, -(-len(top) // columns))
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(4 * columns, 2.2 * rows + 0.6), layout="constrained", squeeze=False
+    )
+    for ax, (_, record) in zip(axes.flat, top.iterrows()):
+        own = scored[scored["sequence_id"] == record["sequence_id"]]
+        colors = np.where(own["is_virus"], CALLS["virus"], CALLS["other"])
+        ax.hlines(own["max_score_virus"], own["chunk_start"], own["chunk_end"], colors=colors, linewidth=2.5)
+        ax.scatter((own["chunk_start"] + own["chunk_end"]) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
+        ax.axhline(0.5, color="black", linestyle=":", linewidth=0.8)
+        name = record["sequence_id"] if len(record["sequence_id"]) <= 40 else record["sequence_id"][:37] + "..."
+        ax.set_title(f"{_text(name)} ({record['call']})", fontsize=9)
+        ax.set(xlim=(0, record["length"]), ylim=(-0.03, 1.03))
+        ax.tick_params(labelsize=8)
+    for ax in axes.flat[len(top) :]:
+        ax.axis("off")
+    if len(top) == 0:
+        axes.flat[0].text(0.5, 0.5, "no sequence has a scored chunk", ha="center", va="center")
+    figure.supxlabel("position in the sequence (bp)", fontsize=9)
+    figure.supylabel("chunk virus score", fontsize=9)
+    save(figure, path)
+
+
+def plot_input(prepared: pd.DataFrame, counts: dict, path: str | Path) -> None:
+    """Totals of the input, and per record its length, frames and share of ambiguous bases."""
+    figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
+    totals = [
+        ("records", f"{counts['records']:,}"),
+        ("bases", f"{counts['bases']:,}"),
+        ("chunks", f"{counts['chunks']:,}"),
+        ("frames (stop-free)", f"{counts['frames']:,}"),
+        ("frames per record", f"{counts['frames_per_record']:.2f}"),
+        ("ambiguous (non-ACGT) bases", f"{counts['ambiguous_bases']:,} ({counts['ambiguous_fraction']:.3%})"),
+        *((f"status {status}", f"{n:,}") for status, n in counts["status"].items()),
+    ]
+    axes[0, 0].axis("off")
+    table = axes[0, 0].table(cellText=totals, loc="center", cellLoc="left", edges="horizontal")
+    table.auto_set_font_size(False)
+    table.set_fontsize(10)
+    table.scale(1, 1.4)
+    lengths = prepared["length"].clip(lower=1)
+    wide = lengths.max() > 100 * lengths.min()
+    bins = np.geomspace(lengths.min(), lengths.max() + 1, 31) if wide else 30
+    axes[0, 1].hist(lengths, bins=bins, color="#34495e")
+    axes[0, 1].set(xscale="log" if wide else "linear", xlabel="record length (bp)", ylabel="records")
+    frames = prepared["n_frames"]
+    bins = np.arange(frames.max() + 2) - 0.5 if frames.max() < 60 else 60
+    axes[1, 0].hist(frames, bins=bins, color="#16a085")
+    axes[1, 0].set(xlabel="stop-free frames per record", ylabel="records")
+    axes[1, 1].hist(prepared["ambiguous_fraction"], bins=np.linspace(0, 1, 41), color="#7f8c8d")
+    axes[1, 1].set(xlabel="ambiguous (non-ACGT) fraction of the record", ylabel="records", xlim=(0, 1))
+    save(figure, path)
+
+
+def plot_throughput(shards: list[dict], path: str | Path) -> None:
+    """Tokens/s and packing fill of each embedding shard, per model, labelled with precision and device."""
+    table = pd.DataFrame(shards)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    n_shards = table["shard"].max() + 1
+    n_models = table["model"].nunique()
+    width = 0.8 / n_models
+    for i, (model, own) in enumerate(table.groupby("model", sort=False)):
+        name, color = MODELS.get(model, (model, None))
+        labels = [f"{p}\n{d}" for p, d in zip(own["precision"], own["device"])]
+        for ax, column in ((axes[0], "tokens_per_s"), (axes[1], "fill")):
+            bars = ax.bar(own["shard"] + (i - (n_models - 1) / 2) * width, own[column], width, label=name, color=color)
+            ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
+    axes[0].set(ylabel="tokens/s", title="embedding throughput", ylim=(0, axes[0].get_ylim()[1] * 1.15))
+    axes[1].set(ylabel="real tokens / batch slots", title="packing fill", ylim=(0, 1.15))
+    for ax in axes:
+        ax.set_xticks(range(n_shards), [f"shard {s}" for s in range(n_shards)])
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=len(MODELS))
+    save(figure, path)
+
+
+def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> None:
+    """A self-contained HTML page holding one table (the report shows HTML inline)."""
+    body = table.to_html(index=False, na_rep="NA", float_format=lambda v: f"{v:.4g}", border=0)
+    page = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{TABLE_STYLE}</style></head>\n<body><h3>{html.escape(title)}</h3><p>{html.escape(note)}</p>\n"
+        f"{body}\n</body></html>\n"
+    )
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(page, encoding="utf-8")
+
+
+def sample_report(
+    sample: str, results: str | Path, summary: str | Path, outdir: str | Path, top: int = 12, rows: int = 500
+) -> None:
+    """All figures of a sample (SAMPLE_FILES, in outdir) from its results directory and run summary."""
+    results, outdir = Path(results), Path(outdir)
+    run = json.loads(Path(summary).read_text())
+    frames = pd.read_csv(results / "frames.tsv", sep="\t", usecols=["score_virus"])
+    sequences, chunks = read_tsv(results / "sequences.tsv"), read_tsv(results / "chunks.tsv")
+    plot_scores(frames, sequences, outdir / SAMPLE_FILES["scores"])
+    plot_calls(sequences, outdir / SAMPLE_FILES["calls"])
+    best = set(top_sequences(sequences, top)["sequence_id"])
+    positions = chunk_positions(results / "prepare" / "frames.tsv.gz", best)
+    plot_top_sequences(sequences, chunks, positions, top, outdir / SAMPLE_FILES["top_sequences"])
+    html_table(
+        top_sequences(sequences, rows),
+        f"{sample}: sequences with the highest virus scores",
+        f"{min(rows, len(sequences)):,} of {len(sequences):,} sequences, highest max_score_virus first; "
+        "the whole table is sequences.tsv.",
+        outdir / SAMPLE_FILES["table"],
+    )
+    plot_input(read_tsv(results / "prepare" / "sequences.tsv.gz"), run["counts"], outdir / SAMPLE_FILES["input"])
+    plot_throughput(run["embedding_shards"], outdir / SAMPLE_FILES["throughput"])
+
+
+def _flatten(values: dict, prefix: str = "") -> dict:
+    """Nested dicts of scalars as {"outer inner": value}; lists (curves, histories) left out."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat |= _flatten(value, f"{prefix}{key} ")
+        elif not isinstance(value, list):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: str | Path) -> None:
+    """The validation ROC curve (when metrics.json holds one) and the metrics as a table."""
+    metrics = json.loads(Path(metrics_path).read_text())
+    figure, ax = plt.subplots(figsize=(5, 5), layout="constrained")
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    curve, auc = metrics.get("roc_curve"), metrics.get("validation", {}).get("roc_auc")
+    if curve:
+        ax.plot(curve["false_positive_rate"], curve["true_positive_rate"], color=CALLS["virus"], marker=".")
+        ax.set_title(f"validation ROC curve, AUC {auc:.3f}" if auc is not None else "validation ROC curve")
+    else:
+        ax.set_title("no ROC curve: the validation split holds one class only")
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1), ylim=(0, 1.01), aspect="equal")
+    save(figure, roc_path)
+    scalars = _flatten(metrics)
+    table = pd.DataFrame(
+        {"metric": list(scalars), "value": [f"{v:.4g}" if isinstance(v, float) else str(v) for v in scalars.values()]}
+    )
+    html_table(table, "classifier training", f"from {Path(metrics_path).name}", table_path)

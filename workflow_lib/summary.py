@@ -1,0 +1,164 @@
+"""A sample's run summary, results/{sample}/run_summary.json: what ran (package versions, checkpoints
+with their SHA-256, the config), how long each stage took, how many records, bases, chunks and
+frames went through, and the figures of every embedding shard."""
+
+import csv
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+
+import h5py
+import pandas as pd
+
+from . import __version__
+from .outputs import atomic_open
+
+PACKAGES = (
+    "snakemake",
+    "torch",
+    "fair-esm",
+    "numpy",
+    "pandas",
+    "h5py",
+    "huggingface-hub",
+    "tokenizers",
+    "matplotlib",
+)
+# HDF5 attributes of an embedding shard that the summary reports (workflow_lib/embedding.py)
+SHARD_FIGURES = (
+    "tokens_per_s",
+    "fill",
+    "precision",
+    "device",
+    "attention",
+    "batches",
+    "loader_wait_s",
+    "peak_memory_bytes",
+    "resumed_frames",
+)
+
+
+def read_tsv(path: str | Path) -> pd.DataFrame:
+    """A table of prepare or predict. IDs are kept verbatim (no quoting, no NA); NA in a score
+    column marks a record with no scored chunk."""
+    na = {column: ["NA"] for column in ("viral_fraction", "max_score_virus", "mean_score_virus")}
+    return pd.read_csv(
+        path, sep="\t", keep_default_na=False, na_values=na, dtype={"sequence_id": str}, quoting=csv.QUOTE_NONE
+    )
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python and the packages of this environment; None for one that is not installed."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def benchmark(path: str | Path) -> dict:
+    """Wall-clock seconds and peak resident memory (MB) from a Snakemake benchmark file."""
+    row = pd.read_csv(path, sep="\t").iloc[-1]  # a repeated benchmark has one row per run: the last
+    return {"seconds": float(row["s"]), "max_rss_mb": _number(row["max_rss"])}
+
+
+def _number(value) -> float | None:
+    return None if value == "-" or pd.isna(value) else float(value)
+
+
+def shard_figures(path: str | Path, shard: int) -> dict:
+    """An embedding shard's throughput figures and package versions, from its HDF5 attributes."""
+    with h5py.File(path, "r") as handle:
+        attrs, frames = dict(handle.attrs), handle["ids"].shape[0]
+    figures = {"model": str(attrs["model"]), "shard": shard, "frames": int(frames), "tokens": int(attrs["n_tokens"])}
+    figures["seconds"] = float(attrs["seconds"])
+    figures |= {key: _json_value(attrs[key]) for key in SHARD_FIGURES if key in attrs}
+    figures["versions"] = json.loads(attrs["versions"]) if "versions" in attrs else None
+    return figures
+
+
+def _json_value(value):
+    """Numbers come back from HDF5 as numpy scalars; .item() makes them Python values."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def embed_versions(shards: list[dict]) -> dict[str, dict]:
+    """Per model, the versions its jobs reported; a package whose version differed between shards
+    lists every version."""
+    found: dict[str, dict[str, set]] = {}
+    for shard in shards:
+        for package, version in (shard["versions"] or {}).items():
+            found.setdefault(shard["model"], {}).setdefault(package, set()).add(version)
+    return {
+        model: {p: v.pop() if len(v) == 1 else sorted(v) for p, v in packages.items()}
+        for model, packages in found.items()
+    }
+
+
+def counts(prepared: pd.DataFrame, manifest: dict) -> dict:
+    records, bases = len(prepared), int(prepared["length"].sum())
+    # the fraction is written with 6 significant digits: exact for fewer than 10^6 ambiguous bases a record
+    ambiguous = int((prepared["ambiguous_fraction"] * prepared["length"]).round().sum())
+    frames = manifest["counts"]["frames"]
+    return {
+        "records": records,
+        "bases": bases,
+        "chunks": manifest["counts"]["chunks"],
+        "chunks_scored": manifest["counts"]["chunks_scored"],
+        "frames": frames,
+        "frames_per_record": round(frames / records, 4) if records else 0.0,
+        "ambiguous_bases": ambiguous,
+        "ambiguous_fraction": round(ambiguous / bases, 6) if bases else 0.0,
+        "status": {s: int(n) for s, n in sorted(prepared["status"].value_counts().items())},
+        "calls": manifest["counts"]["calls"],
+    }
+
+
+def summarize(
+    sample: str,
+    prepared: str | Path,
+    manifest: str | Path,
+    embeddings: dict[str, list[str]],
+    benchmarks: dict[str, str | list[str]],
+    config: dict,
+    snakemake_version: str | None = None,
+) -> dict:
+    """The summary of one sample from prepare's sequences table, predict's manifest.json, the
+    embedding shards and the Snakemake benchmark files of its jobs. `embeddings` and
+    benchmarks["embed"] are per model, in shard order; benchmarks["prepare"|"predict"] one file each."""
+    manifest = json.loads(Path(manifest).read_text())
+    shards = [shard_figures(path, i) for model in embeddings for i, path in enumerate(embeddings[model])]
+    versions = package_versions() | ({"snakemake": snakemake_version} if snakemake_version else {})
+    embed_timings = {}
+    for model, files in benchmarks["embed"].items():
+        per_shard = [{"shard": i} | benchmark(path) for i, path in enumerate(files)]
+        rss = [s["max_rss_mb"] for s in per_shard if s["max_rss_mb"] is not None]
+        embed_timings[model] = {
+            "seconds": round(sum(s["seconds"] for s in per_shard), 4),
+            "max_rss_mb": max(rss, default=None),
+            "shards": per_shard,
+        }
+    return {
+        "sample": sample,
+        "workflow_version": __version__,
+        "versions": {"summarize": versions, "embed": embed_versions(shards)},
+        "input": manifest["input"],
+        "config": config,
+        "checkpoints": manifest["checkpoints"],
+        "counts": counts(read_tsv(prepared), manifest),
+        "timings": {
+            "prepare": benchmark(benchmarks["prepare"]),
+            "embed": embed_timings,
+            "predict": benchmark(benchmarks["predict"]),
+        },
+        "embedding_shards": [{k: v for k, v in s.items() if k != "versions"} for s in shards],
+    }
+
+
+def write(summary: dict, path: str | Path) -> None:
+    with atomic_open(path) as handle:
+        json.dump(summary, handle, indent=2)
+        handle.write("\n")
