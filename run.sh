@@ -22,9 +22,11 @@ case "${1:-}" in
         shift
         start=$(date +%s)
         snakemake --configfile config/demo.yaml "$@"
+        snakemake --configfile config/demo.yaml --report results/report.html
         echo
         echo "Demo finished in $(($(date +%s) - start)) s (tiny demo models: the calls carry no biological meaning)."
-        echo "Per sample: results/<sample>/frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, prediction_results*.txt|csv"
+        echo "Report (open in a browser): results/report.html"
+        echo "Per sample: results/<sample>/frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, run_summary.json, prediction_results*.txt|csv"
         for table in results/*/sequences.tsv; do
             calls=$(tail -n +2 "$table" | cut -f9 | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')
             echo "  $table: ${calls%, }"
@@ -35,7 +37,13 @@ case "${1:-}" in
         setup
         shift
         # tests/test_report.py opens the report in headless Chromium (Debian's package; CI runs as root)
-        command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+        if ! command -v chromium >/dev/null; then
+            if [ "$(id -u)" = 0 ]; then
+                apt-get update -qq && apt-get install -y -qq chromium
+            else
+                echo "run.sh: tests/test_report.py needs Chromium: sudo apt-get install chromium" >&2
+            fi
+        fi
         python -m pytest "$@"
         ;;
     *)
