@@ -27,9 +27,17 @@ SCORE_ROWS = 65536  # frames scored between two progress checks
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    # QUOTE_NONE: record IDs are taken verbatim from headers and may hold quote characters.
+    """A table of prepare or predict. QUOTE_NONE and no default NA: record IDs are taken verbatim
+    from headers and may hold quote characters or read "NA"; NA in a score column marks a record
+    with no scored chunk."""
+    na = {column: ["NA"] for column in ("viral_fraction", "max_score_virus", "mean_score_virus")}
     return pd.read_csv(
-        path, sep="\t", keep_default_na=False, dtype={"frame_id": str, "sequence_id": str}, quoting=csv.QUOTE_NONE
+        path,
+        sep="\t",
+        keep_default_na=False,
+        na_values=na,
+        dtype={"frame_id": str, "sequence_id": str},
+        quoting=csv.QUOTE_NONE,
     )
 
 

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .outputs import atomic_path  # noqa: E402
-from .summary import read_tsv  # noqa: E402
+from .predict import read_table  # noqa: E402
 
 SAMPLE_FILES = {
     "scores": "scores.png",
@@ -197,7 +197,7 @@ def sample_report(
     results, outdir = Path(results), Path(outdir)
     run = json.loads(Path(summary).read_text())
     frames = pd.read_csv(results / "frames.tsv", sep="\t", usecols=["score_virus"])
-    sequences, chunks = read_tsv(results / "sequences.tsv"), read_tsv(results / "chunks.tsv")
+    sequences, chunks = read_table(results / "sequences.tsv"), read_table(results / "chunks.tsv")
     plot_scores(frames, sequences, outdir / SAMPLE_FILES["scores"])
     plot_calls(sequences, outdir / SAMPLE_FILES["calls"])
     best = set(top_sequences(sequences, top)["sequence_id"])
@@ -210,7 +210,7 @@ def sample_report(
         "the whole table is sequences.tsv.",
         outdir / SAMPLE_FILES["table"],
     )
-    plot_input(read_tsv(results / "prepare" / "sequences.tsv.gz"), run["counts"], outdir / SAMPLE_FILES["input"])
+    plot_input(read_table(results / "prepare" / "sequences.tsv.gz"), run["counts"], outdir / SAMPLE_FILES["input"])
     plot_throughput(run["embedding_shards"], outdir / SAMPLE_FILES["throughput"])
 
 

@@ -2,7 +2,6 @@
 with their SHA-256, the config), how long each stage took, how many records, bases, chunks and
 frames went through, and the figures of every embedding shard."""
 
-import csv
 import json
 import platform
 from importlib import metadata
@@ -13,6 +12,7 @@ import pandas as pd
 
 from . import __version__
 from .outputs import atomic_open
+from .predict import read_table
 
 PACKAGES = (
     "snakemake",
@@ -37,15 +37,6 @@ SHARD_FIGURES = (
     "peak_memory_bytes",
     "resumed_frames",
 )
-
-
-def read_tsv(path: str | Path) -> pd.DataFrame:
-    """A table of prepare or predict. IDs are kept verbatim (no quoting, no NA); NA in a score
-    column marks a record with no scored chunk."""
-    na = {column: ["NA"] for column in ("viral_fraction", "max_score_virus", "mean_score_virus")}
-    return pd.read_csv(
-        path, sep="\t", keep_default_na=False, na_values=na, dtype={"sequence_id": str}, quoting=csv.QUOTE_NONE
-    )
 
 
 def package_versions() -> dict[str, str | None]:
@@ -148,7 +139,7 @@ def summarize(
         "input": manifest["input"],
         "config": config,
         "checkpoints": manifest["checkpoints"],
-        "counts": counts(read_tsv(prepared), manifest),
+        "counts": counts(read_table(prepared), manifest),
         "timings": {
             "prepare": benchmark(benchmarks["prepare"]),
             "embed": embed_timings,
