@@ -1,16 +1,15 @@
-"""Throughput of the embed job's parts on 500 bp reads sampled from the bundled genomes. Prints JSON.
+"""Throughput of the embed job on frames of 500 bp reads sampled from the bundled genomes. Prints JSON.
 
 (a) loader: the spawn DataLoader alone (read, tokenize, pack; no model), frames/s for ESM-2
     proteins and DNABERT-S nucleotides;
-(b) esm: the packed ESM-2 forward against fair-esm's own padded batching (FastaBatchedDataset
-    .get_batch_indices with toks_per_batch, its batch converter and forward, mean over residues)
-    on the same randomly initialised model and proteins, in one run, with the largest difference
-    between the two sets of embeddings;
-(c) dnabert: the packed DNABERT-S forward, tokens/s.
+(b) esm: on the same random ESM-2 checkpoint and proteins, in one run: the production embed job
+    (`embed_shard`: loader workers, pinned memory, copy stream, events), fair-esm's own batching
+    (FastaBatchedDataset.get_batch_indices, its batch converter, padded forward) at the same
+    token budget, and the largest difference between the two sets of embeddings;
+(c) dnabert: the production embed job on DNABERT-S's architecture, tokens/s.
 
     python benchmarks/embed_throughput.py                      # CPU, a 6-layer 320-d ESM-2
-    python benchmarks/embed_throughput.py --device cuda --precision fp16 --esm-arch 36,2560,40 \\
-        --esm-proteins 20000 --budget 65536 --peak-tflops 989  # ESM-2 3B on one H100
+    python benchmarks/gpu_check.py --part speed                # the GPU figures (see its docstring)
 """
 
 import argparse
@@ -25,19 +24,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import esm as fair_esm
+import h5py
 import numpy as np
 import torch
 from reads import GENOMES, write_reads
 
 from workflow_lib import demo_models
-from workflow_lib.embedding import PRECISIONS
+from workflow_lib.embedding import EmbedSettings, embed_shard
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
-from workflow_lib.models import dnabert, esm, varlen
+from workflow_lib.models import dnabert, esm
 from workflow_lib.prepare import Policy, prepare
-from workflow_lib.tokens import MAX_RESIDUES, ESMTokens
-
-# DNABERT-S's architecture (hidden 768, 12 layers, 12 heads, GLU 3072), random weights.
-DNABERT_S = {**demo_models.DNABERT_CONFIG, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12}
+from workflow_lib.tokens import ESMTokens
 
 
 def loader_rate(index: ShardIndex, encode, budget: int, workers: int) -> dict:
@@ -62,41 +59,67 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def packed_embed(embedder, index: ShardIndex, budget: int) -> tuple[np.ndarray, int]:
-    out, tokens = np.zeros((len(index), embedder.dim), dtype=np.float32), 0
-    for batch in ShardBatches(index, embedder.tokens, budget):
-        batch = batch.tensors()
-        moved = batch._replace(tokens=batch.tokens.to(embedder.device), cu_seqlens=batch.cu_seqlens.to(embedder.device))
-        out[batch.rows.numpy()] = embedder(moved).cpu().numpy()
-        tokens += batch.n_tokens
-    return out, tokens
+def read_frames(path: Path, n: int) -> Path:
+    """The first n records of a shard FASTA, as a shard of their own beside it."""
+    lines = path.read_bytes().split(b"\n")[: 2 * n]
+    subset = path.with_name(f"{path.stem}_{n}{path.suffix}")
+    subset.write_bytes(b"\n".join(lines) + b"\n")
+    return subset
+
+
+def sequences(shard: Path) -> list[str]:
+    return [s.decode() for s in shard.read_bytes().split(b"\n")[1::2]]
 
 
 @torch.inference_mode()
-def fair_esm_embed(model, alphabet, proteins: list[str], layer: int, budget: int, device) -> np.ndarray:
-    """fair-esm's own recipe (its scripts/extract.py): batches by get_batch_indices, padded forward."""
+def fair_esm_embed(model, alphabet, proteins: list[str], layer: int, budget: int, device) -> tuple[np.ndarray, float]:
+    """VirNucPro's recipe (its units.extract_esm): fair-esm's batches (get_batch_indices), its batch
+    converter without truncation, a padded forward, the mean of the first 1024 residues. Pooled on
+    the device, copied back once at the end. Returns (embeddings, seconds)."""
     dataset = fair_esm.FastaBatchedDataset([str(i) for i in range(len(proteins))], proteins)
-    convert = alphabet.get_batch_converter(truncation_seq_length=MAX_RESIDUES)
-    out = np.zeros((len(proteins), model.embed_dim), dtype=np.float32)
-    for batch in dataset.get_batch_indices(budget, extra_toks_per_seq=1):
-        _, _, tokens = convert([dataset[i] for i in batch])
-        hidden = model(tokens.to(device), repr_layers=[layer])["representations"][layer]
-        for row, i in enumerate(batch):
-            length = min(len(proteins[i]), MAX_RESIDUES)
-            out[i] = hidden[row, 1 : length + 1].float().mean(0).cpu().numpy()
-    return out
-
-
-def timed(function, device, *args):
+    convert = alphabet.get_batch_converter()
+    out = torch.zeros(len(proteins), model.embed_dim, device=device)
     sync(device)
     start = time.perf_counter()
-    result = function(*args)
+    for batch in dataset.get_batch_indices(budget, extra_toks_per_seq=1):
+        _, _, tokens = convert([dataset[i] for i in batch])
+        hidden = model(tokens.to(device, non_blocking=True), repr_layers=[layer])["representations"][layer]
+        lengths = torch.tensor([min(len(proteins[i]), esm.POOLED_RESIDUES) for i in batch], device=device)
+        positions = torch.arange(hidden.shape[1], device=device)
+        keep = (positions[None] >= 1) & (positions[None] <= lengths[:, None])
+        out[batch] = (hidden.float() * keep[..., None]).sum(1) / lengths[:, None]
     sync(device)
-    return time.perf_counter() - start, result
+    return out.cpu().numpy(), time.perf_counter() - start
 
 
-def peak(device) -> int | None:
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+def production_embed(shard: Path, output: Path, **settings) -> tuple[np.ndarray, dict]:
+    """The embed job itself (`embed_shard`), as the workflow runs it: (embeddings, its stats)."""
+    stats = embed_shard(shard, output, EmbedSettings(progress_seconds=600, **settings))
+    with h5py.File(output) as h5:
+        return h5["embeddings"][()], stats
+
+
+def esm_checkpoint(directory: Path, layers: int, dim: int, heads: int) -> Path:
+    """A random ESM-2 checkpoint of this shape in fair-esm's format (float16, as published)."""
+    config = {
+        "encoder_layers": layers,
+        "encoder_embed_dim": dim,
+        "encoder_attention_heads": heads,
+        "token_dropout": True,
+    }
+    return demo_models.build_esm(directory, 0, config, name=f"esm2_t{layers}_random", dtype=torch.float16)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def machine(device: torch.device) -> dict:
+    found = {"device": str(device), "torch": torch.__version__, "cpus": len(os.sched_getaffinity(0))}
+    found["machine"] = platform.machine()
+    if device.type == "cuda":
+        found["gpu"], found["cuda"] = torch.cuda.get_device_name(device), torch.version.cuda
+    return found
 
 
 def main() -> None:
@@ -107,19 +130,11 @@ def main() -> None:
     parser.add_argument("--dnabert-sequences", type=int, default=300, help="sequences for the DNABERT-S figure")
     parser.add_argument("--esm-arch", default="6,320,20", help="layers,dim,heads of the random ESM-2")
     parser.add_argument("--budget", type=int, default=16384, help="tokens per batch (toks_per_batch for fair-esm)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32")
-    parser.add_argument("--peak-tflops", type=float, help="the device's dense peak, for model FLOPs utilisation")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    device, dtype = torch.device(args.device), PRECISIONS[args.precision]
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device("cpu")
     layers, dim, heads = map(int, args.esm_arch.split(","))
-    result = {"benchmark": "embed_throughput", "device": str(device), "precision": args.precision}
-    if device.type == "cuda":
-        result["gpu"] = torch.cuda.get_device_name(device)
-    result["machine"] = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus, torch {torch.__version__}"
+    result = {"benchmark": "embed_throughput", **machine(device)}
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -135,69 +150,49 @@ def main() -> None:
             "dnabert": loader_rate(nucleotides, dna_tokens, args.budget, args.workers),
         }
 
-        # (b) the same proteins and random model through both forwards
-        subset = tmp / "subset.faa"
-        head = proteins.path.read_bytes().split(b"\n")[: 2 * args.esm_proteins]
-        subset.write_bytes(b"\n".join(head) + b"\n")
-        index = ShardIndex.read(subset)
-        sequences = [s.decode() for s in head[1::2]]
-        torch.manual_seed(0)
-        model = fair_esm.ESM2(layers, dim, heads, alphabet, token_dropout=True).eval()
-        embedder = esm.ESMEmbedder(model, alphabet, layers, device, dtype)
-        theirs_s, ours_s = [], []
-        for _ in range(args.repeats):  # interleaved, best of each: this machine's speed drifts
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            seconds, (ours, tokens) = timed(packed_embed, device, embedder, index, args.budget)
-            ours_s.append(seconds)
-            our_peak = peak(device)
-            seconds, theirs = timed(fair_esm_embed, device, model, alphabet, sequences, layers, args.budget, device)
+        # (b) the same proteins and random model through both
+        subset = read_frames(proteins.path, args.esm_proteins)
+        checkpoint = esm_checkpoint(tmp / "models", layers, dim, heads)
+        model, alphabet = esm.load(str(checkpoint))
+        model.float()
+        ours_s, theirs_s = [], []
+        for repeat in range(args.repeats):  # interleaved, best of each: this machine's speed drifts
+            ours, stats = production_embed(
+                subset, tmp / f"esm_{repeat}.h5", model="esm", checkpoint=str(checkpoint), device="cpu",
+                token_budget=args.budget, num_workers=args.workers,
+            )  # fmt: skip
+            ours_s.append(stats["seconds"])
+            theirs, seconds = fair_esm_embed(model, alphabet, sequences(subset), layers, args.budget, device)
             theirs_s.append(seconds)
-        reference = theirs
-        if dtype != torch.float32:  # fair-esm in fp32 as well, for the ratio and the cosine figure
-            model32 = fair_esm.ESM2(layers, dim, heads, alphabet, token_dropout=True).eval()
-            model32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
-            model32.to(device)
-            seconds, reference = timed(
-                fair_esm_embed, device, model32, alphabet, sequences, layers, args.budget, device
-            )
-            result_fp32 = {"fair_esm_fp32_tokens_per_s": round(tokens / seconds)}
-        else:
-            result_fp32 = {}
-        cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
-        best = min(ours_s)
+        tokens = stats["n_tokens"]
         result["esm"] = {
             "arch": {"layers": layers, "dim": dim, "heads": heads},
-            "proteins": len(sequences),
+            "proteins": args.esm_proteins,
             "tokens": tokens,
-            "mean_tokens_per_protein": round(tokens / len(sequences), 1),
-            "attention": varlen.kernel_name(embedder.device, dtype, alibi=False),
-            "packed_tokens_per_s": round(tokens / best),
+            "mean_tokens_per_protein": round(tokens / args.esm_proteins, 1),
+            "attention": stats["attention"],
+            "embed_job_tokens_per_s": round(tokens / min(ours_s)),
             "fair_esm_padded_tokens_per_s": round(tokens / min(theirs_s)),
-            "packed_over_fair_esm": round(min(theirs_s) / best, 2),
-            **result_fp32,
+            "embed_job_over_fair_esm": round(min(theirs_s) / min(ours_s), 2),
             "max_abs_diff_vs_fair_esm": float(np.abs(ours - theirs).max()),
-            "min_cosine_vs_fair_esm_fp32": float(cosine.min()),
-            "peak_memory_bytes": our_peak,
+            "loader_wait_s": stats["loader_wait_s"],
         }
-        if args.peak_tflops:
-            flop_per_token = 24 * dim**2 * layers  # plus attention, small at these lengths
-            result["esm"]["gflop_per_token"] = round(flop_per_token / 1e9, 2)
-            result["esm"]["mfu"] = round(tokens / best * flop_per_token / (args.peak_tflops * 1e12), 3)
 
-        # (c) DNABERT-S architecture, packed
-        torch.manual_seed(0)
-        dna_model = dnabert.DNABERT(DNABERT_S).eval()
-        dna = dnabert.DNABERTEmbedder(dna_model, dna_tokens, device, dtype)
-        subset = tmp / "subset.fna"
-        subset.write_bytes(b"\n".join(nucleotides.path.read_bytes().split(b"\n")[: 2 * args.dnabert_sequences]) + b"\n")
-        runs = [timed(packed_embed, device, dna, ShardIndex.read(subset), args.budget) for _ in range(args.repeats)]
-        seconds, dna_total = min(r[0] for r in runs), runs[0][1][1]
+        # (c) DNABERT-S architecture
+        dna = demo_models.build_dnabert(tmp / "models", [GENOMES / "lambda_NC_001416.fasta"], 0, demo_models.DNABERT_S)
+        subset = read_frames(nucleotides.path, args.dnabert_sequences)
+        seconds = []
+        for repeat in range(args.repeats):
+            _, stats = production_embed(
+                subset, tmp / f"dna_{repeat}.h5", model="dnabert", checkpoint=str(dna), device="cpu",
+                token_budget=args.budget, num_workers=args.workers,
+            )  # fmt: skip
+            seconds.append(stats["seconds"])
         result["dnabert"] = {
             "sequences": args.dnabert_sequences,
-            "tokens": dna_total,
-            "attention": varlen.kernel_name(dna.device, dtype, alibi=True),
-            "packed_tokens_per_s": round(dna_total / seconds),
+            "tokens": stats["n_tokens"],
+            "attention": stats["attention"],
+            "embed_job_tokens_per_s": round(stats["n_tokens"] / min(seconds)),
         }
     print(json.dumps(result, indent=2))
 

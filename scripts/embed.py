@@ -34,7 +34,7 @@ def main() -> None:
         "--no-expandable-segments",
         dest="expandable_segments",
         action="store_false",
-        help="leave PYTORCH_CUDA_ALLOC_CONF alone (by default: expandable_segments:True, against fragmentation)",
+        help="leave the allocator settings alone (default: expandable_segments:True, against fragmentation)",
     )
     parser.add_argument("--cache-dir", help="where fetch_models put the named models")
     parser.add_argument(

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 import h5py
 import numpy as np
@@ -20,6 +21,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from reads import write_reads  # noqa: E402
 
+from workflow_lib import embedding
 from workflow_lib.embedding import DeviceFeed, EmbedSettings, build_embedder, embed_shard
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import esm
@@ -67,7 +69,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     for key in ("fill", "tokens_per_s", "loader_wait_s", "peak_memory_bytes", "attention", "num_workers"):
         assert key in attrs
     assert attrs["precision"] == "fp32" and attrs["checkpoint"] == str(demo_models[model])
-    assert attrs["attention"] == "padded sdpa" and stats["batches"] > 1
+    assert attrs["attention"] == "per-sequence sdpa" and stats["batches"] > 1
     versions = json.loads(attrs["versions"])  # the software and device that made the embeddings
     assert versions["python"] == platform.python_version() and versions["torch"] == torch.__version__
     for package in ("fair-esm", "numpy", "h5py", "tokenizers"):
@@ -143,10 +145,15 @@ class RunsOutOfMemory:
 
     def __init__(self, embedder, limit: int):
         self.embedder, self.limit, self.seen = embedder, limit, []
+        self.activations = []  # weak references to the failed forwards' activations
+        self.alive_at_retry = []  # per later call: how many of them were still held
 
     def __call__(self, batch):
         self.seen.append(batch.n_tokens)
+        self.alive_at_retry.append(sum(ref() is not None for ref in self.activations))
         if batch.n_tokens > self.limit:
+            activation = torch.empty(batch.n_tokens, 1024)  # what a forward holds when memory runs out
+            self.activations.append(weakref.ref(activation))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return self.embedder(batch)
 
@@ -167,6 +174,8 @@ def test_out_of_memory_halves_the_batch(demo_models):
         got[r] = pooled
     assert np.abs(got - expected).max() < 1e-5
     assert feed.splits >= 2 and feed.max_tokens < batch.n_tokens
+    # every retry ran with the failed forwards' memory released (not from inside the except block)
+    assert len(feed.embedder.activations) >= 2 and set(feed.embedder.alive_at_retry) == {0}
     # later batches are cut to the size that fitted, before trying
     feed.embedder.seen.clear()
     list(feed.compute(*feed.send(batch)))
@@ -174,6 +183,21 @@ def test_out_of_memory_halves_the_batch(demo_models):
     one = pack([0], embedder.tokens([b"M" * 900]), 5000).tensors()
     with pytest.raises(RuntimeError, match="one sequence of 902 tokens does not fit in GPU memory"):
         list(DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU).compute(one, one))
+
+
+def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
+    """expandable_segments in PYTORCH_ALLOC_CONF on torch >= 2.9 (the CUDA name is deprecated
+    there and warns), and a user's own settings under either name are left alone."""
+    for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
+    embedding.set_allocator_conf("expandable_segments:True")
+    assert embedding.allocator_conf_variable() == "PYTORCH_ALLOC_CONF"  # torch 2.13 here
+    assert os.environ["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    embedding.set_allocator_conf("expandable_segments:True")
+    assert "PYTORCH_ALLOC_CONF" not in os.environ
 
 
 def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path):

@@ -1,6 +1,7 @@
 """Models against their references: ESM-2 against fair-esm's own forward, DNABERT-S against
 vectors computed by the public DNABERT-S model code, the classifier against VirNucPro's files."""
 
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -12,14 +13,19 @@ import pytest
 import torch
 from conftest import DATA
 
+from workflow_lib import demo_models
 from workflow_lib.errors import InputError
 from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.models.checkpoints import is_local
 from workflow_lib.packing import greedy_batches, pack
 
 CPU = torch.device("cpu")
-# 1 residue, the truncation limit (1022 residues) and past it, ambiguous and rare letters
-PROTEINS = ["M", "MK", "ACDEFGHIKLMNPQRSTVWY" * 3, "MKV" * 40, "L" * 1030, "W" * 1022, "XBZUOMKV", "MKVLAAG" * 24]
+# 1 residue, fair-esm's usual truncation (1022), VirNucPro's pooling limit (1024) and past both,
+# ambiguous and rare letters
+PROTEINS = [
+    "M", "MK", "ACDEFGHIKLMNPQRSTVWY" * 3, "MKV" * 40, "L" * 1030, "W" * 1022, "XBZUOMKV", "MKVLAAG" * 24,
+    "ACDEFGHIKLMNPQRSTVWY" * 55,
+]  # fmt: skip
 
 
 def packed_run(embedder, encoded: list[np.ndarray], budget: int) -> torch.Tensor:
@@ -35,18 +41,36 @@ def packed_run(embedder, encoded: list[np.ndarray], budget: int) -> torch.Tensor
 @pytest.mark.parametrize("layer", [0, 1, 2])  # embeddings, an intermediate (pre-LN) layer, the last (LN after)
 @pytest.mark.parametrize("budget", [100_000, 1100, 200])  # one row; rows split across the budget
 def test_esm_packed_matches_fair_esm_padded(demo_models, layer, budget):
-    """Packed varlen batches equal fair-esm's own forward on one padded batch of all lengths."""
+    """Packed varlen batches equal VirNucPro's recipe: fair-esm's own forward on one padded batch of
+    all lengths, whole proteins (its batch converter without truncation), the mean of the first
+    1024 residues."""
     model, alphabet = esm.load(str(demo_models["esm"]))
     embedder = esm.ESMEmbedder(model, alphabet, layer, CPU)
     packed, n_batches = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS]), budget)
-    assert n_batches == {100_000: 1, 1100: 3, 200: 5}[budget]
-    _, _, tokens = alphabet.get_batch_converter(truncation_seq_length=1022)([("", p) for p in PROTEINS])
+    assert n_batches == {100_000: 1, 1100: 4, 200: 6}[budget]
+    _, _, tokens = alphabet.get_batch_converter()([("", p) for p in PROTEINS])
     with torch.no_grad():
         hidden = model(tokens, repr_layers=[layer])["representations"][layer]
     for i, protein in enumerate(PROTEINS):
-        length = min(len(protein), 1022)  # BOS + 1022 residues + EOS at most
+        length = min(len(protein), 1024)
         expected = hidden[i, 1 : length + 1].mean(0)  # residues only
         assert (packed[i] - expected).abs().max() < 1e-5, (layer, i)
+
+
+def test_esm_checkpoint_stored_in_float16_as_published(tmp_path):
+    """The published checkpoints hold float16 tensors, the rotary frequencies among them: fair-esm
+    then rotates with those rounded frequencies even in fp32, and so must the packed forward (with
+    exact ones, a 6-layer model differed by 4e-5)."""
+    config = {"encoder_layers": 6, "encoder_embed_dim": 320, "encoder_attention_heads": 20, "token_dropout": True}
+    path = demo_models.build_esm(tmp_path, 0, config, name="esm2_t6_half", dtype=torch.float16)
+    model, alphabet = esm.load(str(path))
+    embedder = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 6, CPU)
+    packed, _ = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS[:4]]), 100_000)
+    with torch.no_grad():
+        for i, protein in enumerate(PROTEINS[:4]):
+            tokens = torch.from_numpy(embedder.tokens([protein.encode()])[0])[None]
+            expected = model(tokens, repr_layers=[6])["representations"][6][0, 1:-1].mean(0)
+            assert (packed[i] - expected).abs().max() < 1e-5, i
 
 
 def test_esm_token_dropout_rescale_per_sequence(demo_models):
@@ -96,20 +120,137 @@ def test_dnabert_packed_matches_public_reference_code(budget):
     assert np.abs(packed.numpy() - reference["embeddings"]).max() < 1e-5
 
 
-def test_padded_attention_never_builds_a_row_sized_bias():
-    """ALiBi for a packed row: the bias is H x L x L for its longest sequence, not for the row."""
-    lengths = [300] + [2] * 2000
+def random_row(lengths: list[int], heads: int = 2, head_dim: int = 4, seed: int = 0):
+    """q, k, v [T, H, dh] and the Layout of a packed row of sequences of these lengths."""
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
-    layout = varlen.Layout(cu, 300, int(cu[-1]))
-    q, k, v = torch.randn(3, int(cu[-1]), 2, 4).unbind(0)
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, int(cu[-1]), heads, head_dim, generator=generator).unbind(0)
+    return q, k, v, varlen.Layout(cu, max(lengths), int(cu[-1]))
+
+
+def test_padded_attention_masks_are_per_batch_not_per_row():
+    """The padded path's mask is B x 1 x 1 x L, or B x H x L x L with ALiBi, for the batch's longest
+    sequence L: never T x T for the whole row; and it computes each sequence's own attention."""
+    lengths = [30] + [2] * 50
+    q, k, v, layout = random_row(lengths)
     slopes = torch.tensor([0.5, 0.25])
+    assert varlen.padded_mask(layout, None, q.dtype).shape == (51, 1, 1, 30)
+    assert varlen.padded_mask(layout, slopes, q.dtype).shape == (51, 2, 30, 30)  # T = 130: T x T would be 130 x 130
     out = varlen.padded_attention(q, k, v, layout, slopes)
-    alone = varlen.padded_attention(q[:300], k[:300], v[:300], varlen.Layout(cu[:2], 300, 300), slopes)
-    assert torch.allclose(out[:300], alone, atol=1e-6)
-    pair = slice(300, 302)  # a 2-token sequence attends to itself only
+    assert torch.allclose(out, varlen.per_sequence_attention(q, k, v, layout, slopes), atol=1e-6)
+    pair = slice(30, 32)  # a 2-token sequence attends to itself only
     bias = torch.tensor([[0.0, -0.5], [-0.5, 0.0]])
     weights = torch.softmax(q[pair, 0] @ k[pair, 0].T / 2 + bias, dim=-1)
     assert torch.allclose(out[pair, 0], weights @ v[pair, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize("slopes", [None, torch.tensor([0.5, 0.25, 2**-0.5])], ids=["plain", "alibi"])
+def test_flex_attention_with_a_document_mask_is_per_sequence_attention(slopes):
+    """FlexAttention over a packed row (eager here; compiled on CUDA): sequences of 1 token, within
+    one 128-token block, spanning blocks, filling whole blocks, and a row length that is no multiple
+    of 128, against per-sequence attention."""
+    lengths = [1, 5, 300, 128, 256, 1, 77, 140]
+    q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
+    mask = layout.block_mask()
+    assert mask.seq_lengths == (1024, 1024) and layout.n_tokens == 908
+    dense = mask.to_dense()[0, 0].bool()  # which 128 x 128 blocks are visited
+    doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    doc = torch.nn.functional.pad(doc, (0, 1024 - 908), value=len(lengths))
+    needed = (doc[:, None] == doc[None, :]).view(8, 128, 8, 128).any(3).any(1)
+    assert torch.equal(dense, needed)  # every block that holds a pair of one sequence, and no other
+    expected = varlen.per_sequence_attention(q, k, v, layout, slopes)
+    assert (varlen._flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
+
+
+@pytest.fixture
+def fresh_kernel_choice(monkeypatch):
+    monkeypatch.setattr(varlen, "_chosen", {})
+
+
+def test_fused_kernels_are_checked_against_float32_before_use(fresh_kernel_choice, caplog):
+    """Each installed fused kernel is run here and compared with the float32 per-sequence reference
+    first. On this CPU torch's varlen_attn cannot run (CUDA only); FlexAttention (eager) runs and agrees."""
+    q = torch.randn(10, 4, 8)
+    for alibi in (False, True):
+        name, kernel = varlen.fused_kernel(q, alibi)
+        assert (name, kernel) == ("flex_attention", varlen._flex)
+    if importlib.util.find_spec("torch.nn.attention.varlen"):
+        assert "attention: torch varlen_attn does not run here" in caplog.text
+    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "per-sequence sdpa"  # what CPU forwards use
+
+
+def test_a_wrong_or_failing_kernel_is_not_used(fresh_kernel_choice, caplog):
+    def wrong(q, k, v, layout, slopes):
+        return v
+
+    def broken(q, k, v, layout, slopes):
+        raise NotImplementedError("no kernel image for this architecture")
+
+    q = torch.randn(10, 4, 8)
+    choice = varlen.fused_kernel(q, False, [("wrong", wrong), ("broken", broken), ("padded", varlen.padded_attention)])
+    assert choice == ("padded", varlen.padded_attention)
+    assert "attention: wrong disagrees with the float32 reference" in caplog.text
+    assert "attention: broken does not run here (no kernel image for this architecture)" in caplog.text
+
+
+def test_out_of_memory_in_the_check_is_reported_and_nothing_is_kept(fresh_kernel_choice):
+    """An out-of-memory error during the check is an out-of-memory error (the embed job halves the
+    batch); the check runs again at the next forward instead of keeping a choice made from it."""
+    calls = []
+
+    def short_of_memory(q, k, v, layout, slopes):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return varlen.per_sequence_attention(q, k, v, layout, slopes)
+
+    q = torch.randn(10, 4, 8)
+    with pytest.raises(torch.OutOfMemoryError):
+        varlen.fused_kernel(q, False, [("flaky", short_of_memory)])
+    assert varlen._chosen == {}
+    assert varlen.fused_kernel(q, False, [("flaky", short_of_memory)])[0] == "flaky"
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("kernel", ["per-sequence", "padded", "flex"])
+def test_every_attention_kernel_reproduces_the_public_dnabert_s_code(kernel, monkeypatch):
+    """The tiny DNABERT-S fixture's reference vectors (public model code) through each kernel the
+    embed job may run, ALiBi included: the fused kernel of CUDA runs here in its eager form."""
+    kernels = {"per-sequence": varlen.per_sequence_attention, "padded": varlen.padded_attention, "flex": varlen._flex}
+    monkeypatch.setattr(varlen, "_kernel", lambda q, alibi: (kernel, kernels[kernel]))
+    reference = np.load(DATA / "dnabert_s_tiny" / "reference.npz", allow_pickle=False)
+    model, tokens = dnabert.load(str(DATA / "dnabert_s_tiny"))
+    embedder = dnabert.DNABERTEmbedder(model, tokens, CPU)
+    packed, _ = packed_run(embedder, tokens([str(s).encode() for s in reference["sequences"]]), 1000)
+    assert np.abs(packed.numpy() - reference["embeddings"]).max() < 1e-5
+
+
+@pytest.mark.parametrize("model", ["esm", "dnabert"])
+def test_embeddings_do_not_depend_on_the_batch(demo_models, model):
+    """A sequence's embedding is the same, to 1e-6, alone or packed with others of any length, at
+    any token budget, on 1 or 2 threads."""
+    rng = np.random.default_rng(0)
+    if model == "esm":
+        m, alphabet = esm.load(str(demo_models["esm"]))
+        embedder = esm.ESMEmbedder(m, alphabet, 2, CPU)
+        letters = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY", dtype=np.uint8)
+    else:
+        m, tokens = dnabert.load(str(demo_models["dnabert"]))
+        embedder = dnabert.DNABERTEmbedder(m, tokens, CPU)
+        letters = np.frombuffer(b"ACGT", dtype=np.uint8)
+    sequences = [letters[rng.integers(0, len(letters), n)].tobytes() for n in rng.integers(1, 600, 40)]
+    encoded = embedder.tokens(sequences)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.stack([embedder(pack([0], [e], 1).tensors())[0] for e in encoded])
+        for n_threads, budget in ((1, 100_000), (2, 100_000), (2, 700), (1, 2000)):
+            torch.set_num_threads(n_threads)
+            order = rng.permutation(len(encoded))  # other neighbours in every run
+            packed, _ = packed_run(embedder, [encoded[i] for i in order], budget)
+            assert (packed - alone[order]).abs().max() <= 1e-6, (n_threads, budget)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_dnabert_alibi_slopes():
@@ -260,17 +401,6 @@ def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     layers, snapshot = json.loads(result.stdout.strip().splitlines()[-1])
     assert layers == 2  # the file in the cache was loaded (the demo model under a real name)
     assert snapshot == str(repo / "snapshots" / revision)
-
-
-def test_fused_attention_kernels_are_checked_before_use(caplog):
-    """A fused varlen kernel is used only after it ran and matched the padded path here; on this
-    CPU none does (flash-attn is absent, torch's varlen_attn is CUDA-only), so forwards pad."""
-    q = torch.randn(10, 4, 8)
-    name, kernel = varlen._fused_kernel(q, alibi=False)
-    assert (name, kernel) == varlen.PADDED
-    if importlib.util.find_spec("torch.nn.attention.varlen"):
-        assert "attention: torch varlen_attn does not run here" in caplog.text
-    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "padded sdpa"
 
 
 def test_no_remote_code_is_ever_trusted(root):

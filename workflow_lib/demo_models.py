@@ -40,43 +40,60 @@ DNABERT_CONFIG = {
     "initializer_range": 0.02,
     "torch_dtype": "float32",
 }
+# The published models' shapes, for random checkpoints of the real size (benchmarks, the GPU check)
+ESM2_SHAPES = {
+    "650M": {"encoder_layers": 33, "encoder_embed_dim": 1280, "encoder_attention_heads": 20, "token_dropout": True},
+    "3B": {"encoder_layers": 36, "encoder_embed_dim": 2560, "encoder_attention_heads": 40, "token_dropout": True},
+}
+DNABERT_S = {
+    **DNABERT_CONFIG,
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "vocab_size": 4096,
+}
 SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 
 
-def build_esm(outdir: Path, seed: int) -> Path:
+def build_esm(
+    outdir: Path, seed: int, config: dict = ESM_CONFIG, name: str = ESM_NAME, dtype: torch.dtype = torch.float32
+) -> Path:
     """A fair-esm ESM-2 checkpoint: {"model": state dict with fair-esm's key prefixes,
-    "cfg": {"model": Namespace(...)}}, and `<name>-contact-regression.pt` beside it."""
+    "cfg": {"model": Namespace(...)}}, and `<name>-contact-regression.pt` beside it. The published
+    checkpoints store float16 (`dtype`), which halves a large model's file."""
     import esm
 
     torch.manual_seed(seed)
     model = esm.ESM2(
-        ESM_CONFIG["encoder_layers"],
-        ESM_CONFIG["encoder_embed_dim"],
-        ESM_CONFIG["encoder_attention_heads"],
+        config["encoder_layers"],
+        config["encoder_embed_dim"],
+        config["encoder_attention_heads"],
         "ESM-1b",
-        ESM_CONFIG["token_dropout"],
+        config["token_dropout"],
     )
-    state = model.state_dict()
+    state = {k: v.to(dtype) for k, v in model.state_dict().items()}
     regression = {k: state.pop(k) for k in list(state) if k.startswith("contact_head.")}
     prefixed = {
         (f"encoder.{k}" if k.startswith("lm_head.") else f"encoder.sentence_encoder.{k}"): v for k, v in state.items()
     }
-    path = outdir / f"{ESM_NAME}.pt"
+    path = outdir / f"{name}.pt"
     with atomic_path(path) as tmp:
-        torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**ESM_CONFIG)}}, tmp)
-    with atomic_path(outdir / f"{ESM_NAME}-contact-regression.pt") as tmp:
+        torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**config)}}, tmp)
+    with atomic_path(outdir / f"{name}-contact-regression.pt") as tmp:
         torch.save({"model": regression}, tmp)
     return path
 
 
-def build_dnabert(outdir: Path, genomes: list[Path], seed: int) -> Path:
+def build_dnabert(
+    outdir: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG, name: str = "dnabert_s_demo"
+) -> Path:
     """A DNABERT-S directory, written under a temporary name and renamed when complete."""
-    directory = outdir / "dnabert_s_demo"
-    tmp = outdir / f".dnabert_s_demo.tmp{os.getpid()}"
+    directory = outdir / name
+    tmp = outdir / f".{name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write_dnabert(tmp, genomes, seed)
+        _write_dnabert(tmp, genomes, seed, config)
         shutil.rmtree(directory, ignore_errors=True)
         os.replace(tmp, directory)
     finally:
@@ -84,11 +101,9 @@ def build_dnabert(outdir: Path, genomes: list[Path], seed: int) -> Path:
     return directory
 
 
-def _write_dnabert(directory: Path, genomes: list[Path], seed: int) -> None:
+def _write_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict) -> None:
     tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
-    trainer = trainers.BpeTrainer(
-        vocab_size=DNABERT_CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False
-    )
+    trainer = trainers.BpeTrainer(vocab_size=config["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False)
     pieces = [
         seq[i : i + 1000].decode()
         for path in genomes
@@ -113,9 +128,9 @@ def _write_dnabert(directory: Path, genomes: list[Path], seed: int) -> None:
             indent=2,
         )
     )
-    (directory / "config.json").write_text(json.dumps(DNABERT_CONFIG, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
     torch.manual_seed(seed)
-    model = DNABERT(DNABERT_CONFIG)
+    model = DNABERT(config)
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors")

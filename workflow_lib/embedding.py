@@ -53,6 +53,18 @@ class EmbedSettings:
     progress_seconds: float = 30.0  # between progress lines
 
 
+def allocator_conf_variable() -> str:
+    """The variable this torch reads its allocator settings from: PYTORCH_ALLOC_CONF since the
+    allocator config became device-generic (torch 2.9, which warns on the old CUDA name)."""
+    return "PYTORCH_ALLOC_CONF" if hasattr(torch._C, "_accelerator_setAllocatorSettings") else "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def set_allocator_conf(value: str) -> None:
+    """Allocator settings for this process, unless the user gave their own under either name."""
+    if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & os.environ.keys():
+        os.environ[allocator_conf_variable()] = value
+
+
 def select_device(name: str) -> torch.device:
     """The device to embed on. With several GPUs visible, this job claims one that no concurrent
     job holds (SLURM gives each job its own; a local run on a multi-GPU node does not)."""
@@ -135,15 +147,16 @@ class DeviceFeed:
         if self.max_tokens is not None and moved.n_tokens > self.max_tokens and len(host.rows) > 1:
             yield from self._halves(host)
             return
-        try:
-            pooled = self.embedder(moved)
-        except torch.OutOfMemoryError:
+        pooled = self._forward(moved)
+        if pooled is None:
+            del moved  # this batch's device copies: nothing of the failed forward is left
             if len(host.rows) == 1:
                 raise RuntimeError(
                     f"one sequence of {host.n_tokens} tokens does not fit in GPU memory; "
                     "use a larger GPU, or embedding.precision fp16 or bf16 if it is fp32"
-                ) from None
-            torch.cuda.empty_cache()
+                )
+            if self.cuda:
+                torch.cuda.empty_cache()
             self.max_tokens = host.n_tokens // 2
             log.warning(
                 "out of GPU memory on %d tokens: batches are split to %d tokens", host.n_tokens, self.max_tokens
@@ -151,6 +164,15 @@ class DeviceFeed:
             yield from self._halves(host)
             return
         yield from self._collect(host.rows.numpy(), pooled)
+
+    def _forward(self, moved: PackedBatch) -> torch.Tensor | None:
+        """Pooled embeddings, or None when the device ran out of memory. The retry must not run
+        inside the `except` block: its traceback holds the failed forward's activations, which
+        neither the retry nor empty_cache() could then use."""
+        try:
+            return self.embedder(moved)
+        except torch.OutOfMemoryError:
+            return None
 
     def _halves(self, host: PackedBatch):
         self.splits += 1
@@ -228,12 +250,12 @@ class Meter:
 
 def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
-        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        set_allocator_conf("expandable_segments:True")
     device = select_device(settings.device)
     precision = select_precision(settings.precision, device)
     dtype = PRECISIONS[precision]
     index = ShardIndex.read(input_path)
-    meter = Meter()
+    loading = time.monotonic()
     embedder = build_embedder(settings, device, dtype)
     asked = default_num_workers() if settings.num_workers is None else settings.num_workers
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
@@ -254,6 +276,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
     )
 
     digests = checkpoint_digests(settings)
+    load_seconds = time.monotonic() - loading
     out = np.zeros((len(index), embedder.dim), dtype=np.float32)
     row_tokens = np.zeros(len(index), dtype=np.int64)
     commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
@@ -264,6 +287,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         log.info("resuming: %d of %d frames were committed by an interrupted run", done, len(index))
     progress = Progress(log, "frames", total=len(index), interval=settings.progress_seconds, done_before=done)
     feed = DeviceFeed(embedder, device)
+    meter = Meter()  # embedding only: loading the model is load_seconds
     dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
@@ -335,6 +359,7 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "checkpoint_sha256": json.dumps(digests, sort_keys=True),
         "device": str(device),
         "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+        "load_seconds": round(load_seconds, 3),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(meter.tokens / seconds),
         "fill": round(meter.tokens / max(meter.slots, 1), 4),

@@ -5,12 +5,11 @@ from pathlib import Path
 
 import numpy as np
 
-MAX_RESIDUES = 1022  # ESM-2: longer proteins are truncated, as fair-esm's batch converter does
-
 
 class ESMTokens:
-    """ESM-2 tokens: BOS + residues (at most 1022) + EOS, one token per character, as fair-esm's
-    batch converter gives for protein letters."""
+    """ESM-2 tokens: BOS + all residues + EOS, one token per character, as fair-esm's batch
+    converter gives for protein letters. Not truncated: VirNucPro's converter is called without a
+    limit (ESM-2's rotary positions have none); its pooling limit is the embedder's."""
 
     def __init__(self, lut: np.ndarray, bos: int, eos: int):
         self.lut, self.bos, self.eos = lut, bos, eos
@@ -27,7 +26,7 @@ class ESMTokens:
     def __call__(self, sequences: list[bytes]) -> list[np.ndarray]:
         encoded = []
         for sequence in sequences:
-            tokens = np.empty(min(len(sequence), MAX_RESIDUES) + 2, dtype=np.int64)
+            tokens = np.empty(len(sequence) + 2, dtype=np.int64)
             tokens[0], tokens[-1] = self.bos, self.eos
             tokens[1:-1] = self.lut[np.frombuffer(sequence, dtype=np.uint8, count=len(tokens) - 2)]
             encoded.append(tokens)

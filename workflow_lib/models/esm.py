@@ -1,7 +1,8 @@
 """ESM-2 through fair-esm: load by fair-esm name or local checkpoint, mean-pool residue embeddings.
 
-VirNucPro's protein embedding is the chosen layer's representation averaged over the residues
-(positions 1..L: BOS and EOS excluded) of BOS + sequence (truncated to 1022) + EOS.
+VirNucPro's protein embedding is the chosen layer's representation of BOS + the whole sequence +
+EOS (its batch converter is called without truncation), averaged over the first 1,024 residues
+(positions 1..min(L, 1024): BOS and EOS excluded).
 """
 
 import argparse
@@ -19,6 +20,7 @@ from . import varlen
 from .checkpoints import ESM2_MODELS, is_local, load_weights, not_fetched
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
+POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
 
 
 def _torch_load(path: Path):
@@ -99,11 +101,10 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.A
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding (fair-esm's rotate_half form), computed in float32."""
-    x32 = x.float()
-    half = x32.shape[-1] // 2
-    rotated = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
-    return (x32 * cos + rotated * sin).to(x.dtype)
+    """Rotary embedding (fair-esm's rotate_half form) in the dtype of cos and sin."""
+    y = x.to(cos.dtype)
+    half = y.shape[-1] // 2
+    return (y * cos + torch.cat((-y[..., half:], y[..., :half]), dim=-1) * sin).to(x.dtype)
 
 
 class ESMEmbedder:
@@ -111,10 +112,12 @@ class ESMEmbedder:
 
     Per sequence, as fair-esm's padded forward: BOS/EOS, the token-dropout rescale, rotary
     positions from 0, attention within the sequence only; the layers above `layer` and the LM
-    and contact heads are skipped.
+    and contact heads are skipped. Rotary angles are computed in float32 (fair-esm's half models
+    compute them in half: up to 0.25 rad off at position 1,000) and applied in `rotary_dtype`, the
+    model's dtype unless given (see README: FP16 equivalence).
     """
 
-    pooling = "mean over residues (BOS and EOS excluded)"
+    pooling = "mean over the first 1024 residues (BOS and EOS excluded)"
     alibi = False
 
     def __init__(
@@ -124,15 +127,18 @@ class ESMEmbedder:
         layer: int,
         device: torch.device,
         dtype: torch.dtype = torch.float32,
+        rotary_dtype: torch.dtype | None = None,
     ):
         if not 0 <= layer <= model.num_layers:
             raise InputError(f"models.esm.layer: {layer} is out of range for a {model.num_layers}-layer ESM-2 model")
+        # fair-esm's own frequencies, 1/10000^(arange(0, dh, 2)/dh) as the checkpoint holds them:
+        # the published files store them in float16, and fair-esm uses them so even in fp32.
+        self.inv_freq = model.layers[0].self_attn.rot_emb.inv_freq.to(device=device, dtype=torch.float32)
         self.model = model.to(device=device, dtype=dtype)
         self.layer, self.device, self.dim = layer, device, model.embed_dim
         self.tokens = ESMTokens.of(alphabet)
         self.heads = model.attention_heads
-        head_dim = model.embed_dim // self.heads
-        self.inv_freq = 1.0 / 10000 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+        self.rotary_dtype = rotary_dtype or dtype
 
     @torch.inference_mode()
     def __call__(self, batch: PackedBatch) -> torch.Tensor:
@@ -146,7 +152,9 @@ class ESMEmbedder:
             ratio = (ratio / layout.lengths).to(x.dtype)  # <mask> share of each sequence, BOS and EOS counted
             x = x * (1 - 0.15 * 0.8) / (1 - ratio)[layout.seq, None]  # the constant 0.88 without <mask>
         freqs = layout.pos.float()[:, None] * self.inv_freq[None, :]
-        cos, sin = (f(torch.cat((freqs, freqs), dim=-1))[:, None, :] for f in (torch.cos, torch.sin))
+        cos, sin = (
+            f(torch.cat((freqs, freqs), dim=-1))[:, None, :].to(self.rotary_dtype) for f in (torch.cos, torch.sin)
+        )
         n, d = x.shape
         for block in m.layers[: self.layer]:
             attn = block.self_attn
@@ -159,5 +167,6 @@ class ESMEmbedder:
             x = x + block.fc2(F.gelu(block.fc1(block.final_layer_norm(x))))  # erf GELU, as esm.modules.gelu
         if self.layer == m.num_layers:
             x = m.emb_layer_norm_after(x)  # the last layer only: intermediate layers are pre-LN
-        residues = (layout.pos > 0) & (layout.pos < layout.lengths[layout.seq] - 1)
+        pos = layout.pos
+        residues = (pos > 0) & (pos < layout.lengths[layout.seq] - 1) & (pos <= POOLED_RESIDUES)
         return layout.mean(x, residues)

@@ -1,20 +1,30 @@
 """Attention over packed rows (varlen): each sequence of a row attends only to itself.
 
-On CUDA in half precision a fused variable-length kernel runs: flash-attn's when it is installed
-(it also applies ALiBi slopes), else PyTorch's own `varlen_attn` where this torch has one. Each is
-checked once against the padded path before use. Everywhere else (CPU, fp32, ALiBi without
-flash-attn) the sequences are gathered into a padded [B, H, L, dh] block for
-scaled_dot_product_attention and scattered back: the linear layers still see no padding, and an
-ALiBi bias is H x L x L for the longest sequence L of the batch, never for the whole row.
+Kernels, by device and precision:
+- CPU: one scaled_dot_product_attention per sequence, so that a sequence's embedding does not
+  depend on the batch it lands in (no padded shape reaches a kernel).
+- CUDA in half precision: the first fused kernel that passes a check against a float32
+  per-sequence reference on this device: flash-attn's varlen kernel when it is installed (it
+  also applies ALiBi slopes), PyTorch's own `varlen_attn` (torch >= 2.10, no ALiBi), or
+  FlexAttention with a document mask over the packed row and ALiBi as a score_mod (neither mask
+  nor bias is ever materialised).
+- Otherwise (CUDA in fp32, or no fused kernel passes): the sequences are gathered into a padded
+  [B, H, L, dh] block for scaled_dot_product_attention and scattered back, L the longest
+  sequence of the batch. Its mask is B x 1 x 1 x L without ALiBi and B x H x L x L with it;
+  never T x T for the whole row.
 """
 
+import functools
 import importlib
 import logging
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
 
 log = logging.getLogger("workflow")
+
+FLEX_BLOCK = 128  # FlexAttention's block size: the packed row is padded to a multiple of it
 
 
 class Layout:
@@ -23,7 +33,7 @@ class Layout:
     def __init__(self, cu_seqlens: torch.Tensor, max_len: int, n_tokens: int):
         device = cu_seqlens.device
         starts = cu_seqlens[:-1].long()
-        self.cu_seqlens, self.max_len = cu_seqlens, max_len
+        self.cu_seqlens, self.max_len, self.n_tokens = cu_seqlens, max_len, n_tokens
         self.lengths = cu_seqlens.diff().long()
         self.n_seqs = len(self.lengths)
         # output_size keeps repeat_interleave from synchronising with the GPU to learn the total
@@ -33,6 +43,7 @@ class Layout:
         self.valid = j[None, :] < self.lengths[:, None]  # [B, L] slots of the padded view holding a token
         self.gather = (starts[:, None] + j[None, :]).clamp(max=n_tokens - 1)  # token of each slot
         self.scatter = self.seq * max_len + self.pos  # slot of each token
+        self._block_mask = None
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
@@ -47,6 +58,39 @@ class Layout:
         sums = torch.zeros(self.n_seqs, x.shape[1], dtype=torch.float64, device=x.device).index_add_(0, self.seq, x)
         return (sums / counts.clamp(min=1)[:, None]).float()
 
+    def block_mask(self):
+        """FlexAttention's BlockMask of the row padded to FLEX_BLOCK: a token sees the tokens of its
+        own sequence; the padding is a sequence of its own. Built from each block's first and last
+        sequence (sequences are contiguous), with no T x T mask."""
+        if self._block_mask is None:
+            from torch.nn.attention.flex_attention import BlockMask
+
+            n_blocks = -(-self.n_tokens // FLEX_BLOCK)
+            padded = n_blocks * FLEX_BLOCK
+            doc = F.pad(self.seq, (0, padded - self.n_tokens), value=self.n_seqs)
+            first, last = doc.view(n_blocks, FLEX_BLOCK)[:, 0], doc.view(n_blocks, FLEX_BLOCK)[:, -1]
+            shares = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])  # [q block, kv block]
+            single = first == last
+            full = single[:, None] & single[None, :] & (first[:, None] == first[None, :])
+
+            def ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                counts = dense.sum(-1, dtype=torch.int32)[None, None]
+                indices = torch.argsort(dense.to(torch.int8), dim=-1, descending=True, stable=True)
+                return counts, indices.to(torch.int32)[None, None]
+
+            def same_sequence(b, h, q_idx, kv_idx):
+                return doc[q_idx] == doc[kv_idx]
+
+            self._block_mask = BlockMask.from_kv_blocks(
+                *ordered(shares & ~full),
+                *ordered(full),
+                BLOCK_SIZE=FLEX_BLOCK,
+                mask_mod=same_sequence,
+                seq_lengths=(padded, padded),
+                compute_q_blocks=False,  # the backward pass's index: forwards only here
+            )
+        return self._block_mask
+
 
 def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
     """-slope_h * |i - j| for one sequence length: [H, L, L]."""
@@ -55,16 +99,28 @@ def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype) -> torch.T
     return (-slopes[:, None, None] * distance).to(dtype)
 
 
-def padded_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(dh) + bias) v per sequence, through a padded block; q, k, v: [T, H, dh]."""
-    q, k, v = (t[layout.gather].transpose(1, 2) for t in (q, k, v))  # [B, H, L, dh]
-    keys = layout.valid[:, None, None, :]  # padded keys are masked out; padded queries are dropped below
+def per_sequence_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(dh) + bias) v, one sequence at a time; q, k, v: [T, H, dh]."""
+    out = torch.empty_like(q)
+    for start, end in pairwise(layout.cu_seqlens.tolist()):
+        qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [H, L, dh]
+        bias = None if slopes is None else alibi_bias(slopes, end - start, q.dtype)
+        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(0, 1)
+    return out
+
+
+def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The padded path's attention mask: padded keys masked out, ALiBi added when slopes are given."""
+    keys = layout.valid[:, None, None, :]  # [B, 1, 1, L]
     if slopes is None:
-        mask = keys
-    else:
-        bias = alibi_bias(slopes, layout.max_len, q.dtype)[None]
-        mask = bias.masked_fill(~keys, float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return keys
+    return alibi_bias(slopes, layout.max_len, dtype)[None].masked_fill(~keys, float("-inf"))  # [B, H, L, L]
+
+
+def padded_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sequence attention through one padded block; q, k, v: [T, H, dh]. Padded queries are dropped."""
+    q, k, v = (t[layout.gather].transpose(1, 2) for t in (q, k, v))  # [B, H, L, dh]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(layout, slopes, q.dtype))
     return out.transpose(1, 2).reshape(-1, *out.shape[1::2])[layout.scatter]
 
 
@@ -82,6 +138,37 @@ def _torch_varlen(q, k, v, layout, slopes):
     return varlen_attn(q, k, v, cu, cu, layout.max_len, layout.max_len)
 
 
+@functools.cache
+def compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True)  # dynamic: one kernel for every row length
+
+
+def _flex_kernel(device: torch.device):
+    """Compiled on CUDA; elsewhere eager (it materialises the scores: for tests only)."""
+    if device.type == "cuda":
+        return compiled_flex()
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention
+
+
+def _flex(q, k, v, layout, slopes):
+    """FlexAttention over the row padded to FLEX_BLOCK, [1, H, T', dh]."""
+    kernel = _flex_kernel(q.device)
+    mask = layout.block_mask()
+    pad = mask.seq_lengths[0] - layout.n_tokens
+    q, k, v = (F.pad(t, (0, 0, 0, 0, 0, pad)).transpose(0, 1)[None] for t in (q, k, v))
+    score_mod = None
+    if slopes is not None:
+
+        def score_mod(score, b, h, q_idx, kv_idx):  # within one sequence |q_idx - kv_idx| is its own |i - j|
+            return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    return kernel(q, k, v, score_mod=score_mod, block_mask=mask)[0].transpose(0, 1)[: layout.n_tokens]
+
+
 def _importable(module: str) -> bool:
     # imported only for CUDA runs: torch.nn.attention.varlen pulls in torch._dynamo (seconds)
     try:
@@ -91,45 +178,77 @@ def _importable(module: str) -> bool:
         return False
 
 
-_chosen: dict[tuple, tuple[str, object]] = {}
+def candidates(alibi: bool) -> list[tuple[str, object]]:
+    """The fused kernels this installation has, best first."""
+    found = [("flash-attn varlen", _flash)] if _importable("flash_attn") else []
+    if not alibi and _importable("torch.nn.attention.varlen"):  # torch >= 2.10
+        found.append(("torch varlen_attn", _torch_varlen))
+    if _importable("torch.nn.attention.flex_attention"):
+        found.append(("flex_attention", _flex))
+    return found
+
+
 PADDED = ("padded sdpa", None)
+PER_SEQUENCE = ("per-sequence sdpa", per_sequence_attention)
+MIN_COSINE = 0.999  # against float32: what a correct half-precision kernel reaches with room to spare
+_chosen: dict[tuple, tuple[str, object]] = {}
 
 
-def _fused_kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
-    """The first fused kernel that runs and agrees with the padded path on this device, or PADDED."""
+def check_kernel(kernel, q: torch.Tensor, alibi: bool) -> float:
+    """Minimum cosine of `kernel` on q's device and dtype against the float32 per-sequence
+    reference, over a row of three sequences (1, 37 and 162 tokens: two flex blocks). Errors,
+    out-of-memory errors included, reach the caller."""
+    layout = Layout(torch.tensor([0, 1, 38, 200], dtype=torch.int32, device=q.device), 162, 200)
+    generator = torch.Generator(q.device).manual_seed(0)
+    t = torch.randn(3, 200, *q.shape[1:], generator=generator, device=q.device)
+    slopes = torch.linspace(0.5, 0.01, q.shape[1], device=q.device) if alibi else None
+    expected = per_sequence_attention(*t, layout, slopes)
+    got = kernel(*t.to(q.dtype), layout, slopes).float()
+    return float(F.cosine_similarity(got, expected, dim=-1).min())
+
+
+def fused_kernel(q: torch.Tensor, alibi: bool, found: list[tuple[str, object]] | None = None) -> tuple[str, object]:
+    """The first fused kernel that runs and agrees with the float32 reference on this device
+    and dtype, or PADDED. The choice is kept for the process only when every check ended: an
+    out-of-memory error reaches the caller (the embed job halves the batch) with nothing kept."""
     key = (str(q.device), q.dtype, alibi)
-    if key not in _chosen:
-        candidates = [("flash-attn varlen", _flash)] if _importable("flash_attn") else []
-        if not alibi and _importable("torch.nn.attention.varlen"):  # torch >= 2.10
-            candidates.append(("torch varlen_attn", _torch_varlen))
-        _chosen[key] = PADDED
-        layout = Layout(torch.tensor([0, 1, 38, 200], dtype=torch.int32, device=q.device), 162, 200)
-        generator = torch.Generator(q.device).manual_seed(0)
-        t = torch.randn(3, 200, *q.shape[1:], generator=generator, device=q.device).to(q.dtype)
-        slopes = torch.linspace(0.5, 0.01, q.shape[1], device=q.device) if alibi else None
-        expected = padded_attention(*t, layout, slopes).float()
-        for name, kernel in candidates:
-            try:
-                got = kernel(*t, layout, slopes).float()
-            except (RuntimeError, TypeError, ValueError) as error:
-                log.warning("attention: %s does not run here (%s)", name, str(error).splitlines()[0])
-                continue
-            if F.cosine_similarity(got, expected, dim=-1).min() > 0.999:
-                _chosen[key] = (name, kernel)
-                break
-            log.warning("attention: %s disagrees with the padded path; not used", name)
-    return _chosen[key]
+    if key in _chosen:
+        return _chosen[key]
+    choice = PADDED
+    for name, kernel in candidates(alibi) if found is None else found:
+        try:
+            cosine = check_kernel(kernel, q, alibi)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # a kernel that cannot run here fails in many ways (compile, dtype, arch)
+            lines = str(error).strip().splitlines() or [type(error).__name__]
+            log.warning("attention: %s does not run here (%s)", name, lines[0])
+            continue
+        if cosine > MIN_COSINE:
+            choice = (name, kernel)
+            break
+        log.warning("attention: %s disagrees with the float32 reference (cosine %.6f); not used", name, cosine)
+    _chosen[key] = choice
+    log.info("attention on %s in %s%s: %s", q.device, q.dtype, " with ALiBi" if alibi else "", choice[0])
+    return choice
+
+
+def _kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
+    if not q.is_cuda:
+        return PER_SEQUENCE
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return fused_kernel(q, alibi)
+    return PADDED
 
 
 def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
-    """The attention kernel that forwards on this device and dtype have used."""
+    """The attention kernel that forwards on this device and dtype use (after the first forward)."""
+    if device.type != "cuda":
+        return PER_SEQUENCE[0]
     return _chosen.get((str(device), dtype, alibi), PADDED)[0]
 
 
 def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
     """Block-diagonal attention of packed q, k, v [T, H, dh] (scale 1/sqrt(dh)), ALiBi when slopes are given."""
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        _, kernel = _fused_kernel(q, slopes is not None)
-        if kernel is not None:
-            return kernel(q, k, v, layout, slopes)
-    return padded_attention(q, k, v, layout, slopes)
+    _, kernel = _kernel(q, slopes is not None)
+    return (kernel or padded_attention)(q, k, v, layout, slopes)

@@ -1,0 +1,472 @@
+"""The GPU check: the embed job's CUDA paths proven and timed on a GPU, one part per command, each
+writing one JSON of figures. On the GPU machine (no network; fair-esm, snakemake and biopython
+come as wheels from benchmarks/gpu_wheels.py), from the repository root:
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    python3 benchmarks/gpu_check.py --part equivalence --out $OUT/equivalence.json   # ~3 min on an H100
+    python3 benchmarks/gpu_check.py --part speed --out $OUT/speed.json
+    python3 benchmarks/gpu_check.py --part oom --out $OUT/oom.json
+    python3 benchmarks/gpu_check.py --part workflow --out $OUT/workflow.json
+
+Parts:
+  equivalence  ESM-2 packed in FP16 and BF16 (rotary in the model's dtype and in float32) against
+               fair-esm's own FP32 forward per sequence, on 650M- and 3B-shaped random models, with
+               read-derived and edge proteins (1 residue, 1022 and 1100 residues, <mask>, X/B/Z/U/O);
+               DNABERT-S's shape likewise against its own FP32 per-sequence forward; the shipped
+               tiny DNABERT-S fixture against the public code's vectors; the attention kernels used.
+  speed        on the same frames of 500 bp reads: the production embed job (ESM-2 3B shape, layer
+               36, FP16) with tokens/s, model FLOPs utilisation, peak memory, loader wait share and
+               GPU busy share (profiler trace); fair-esm's own batching in FP16 and VirNucPro's
+               settings (FP32, toks_per_batch 2048) on a subset, as ratios; DNABERT-S tokens/s.
+  oom          the embed job under a memory cap (set_per_process_memory_fraction) that makes its
+               batches run out of memory, against the same job uncapped.
+  workflow     `snakemake --cores N --resources gpu=1` over 500 bp reads with 3B- and
+               DNABERT-S-shaped random checkpoints built on the spot: reads per hour end to end.
+
+`--device cpu --tiny` runs the same code on tiny shapes (tests/test_gpu_check.py), so it cannot rot.
+Random weights: the figures measure kernels, numerics of the shapes and speed, not biology.
+"""
+
+import argparse
+import copy
+import gc
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import esm as fair_esm
+import numpy as np
+import torch
+from embed_throughput import (
+    cosines,
+    esm_checkpoint,
+    fair_esm_embed,
+    machine,
+    production_embed,
+    read_frames,
+    sequences,
+)
+from reads import GENOMES, write_reads
+
+from workflow_lib import demo_models
+from workflow_lib.embedding import PRECISIONS, DeviceFeed
+from workflow_lib.models import classifier, dnabert, esm, varlen
+from workflow_lib.packing import greedy_batches, pack
+from workflow_lib.prepare import Policy, prepare
+from workflow_lib.tokens import ESMTokens
+
+ROOT = Path(__file__).resolve().parents[1]
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense FP16/BF16 tensor cores
+TINY_ESM = {
+    "t2": {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True},
+    "t3": {"encoder_layers": 3, "encoder_embed_dim": 96, "encoder_attention_heads": 6, "token_dropout": True},
+}
+TOKENIZER_GENOMES = sorted(GENOMES.glob("*.fasta"))
+log = logging.getLogger("workflow")
+
+
+def shapes(tiny: bool) -> dict:
+    """Model shapes: the published ones, or tiny ones for the CPU dry run."""
+    if tiny:
+        return {"esm": TINY_ESM, "speed_esm": TINY_ESM["t2"], "dnabert": demo_models.DNABERT_CONFIG}
+    esm_shapes = demo_models.ESM2_SHAPES
+    return {"esm": esm_shapes, "speed_esm": esm_shapes["3B"], "dnabert": demo_models.DNABERT_S}
+
+
+def read_shards(workdir: Path, reads: int) -> tuple[Path, Path]:
+    """The protein and nucleotide frames of `reads` 500 bp reads sampled from the bundled genomes."""
+    write_reads(workdir / "reads.fa", reads, 500, seed=1)
+    prepare(workdir / "reads.fa", workdir / "prepared", 1, Policy(chunk_length=500))
+    return workdir / "prepared" / "shard_0.faa", workdir / "prepared" / "shard_0.fna"
+
+
+def feed_embeddings(embedder, encoded: list[np.ndarray], budget: int, device: torch.device) -> np.ndarray:
+    """Embeddings of token arrays through the embed job's DeviceFeed (copy stream, pinned results)."""
+    out = np.zeros((len(encoded), embedder.dim), dtype=np.float32)
+    feed = DeviceFeed(embedder, device)
+    lengths = np.array([len(e) for e in encoded])
+    for rows in greedy_batches(lengths, budget):
+        batch = pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors(pin=feed.cuda)
+        for done, pooled in feed.compute(*feed.send(batch)):
+            out[done] = pooled
+    for done, pooled in feed.flush():
+        out[done] = pooled
+    return out
+
+
+def agreement(got: np.ndarray, expected: np.ndarray) -> dict:
+    cosine = cosines(got, expected)
+    return {
+        "min_cosine": round(float(cosine.min()), 7),
+        "mean_cosine": round(float(cosine.mean()), 7),
+        "max_abs_diff": float(np.abs(got - expected).max()),
+    }
+
+
+def free(device: torch.device) -> None:
+    """Release what the last step left on the device, and restart its peak memory count."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# ---------------------------------------------------------------- equivalence
+
+
+def edge_proteins(alphabet, rng: np.random.Generator) -> tuple[list[str], list[np.ndarray]]:
+    """Names and token arrays of the edge cases: 1 residue, 1022 and 1100 residues (past fair-esm's
+    usual truncation and VirNucPro's 1024-residue pooling), ambiguous and rare letters, <mask>."""
+    letters = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY", dtype=np.uint8)
+    proteins = {
+        "1 residue": b"M",
+        "1022 residues": letters[rng.integers(0, 20, 1022)].tobytes(),
+        "1100 residues": letters[rng.integers(0, 20, 1100)].tobytes(),
+        "X/B/Z/U/O": b"MKXBZUOLLVAGXXKZ" * 4,
+        "<mask>": letters[rng.integers(0, 20, 150)].tobytes(),
+    }
+    encoded = ESMTokens.of(alphabet)(list(proteins.values()))
+    encoded[-1][[5, 40, 41, 90]] = alphabet.mask_idx
+    return list(proteins), encoded
+
+
+@torch.inference_mode()
+def fair_esm_reference(model, encoded: list[np.ndarray], layer: int, device: torch.device) -> np.ndarray:
+    """fair-esm's own FP32 forward, one sequence at a time, VirNucPro's pooling."""
+    out = np.zeros((len(encoded), model.embed_dim), dtype=np.float32)
+    for i, tokens in enumerate(encoded):
+        hidden = model(torch.from_numpy(tokens)[None].to(device), repr_layers=[layer])["representations"][layer]
+        out[i] = hidden[0, 1 : min(len(tokens) - 2, esm.POOLED_RESIDUES) + 1].mean(0).cpu().numpy()
+    return out
+
+
+def esm_equivalence(config: dict, proteins: list[bytes], device, budget: int, precisions) -> dict:
+    torch.manual_seed(0)
+    layers = config["encoder_layers"]
+    model = fair_esm.ESM2(layers, config["encoder_embed_dim"], config["encoder_attention_heads"], "ESM-1b", True)
+    model = model.eval()
+    alphabet = model.alphabet
+    names, encoded = edge_proteins(alphabet, np.random.default_rng(0))
+    encoded += ESMTokens.of(alphabet)(proteins)
+    start = time.perf_counter()
+    reference = fair_esm_reference(copy.deepcopy(model).to(device), encoded, layers, device)
+    free(device)
+    figures = {"proteins": len(encoded), "reference_seconds": round(time.perf_counter() - start, 1), "runs": {}}
+    for precision in precisions:
+        dtype = PRECISIONS[precision]
+        for rotary in ("model dtype", "float32"):
+            embedder = esm.ESMEmbedder(
+                copy.deepcopy(model), alphabet, layers, device, dtype, torch.float32 if rotary == "float32" else None
+            )
+            got = feed_embeddings(embedder, encoded, budget, device)
+            run = agreement(got, reference)
+            run["edge"] = {name: round(float(c), 7) for name, c in zip(names, cosines(got, reference))}
+            run["attention"] = varlen.kernel_name(device, dtype, alibi=False)
+            figures["runs"][f"{precision}, rotary in {rotary}"] = run
+            del embedder
+            free(device)
+    return figures
+
+
+def dnabert_equivalence(directory: Path, sequences_: list[bytes], device, budget: int, precisions) -> dict:
+    """Packed half precision against the same model's FP32 forward, one sequence at a time."""
+    model, tokens = dnabert.load(str(directory))
+    encoded = tokens(sequences_)
+    reference_embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device)
+    reference = np.concatenate([feed_embeddings(reference_embedder, [e], 1, device) for e in encoded])
+    del reference_embedder
+    figures = {"sequences": len(encoded), "max_tokens": max(map(len, encoded)), "runs": {}}
+    for precision in precisions:
+        dtype = PRECISIONS[precision]
+        embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device, dtype)
+        run = agreement(feed_embeddings(embedder, encoded, budget, device), reference)
+        run["attention"] = varlen.kernel_name(device, dtype, alibi=True)
+        figures["runs"][precision] = run
+        free(device)
+    return figures
+
+
+def fixture_equivalence(device, precisions) -> dict:
+    """The shipped tiny DNABERT-S checkpoint against the vectors of the public model code."""
+    fixture = ROOT / "tests" / "data" / "dnabert_s_tiny"
+    reference = np.load(fixture / "reference.npz", allow_pickle=False)
+    model, tokens = dnabert.load(str(fixture))
+    encoded = tokens([str(s).encode() for s in reference["sequences"]])
+    figures = {}
+    for precision in ("fp32", *precisions):
+        dtype = PRECISIONS[precision]
+        embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device, dtype)
+        run = agreement(feed_embeddings(embedder, encoded, 1000, device), reference["embeddings"])
+        run["attention"] = varlen.kernel_name(device, dtype, alibi=True)
+        figures[precision] = run
+    return figures
+
+
+def equivalence(args, workdir: Path, device) -> dict:
+    proteins_path, nucleotides_path = read_shards(workdir, args.reads)
+    proteins = [s.encode() for s in sequences(read_frames(proteins_path, args.equivalence_frames))]
+    nucleotides = [s.encode() for s in sequences(read_frames(nucleotides_path, args.equivalence_frames))]
+    rng = np.random.default_rng(1)
+    nucleotides += [b"A", np.frombuffer(b"ACGT", dtype=np.uint8)[rng.integers(0, 4, 3000)].tobytes()]
+    precisions = args.precisions.split(",")
+    result = {"esm": {}}
+    for name, config in shapes(args.tiny)["esm"].items():
+        if args.esm_shapes and name not in args.esm_shapes.split(","):
+            continue
+        result["esm"][name] = esm_equivalence(config, proteins, device, args.budget, precisions)
+        log.info("equivalence: ESM-2 %s done", name)
+    directory = demo_models.build_dnabert(workdir, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    result["dnabert"] = dnabert_equivalence(directory, nucleotides, device, args.budget, precisions)
+    result["dnabert_fixture"] = fixture_equivalence(device, precisions)
+    return result
+
+
+# ---------------------------------------------------------------- speed
+
+
+def gpu_busy_share(profile, seconds: float) -> dict:
+    """Share of the wall time in which a CUDA kernel ran (union of kernel intervals), and the
+    kernels that took the most time."""
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in profile.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    busy, end, totals = 0.0, -1.0, {}
+    for start, stop, name in kernels:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+        totals[name] = totals.get(name, 0.0) + stop - start
+    top = sorted(totals.items(), key=lambda item: -item[1])[:8]
+    return {
+        "gpu_busy_share": round(busy / 1e6 / seconds, 3) if kernels else None,
+        "top_kernels_ms": {name[:80]: round(us / 1e3, 1) for name, us in top},
+    }
+
+
+def profiled_embed(shard: Path, output: Path, **settings) -> dict:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if settings["device"] == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        _, stats = production_embed(shard, output, **settings)
+    return {"frames": len(sequences(shard)), **gpu_busy_share(profile, stats["seconds"])}
+
+
+def esm_tokens(proteins: list[str]) -> int:
+    return sum(len(p) + 2 for p in proteins)
+
+
+def speed(args, workdir: Path, device) -> dict:
+    proteins_path, nucleotides_path = read_shards(workdir, args.reads)
+    shard = read_frames(proteins_path, args.frames)
+    config = shapes(args.tiny)["speed_esm"]
+    layers, dim = config["encoder_layers"], config["encoder_embed_dim"]
+    start = time.perf_counter()
+    checkpoint = esm_checkpoint(workdir, layers, dim, config["encoder_attention_heads"])
+    result = {"checkpoint_build_seconds": round(time.perf_counter() - start, 1)}
+    common = {"device": device.type, "num_workers": args.workers, "precision": "fp16"}
+    free(device)
+    embeddings, stats = production_embed(
+        shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers, token_budget=args.budget,
+        **common,
+    )  # fmt: skip
+    flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
+    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
+    job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
+    job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
+    job["frames"] = len(embeddings)
+    job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
+    job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
+    job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
+    job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
+    job["profile"] = profiled_embed(
+        read_frames(proteins_path, args.profile_frames), workdir / "profiled.h5", model="esm",
+        checkpoint=str(checkpoint), layer=layers, token_budget=args.budget, **common,
+    )  # fmt: skip
+    result["embed_job"] = job
+    free(device)
+
+    # fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048)
+    model, alphabet = esm.load(str(checkpoint))
+    subset = sequences(read_frames(proteins_path, args.compare_frames))
+    half = copy.deepcopy(model).to(device=device, dtype=torch.float16 if device.type == "cuda" else torch.float32)
+    _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
+    del half
+    free(device)
+    fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": args.budget}
+    subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
+    _, seconds = fair_esm_embed(model.float().to(device), alphabet, subset, layers, 2048, device)
+    virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
+    del model
+    free(device)
+    result["fair_esm_fp16"] = fair | {"embed_job_over_it": round(stats["tokens_per_s"] / fair["tokens_per_s"], 2)}
+    result["virnucpro_fp32"] = virnucpro | {
+        "embed_job_over_it": round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
+    }
+
+    directory = demo_models.build_dnabert(workdir, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    _, stats = production_embed(
+        read_frames(nucleotides_path, args.frames), workdir / "dnabert.h5", model="dnabert",
+        checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
+    )  # fmt: skip
+    result["dnabert_job"] = {
+        key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "attention", "fill", "peak_memory_bytes")
+    }
+    return result
+
+
+# ---------------------------------------------------------------- out of memory
+
+
+def out_of_memory(args, workdir: Path, device) -> dict:
+    proteins_path, _ = read_shards(workdir, args.reads)
+    shard = read_frames(proteins_path, args.frames)
+    config = shapes(args.tiny)["esm"]["t2" if args.tiny else "650M"]
+    layers = config["encoder_layers"]
+    checkpoint = esm_checkpoint(workdir, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
+    settings = dict(model="esm", checkpoint=str(checkpoint), layer=layers, device=device.type, precision="fp16")
+    settings |= {"token_budget": args.oom_budget, "num_workers": args.workers}
+    free(device)
+    free_run, free_stats = production_embed(shard, workdir / "free.h5", **settings)
+    result = {
+        "frames": len(free_run),
+        "token_budget": args.oom_budget,
+        "uncapped": {"oom_splits": free_stats["oom_splits"]},
+    }
+    result["uncapped"]["peak_memory_gib"] = round(free_stats["peak_memory_bytes"] / 2**30, 2)
+    cap = None
+    if device.type == "cuda":
+        free(device)
+        with torch.device("meta"):  # only counted
+            shape = fair_esm.ESM2(layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
+        weights = sum(p.numel() for p in shape.parameters()) * 2  # float16
+        # room for the weights and a quarter of the activations the uncapped batches needed
+        cap = weights + (free_stats["peak_memory_bytes"] - weights) // 4
+        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(device).total_memory, device)
+    try:
+        capped, capped_stats = production_embed(shard, workdir / "capped.h5", **settings)
+    finally:
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+    result["capped"] = {
+        "cap_gib": round(cap / 2**30, 2) if cap else None,
+        "oom_splits": capped_stats["oom_splits"],
+        "peak_memory_gib": round(capped_stats["peak_memory_bytes"] / 2**30, 2),
+        "tokens_per_s": capped_stats["tokens_per_s"],
+        "all_frames": bool(np.isfinite(capped).all() and len(capped) == len(free_run)),
+    }
+    result["capped_against_uncapped"] = agreement(capped, free_run)
+    return result
+
+
+# ---------------------------------------------------------------- whole workflow
+
+
+def workflow(args, workdir: Path, device) -> dict:
+    import yaml
+
+    models = workdir / "models"
+    models.mkdir()
+    config = shapes(args.tiny)["speed_esm"]
+    start = time.perf_counter()
+    checkpoint = esm_checkpoint(
+        models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
+    )
+    directory = demo_models.build_dnabert(models, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    torch.manual_seed(0)
+    dims = shapes(args.tiny)["dnabert"]["hidden_size"] + config["encoder_embed_dim"]
+    classifier.save(classifier.MLPClassifier(dims), models / "classifier.pt", chunk_length=500)
+    write_reads(workdir / "reads.fa", args.workflow_reads, 500, seed=2)
+    (workdir / "samples.tsv").write_text(f"sample\tpath\nreads\t{workdir / 'reads.fa'}\n")
+    settings = {
+        "samples": str(workdir / "samples.tsv"),
+        "chunk_length": 500,
+        "shards": args.shards,
+        "models": {
+            "esm": {"checkpoint": str(checkpoint), "layer": config["encoder_layers"]},
+            "dnabert": {"checkpoint": str(directory)},
+            "classifier": str(models / "classifier.pt"),
+            "cache_dir": str(models / "cache"),
+        },
+        "embedding": {
+            "precision": "fp16",
+            "esm_token_budget": args.budget,
+            "dnabert_token_budget": args.dnabert_budget,
+        },
+    }
+    (workdir / "config.yaml").write_text(yaml.safe_dump(settings))
+    setup = time.perf_counter() - start
+    cores = str(len(os.sched_getaffinity(0)))
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
+    command += ["--configfile", str(workdir / "config.yaml"), "--cores", cores, "--resources", "gpu=1"]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }  # rules call `python`
+    start = time.perf_counter()
+    run = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if run.returncode:
+        return {"error": run.stderr[-4000:]}
+    summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
+    return {
+        "reads": args.workflow_reads,
+        "shards": args.shards,
+        "setup_seconds": round(setup, 1),
+        "seconds": round(seconds, 1),
+        "reads_per_hour": round(args.workflow_reads / seconds * 3600),
+        "counts": summary["counts"],
+        "timings": summary["timings"],
+        "embedding_shards": summary["embedding_shards"],
+    }
+
+
+PARTS = {"equivalence": equivalence, "speed": speed, "oom": out_of_memory, "workflow": workflow}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=tuple(PARTS), required=True)
+    parser.add_argument("--out", type=Path, help="JSON file to write (the figures are printed too)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="tiny model shapes (the CPU dry run)")
+    parser.add_argument("--reads", type=int, default=60_000, help="500 bp reads whose frames are embedded")
+    parser.add_argument("--frames", type=int, default=20_000, help="frames for the embed job (speed, oom)")
+    parser.add_argument("--equivalence-frames", type=int, default=200, help="read-derived frames for equivalence")
+    parser.add_argument("--profile-frames", type=int, default=3000, help="frames of the profiled embed job")
+    parser.add_argument("--compare-frames", type=int, default=5000, help="frames for fair-esm's FP16 batching")
+    parser.add_argument("--virnucpro-frames", type=int, default=1000, help="frames for VirNucPro's settings")
+    parser.add_argument("--esm-shapes", help="ESM-2 shapes for equivalence, e.g. 650M (default: all)")
+    parser.add_argument("--precisions", default="fp16,bf16", help="half precisions for equivalence")
+    parser.add_argument("--budget", type=int, default=65536, help="ESM-2 token budget")
+    parser.add_argument("--dnabert-budget", type=int, default=65536, help="DNABERT-S token budget")
+    parser.add_argument("--oom-budget", type=int, default=65536, help="token budget of the out-of-memory part")
+    parser.add_argument("--workers", type=int, default=4, help="loader workers of the embed jobs")
+    parser.add_argument("--workflow-reads", type=int, default=100_000)
+    parser.add_argument("--shards", type=int, default=2, help="shards of the workflow's sample")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    result = {"part": args.part, **machine(device), "date": time.strftime("%Y-%m-%d"), "tiny": args.tiny}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as workdir:
+        result[args.part] = PARTS[args.part](args, Path(workdir), device)
+    result["part_seconds"] = round(time.perf_counter() - start, 1)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

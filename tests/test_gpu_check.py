@@ -1,0 +1,62 @@
+"""The GPU check's CPU dry run: each part of benchmarks/gpu_check.py, as documented, on tiny shapes."""
+
+import json
+import subprocess
+import sys
+
+from conftest import ENV, ROOT
+
+SMALL = {
+    "equivalence": ["--reads", "300", "--equivalence-frames", "30", "--budget", "2048"],
+    "speed": ["--reads", "300", "--frames", "100", "--profile-frames", "50", "--compare-frames", "50"]
+    + ["--virnucpro-frames", "30", "--budget", "2048", "--dnabert-budget", "2048", "--workers", "1"],
+    "oom": ["--reads", "300", "--frames", "100", "--oom-budget", "2048", "--workers", "1"],
+    "workflow": ["--workflow-reads", "200", "--budget", "2048", "--dnabert-budget", "2048"],
+}
+
+
+def run_part(part: str, tmp_path) -> dict:
+    out = tmp_path / f"{part}.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", part, "--device", "cpu", "--tiny"]
+    result = subprocess.run(command + SMALL[part] + ["--out", str(out)], capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["part"] == part and figures["device"] == "cpu" and figures["tiny"]
+    return figures[part]
+
+
+def test_equivalence_part(tmp_path):
+    figures = run_part("equivalence", tmp_path)
+    for shape in ("t2", "t3"):
+        runs = figures["esm"][shape]["runs"]
+        assert set(runs) == {f"{p}, rotary in {r}" for p in ("fp16", "bf16") for r in ("model dtype", "float32")}
+        for run in runs.values():
+            assert run["min_cosine"] > 0.999 and run["attention"] == "per-sequence sdpa"
+            assert set(run["edge"]) == {"1 residue", "1022 residues", "1100 residues", "X/B/Z/U/O", "<mask>"}
+    assert figures["dnabert"]["max_tokens"] > 512  # past DNABERT-S's ALiBi starting size
+    assert all(run["min_cosine"] > 0.999 for run in figures["dnabert"]["runs"].values())
+    assert figures["dnabert_fixture"]["fp32"]["max_abs_diff"] < 1e-5
+
+
+def test_speed_part(tmp_path):
+    figures = run_part("speed", tmp_path)
+    job = figures["embed_job"]
+    assert job["frames"] == 100 and job["tokens_per_s"] > 0 and 0 <= job["loader_wait_share"] < 1
+    assert job["profile"]["frames"] == 50 and job["mfu"] is None  # no peak figure for a CPU
+    for baseline in ("fair_esm_fp16", "virnucpro_fp32"):
+        assert figures[baseline]["tokens_per_s"] > 0 and figures[baseline]["embed_job_over_it"] > 0
+    assert figures["virnucpro_fp32"]["toks_per_batch"] == 2048
+    assert figures["dnabert_job"]["tokens_per_s"] > 0
+
+
+def test_oom_part(tmp_path):
+    """On the CPU nothing caps memory: the part's two runs, and their comparison, still run."""
+    figures = run_part("oom", tmp_path)
+    assert figures["capped"]["all_frames"] and figures["capped"]["cap_gib"] is None
+    assert figures["capped_against_uncapped"]["max_abs_diff"] == 0
+
+
+def test_workflow_part(tmp_path):
+    figures = run_part("workflow", tmp_path)
+    assert figures["counts"]["records"] == 200 and figures["reads_per_hour"] > 0
+    assert {s["model"] for s in figures["embedding_shards"]} == {"esm", "dnabert"}
