@@ -15,7 +15,8 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# found beside this Snakefile wherever the run's directory is (--directory DIR, or cd DIR)
+configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 report: "report/workflow.rst"

@@ -21,7 +21,7 @@ case "${1:-}" in
         setup
         shift
         start=$(date +%s)
-        snakemake --configfile config/demo.yaml "$@"
+        snakemake --profile profiles/local --configfile config/demo.yaml "$@"
         snakemake --configfile config/demo.yaml --report results/report.html
         echo
         echo "Demo finished in $(($(date +%s) - start)) s (tiny demo models: the calls carry no biological meaning)."

@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import shlex
 import sys
@@ -13,13 +14,17 @@ sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without in
 
 from workflow_lib.config_check import (
     check_config,
+    check_classifier_file,
     check_model_choice,
+    recorded_differences,
     read_samples,
     source_of,
 )
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
+MODEL_CHECK = "results/checks/models.json"
+RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 # Where each config value came from, the one that wins first: --config, then the config files.
 given = [str(f) for f in workflow.config_settings.configfiles]
 config_sources = [("--config", workflow.config_settings.config)] + [
@@ -37,13 +42,17 @@ try:
     )
     validate(config, schema="../config/schema.yaml")  # fills in the defaults
     check_model_choice(config, config_sources)
+    LABELLED = bool((samples["label"] != "").any())
+    check_classifier_file(config, config_sources, MODEL_CHECK, LABELLED)
 except InputError as error:
     raise WorkflowError(str(error)) from None  # Snakemake prints it without a traceback
+if workflow.is_main_process:  # once, not in every cluster job
+    for line in recorded_differences(config, RECORDED):
+        print(f"Warning: {line}", file=sys.stderr)
 
 SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
 SHARD_SUFFIX = {"esm": "faa", "dnabert": "fna"}
-MODEL_CHECK = "results/checks/models.json"
 # The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
 DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
 TABLES = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta", "manifest.json"]
@@ -58,6 +67,11 @@ wildcard_constraints:
     sample="|".join(map(re.escape, samples.index)),
     model="|".join(MODELS),
     shard=r"\d+",
+
+
+# Jobs run through this wrapper: all output in the job's log; its error line, or its warnings, on
+# the console.
+RUN_LOGGED = f"{workflow.basedir}/scripts/run_logged.sh"
 
 
 def script(name):
@@ -83,10 +97,15 @@ def classifier_file():
     return classifier_path(models["classifier"], models["cache_dir"])
 
 
+def trains_here():
+    """This run trains the classifier it uses: models.classifier is the train target's output and
+    the samples sheet labels samples to learn from (else that file is used as it is)."""
+    return classifier_file() == config["train"]["classifier"] and LABELLED
+
+
 def classifier_to_check():
     """The classifier is checked before embedding unless this workflow trains it (then it fits by construction)."""
-    classifier = classifier_file()
-    return [] if classifier == config["train"]["classifier"] else [classifier]
+    return [] if trains_here() else [classifier_file()]
 
 
 def fetched_manifest():
@@ -134,7 +153,7 @@ def check_models_args(wildcards, input):
     return (
         f"--esm {config['models']['esm']['checkpoint']} --esm-layer {config['models']['esm']['layer']} "
         f"--dnabert {config['models']['dnabert']['checkpoint']} --cache-dir {config['models']['cache_dir']} "
-        f"{classifier}"
+        f"--chunk-length {config['chunk_length']} {classifier}"
     )
 
 
@@ -143,8 +162,7 @@ def prepare_args(wildcards):
         f"--chunk-length {config['chunk_length']} --shards {config['shards']} "
         f"--ambiguous-codons {config['translation']['ambiguous_codons']} "
         f"--min-length {config['input']['min_length']} "
-        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']} "
-        f"--progress-seconds {config['progress_seconds']}"
+        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']}"
     )
 
 
@@ -153,22 +171,35 @@ def shard_fasta(wildcards):
 
 
 def embed_args(wildcards):
-    embedding = config["embedding"]
+    """What the embeddings depend on. Settings that cannot change them (token budget, loader,
+    commits, progress) are the rule's resources instead (see `runtime`).
+    """
+    models = config["models"]
     if wildcards.model == "esm":
-        model = config["models"]["esm"]
-        specific = f"--checkpoint {model['checkpoint']} --layer {model['layer']} --token-budget {embedding['esm_token_budget']}"
+        specific = f"--checkpoint {shlex.quote(models['esm']['checkpoint'])} --layer {models['esm']['layer']}"
     else:
-        specific = (
-            f"--checkpoint {config['models']['dnabert']['checkpoint']} "
-            f"--token-budget {embedding['dnabert_token_budget']}"
-        )
-    expandable = "" if embedding["expandable_segments"] else " --no-expandable-segments"
+        specific = f"--checkpoint {shlex.quote(models['dnabert']['checkpoint'])}"
     return (
-        f"--model {wildcards.model} {specific} --device {embedding['device']} "
-        f"--precision {embedding['precision']} --cache-dir {config['models']['cache_dir']} "
-        f"--num-workers {embedding['num_workers']} --prefetch-factor {embedding['prefetch_factor']} "
-        f"--commit-seconds {embedding['commit_seconds']} "
-        f"--progress-seconds {config['progress_seconds']}{expandable}"
+        f"--model {wildcards.model} {specific} --device {config['embedding']['device']} "
+        f"--precision {config['embedding']['precision']} --cache-dir {shlex.quote(models['cache_dir'])}"
+    )
+
+
+def embed_gpus(wildcards, input):
+    """One GPU, or none for a shard with no frames (known once prepare has written it)."""
+    return 1 if os.path.getsize(input.fasta) else 0
+
+
+def token_budget(wildcards):
+    return config["embedding"][f"{wildcards.model}_token_budget"]
+
+
+def runtime(value):
+    """A setting that cannot change results, as a job resource (an int or a string): it reaches the
+    job's command but, unlike params, is never compared, so changing it reruns nothing.
+    """
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) else str(value)
     )
 
 
@@ -195,10 +226,7 @@ def shard_embeddings(sample, model):
 
 def predict_args(wildcards):
     tables = "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
-    return (
-        f"--min-viral-fraction {config['predict']['min_viral_fraction']} "
-        f"--progress-seconds {config['progress_seconds']} {tables}"
-    )
+    return f"--min-viral-fraction {config['predict']['min_viral_fraction']} {tables}"
 
 
 def prediction_outputs():
@@ -216,9 +244,37 @@ def shard_benchmarks(sample, model):
     )
 
 
+# Settings that cannot change any result: job resources, not params (a change reruns nothing), and
+# not in the run summary's config.
+RUNTIME_SETTINGS = {
+    "progress_seconds": None,
+    "embedding": (
+        "esm_token_budget",
+        "dnabert_token_budget",
+        "num_workers",
+        "prefetch_factor",
+        "commit_seconds",
+        "expandable_segments",
+    ),
+}
+
+
+def result_config():
+    """The config less RUNTIME_SETTINGS: every setting the results depend on."""
+    kept = {
+        k: v
+        for k, v in config.items()
+        if k not in RUNTIME_SETTINGS or RUNTIME_SETTINGS[k]
+    }
+    for section, keys in RUNTIME_SETTINGS.items():
+        if keys:
+            kept[section] = {k: v for k, v in config[section].items() if k not in keys}
+    return kept
+
+
 def summarize_args(wildcards):
-    """The run's config and the Snakemake version go into the run summary."""
-    return f"--config {shlex.quote(json.dumps(config))} --snakemake-version {snakemake_version}"
+    """The run's result settings and the Snakemake version go into the run summary."""
+    return f"--config {shlex.quote(json.dumps(result_config()))} --snakemake-version {snakemake_version}"
 
 
 def plot_sample_args(wildcards):
@@ -229,22 +285,18 @@ def plot_sample_args(wildcards):
 
 
 def report_outputs():
-    """Per sample the run summary and the report's figures and table; the training figures when
-    this workflow trains the classifier that it uses."""
+    """Per sample the run summary and the report's figures and table; the overview of all
+    samples; the training figures when this workflow trains the classifier that it uses.
+    """
     per_sample = expand(
         [*rules.summarize.output, *rules.plot_sample.output], sample=samples.index
     )
-    trained = config["models"]["classifier"] == config["train"]["classifier"]
-    return per_sample + (list(rules.plot_training.output) if trained else [])
+    training = list(rules.plot_training.output) if trains_here() else []
+    return per_sample + list(rules.overview.output) + training
 
 
 def training_samples():
-    labelled = samples.index[samples["label"] != ""]
-    if len(labelled) == 0:
-        raise ValueError(
-            f"{config['samples']}: the train target needs samples labelled 'virus' or 'other' in a label column"
-        )
-    return labelled
+    return samples.index[samples["label"] != ""]
 
 
 def frames_table(sample):
@@ -270,5 +322,5 @@ def train_args(wildcards, input):
     return (
         f"{shards} --epochs {t['epochs']} --batch-size {t['batch_size']} --learning-rate {t['learning_rate']} "
         f"--patience {t['patience']} --validation-fraction {t['validation_fraction']} --seed {t['seed']} "
-        f"--chunk-length {config['chunk_length']} --progress-seconds {config['progress_seconds']} {balance}"
+        f"--chunk-length {config['chunk_length']} {balance}"
     )

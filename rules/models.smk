@@ -10,10 +10,11 @@ rule fetch_models:
     conda:
         "../envs/embed.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("fetch_models"),
         args=fetch_models_args,
     shell:
-        "python {params.script:q} {params.args} > {log:q} 2>&1"
+        "bash {params.logged:q} {log:q} python {params.script:q} {params.args}"
 
 
 rule check_models:
@@ -25,15 +26,17 @@ rule check_models:
         MODEL_CHECK,
     log:
         "logs/check_models.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     localrule: True
     conda:
         "../envs/embed.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("check_models"),
         args=check_models_args,
         env=offline_env(),
     shell:
-        "{params.env} python {params.script:q} {params.args} --output {output:q} > {log:q} 2>&1"
+        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.args} --output {output:q}"
 
 
 rule build_demo_models:
@@ -45,11 +48,13 @@ rule build_demo_models:
         dnabert=directory("resources/demo_models/dnabert_s_demo"),
     log:
         "logs/build_demo_models.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     localrule: True
     conda:
         "../envs/embed.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("build_demo_models"),
         outdir=subpath(output.esm, parent=True),
     shell:
-        "python {params.script:q} --outdir {params.outdir:q} --genome {input:q} > {log:q} 2>&1"
+        "bash {params.logged:q} {log:q} python {params.script:q} --outdir {params.outdir:q} --genome {input:q}"

@@ -5,6 +5,7 @@ rule predict:
         dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
         esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
         classifier=classifier_file(),
+        check=MODEL_CHECK,
         reads=sample_input,
     output:
         frames="results/{sample}/frames.tsv",
@@ -29,18 +30,21 @@ rule predict:
         "logs/predict/{sample}.log",
     benchmark:
         "results/benchmarks/predict/{sample}.tsv"
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
+        progress_seconds=runtime(config["progress_seconds"]),
     params:
+        logged=RUN_LOGGED,
         script=script("predict"),
         args=predict_args,
         prepare_dir=subpath(input.prepared, parent=True),
         outdir=subpath(output.frames, parent=True),
     shell:
-        "python {params.script:q} --prepare-dir {params.prepare_dir:q} "
+        "bash {params.logged:q} {log:q} python {params.script:q} --prepare-dir {params.prepare_dir:q} "
         "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} --input {input.reads:q} "
-        "--outdir {params.outdir:q} {params.args} > {log:q} 2>&1"
+        "--outdir {params.outdir:q} {params.args} --progress-seconds {resources.progress_seconds} --threads {threads}"

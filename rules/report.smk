@@ -20,17 +20,19 @@ rule summarize:
         ),
     log:
         "logs/summarize/{sample}.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("summarize"),
         args=summarize_args,
     shell:
-        "python {params.script:q} --sample {wildcards.sample:q} --prepared {input.prepared:q} "
+        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} --prepared {input.prepared:q} "
         "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
         "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
         "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-predict {input.benchmark_predict:q} "
-        "{params.args} --output {output:q} > {log:q} 2>&1"
+        "{params.args} --output {output:q}"
 
 
 rule plot_sample:
@@ -86,16 +88,42 @@ rule plot_sample:
         ),
     log:
         "logs/plot_sample/{sample}.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("plot_sample"),
         args=plot_sample_args,
         results=subpath(input.sequences, parent=True),
         outdir=subpath(output.scores, parent=True),
     shell:
-        "python {params.script:q} --sample {wildcards.sample:q} --results {params.results:q} "
-        "--summary {input.summary:q} --outdir {params.outdir:q} {params.args} > {log:q} 2>&1"
+        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} --results {params.results:q} "
+        "--summary {input.summary:q} --outdir {params.outdir:q} {params.args}"
+
+
+rule overview:
+    input:
+        summaries=expand("results/{sample}/run_summary.json", sample=samples.index),
+    output:
+        page=report(
+            "results/report/overview.html",
+            caption="../report/overview.rst",
+            category="Overview",
+            labels={"item": "samples, models and settings"},
+        ),
+        recorded=RECORDED,
+    log:
+        "logs/overview.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        logged=RUN_LOGGED,
+        script=script("overview"),
+    shell:
+        "bash {params.logged:q} {log:q} python {params.script:q} --summaries {input.summaries:q} --output {output.page:q} "
+        "--recorded {output.recorded:q}"
 
 
 rule plot_training:
@@ -116,10 +144,12 @@ rule plot_training:
         ),
     log:
         "logs/plot_training.log",
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     params:
+        logged=RUN_LOGGED,
         script=script("plot_training"),
     shell:
-        "python {params.script:q} --metrics {input.metrics:q} --roc {output.roc:q} "
-        "--table {output.table:q} > {log:q} 2>&1"
+        "bash {params.logged:q} {log:q} python {params.script:q} --metrics {input.metrics:q} --roc {output.roc:q} "
+        "--table {output.table:q}"

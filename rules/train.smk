@@ -1,22 +1,44 @@
-rule train:
-    input:
-        unpack(training_embeddings),
-    output:
-        classifier=config["train"]["classifier"],
-        metrics="results/train/metrics.json",
-    log:
-        "logs/train.log",
-    benchmark:
-        "results/benchmarks/train.tsv"
-    conda:
-        "../envs/cpu.yaml"
-    threads: 1
-    resources:
-        mem_mb=8000,
-        runtime=120,
-    params:
-        script=script("train"),
-        args=train_args,
-    shell:
-        "python {params.script:q} {params.args} --output {output.classifier:q} "
-        "--metrics {output.metrics:q} > {log:q} 2>&1"
+# The train target learns from the samples labelled virus or other. A sheet that labels none has
+# no train job: models.classifier is then a file given as it is, even at the train output's path.
+if LABELLED:
+
+    rule train:
+        input:
+            unpack(training_embeddings),
+        output:
+            classifier=config["train"]["classifier"],
+            metrics="results/train/metrics.json",
+        log:
+            "logs/train.log",
+        benchmark:
+            "results/benchmarks/train.tsv"
+        retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
+        conda:
+            "../envs/cpu.yaml"
+        threads: 1
+        resources:
+            mem_mb=8000,
+            runtime=120,
+            progress_seconds=runtime(config["progress_seconds"]),
+        params:
+            logged=RUN_LOGGED,
+            script=script("train"),
+            args=train_args,
+        shell:
+            "bash {params.logged:q} {log:q} python {params.script:q} {params.args} --output {output.classifier:q} "
+            "--metrics {output.metrics:q} --progress-seconds {resources.progress_seconds} --threads {threads}"
+
+else:
+
+    rule train:
+        output:
+            "results/train/no_labelled_samples",
+        log:
+            "logs/train.log",
+        localrule: True
+        conda:
+            "../envs/cpu.yaml"
+        params:
+            message=f"{config['samples']}: the train target needs samples labelled virus or other in a label column",
+        shell:
+            "echo {params.message:q} | tee {log:q} >&2; exit 1"

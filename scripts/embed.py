@@ -11,6 +11,7 @@ from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
 from workflow_lib.errors import run_cli
 from workflow_lib.loader import default_num_workers
 from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.threads import add_threads_argument, use_threads
 
 
 def main() -> None:
@@ -23,7 +24,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp16", help="on CUDA; the CPU uses fp32")
     parser.add_argument("--token-budget", type=int, default=16384, help="tokens per packed batch")
-    parser.add_argument("--threads", type=int, help="CPUs of the job (default: all this process may use)")
+    add_threads_argument(parser, required=False)
     parser.add_argument(
         "--num-workers",
         default="auto",
@@ -31,10 +32,10 @@ def main() -> None:
     )
     parser.add_argument("--prefetch-factor", type=int, default=2, help="batches each loader worker keeps ready")
     parser.add_argument(
-        "--no-expandable-segments",
-        dest="expandable_segments",
-        action="store_false",
-        help="leave the allocator settings alone (default: expandable_segments:True, against fragmentation)",
+        "--expandable-segments",
+        type=lambda value: {"true": True, "false": False}[value.lower()],
+        default=True,
+        help="True (default): expandable_segments:True for the allocator, against fragmentation; False: leave it",
     )
     parser.add_argument("--cache-dir", help="where fetch_models put the named models")
     parser.add_argument(
@@ -53,10 +54,7 @@ def main() -> None:
         workers = int(args.num_workers)
     else:
         parser.error(f"--num-workers: expected 'auto' or a count, got '{args.num_workers}'")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     settings = EmbedSettings(
         args.model,
         args.checkpoint,

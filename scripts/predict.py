@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from workflow_lib.errors import run_cli
 from workflow_lib.predict import predict
 from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.threads import add_threads_argument, use_threads
 
 
 def main() -> None:
@@ -24,8 +25,10 @@ def main() -> None:
     parser.add_argument("--min-viral-fraction", type=float, default=0.5)
     parser.add_argument("--no-virnucpro-tables", action="store_true")
     add_progress_argument(parser)
+    add_threads_argument(parser)
     args = parser.parse_args()
     setup_logging()
+    use_threads(args.threads)
     if len(args.dnabert) != len(args.esm):
         parser.error("--dnabert and --esm need one file per shard each")
     predict(

@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.threads import add_threads_argument, use_threads
 from workflow_lib.train import TrainSettings, train_classifier
 
 
@@ -33,8 +34,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--chunk-length", type=int, help="recorded in the checkpoint")
     add_progress_argument(parser)
+    add_threads_argument(parser)
     args = parser.parse_args()
     setup_logging()
+    use_threads(args.threads)
     settings = TrainSettings(
         args.epochs,
         args.batch_size,

@@ -157,6 +157,24 @@ def test_duplicate_ids(tmp_path):
     )
 
 
+@pytest.mark.parametrize("appended", [False, True], ids=["interleaved", "R2 after R1"])
+def test_paired_end_mates_in_one_file_are_named_as_such(tmp_path, appended):
+    """Illumina names both mates alike (the mate number follows the space): the error says what
+    the file most likely is and what to do."""
+    names = [f"M01:7:FC:1:1101:{1000 + i}:2000" for i in range(3)]
+    order = [(n, m) for m in (1, 2) for n in names] if appended else [(n, m) for n in names for m in (1, 2)]
+    path = tmp_path / "pairs.fq"
+    path.write_text("".join(f"@{n} {m}:N:0:1\nACGTACGTAC\n+\nIIIIIIIIII\n" for n, m in order))
+    first = [order.index((n, 1)) + 1 for n in names]
+    shown = "; ".join(f"'{n}' (records {i} and {i + (3 if appended else 1)})" for n, i in zip(names, first))
+    assert_refused(
+        path,
+        tmp_path / "out",
+        f"{path}: duplicate sequence IDs: {shown}; these look like the two mates of paired-end reads in one file: "
+        "give each mate file as a sample of its own, or merge the pairs first (README: Paired-end reads)",
+    )
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

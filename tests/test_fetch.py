@@ -185,6 +185,7 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
         missing = f"models.esm.checkpoint: '{ESM}'"
     else:
         args = ["--esm", ESM, "--esm-layer", "2", "--dnabert", REPO, "--output", str(tmp_path / "m.json")]
+        args += ["--chunk-length", "500"]
         missing = f"models.dnabert.checkpoint: '{REPO}'"
     command = [sys.executable, str(ROOT / "scripts" / f"{job}.py"), *args, "--cache-dir", str(cache)]
     result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))

@@ -63,7 +63,7 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path)
     with pytest.raises(InputError) as error:
         check_models(
-            "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json"
+            "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json", 500
         )
     assert str(error.value) == (
         f"{path}: the classifier takes 2608 features but the configured models give 48 (DNABERT-S) + 1280 "
@@ -73,6 +73,6 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     assert not (tmp_path / "m.json").exists()
     classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path)
     report = check_models(
-        "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json"
+        "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json", 500
     )
     assert report["esm"]["dim"] == 1280 and report["classifier"]["input_dim"] == 1328

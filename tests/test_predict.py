@@ -96,11 +96,14 @@ def test_virnucpro_tables(sample):
 
 def test_viral_fasta_holds_the_virus_calls(sample):
     root, _ = sample
-    calls = {s["sequence_id"] for s in read_tsv(root / "out" / "sequences.tsv") if s["call"] == "virus"}
-    written = [
-        line[1:].split()[0] for line in (root / "out" / "viral.fasta").read_text().splitlines() if line.startswith(">")
-    ]
-    assert set(written) == calls
+    calls = {s["sequence_id"]: s for s in read_tsv(root / "out" / "sequences.tsv") if s["call"] == "virus"}
+    headers = [line[1:] for line in (root / "out" / "viral.fasta").read_text().splitlines() if line.startswith(">")]
+    assert {h.split()[0] for h in headers} == set(calls)
+    for header in headers:  # the input's header, then the record's scores
+        call = calls[header.split()[0]]
+        assert header.endswith(
+            f" virus_score={float(call['max_score_virus']):.4g} viral_fraction={float(call['viral_fraction']):.4g}"
+        ), header
 
 
 def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
@@ -158,7 +161,16 @@ def test_cli_logs_progress_lines(sample, tmp_path):
     root, files = sample
     command = [sys.executable, str(ROOT / "scripts" / "predict.py"), "--prepare-dir", str(root / "prepare")]
     command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
-    command += ["--input", str(root / "in.fa"), "--outdir", str(tmp_path), "--progress-seconds", "0.000001"]
+    command += [
+        "--input",
+        str(root / "in.fa"),
+        "--outdir",
+        str(tmp_path),
+        "--progress-seconds",
+        "0.000001",
+        "--threads",
+        "1",
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     frames = len(read_tsv(root / "prepare" / "frames.tsv.gz"))

@@ -12,6 +12,7 @@ from conftest import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
 from workflow_lib.chunking import chunk_bounds
 from workflow_lib.prepare import Policy, prepare
+from workflow_lib.seqio import read_records
 
 FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
 
@@ -223,3 +224,26 @@ def test_cli_logs_progress_lines(tmp_path):
     assert re.search(r"INFO 6,000 records, [\d.,]+/s, [\d,]+ chunks, [\d,]+ frames kept\n", result.stderr)
     bad = subprocess.run(command[:-1] + ["0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--progress-seconds: expected a positive number of seconds, got 0" in bad.stderr
+
+
+def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
+    """150 bp reads at chunk_length 500 are scored, but the job warns, and its warning reaches the
+    console through the rules' wrapper (scripts/run_logged.sh), as does a failed job's error line."""
+    ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
+    reads = tmp_path / "reads.fa"
+    reads.write_bytes(b"".join(b">r%d\n%s\n" % (i, genome[i * 150 : i * 150 + 150]) for i in range(20)))
+    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(reads), "--outdir"]
+    command += [str(tmp_path / "out"), "--chunk-length", "500", "--shards", "1"]
+    logged = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(tmp_path / "prepare.log")]
+    result = subprocess.run(logged + command, capture_output=True, text=True)
+    assert result.returncode == 0
+    warning = f"{reads}: 20 of 20 records are shorter than chunk_length 500"
+    assert warning in (tmp_path / "prepare.log").read_text()
+    assert [line for line in result.stderr.splitlines() if "WARNING" in line] == [
+        line for line in (tmp_path / "prepare.log").read_text().splitlines() if "WARNING" in line
+    ]
+    assert warning in result.stderr and "reconciled" not in result.stderr  # warnings only
+    failed = subprocess.run(
+        logged + command[:3] + [str(tmp_path / "none.fa")] + command[4:], capture_output=True, text=True
+    )
+    assert failed.returncode == 2 and failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1

@@ -39,6 +39,10 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     run_config = merged(
         yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), yaml.safe_load(config.read_text())
     )
+    del run_config["progress_seconds"]  # settings that cannot change results are not recorded
+    for key in ("esm_token_budget", "dnabert_token_budget", "num_workers", "prefetch_factor", "commit_seconds"):
+        del run_config["embedding"][key]
+    del run_config["embedding"]["expandable_segments"]
     for sample in SAMPLES:
         results = workdir / "results" / sample
         summary = json.loads((results / "run_summary.json").read_text())
@@ -271,6 +275,21 @@ SHOW = """(async ([category, subcategory, item]) => {
 })(%s)"""
 
 
+def shown_page(browser, session) -> tuple[list[str], str]:
+    """The HTML item the report shows in its iframe: the first cell of each table row, and its text."""
+    tree = browser.send("Page.getFrameTree", session)["frameTree"]
+    (frame,) = [f["frame"] for f in tree.get("childFrames", []) if f["frame"]["url"].startswith("data:")]
+    world = browser.send("Page.createIsolatedWorld", session, frameId=frame["id"])
+    return browser.evaluate(
+        session,
+        "(async () => { for (let i = 0; i < 400 && !document.querySelector('tbody tr'); i++)"
+        " await new Promise((resolve) => setTimeout(resolve, 25));"
+        " return [[...document.querySelectorAll('tbody tr')].map((r) => r.cells[0].textContent),"
+        " document.body.innerText]; })()",
+        contextId=world["executionContextId"],
+    )
+
+
 def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, tmp_path):
     assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
     workdir, config = workflow_run
@@ -318,21 +337,17 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
             if shown["kind"] == "img":
                 assert shown["size"] == list(png_size(workdir / shown["path"])), shown
                 continue
-            # a table: read the page rendered inside the iframe
-            tree = browser.send("Page.getFrameTree", session)["frameTree"]
-            (frame,) = [f["frame"] for f in tree.get("childFrames", []) if f["frame"]["url"].startswith("data:")]
-            world = browser.send("Page.createIsolatedWorld", session, frameId=frame["id"])
-            rows = browser.evaluate(
-                session,
-                "(async () => { for (let i = 0; i < 400 && !document.querySelector('tbody tr'); i++)"
-                " await new Promise((resolve) => setTimeout(resolve, 25));"
-                " return [...document.querySelectorAll('tbody tr')].map((r) => r.cells[0].textContent); })()",
-                contextId=world["executionContextId"],
-            )
+            rows, _ = shown_page(browser, session)
             if item[2] == "top sequences table":
                 assert len(rows) == min(len(calls), 500) and rows[0] == best, rows[:3]
             else:
                 assert "validation roc_auc" in rows, rows
+        # the overview, from the run summaries: the demo banner, every sample, the demo models' names
+        overview = browser.evaluate(session, "Object.keys(categories['Overview'])[0]")
+        browser.evaluate(session, SHOW % json.dumps(["Overview", overview, "samples, models and settings"]))
+        rows, text = shown_page(browser, session)
+        assert "Demo models: calls carry no meaning" in text
+        assert set(SAMPLES) <= set(rows) and "esm2_t2_demo.pt" in text and "dnabert_s_demo" in text
         requested = [
             e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"
         ]

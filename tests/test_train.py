@@ -51,7 +51,16 @@ def train_cli(shards, outdir):
     for shard in shards:
         command += ["--shard", *shard]
     command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json"), "--epochs", "40"]
-    command += ["--validation-fraction", str(FRACTION), "--seed", str(SEED), "--progress-seconds", "0.000001"]
+    command += [
+        "--validation-fraction",
+        str(FRACTION),
+        "--seed",
+        str(SEED),
+        "--progress-seconds",
+        "0.000001",
+        "--threads",
+        "1",
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stderr

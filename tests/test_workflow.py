@@ -1,11 +1,14 @@
 """The whole workflow run for real by Snakemake: prepare, model check, embed, train, predict."""
 
+import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import h5py
 import torch
 import yaml
-from conftest import ENV, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
+from conftest import ENV, ROOT, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
 
 from workflow_lib.models import classifier
 from workflow_lib.seqio import read_records
@@ -66,14 +69,134 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
 
 
 def test_wrong_classifier_stops_before_any_embedding(tmp_path):
+    """The check's one-line error reaches the console, once: a deterministic failure is not retried,
+    even under a profile that retries (profiles/local)."""
     write_inputs(tmp_path)
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt")  # DNABERT-S 768 + ESM-2 3B 2560
     config = write_config(tmp_path, classifier=str(tmp_path / "virnucpro_sized.pt"))
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
     result = subprocess.run(
-        SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)], capture_output=True, text=True, env=ENV
+        command + ["--profile", str(ROOT / "profiles" / "local")], capture_output=True, text=True, env=ENV
     )
     assert result.returncode != 0
-    log = (tmp_path / "logs" / "check_models.log").read_text()
-    assert "takes 3328 features but the configured models give 48 (DNABERT-S) + 64 (ESM-2) = 112" in log
+    message = "takes 3328 features but the configured models give 48 (DNABERT-S) + 64 (ESM-2) = 112"
+    assert message in (tmp_path / "logs" / "check_models.log").read_text()
+    assert [line for line in result.stderr.splitlines() if message in line] == [
+        f"error: {tmp_path / 'virnucpro_sized.pt'}: the classifier {message}; use the classifier trained for these "
+        "models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) or train one"
+    ]
+    assert "Trying to restart" not in result.stderr
     assert not list(tmp_path.glob("results/*/embeddings/*/*.h5"))
+
+
+def snakemake_dry_run(workdir: Path, config: Path, tmp_path: Path, **changes) -> tuple[str, dict[str, int]]:
+    """`snakemake -n` with the run's config changed: (its output, jobs per rule)."""
+    settings = yaml.safe_load(config.read_text())
+    for key, value in changes.items():
+        settings[key] = {**settings.get(key, {}), **value} if isinstance(value, dict) else value
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(settings))
+    result = subprocess.run(
+        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(changed), "-n"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    stats = re.search(r"job +count\n[- ]+\n(.*?)\ntotal", output, re.S)
+    jobs = {line.split()[0]: int(line.split()[1]) for line in stats.group(1).splitlines()} if stats else {}
+    return output, jobs
+
+
+def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_path):
+    workdir, config = workflow_run
+    runtime = {"esm_token_budget": 1024, "dnabert_token_budget": 4096, "num_workers": 1, "prefetch_factor": 4}
+    runtime |= {"commit_seconds": 5, "expandable_segments": False}
+    output, jobs = snakemake_dry_run(workdir, config, tmp_path, progress_seconds=7, embedding=runtime)
+    assert "Nothing to be done" in output and jobs == {}
+
+
+def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(workflow_run, tmp_path):
+    workdir, config = workflow_run
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, predict={"min_viral_fraction": 0.9})
+    assert jobs["predict"] == len(SAMPLES) and not {"embed", "prepare", "train", "check_models"} & jobs.keys()
+    other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
+    assert jobs["check_models"] == 1 and jobs["predict"] == len(SAMPLES)
+    assert not {"embed", "prepare", "train"} & jobs.keys()
+
+
+def test_a_missing_classifier_stops_a_run_with_results(workflow_run, tmp_path):
+    """With results present Snakemake would not miss the classifier (no job that needs it is due):
+    the workflow refuses to start, in one line."""
+    workdir, config = workflow_run
+    settings = yaml.safe_load(config.read_text())
+    settings["models"]["classifier"] = str(tmp_path / "gone.pt")
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(settings))
+    command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(changed), "-n"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output
+    assert f"{changed}: models.classifier: {tmp_path / 'gone.pt'}: no such file" in output
+
+
+def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp_path):
+    """models.classifier at the train target's output, with a sheet that labels nothing: the file
+    is used as it is (checked, not trained again); missing, the run stops in one line."""
+    workdir, _ = workflow_run
+    write_inputs(tmp_path)
+    sheet = tmp_path / "samples.tsv"
+    sheet.write_text(
+        "sample\tpath\n" + "".join(line.rsplit("\t", 1)[0] + "\n" for line in sheet.read_text().splitlines()[1:])
+    )
+    config = write_config(tmp_path)
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-n"]
+    missing = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    output = missing.stdout + missing.stderr
+    assert missing.returncode != 0 and "Traceback" not in output
+    assert "the samples sheet labels no sample for the train target to make it from" in output
+    (tmp_path / "results" / "train").mkdir(parents=True)
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "results" / "train" / "classifier.pt")
+    reused = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert reused.returncode == 0, reused.stderr[-3000:]
+    assert "rule check_models" in reused.stdout and "rule train" not in reused.stdout
+
+
+def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
+    """One 900 bp record (3 stop-free frames) over 8 shards leaves shards empty: their embed jobs
+    ask for no GPU (the resource is decided once prepare has written the shard)."""
+    ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
+    (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\none\t{tmp_path / 'one.fa'}\n")
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
+    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), shards=8)
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    asked = {}
+    for job in re.split(r"\n(?:local)?rule ", result.stdout + result.stderr)[1:]:
+        if job.startswith("embed:"):
+            shard = re.search(r"model=(\w+), shard=(\d+)", job).groups()
+            asked[shard] = int(re.search(r"\bgpu=(\d+)", job).group(1))
+    frames = {
+        shard: len(read_fasta(tmp_path / "results" / "one" / "prepare" / f"shard_{shard}.faa")) for shard in "01234567"
+    }
+    assert len(asked) == 16 and 0 in frames.values() and any(frames.values())
+    assert asked == {(m, s): int(frames[s] > 0) for m in ("esm", "dnabert") for s in frames}
+
+
+def test_the_workflow_runs_from_any_directory(tmp_path):
+    """From a directory with no copy of config/: the defaults are found beside the Snakefile."""
+    write_inputs(tmp_path)
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "500_model.pth")
+    command = [*SNAKEMAKE[:5], "-n", "--cores", "1", "--config", f"samples={tmp_path / 'samples.tsv'}"]
+    command += [f"models={{classifier: {tmp_path / '500_model.pth'}}}"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Config file {ROOT / 'config' / 'config.yaml'} is extended" in result.stdout

@@ -1,4 +1,4 @@
-"""Before any embedding job: the models' sizes, and the classifier's input size against them."""
+"""Before any embedding job: the models' sizes, and the classifier's input size and chunk length against them."""
 
 import json
 import logging
@@ -19,6 +19,7 @@ def check_models(
     classifier_path: str | None,
     cache_dir: str | None,
     output: str | Path,
+    chunk_length: int,
 ) -> dict:
     layers, esm_dim = esm.read_config(esm_checkpoint)
     if not 0 <= esm_layer <= layers:
@@ -41,7 +42,7 @@ def check_models(
         },
     }
     if classifier_path:
-        classifier.check_input_dim(classifier_path, dnabert_dim, esm_dim)
+        classifier.check_fits(classifier_path, dnabert_dim, esm_dim, chunk_length)
         report["classifier"] = {
             "path": str(classifier_path),
             "input_dim": dnabert_dim + esm_dim,

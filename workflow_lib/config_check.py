@@ -1,6 +1,7 @@
 """The config and the samples sheet, checked at start-up: one line per problem, naming the file
 (or --config), the key or the sheet's line, and what to do; never a schema dump."""
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,7 +11,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .errors import InputError
-from .models.checkpoints import ESM2_MODELS, is_local
+from .models.checkpoints import ESM2_MODELS, is_local, is_url
 
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
@@ -68,6 +69,48 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
             f"{source_of(['models', 'esm', 'layer'], sources)}: models.esm.layer: {layer} is out of range for "
             f"{checkpoint} ({layers} layers of {dim}); set it to {layers} (the last layer, as VirNucPro) or lower"
         )
+
+
+def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], checked: str, labelled: bool) -> None:
+    """The classifier must be there, or be made by this run: the train target's output when the
+    samples sheet labels samples to learn from, or a URL that fetch_models downloads. A missing
+    one is reported at start-up once results exist (`checked`: the model check's report): Snakemake
+    reports a missing input only for a job it is about to run, and jobs whose outputs exist would
+    go on from tables made by another classifier."""
+    classifier = config["models"]["classifier"]
+    trained = classifier == config["train"]["classifier"]
+    if is_url(classifier) or (trained and labelled) or os.path.isfile(classifier):
+        return
+    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier: {classifier}: no such file"
+    if trained:
+        raise InputError(
+            f"{where}, and the samples sheet labels no sample for the train target to make it from; label "
+            "samples virus or other, or point models.classifier at a classifier file"
+        )
+    if os.path.isfile(checked):
+        raise InputError(
+            f"{where}; give VirNucPro's 500_model.pth or 300_model.pth, a classifier written by the train "
+            "target, or an http(s) URL"
+        )
+
+
+def recorded_differences(config: Mapping, recorded: str) -> list[str]:
+    """Where the config names other values than those the present results were made with (the
+    report overview's record), one line each: a run makes those results anew, and until then the
+    report describes them as they are."""
+    if not os.path.isfile(recorded):
+        return []
+    differences = []
+    for key, values in json.loads(Path(recorded).read_text()).items():
+        value = config
+        for part in key.split("."):
+            value = value[part]
+        if values != [value]:
+            differences.append(
+                f"{key} is {value!r} in the config, but the results in results/ were made with "
+                f"{' and '.join(map(repr, values))}"
+            )
+    return differences
 
 
 def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:

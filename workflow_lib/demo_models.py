@@ -20,6 +20,8 @@ from .outputs import atomic_path
 from .seqio import read_records
 
 ESM_NAME = "esm2_t2_demo"
+DNABERT_NAME = "dnabert_s_demo"
+DEMO_FILES = (f"{ESM_NAME}.pt", DNABERT_NAME)  # how a report knows results of the demo models
 ESM_CONFIG = {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True}
 DNABERT_CONFIG = {
     "architectures": ["BertModel"],
@@ -85,7 +87,7 @@ def build_esm(
 
 
 def build_dnabert(
-    outdir: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG, name: str = "dnabert_s_demo"
+    outdir: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG, name: str = DNABERT_NAME
 ) -> Path:
     """A DNABERT-S directory, written under a temporary name and renamed when complete."""
     directory = outdir / name

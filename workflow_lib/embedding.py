@@ -251,10 +251,11 @@ class Meter:
 def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
-    device = select_device(settings.device)
+    index = ShardIndex.read(input_path)
+    # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
+    device = select_device(settings.device) if len(index) else torch.device("cpu")
     precision = select_precision(settings.precision, device)
     dtype = PRECISIONS[precision]
-    index = ShardIndex.read(input_path)
     loading = time.monotonic()
     embedder = build_embedder(settings, device, dtype)
     asked = default_num_workers() if settings.num_workers is None else settings.num_workers

@@ -192,15 +192,21 @@ def write_virnucpro_tables(frames: pd.DataFrame, outdir: Path) -> None:
         highest.to_csv(handle, sep="\t", index=False, lineterminator="\n", quoting=csv.QUOTE_NONE)
 
 
-def write_viral_fasta(input_path: str | Path, viral: set[str], path: Path) -> None:
+def write_viral_fasta(input_path: str | Path, calls: pd.DataFrame, path: Path) -> None:
+    """The records called virus, as in the input (soft-masking kept), their scores added to the header."""
+    viral = calls.loc[calls["call"] == "virus"].set_index("sequence_id")
+    scores = {
+        sid.encode(): b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
+        for sid, best, fraction in zip(viral.index, viral["max_score_virus"], viral["viral_fraction"])
+    }
     with atomic_open(path, "wb") as handle:
-        for batch in read_batches(input_path, keep_case=True):  # soft-masking kept
+        for batch in read_batches(input_path, keep_case=True):
             offsets = batch.offsets()
             for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
-                if record_id.decode() in viral:
+                if record_id in scores:
                     seq = batch.buf[offsets[i] : offsets[i + 1]]
                     wrapped = b"\n".join(seq[j : j + 60] for j in range(0, len(seq), 60))
-                    handle.write(b">%s\n%s\n" % (header, wrapped))
+                    handle.write(b">%s%s\n%s\n" % (header, scores[record_id], wrapped))
 
 
 def predict(
@@ -226,7 +232,7 @@ def predict(
     write_tsv(frames, outdir / "frames.tsv")
     write_tsv(chunks, outdir / "chunks.tsv")
     write_tsv(calls, outdir / "sequences.tsv")
-    write_viral_fasta(input_path, set(calls.loc[calls["call"] == "virus", "sequence_id"]), outdir / "viral.fasta")
+    write_viral_fasta(input_path, calls, outdir / "viral.fasta")
     if virnucpro_tables:
         write_virnucpro_tables(frames, outdir)
     counts = calls["call"].value_counts().to_dict()

@@ -96,6 +96,16 @@ def prepare(
         counts["records"],
         counts["frames"],
     )
+    if counts["shorter_than_chunk"] > counts["records"] / 2:
+        log.warning(
+            "%s: %d of %d records are shorter than chunk_length %d: each is scored as one short chunk, unlike "
+            "the chunks the classifier learned from; for such reads use chunk_length 300 and VirNucPro's 300 bp "
+            "classifier",
+            input_path,
+            counts["shorter_than_chunk"],
+            counts["records"],
+            policy.chunk_length,
+        )
     return counts
 
 
@@ -104,7 +114,7 @@ class _Writer:
         self.shard_files, self.frames_table, self.sequences_table = shard_files, frames_table, sequences_table
         self.policy = policy
         self.balancer = ShardBalancer(len(shard_files))
-        self.counts = {"records": 0, "chunks": 0, "frames": 0}
+        self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
         self.digests = [IDDigest() for _ in shard_files]  # of each shard's frame IDs, to reconcile the files
 
     def write_batch(self, batch: Batch) -> None:
@@ -133,6 +143,7 @@ class _Writer:
             )
         )
         self.counts["records"] += len(batch.ids)
+        self.counts["shorter_than_chunk"] += int((usable[usable > 0] < self.policy.chunk_length).sum())
         self.counts["chunks"] += int(record_of_chunk.size)
         self.counts["frames"] += len(frames.proteins)
 
@@ -222,14 +233,23 @@ def _check_unique_ids(path: Path, id_hashes: array) -> None:
     if not repeated:
         return
     seen: dict[bytes, int] = {}
-    duplicates = []
+    duplicates, gaps = [], set()
     for batch in read_batches(path):
         for number, record_id in enumerate(batch.ids, batch.first):
             if hash(record_id) in repeated:
                 if record_id in seen:
                     duplicates.append(f"'{record_id.decode()}' (records {seen[record_id]} and {number})")
+                    gaps.add(number - seen[record_id])
                 else:
                     seen[record_id] = number
     if duplicates:
         shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
-        raise InputError(f"{path}: duplicate sequence IDs: {shown}; give every record a unique ID")
+        # Illumina names both mates of a pair alike (the mate is after the space): records that
+        # repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after R1
+        hint = (
+            "these look like the two mates of paired-end reads in one file: give each mate file as a sample "
+            "of its own, or merge the pairs first (README: Paired-end reads)"
+            if len(gaps) == 1
+            else "give every record a unique ID"
+        )
+        raise InputError(f"{path}: duplicate sequence IDs: {shown}; {hint}")

@@ -1,7 +1,8 @@
-"""The figures and tables of the Snakemake report: per sample, virus-score distributions, calls,
-the top-scoring sequences chunk by chunk, input statistics and embedding throughput; for the
-`train` target, the validation ROC curve and metrics. PNGs are deterministic: fixed sizes, no
-timestamps or software names in their metadata."""
+"""The figures and tables of the Snakemake report: an overview of all samples built from their run
+summaries; per sample, virus-score distributions, calls, the top-scoring sequences chunk by
+chunk, input statistics and embedding throughput; for the `train` target, the validation ROC
+curve and metrics. PNGs are deterministic: fixed sizes, no timestamps or software names in their
+metadata."""
 
 import csv
 import html
@@ -15,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .outputs import atomic_path  # noqa: E402
+from .outputs import atomic_open, atomic_path  # noqa: E402
 from .predict import read_table  # noqa: E402
 
 SAMPLE_FILES = {
@@ -107,21 +108,25 @@ def plot_top_sequences(
     figure, axes = plt.subplots(
         rows, columns, figsize=(4 * columns, 2.2 * rows + 0.6), layout="constrained", squeeze=False
     )
+    # positions in kb once a sequence passes 10 kb: bp tick labels of long contigs run together
+    scale, unit = (1000, "kb") if len(top) and top["length"].max() > 10_000 else (1, "bp")
     for ax, (_, record) in zip(axes.flat, top.iterrows()):
         own = scored[scored["sequence_id"] == record["sequence_id"]]
         colors = np.where(own["is_virus"], CALLS["virus"], CALLS["other"])
-        ax.hlines(own["max_score_virus"], own["chunk_start"], own["chunk_end"], colors=colors, linewidth=2.5)
-        ax.scatter((own["chunk_start"] + own["chunk_end"]) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
+        starts, ends = own["chunk_start"] / scale, own["chunk_end"] / scale
+        ax.hlines(own["max_score_virus"], starts, ends, colors=colors, linewidth=2.5)
+        ax.scatter((starts + ends) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
         ax.axhline(0.5, color="black", linestyle=":", linewidth=0.8)
         name = record["sequence_id"] if len(record["sequence_id"]) <= 40 else record["sequence_id"][:37] + "..."
         ax.set_title(f"{_text(name)} ({record['call']})", fontsize=9)
-        ax.set(xlim=(0, record["length"]), ylim=(-0.03, 1.03))
+        ax.set(xlim=(0, record["length"] / scale), ylim=(-0.03, 1.03))
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.tick_params(labelsize=8)
     for ax in axes.flat[len(top) :]:
         ax.axis("off")
     if len(top) == 0:
         axes.flat[0].text(0.5, 0.5, "no sequence has a scored chunk", ha="center", va="center")
-    figure.supxlabel("position in the sequence (bp)", fontsize=9)
+    figure.supxlabel(f"position in the sequence ({unit})", fontsize=9)
     figure.supylabel("chunk virus score", fontsize=9)
     save(figure, path)
 
@@ -178,16 +183,116 @@ def plot_throughput(shards: list[dict], path: str | Path) -> None:
     save(figure, path)
 
 
-def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> None:
-    """A self-contained HTML page holding one table (the report shows HTML inline)."""
-    body = table.to_html(index=False, na_rep="NA", float_format=lambda v: f"{v:.4g}", border=0)
+def _table(table: pd.DataFrame) -> str:
+    return table.to_html(index=False, na_rep="NA", float_format=lambda v: f"{v:.4g}", border=0)
+
+
+def html_page(title: str, body: str, path: str | Path) -> None:
+    """A self-contained HTML page (the report shows HTML inline); `body` is HTML."""
     page = (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{TABLE_STYLE}</style></head>\n<body><h3>{html.escape(title)}</h3><p>{html.escape(note)}</p>\n"
-        f"{body}\n</body></html>\n"
+        f"<style>{TABLE_STYLE}</style></head>\n<body><h3>{html.escape(title)}</h3>\n{body}\n</body></html>\n"
     )
     with atomic_path(path) as tmp:
         Path(tmp).write_text(page, encoding="utf-8")
+
+
+def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> None:
+    """A page holding one table."""
+    html_page(title, f"<p>{html.escape(note)}</p>\n{_table(table)}", path)
+
+
+def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path) -> None:
+    """One page across all samples, from their run summaries (what made the results, not the
+    config at hand): a banner when the demo models made them, a row per sample (records, bases,
+    calls, viral fraction), and per model and setting the values the samples were made with.
+    `recorded`: the RECORDED_SETTINGS of the results (JSON), for later runs to compare."""
+    from .demo_models import DEMO_FILES
+
+    runs = [json.loads(Path(p).read_text()) for p in summaries]
+    rows = []
+    for run in runs:
+        calls = run["counts"]["calls"]
+        rows.append(
+            {
+                "sample": run["sample"],
+                "records": run["counts"]["records"],
+                "bases": run["counts"]["bases"],
+                **{call: calls.get(call, 0) for call in CALLS},
+                "viral fraction": calls.get("virus", 0) / max(run["counts"]["records"], 1),
+            }
+        )
+    made_with = {}
+    for run in runs:
+        checkpoints, config = run["checkpoints"], run["config"]
+        shards = run["embedding_shards"]
+        values = {
+            "ESM-2": f"{checkpoints['esm']['checkpoint']}, layer {checkpoints['esm']['layer']}",
+            "DNABERT-S": checkpoints["dnabert"]["checkpoint"],
+            "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
+            "precision, device, attention": ", ".join(
+                sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})
+            ),
+            "chunk_length": config["chunk_length"],
+            "predict.min_viral_fraction": config["predict"]["min_viral_fraction"],
+            "workflow version": run["workflow_version"],
+            "torch, fair-esm, CUDA, device": ", ".join(
+                sorted(
+                    {
+                        f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
+                        for v in run["versions"]["embed"].values()
+                    }
+                )
+            ),
+        }
+        for key, value in values.items():
+            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
+    demo = sorted(
+        {
+            checkpoints[model]["checkpoint"]
+            for checkpoints in (run["checkpoints"] for run in runs)
+            for model in ("esm", "dnabert")
+            if Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
+        }
+    )
+    banner = (
+        '<p style="background:#c0392b;color:white;padding:8px;font-weight:bold">Demo models: calls carry no '
+        f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(demo))}).</p>\n"
+        if demo
+        else ""
+    )
+    settings = pd.DataFrame(
+        [
+            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
+            for key, values in made_with.items()
+            for value, names in values.items()
+        ]
+    )
+    body = (
+        f"{banner}<p>From the run summaries of {len(runs)} samples: what made these results.</p>\n"
+        f"{_table(pd.DataFrame(rows))}\n<h4>Models, settings and versions</h4>\n{_table(settings)}"
+    )
+    html_page("Overview", body, path)
+    with atomic_open(recorded) as handle:
+        json.dump({key: sorted({_setting(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}, handle)
+
+
+# Settings whose values made the results: the overview records them, and a later run whose config
+# names others is told so at start-up (config_check.recorded_differences).
+RECORDED_SETTINGS = (
+    "models.esm.checkpoint",
+    "models.esm.layer",
+    "models.dnabert.checkpoint",
+    "models.classifier",
+    "chunk_length",
+    "predict.min_viral_fraction",
+)
+
+
+def _setting(config: dict, key: str):
+    for part in key.split("."):
+        config = config[part]
+    return config
 
 
 def sample_report(
@@ -203,8 +308,9 @@ def sample_report(
     best = set(top_sequences(sequences, top)["sequence_id"])
     positions = chunk_positions(results / "prepare" / "frames.tsv.gz", best)
     plot_top_sequences(sequences, chunks, positions, top, outdir / SAMPLE_FILES["top_sequences"])
+    shown = top_sequences(sequences, rows)
     html_table(
-        top_sequences(sequences, rows),
+        shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
         f"{sample}: sequences with the highest virus scores",
         f"{min(rows, len(sequences)):,} of {len(sequences):,} sequences, highest max_score_virus first; "
         "the whole table is sequences.tsv.",

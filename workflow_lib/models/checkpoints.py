@@ -58,7 +58,15 @@ def load_weights(path: Path, what: str, allowed: list = (), mmap: bool = False):
         with torch.serialization.safe_globals(list(allowed)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # noqa: BLE001 - any unpickling failure means: refuse the file
-        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         raise InputError(
-            f"{path}: refused to load: not a {what} file, or it holds code that would run on loading ({reason})"
+            f"{path}: refused to load: not a {what} file, or it holds code that would run on loading "
+            f"({_refusal(error)})"
         ) from None
+
+
+def _refusal(error: Exception) -> str:
+    """torch's reason, without its advice to load with weights_only=False (which would run the
+    file's code): the unpickler's own line when there is one."""
+    text = str(error).replace("WeightsUnpickler error:", "\n")  # its reason follows, on that line or the next
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "weights_only" not in line), type(error).__name__)[:200]

@@ -1,0 +1,23 @@
+"""Write the report's overview of all samples (HTML) from their run summaries."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.report import overview
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--summaries", nargs="+", required=True, help="run_summary.json of every sample")
+    parser.add_argument("--output", required=True, help="the overview to write (HTML)")
+    parser.add_argument("--recorded", required=True, help="the settings that made the results (JSON)")
+    args = parser.parse_args()
+    overview(args.summaries, args.output, args.recorded)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# run_logged.sh LOG COMMAND [ARGS...]: run a job's command with all its output in LOG. On failure
+# the console (stderr) gets the log's last line, which is the job's one-line error; on success,
+# its warnings. Neither then hides in a log file.
+log=$1
+shift
+if "$@" >"$log" 2>&1; then
+    grep -h ' WARNING ' "$log" >&2 || true
+else
+    status=$?
+    tail -n 1 "$log" >&2
+    exit "$status"
+fi

@@ -1,0 +1,15 @@
+"""The CPU threads of a job. torch uses exactly the job's: float sums split over another number of
+threads round differently, and a local run and a cluster run must give the same tables."""
+
+import argparse
+
+
+def add_threads_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--threads", type=int, required=required, help="CPUs of the job; torch uses exactly these")
+
+
+def use_threads(threads: int | None) -> None:
+    if threads:
+        import torch  # not at the top: the CLIs parse their arguments before torch's seconds of import
+
+        torch.set_num_threads(threads)
