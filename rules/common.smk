@@ -215,6 +215,17 @@ def embeddings_path(path):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
+def shard_figures(sample, model):
+    """The embed jobs' figures files (JSON) of a sample: what the run summary reads, so that it
+    needs no embeddings (removed after predict with outputs.keep_embeddings: false)."""
+    return expand(
+        "results/{sample}/embeddings/{model}/shard_{shard}.json",
+        sample=sample,
+        model=model,
+        shard=SHARDS,
+    )
+
+
 def shard_embeddings(sample, model):
     return expand(
         "results/{sample}/embeddings/{model}/shard_{shard}.h5",
@@ -225,8 +236,7 @@ def shard_embeddings(sample, model):
 
 
 def predict_args(wildcards):
-    tables = "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
-    return f"--min-viral-fraction {config['predict']['min_viral_fraction']} {tables}"
+    return "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
 
 
 def prediction_outputs():

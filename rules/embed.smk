@@ -4,7 +4,10 @@ rule embed:
         models=model_files(),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
     output:
-        embeddings_path("results/{sample}/embeddings/{model}/shard_{shard}.h5"),
+        embeddings=embeddings_path(
+            "results/{sample}/embeddings/{model}/shard_{shard}.h5"
+        ),
+        figures="results/{sample}/embeddings/{model}/shard_{shard}.json",
     log:
         "logs/embed/{sample}/{model}_{shard}.log",
     benchmark:
@@ -34,4 +37,4 @@ rule embed:
         "--commit-seconds {resources.commit_seconds} "
         "--expandable-segments {resources.expandable_segments} "
         "--progress-seconds {resources.progress_seconds} --model-check {input.check:q} "
-        "--input {input.fasta:q} --output {output:q}"
+        "--input {input.fasta:q} --output {output.embeddings:q} --figures {output.figures:q}"

@@ -2,8 +2,8 @@ rule summarize:
     input:
         prepared="results/{sample}/prepare/sequences.tsv.gz",
         manifest="results/{sample}/manifest.json",
-        esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
-        dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
+        esm=lambda wildcards: shard_figures(wildcards.sample, "esm"),
+        dnabert=lambda wildcards: shard_figures(wildcards.sample, "dnabert"),
         benchmark_prepare="results/benchmarks/prepare/{sample}.tsv",
         benchmark_esm=lambda wildcards: shard_benchmarks(wildcards.sample, "esm"),
         benchmark_dnabert=lambda wildcards: shard_benchmarks(

@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--layer", type=int, help="ESM-2 layer (default: the last)")
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
+    parser.add_argument("--figures", help="JSON file to write the job's figures to (HDF5 attributes, frames)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp16", help="on CUDA; the CPU uses fp32")
     parser.add_argument("--token-budget", type=int, default=16384, help="tokens per packed batch")
@@ -70,7 +71,7 @@ def main() -> None:
         known_checksums(args.model_check, args.model),
         args.progress_seconds,
     )
-    embed_shard(args.input, args.output, settings)
+    embed_shard(args.input, args.output, settings, args.figures)
 
 
 if __name__ == "__main__":

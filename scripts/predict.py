@@ -1,4 +1,4 @@
-"""Classify a sample's frames from its two sets of shard embeddings and write the prediction tables."""
+"""Score a sample's frames from its two sets of shard embeddings: frames.tsv, chunks.tsv, scoring.json."""
 
 import argparse
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
-from workflow_lib.predict import predict
+from workflow_lib.predict import score
 from workflow_lib.progress import add_progress_argument, setup_logging
 from workflow_lib.threads import add_threads_argument, use_threads
 
@@ -20,9 +20,7 @@ def main() -> None:
     parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
     parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
     parser.add_argument("--classifier", required=True)
-    parser.add_argument("--input", required=True, help="the sample's input file (for viral.fasta)")
     parser.add_argument("--outdir", required=True)
-    parser.add_argument("--min-viral-fraction", type=float, default=0.5)
     parser.add_argument("--no-virnucpro-tables", action="store_true")
     add_progress_argument(parser)
     add_threads_argument(parser)
@@ -31,14 +29,12 @@ def main() -> None:
     use_threads(args.threads)
     if len(args.dnabert) != len(args.esm):
         parser.error("--dnabert and --esm need one file per shard each")
-    predict(
+    score(
         args.prepare_dir,
         args.dnabert,
         args.esm,
         args.classifier,
-        args.input,
         args.outdir,
-        args.min_viral_fraction,
         not args.no_virnucpro_tables,
         args.progress_seconds,
     )

@@ -17,8 +17,10 @@ def main() -> None:
     parser.add_argument("--sample", required=True)
     parser.add_argument("--prepared", required=True, help="prepare's sequences.tsv.gz")
     parser.add_argument("--manifest", required=True, help="predict's manifest.json")
-    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
-    parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
+    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 embed jobs' figures (JSON), in shard order")
+    parser.add_argument(
+        "--dnabert", nargs="+", required=True, help="DNABERT-S embed jobs' figures (JSON), in shard order"
+    )
     parser.add_argument("--benchmark-prepare", required=True, help="Snakemake benchmark file of the prepare job")
     parser.add_argument("--benchmark-esm", nargs="+", required=True, help="of the ESM-2 embed jobs, in shard order")
     parser.add_argument("--benchmark-dnabert", nargs="+", required=True, help="of the DNABERT-S embed jobs")

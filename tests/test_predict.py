@@ -13,7 +13,7 @@ from workflow_lib import h5store
 from workflow_lib.embedding import EmbedSettings, embed_shard
 from workflow_lib.errors import InputError
 from workflow_lib.models import classifier
-from workflow_lib.predict import predict
+from workflow_lib.predict import call, score
 from workflow_lib.prepare import Policy, prepare
 from workflow_lib.seqio import read_records
 
@@ -43,7 +43,9 @@ def sample(tmp_path_factory, demo_models):
     with torch.no_grad():
         model.bn1.running_var.fill_(0.01)  # spread the random scores so that both calls occur
     classifier.save(model.eval(), root / "classifier.pt")
-    predict(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "in.fa", root / "out")
+    score(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "out")
+    out = root / "out"
+    call(root / "prepare" / "sequences.tsv.gz", out / "chunks.tsv", out / "scoring.json", root / "in.fa", out)
     return root, files
 
 
@@ -111,12 +113,11 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
     ids, embeddings, attrs = h5store.read(files["esm"][0])
     h5store.write(tmp_path / "cut.h5", ids[1:], embeddings[1:], attrs)
     with pytest.raises(InputError, match="hold different frames"):
-        predict(
+        score(
             root / "prepare",
             files["dnabert"],
             [str(tmp_path / "cut.h5"), files["esm"][1]],
             root / "classifier.pt",
-            root / "in.fa",
             tmp_path / "out",
         )
 
@@ -146,12 +147,11 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
     ids, embeddings, attrs = h5store.read(files["esm"][1])
     h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
     with pytest.raises(InputError, match=r"other.h5: made with .*'0123'.* but shard 0 with"):
-        predict(
+        score(
             root / "prepare",
             files["dnabert"],
             [files["esm"][0], str(tmp_path / "other.h5")],
             root / "classifier.pt",
-            root / "in.fa",
             tmp_path / "out",
         )
 
@@ -161,16 +161,7 @@ def test_cli_logs_progress_lines(sample, tmp_path):
     root, files = sample
     command = [sys.executable, str(ROOT / "scripts" / "predict.py"), "--prepare-dir", str(root / "prepare")]
     command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
-    command += [
-        "--input",
-        str(root / "in.fa"),
-        "--outdir",
-        str(tmp_path),
-        "--progress-seconds",
-        "0.000001",
-        "--threads",
-        "1",
-    ]
+    command += ["--outdir", str(tmp_path), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     frames = len(read_tsv(root / "prepare" / "frames.tsv.gz"))

@@ -121,7 +121,16 @@ def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_pat
 def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(workflow_run, tmp_path):
     workdir, config = workflow_run
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, predict={"min_viral_fraction": 0.9})
-    assert jobs["predict"] == len(SAMPLES) and not {"embed", "prepare", "train", "check_models"} & jobs.keys()
+    assert jobs["call"] == len(SAMPLES) and not {"embed", "prepare", "train", "check_models", "predict"} & jobs.keys()
+    # with the embeddings gone (outputs.keep_embeddings: false), a new threshold needs none of them
+    gone = tmp_path / "gone"
+    shutil.copytree(workdir, gone, symlinks=True)
+    for h5 in gone.glob("results/*/embeddings/*/*.h5"):
+        h5.unlink()
+    _, jobs = snakemake_dry_run(
+        gone, config, tmp_path, predict={"min_viral_fraction": 0.9}, outputs={"keep_embeddings": False}
+    )
+    assert jobs["call"] == len(SAMPLES) and not {"embed", "predict"} & jobs.keys()
     other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})

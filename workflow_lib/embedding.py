@@ -26,6 +26,7 @@ from . import __version__, checksums, h5store, locks
 from .errors import InputError
 from .loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
 from .models import varlen
+from .outputs import atomic_open
 from .packing import PackedBatch
 from .progress import Progress
 from .resume import Commits
@@ -248,7 +249,11 @@ class Meter:
         return text + (f", {depth} batches queued" if depth is not None else "")
 
 
-def embed_shard(input_path: str | Path, output_path: str | Path, settings: EmbedSettings) -> dict:
+def embed_shard(
+    input_path: str | Path, output_path: str | Path, settings: EmbedSettings, figures_path: str | Path | None = None
+) -> dict:
+    """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
+    count) also go to `figures_path` (JSON), for the run summary to read without the embeddings."""
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
     index = ShardIndex.read(input_path)
@@ -375,6 +380,9 @@ def embed_shard(input_path: str | Path, output_path: str | Path, settings: Embed
         "versions": json.dumps(versions(device)),
     }
     h5store.write(output_path, index.ids, out, stats)
+    if figures_path:
+        with atomic_open(figures_path) as handle:
+            json.dump({**stats, "frames": len(index)}, handle, indent=2)
     commits.remove()
     log.info(progress.line(len(index), f"{meter.summary(feed)}, wrote {output_path}"))
     return stats

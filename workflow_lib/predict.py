@@ -1,8 +1,10 @@
-"""The predict stage: join each frame's two embeddings on the frames table, classify, write tables.
+"""The predict stage, in two steps, so that a new threshold needs no embeddings (which may be gone):
 
-Outputs in `outdir`: frames.tsv, chunks.tsv, sequences.tsv (every input record), viral.fasta,
-manifest.json (the checkpoints with their SHA-256 and the reconciled counts), and optionally
-VirNucPro's prediction_results.txt and prediction_results_highestscore.csv.
+- score: join each frame's two embeddings on the frames table and classify; in `outdir`
+  frames.tsv, chunks.tsv, scoring.json (the checkpoints with their SHA-256) and optionally
+  VirNucPro's prediction_results.txt and prediction_results_highestscore.csv;
+- call: from chunks.tsv, a call per input record against the threshold: sequences.tsv (every
+  input record), viral.fasta, manifest.json (the checkpoints and the reconciled counts).
 """
 
 import csv
@@ -209,54 +211,70 @@ def write_viral_fasta(input_path: str | Path, calls: pd.DataFrame, path: Path) -
                     handle.write(b">%s%s\n%s\n" % (header, scores[record_id], wrapped))
 
 
-def predict(
+def score(
     prepare_dir: str | Path,
     dnabert_files: list[str],
     esm_files: list[str],
     classifier_path: str | Path,
-    input_path: str | Path,
     outdir: str | Path,
-    min_viral_fraction: float = 0.5,
     virnucpro_tables: bool = True,
     progress_seconds: float = 30.0,
 ) -> dict:
+    """Score every frame; write frames.tsv, chunks.tsv, scoring.json and VirNucPro's tables."""
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
     model, _ = classifier.load(classifier_path)
     frames = read_table(prepare_dir / "frames.tsv.gz")
-    sequences = read_table(prepare_dir / "sequences.tsv.gz")
-    check_tables(frames, sequences, prepare_dir)
+    check_tables(frames, read_table(prepare_dir / "sequences.tsv.gz"), prepare_dir)
     scores, made_with = score_frames(frames, dnabert_files, esm_files, model, progress_seconds)
     frames = frame_table(frames, scores)
     chunks = chunk_table(frames)
-    calls = sequence_table(sequences, chunks, min_viral_fraction)
     write_tsv(frames, outdir / "frames.tsv")
     write_tsv(chunks, outdir / "chunks.tsv")
-    write_tsv(calls, outdir / "sequences.tsv")
-    write_viral_fasta(input_path, calls, outdir / "viral.fasta")
     if virnucpro_tables:
         write_virnucpro_tables(frames, outdir)
-    counts = calls["call"].value_counts().to_dict()
     made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
+    scoring = {"checkpoints": made_with, "frames": len(frames)}
+    _write_json(scoring, outdir / "scoring.json")
+    log.info("%d frames scored; tables in %s", len(frames), outdir)
+    return scoring
+
+
+def call(
+    prepared_sequences: str | Path,
+    chunks_path: str | Path,
+    scoring_path: str | Path,
+    input_path: str | Path,
+    outdir: str | Path,
+    min_viral_fraction: float = 0.5,
+) -> dict:
+    """A call per input record from its scored chunks; write sequences.tsv, viral.fasta and
+    manifest.json. Returns the count of each call."""
+    outdir = Path(outdir)
+    sequences = read_table(prepared_sequences)
+    chunks = read_table(chunks_path)
+    scoring = json.loads(Path(scoring_path).read_text())
+    calls = sequence_table(sequences, chunks, min_viral_fraction)
+    write_tsv(calls, outdir / "sequences.tsv")
+    write_viral_fasta(input_path, calls, outdir / "viral.fasta")
+    counts = calls["call"].value_counts().to_dict()
     manifest = {
         "workflow_version": __version__,
         "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
-        "checkpoints": made_with,
+        "checkpoints": scoring["checkpoints"],
         "counts": {
             "records": len(calls),
             "chunks": int(sequences["n_chunks"].sum()),
             "chunks_scored": len(chunks),
-            "frames": len(frames),
+            "frames": scoring["frames"],
             "calls": {call: int(n) for call, n in sorted(counts.items())},
         },
     }
-    with atomic_open(outdir / "manifest.json") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    log.info(
-        "%d records: %s; %d frames scored; tables in %s",
-        len(calls),
-        ", ".join(f"{n} {c}" for c, n in sorted(counts.items())),
-        len(frames),
-        outdir,
-    )
+    _write_json(manifest, outdir / "manifest.json")
+    log.info("%d records: %s", len(calls), ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
     return counts
+
+
+def _write_json(value: dict, path: Path) -> None:
+    with atomic_open(path) as handle:
+        json.dump(value, handle, indent=2)
+        handle.write("\n")

@@ -7,7 +7,6 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-import h5py
 import pandas as pd
 
 from . import __version__
@@ -61,19 +60,13 @@ def _number(value) -> float | None:
 
 
 def shard_figures(path: str | Path, shard: int) -> dict:
-    """An embedding shard's throughput figures and package versions, from its HDF5 attributes."""
-    with h5py.File(path, "r") as handle:
-        attrs, frames = dict(handle.attrs), handle["ids"].shape[0]
-    figures = {"model": str(attrs["model"]), "shard": shard, "frames": int(frames), "tokens": int(attrs["n_tokens"])}
-    figures["seconds"] = float(attrs["seconds"])
-    figures |= {key: _json_value(attrs[key]) for key in SHARD_FIGURES if key in attrs}
-    figures["versions"] = json.loads(attrs["versions"]) if "versions" in attrs else None
+    """An embed job's throughput figures and package versions, from its figures file (JSON)."""
+    job = json.loads(Path(path).read_text())
+    figures = {"model": job["model"], "shard": shard, "frames": job["frames"], "tokens": job["n_tokens"]}
+    figures["seconds"] = job["seconds"]
+    figures |= {key: job[key] for key in SHARD_FIGURES if key in job}
+    figures["versions"] = json.loads(job["versions"]) if "versions" in job else None
     return figures
-
-
-def _json_value(value):
-    """Numbers come back from HDF5 as numpy scalars; .item() makes them Python values."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def embed_versions(shards: list[dict]) -> dict[str, dict]:
@@ -117,9 +110,10 @@ def summarize(
     config: dict,
     snakemake_version: str | None = None,
 ) -> dict:
-    """The summary of one sample from prepare's sequences table, predict's manifest.json, the
-    embedding shards and the Snakemake benchmark files of its jobs. `embeddings` and
-    benchmarks["embed"] are per model, in shard order; benchmarks["prepare"|"predict"] one file each."""
+    """The summary of one sample from prepare's sequences table, the manifest.json of its calls,
+    the embed jobs' figures files and the Snakemake benchmark files of its jobs. `embeddings` (the
+    figures files) and benchmarks["embed"] are per model, in shard order;
+    benchmarks["prepare"|"predict"] one file each."""
     manifest = json.loads(Path(manifest).read_text())
     shards = [shard_figures(path, i) for model in embeddings for i, path in enumerate(embeddings[model])]
     versions = package_versions() | ({"snakemake": snakemake_version} if snakemake_version else {})
