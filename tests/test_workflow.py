@@ -209,3 +209,13 @@ def test_the_workflow_runs_from_any_directory(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Config file {ROOT / 'config' / 'config.yaml'} is extended" in result.stdout
+
+
+def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
+    """The overview records what made the results; a config that names other values says so (a
+    report made now describes the results as they are)."""
+    workdir, config = workflow_run
+    output, _ = snakemake_dry_run(workdir, config, tmp_path, chunk_length=500)
+    assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
+    output, _ = snakemake_dry_run(workdir, config, tmp_path)
+    assert "Warning" not in output
