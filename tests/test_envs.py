@@ -18,7 +18,8 @@ def rules_envs_scripts() -> list[tuple[str, str, str]]:
     """(rule, env file, script name) of every rule that runs a script."""
     found = []
     for smk in sorted((ROOT / "rules").glob("*.smk")):
-        for block in (b for b in re.split(r"\n(?=rule )", smk.read_text()) if b.startswith("rule ")):
+        blocks = (b.lstrip() for b in re.split(r"\n(?= *rule )", smk.read_text()))  # rules in `if` blocks too
+        for block in (b for b in blocks if b.startswith("rule ")):
             rule = block.split()[1].rstrip(":")
             env = re.search(r'conda:\s*"\.\./(envs/[\w.]+)"', block)
             script = re.search(r'script\("(\w+)"\)', block)

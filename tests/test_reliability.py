@@ -86,15 +86,15 @@ def runs(tmp_path_factory):
 
 
 def outputs(workdir: Path) -> dict[str, bytes]:
-    """Every result file but those that hold run times (benchmarks, HDF5 attributes, the run
-    summary and its throughput plot) and the model check (it records the model files' paths and
-    modification times)."""
+    """Every result file but those that hold run times (benchmarks, the embeddings with their
+    figures, the run summary and its throughput plot) and the model check (it records the model
+    files' paths and modification times). Embeddings are compared by `same_embeddings`."""
     results = workdir / "results"
     timed = {"run_summary.json", "throughput.png"}
     return {
         str(p.relative_to(results)): p.read_bytes()
         for p in sorted(results.rglob("*"))
-        if p.is_file() and p.suffix != ".h5" and p.name not in timed and not {"benchmarks", "checks"} & set(p.parts)
+        if p.is_file() and p.name not in timed and not {"benchmarks", "checks", "embeddings"} & set(p.parts)
     }
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, processors, trainers
 
+from .models.checkpoints import DEMO_DNABERT, DEMO_ESM
 from .models.dnabert import DNABERT
 from .outputs import atomic_path
 from .seqio import read_records
 
-ESM_NAME = "esm2_t2_demo"
-DNABERT_NAME = "dnabert_s_demo"
-DEMO_FILES = (f"{ESM_NAME}.pt", DNABERT_NAME)  # how a report knows results of the demo models
+ESM_NAME, DNABERT_NAME = DEMO_ESM, DEMO_DNABERT
 ESM_CONFIG = {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True}
 DNABERT_CONFIG = {
     "architectures": ["BertModel"],

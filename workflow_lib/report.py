@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .models.checkpoints import DEMO_FILES  # noqa: E402
 from .outputs import atomic_open, atomic_path  # noqa: E402
 from .predict import read_table  # noqa: E402
 
@@ -207,8 +208,6 @@ def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path
     config at hand): a banner when the demo models made them, a row per sample (records, bases,
     calls, viral fraction), and per model and setting the values the samples were made with.
     `recorded`: the RECORDED_SETTINGS of the results (JSON), for later runs to compare."""
-    from .demo_models import DEMO_FILES
-
     runs = [json.loads(Path(p).read_text()) for p in summaries]
     rows = []
     for run in runs:
