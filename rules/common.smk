@@ -43,9 +43,20 @@ try:
     validate(config, schema="../config/schema.yaml")  # fills in the defaults
     check_model_choice(config, config_sources)
     LABELLED = bool((samples["label"] != "").any())
-    check_classifier_file(config, config_sources, MODEL_CHECK, LABELLED)
+    check_classifier_file(config, config_sources, None, LABELLED)
 except InputError as error:
     raise WorkflowError(str(error)) from None  # Snakemake prints it without a traceback
+
+
+onstart:
+    # before the first job of a run (not for --lint, -n or --report): results exist, so Snakemake
+    # would not miss a classifier that is gone
+    try:
+        check_classifier_file(config, config_sources, MODEL_CHECK, LABELLED)
+    except InputError as error:
+        raise WorkflowError(str(error)) from None
+
+
 if workflow.is_main_process:  # once, not in every cluster job
     for line in recorded_differences(config, RECORDED):
         print(f"Warning: {line}", file=sys.stderr)

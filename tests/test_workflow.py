@@ -139,18 +139,23 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
 
 
 def test_a_missing_classifier_stops_a_run_with_results(workflow_run, tmp_path):
-    """With results present Snakemake would not miss the classifier (no job that needs it is due):
-    the workflow refuses to start, in one line."""
+    """With results present Snakemake would not miss the classifier (no job that needs it is due,
+    while the summaries would be made again): the run stops before its first job, in one line."""
     workdir, config = workflow_run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
     settings = yaml.safe_load(config.read_text())
     settings["models"]["classifier"] = str(tmp_path / "gone.pt")
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(settings))
-    command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(changed), "-n"]
+    summary = copy / "results" / "reads" / "run_summary.json"
+    before = summary.read_bytes()
+    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(changed)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "Traceback" not in output
     assert f"{changed}: models.classifier: {tmp_path / 'gone.pt'}: no such file" in output
+    assert "Finished jobid" not in output and summary.read_bytes() == before
 
 
 def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp_path):

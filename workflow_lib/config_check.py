@@ -71,12 +71,14 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
         )
 
 
-def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], checked: str, labelled: bool) -> None:
+def check_classifier_file(
+    config: Mapping, sources: list[tuple[str, dict]], checked: str | None, labelled: bool
+) -> None:
     """The classifier must be there, or be made by this run: the train target's output when the
-    samples sheet labels samples to learn from, or a URL that fetch_models downloads. A missing
-    one is reported at start-up once results exist (`checked`: the model check's report): Snakemake
-    reports a missing input only for a job it is about to run, and jobs whose outputs exist would
-    go on from tables made by another classifier."""
+    samples sheet labels samples to learn from, or a URL that fetch_models downloads. With
+    `checked` (the model check's report, when a run is about to start jobs), a missing one is
+    reported once results exist: Snakemake reports a missing input only for a job it is about to
+    run, and jobs whose outputs exist would go on from tables made by another classifier."""
     classifier = config["models"]["classifier"]
     trained = classifier == config["train"]["classifier"]
     if is_url(classifier) or (trained and labelled) or os.path.isfile(classifier):
@@ -87,7 +89,7 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], chec
             f"{where}, and the samples sheet labels no sample for the train target to make it from; label "
             "samples virus or other, or point models.classifier at a classifier file"
         )
-    if os.path.isfile(checked):
+    if checked and os.path.isfile(checked):
         raise InputError(
             f"{where}; give VirNucPro's 500_model.pth or 300_model.pth, a classifier written by the train "
             "target, or an http(s) URL"
