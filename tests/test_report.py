@@ -277,8 +277,14 @@ SHOW = """(async ([category, subcategory, item]) => {
 
 def shown_page(browser, session) -> tuple[list[str], str]:
     """The HTML item the report shows in its iframe: the first cell of each table row, and its text."""
-    tree = browser.send("Page.getFrameTree", session)["frameTree"]
-    (frame,) = [f["frame"] for f in tree.get("childFrames", []) if f["frame"]["url"].startswith("data:")]
+    deadline = time.monotonic() + 30
+    while True:  # the app's <iframe> is in the page before its frame is attached: wait for the frame
+        tree = browser.send("Page.getFrameTree", session)["frameTree"]
+        frames = [f["frame"] for f in tree.get("childFrames", []) if f["frame"]["url"].startswith("data:")]
+        if len(frames) == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    (frame,) = frames
     world = browser.send("Page.createIsolatedWorld", session, frameId=frame["id"])
     return browser.evaluate(
         session,
