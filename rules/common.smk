@@ -63,15 +63,10 @@ if workflow.is_main_process:  # once, not in every cluster job
 
 SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
-SHARD_SUFFIX = {"esm": "faa", "dnabert": "fna"}
+# The shard FASTA (prepare's named output) that each model embeds.
+SHARD_FASTA = {"esm": "faa", "dnabert": "fna"}
 # The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
 DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
-TABLES = ["frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta", "manifest.json"]
-VIRNUCPRO_TABLES = (
-    ["prediction_results.txt", "prediction_results_highestscore.csv"]
-    if config["outputs"]["virnucpro_tables"]
-    else []
-)
 
 
 wildcard_constraints:
@@ -87,6 +82,20 @@ RUN_LOGGED = f"{workflow.basedir}/scripts/run_logged.sh"
 
 def script(name):
     return f"{workflow.basedir}/scripts/{name}.py"
+
+
+def cli(**options):
+    """The one builder of a script's command-line options, every value quoted for the shell:
+    key_name=value gives --key-name value; a tuple, several values; a list, the option once per
+    item; True/False, true/false; None leaves the option out."""
+    words = []
+    for key, value in options.items():
+        for item in value if isinstance(value, list) else [] if value is None else [value]:
+            words.append(f"--{key.replace('_', '-')}")
+            for part in item if isinstance(item, tuple) else (item,):
+                text = str(part).lower() if isinstance(part, bool) else str(part)
+                words.append(shlex.quote(text))
+    return " ".join(words)
 
 
 def sample_input(wildcards):
@@ -139,18 +148,26 @@ def fetched_classifier():
 
 def fetch_models_args(wildcards):
     models = config["models"]
-    args = [
-        f"--esm {shlex.quote(models['esm']['checkpoint'])}",
-        f"--dnabert {shlex.quote(models['dnabert']['checkpoint'])}",
-        f"--cache-dir {shlex.quote(models['cache_dir'])}",
-        *(
-            f"--checksum {shlex.quote(f'{n}={sha}')}"
-            for n, sha in models["checksums"].items()
-        ),
-    ]
-    if classifier_to_check():  # not the one this workflow trains
-        args.append(f"--classifier {shlex.quote(models['classifier'])}")
-    return " ".join(args)
+    return cli(
+        esm=models["esm"]["checkpoint"],
+        dnabert=models["dnabert"]["checkpoint"],
+        cache_dir=models["cache_dir"],
+        checksum=[f"{name}={sha}" for name, sha in models["checksums"].items()],
+        # not the classifier this workflow trains
+        classifier=models["classifier"] if classifier_to_check() else None,
+    )
+
+
+def check_models_args(wildcards, input):
+    models = config["models"]
+    return cli(
+        esm=models["esm"]["checkpoint"],
+        esm_layer=models["esm"]["layer"],
+        dnabert=models["dnabert"]["checkpoint"],
+        cache_dir=models["cache_dir"],
+        chunk_length=config["chunk_length"],
+        classifier=input.classifier,  # none when this workflow trains it
+    )
 
 
 def offline_env():
@@ -159,40 +176,23 @@ def offline_env():
     return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
 
 
-def check_models_args(wildcards, input):
-    classifier = f"--classifier {input.classifier}" if input.classifier else ""
-    return (
-        f"--esm {config['models']['esm']['checkpoint']} --esm-layer {config['models']['esm']['layer']} "
-        f"--dnabert {config['models']['dnabert']['checkpoint']} --cache-dir {config['models']['cache_dir']} "
-        f"--chunk-length {config['chunk_length']} {classifier}"
-    )
-
-
-def prepare_args(wildcards):
-    return (
-        f"--chunk-length {config['chunk_length']} --shards {config['shards']} "
-        f"--ambiguous-codons {config['translation']['ambiguous_codons']} "
-        f"--min-length {config['input']['min_length']} "
-        f"--max-ambiguous-fraction {config['input']['max_ambiguous_fraction']}"
-    )
-
-
 def shard_fasta(wildcards):
-    return f"results/{wildcards.sample}/prepare/shard_{wildcards.shard}.{SHARD_SUFFIX[wildcards.model]}"
+    """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
+    return getattr(rules.prepare.output, SHARD_FASTA[wildcards.model])[int(wildcards.shard)]
 
 
 def embed_args(wildcards):
     """What the embeddings depend on. Settings that cannot change them (token budget, loader,
-    commits, progress) are the rule's resources instead (see `runtime`).
+    commits, progress) are resources of the embed rule instead (see `runtime`).
     """
     models = config["models"]
-    if wildcards.model == "esm":
-        specific = f"--checkpoint {shlex.quote(models['esm']['checkpoint'])} --layer {models['esm']['layer']}"
-    else:
-        specific = f"--checkpoint {shlex.quote(models['dnabert']['checkpoint'])}"
-    return (
-        f"--model {wildcards.model} {specific} --device {config['embedding']['device']} "
-        f"--precision {config['embedding']['precision']} --cache-dir {shlex.quote(models['cache_dir'])}"
+    return cli(
+        model=wildcards.model,
+        **{"checkpoint": models[wildcards.model]["checkpoint"]},  # a Snakemake keyword as a name
+        layer=models[wildcards.model].get("layer"),  # ESM-2's; DNABERT-S embeds with its last
+        device=config["embedding"]["device"],
+        precision=config["embedding"]["precision"],
+        cache_dir=models["cache_dir"],
     )
 
 
@@ -226,42 +226,28 @@ def embeddings_path(path):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
-def shard_figures(sample, model):
-    """The embed jobs' figures files (JSON) of a sample: what the run summary reads, so that it
-    needs no embeddings (removed after predict with outputs.keep_embeddings: false)."""
-    return expand(
-        "results/{sample}/embeddings/{model}/shard_{shard}.json",
-        sample=sample,
-        model=model,
-        shard=SHARDS,
-    )
+def shard_outputs(output, sample, model):
+    """An embed output (`rules.embed.output.<name>`) of every shard of a sample and model, in shard order."""
+    return expand(output, sample=sample, model=model, shard=SHARDS)
 
 
 def shard_embeddings(sample, model):
-    return expand(
-        "results/{sample}/embeddings/{model}/shard_{shard}.h5",
-        sample=sample,
-        model=model,
-        shard=SHARDS,
-    )
+    return shard_outputs(rules.embed.output.embeddings, sample, model)
 
 
-def predict_args(wildcards):
-    return "" if config["outputs"]["virnucpro_tables"] else "--no-virnucpro-tables"
+def shard_figures(sample, model):
+    """The embed jobs' figures files (JSON) of a sample: what the run summary reads, so that it
+    needs no embeddings (removed after predict with outputs.keep_embeddings: false)."""
+    return shard_outputs(rules.embed.output.figures, sample, model)
+
+
+def shard_benchmarks(sample, model):
+    return shard_outputs(rules.embed.benchmark, sample, model)
 
 
 def prediction_outputs():
     return expand(
-        "results/{sample}/{name}", sample=samples.index, name=TABLES + VIRNUCPRO_TABLES
-    )
-
-
-def shard_benchmarks(sample, model):
-    return expand(
-        "results/benchmarks/embed/{sample}/{model}_{shard}.tsv",
-        sample=sample,
-        model=model,
-        shard=SHARDS,
+        [*rules.predict.output, *rules.call.output], sample=samples.index
     )
 
 
@@ -293,18 +279,6 @@ def result_config():
     return kept
 
 
-def summarize_args(wildcards):
-    """The run's result settings and the Snakemake version go into the run summary."""
-    return f"--config {shlex.quote(json.dumps(result_config()))} --snakemake-version {snakemake_version}"
-
-
-def plot_sample_args(wildcards):
-    shown = config["report"]
-    return (
-        f"--top-sequences {shown['top_sequences']} --table-rows {shown['table_rows']}"
-    )
-
-
 def report_outputs():
     """Per sample the run summary and the report's figures and table; the overview of all
     samples; the training figures when this workflow trains the classifier that it uses.
@@ -320,28 +294,22 @@ def training_samples():
     return samples.index[samples["label"] != ""]
 
 
-def frames_table(sample):
-    return f"results/{sample}/prepare/frames.tsv.gz"
-
-
 def training_embeddings(wildcards):
     """The training samples' embeddings, and their frames tables (the split holds out whole chunks)."""
     return {
         model: [f for s in training_samples() for f in shard_embeddings(s, model)]
         for model in MODELS
-    } | {"frames": [frames_table(s) for s in training_samples()]}
+    } | {"frames": expand(rules.prepare.output.frames, sample=training_samples())}
 
 
-def train_args(wildcards, input):
-    shards = " ".join(
-        f"--shard {samples.loc[s, 'label']} {dna} {esm} {frames_table(s)}"
-        for s in training_samples()
-        for dna, esm in zip(shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm"))
-    )
-    t = config["train"]
-    balance = "" if t["balance_classes"] else "--no-balance-classes"
-    return (
-        f"{shards} --epochs {t['epochs']} --batch-size {t['batch_size']} --learning-rate {t['learning_rate']} "
-        f"--patience {t['patience']} --validation-fraction {t['validation_fraction']} --seed {t['seed']} "
-        f"--chunk-length {config['chunk_length']} {balance}"
+def labelled_shards(wildcards, input):
+    """--shard per shard of every training sample: its label, DNABERT-S and ESM-2 embeddings, and frames table."""
+    return cli(
+        shard=[
+            (samples.loc[s, "label"], dna, esm, frames)
+            for s, frames in zip(training_samples(), input.frames)
+            for dna, esm in zip(
+                shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm")
+            )
+        ]
     )

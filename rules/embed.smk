@@ -28,10 +28,10 @@ rule embed:
     params:
         logged=RUN_LOGGED,
         script=script("embed"),
-        args=embed_args,
+        settings=embed_args,
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.args} --threads {threads} "
+        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} --threads {threads} "
         "--token-budget {resources.token_budget} --num-workers {resources.num_workers} "
         "--prefetch-factor {resources.prefetch_factor} "
         "--commit-seconds {resources.commit_seconds} "

@@ -9,12 +9,15 @@ rule fetch_models:
     localrule: True
     conda:
         "../envs/embed.yaml"
+    resources:
+        progress_seconds=runtime(config["progress_seconds"]),
     params:
         logged=RUN_LOGGED,
         script=script("fetch_models"),
-        args=fetch_models_args,
+        settings=fetch_models_args,
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} {params.args}"
+        "bash {params.logged:q} {log:q} python {params.script:q} {params.settings} "
+        "--progress-seconds {resources.progress_seconds}"
 
 
 rule check_models:
@@ -33,10 +36,10 @@ rule check_models:
     params:
         logged=RUN_LOGGED,
         script=script("check_models"),
-        args=check_models_args,
+        settings=check_models_args,
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.args} --output {output:q}"
+        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} --output {output:q}"
 
 
 rule build_demo_models:
@@ -55,6 +58,6 @@ rule build_demo_models:
     params:
         logged=RUN_LOGGED,
         script=script("build_demo_models"),
-        outdir=subpath(output.esm, parent=True),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --outdir {params.outdir:q} --genome {input:q}"
+        "bash {params.logged:q} {log:q} python {params.script:q} --esm {output.esm:q} --dnabert {output.dnabert:q} "
+        "--genome {input:q} --seed 0"

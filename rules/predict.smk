@@ -1,7 +1,7 @@
 rule predict:
     input:
-        prepared="results/{sample}/prepare/frames.tsv.gz",
-        sequences="results/{sample}/prepare/sequences.tsv.gz",
+        prepared_frames=rules.prepare.output.frames,
+        prepared_sequences=rules.prepare.output.sequences,
         dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
         esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
         classifier=classifier_file(),
@@ -16,7 +16,15 @@ rule predict:
             labels={"item": "chunks table (download)"},
         ),
         scoring="results/{sample}/scoring.json",
-        virnucpro=expand("results/{{sample}}/{name}", name=VIRNUCPRO_TABLES),
+        # VirNucPro's own tables, when outputs.virnucpro_tables asks for them
+        virnucpro=expand(
+            "results/{{sample}}/{name}",
+            name=(
+                ["prediction_results.txt", "prediction_results_highestscore.csv"]
+                if config["outputs"]["virnucpro_tables"]
+                else []
+            ),
+        ),
     log:
         "logs/predict/{sample}.log",
     benchmark:
@@ -32,20 +40,19 @@ rule predict:
     params:
         logged=RUN_LOGGED,
         script=script("predict"),
-        args=predict_args,
-        prepare_dir=subpath(input.prepared, parent=True),
-        outdir=subpath(output.frames, parent=True),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --prepare-dir {params.prepare_dir:q} "
-        "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} "
-        "--outdir {params.outdir:q} {params.args} --progress-seconds {resources.progress_seconds} --threads {threads}"
+        "bash {params.logged:q} {log:q} python {params.script:q} --prepared-frames {input.prepared_frames:q} "
+        "--prepared-sequences {input.prepared_sequences:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
+        "--classifier {input.classifier:q} --frames {output.frames:q} --chunks {output.chunks:q} "
+        "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} "
+        "--progress-seconds {resources.progress_seconds} --threads {threads}"
 
 
 rule call:
     input:
-        sequences="results/{sample}/prepare/sequences.tsv.gz",
-        chunks="results/{sample}/chunks.tsv",
-        scoring="results/{sample}/scoring.json",
+        prepared_sequences=rules.prepare.output.sequences,
+        chunks=rules.predict.output.chunks,
+        scoring=rules.predict.output.scoring,
         reads=sample_input,
     output:
         sequences=report(
@@ -69,9 +76,8 @@ rule call:
     params:
         logged=RUN_LOGGED,
         script=script("call"),
-        min_viral_fraction=config["predict"]["min_viral_fraction"],
-        outdir=subpath(output.sequences, parent=True),
+        settings=cli(min_viral_fraction=config["predict"]["min_viral_fraction"]),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --sequences {input.sequences:q} "
-        "--chunks {input.chunks:q} --scoring {input.scoring:q} --input {input.reads:q} --outdir {params.outdir:q} "
-        "--min-viral-fraction {params.min_viral_fraction}"
+        "bash {params.logged:q} {log:q} python {params.script:q} --prepared-sequences {input.prepared_sequences:q} "
+        "--chunks {input.chunks:q} --scoring {input.scoring:q} --input {input.reads:q} "
+        "--sequences {output.sequences:q} --viral {output.viral:q} --manifest {output.manifest:q} {params.settings}"

@@ -2,11 +2,8 @@ rule prepare:
     input:
         sample_input,
     output:
-        shards=expand(
-            "results/{{sample}}/prepare/shard_{shard}.{ext}",
-            shard=SHARDS,
-            ext=("fna", "faa"),
-        ),
+        fna=expand("results/{{sample}}/prepare/shard_{shard}.fna", shard=SHARDS),
+        faa=expand("results/{{sample}}/prepare/shard_{shard}.faa", shard=SHARDS),
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
     log:
@@ -24,8 +21,13 @@ rule prepare:
     params:
         logged=RUN_LOGGED,
         script=script("prepare"),
-        args=prepare_args,
-        outdir=subpath(output.frames, parent=True),
+        settings=cli(
+            chunk_length=config["chunk_length"],
+            ambiguous_codons=config["translation"]["ambiguous_codons"],
+            min_length=config["input"]["min_length"],
+            max_ambiguous_fraction=config["input"]["max_ambiguous_fraction"],
+        ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --outdir {params.outdir:q} {params.args} "
+        "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --fna {output.fna:q} "
+        "--faa {output.faa:q} --frames {output.frames:q} --sequences {output.sequences:q} {params.settings} "
         "--progress-seconds {resources.progress_seconds}"

@@ -1,17 +1,17 @@
 rule summarize:
     input:
-        prepared="results/{sample}/prepare/sequences.tsv.gz",
-        manifest="results/{sample}/manifest.json",
+        prepared_sequences=rules.prepare.output.sequences,
+        manifest=rules.call.output.manifest,
         esm=lambda wildcards: shard_figures(wildcards.sample, "esm"),
         dnabert=lambda wildcards: shard_figures(wildcards.sample, "dnabert"),
-        benchmark_prepare="results/benchmarks/prepare/{sample}.tsv",
+        benchmark_prepare=rules.prepare.benchmark,
         benchmark_esm=lambda wildcards: shard_benchmarks(wildcards.sample, "esm"),
         benchmark_dnabert=lambda wildcards: shard_benchmarks(
             wildcards.sample, "dnabert"
         ),
-        benchmark_predict="results/benchmarks/predict/{sample}.tsv",
+        benchmark_predict=rules.predict.benchmark,
     output:
-        report(
+        summary=report(
             "results/{sample}/run_summary.json",
             caption="../report/run_summary.rst",
             category="Run summary",
@@ -26,23 +26,26 @@ rule summarize:
     params:
         logged=RUN_LOGGED,
         script=script("summarize"),
-        args=summarize_args,
+        settings=lambda wildcards: cli(
+            config=json.dumps(result_config()), snakemake_version=snakemake_version
+        ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} --prepared {input.prepared:q} "
+        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
+        "--prepared-sequences {input.prepared_sequences:q} "
         "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
         "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
         "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-predict {input.benchmark_predict:q} "
-        "{params.args} --output {output:q}"
+        "{params.settings} --output {output:q}"
 
 
 rule plot_sample:
     input:
-        frames="results/{sample}/frames.tsv",
-        chunks="results/{sample}/chunks.tsv",
-        sequences="results/{sample}/sequences.tsv",
-        prepared_frames="results/{sample}/prepare/frames.tsv.gz",
-        prepared_sequences="results/{sample}/prepare/sequences.tsv.gz",
-        summary="results/{sample}/run_summary.json",
+        frames=rules.predict.output.frames,
+        chunks=rules.predict.output.chunks,
+        sequences=rules.call.output.sequences,
+        prepared_frames=rules.prepare.output.frames,
+        prepared_sequences=rules.prepare.output.sequences,
+        summary=rules.summarize.output.summary,
     output:
         scores=report(
             "results/{sample}/report/scores.png",
@@ -94,17 +97,22 @@ rule plot_sample:
     params:
         logged=RUN_LOGGED,
         script=script("plot_sample"),
-        args=plot_sample_args,
-        results=subpath(input.sequences, parent=True),
-        outdir=subpath(output.scores, parent=True),
+        settings=cli(
+            top=config["report"]["top_sequences"],
+            table_rows=config["report"]["table_rows"],
+        ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} --results {params.results:q} "
-        "--summary {input.summary:q} --outdir {params.outdir:q} {params.args}"
+        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
+        "--frames {input.frames:q} --chunks {input.chunks:q} --sequences {input.sequences:q} "
+        "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
+        "--summary {input.summary:q} --scores-out {output.scores:q} --calls-out {output.calls:q} "
+        "--top-sequences-out {output.top_sequences:q} --table-out {output.table:q} --input-out {output.input:q} "
+        "--throughput-out {output.throughput:q} {params.settings}"
 
 
 rule overview:
     input:
-        summaries=expand("results/{sample}/run_summary.json", sample=samples.index),
+        summaries=expand(rules.summarize.output.summary, sample=samples.index),
     output:
         page=report(
             "results/report/overview.html",
@@ -128,7 +136,8 @@ rule overview:
 
 rule plot_training:
     input:
-        metrics="results/train/metrics.json",
+        # a function: without labelled samples, the train rule is a stub with no metrics
+        metrics=lambda wildcards: rules.train.output.metrics,
     output:
         roc=report(
             "results/train/roc.png",

@@ -23,10 +23,16 @@ if LABELLED:
         params:
             logged=RUN_LOGGED,
             script=script("train"),
-            args=train_args,
+            shards=labelled_shards,
+            # every train setting but the output path, and the chunk length the classifier is for
+            settings=cli(
+                **{k: v for k, v in config["train"].items() if k != "classifier"},
+                chunk_length=config["chunk_length"],
+            ),
         shell:
-            "bash {params.logged:q} {log:q} python {params.script:q} {params.args} --output {output.classifier:q} "
-            "--metrics {output.metrics:q} --progress-seconds {resources.progress_seconds} --threads {threads}"
+            "bash {params.logged:q} {log:q} python {params.script:q} {params.shards} {params.settings} "
+            "--output {output.classifier:q} --metrics {output.metrics:q} "
+            "--progress-seconds {resources.progress_seconds} --threads {threads}"
 
 else:
 

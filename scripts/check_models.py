@@ -17,14 +17,13 @@ def main() -> None:
     parser.add_argument("--esm-layer", type=int, required=True)
     parser.add_argument("--dnabert", required=True, help="Hugging Face id or directory")
     parser.add_argument("--classifier", help="classifier file to check (left out when the workflow trains it)")
-    parser.add_argument("--cache-dir", help="where fetch_models put the named models")
+    parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
     parser.add_argument("--chunk-length", type=int, required=True, help="the run's chunk length in bp")
     parser.add_argument("--output", required=True, help="JSON report")
     args = parser.parse_args()
     setup_logging()
-    check_models(
-        args.esm, args.esm_layer, args.dnabert, args.classifier, args.cache_dir, args.output, args.chunk_length
-    )
+    checkpoints = {"esm": args.esm, "dnabert": args.dnabert}
+    check_models(checkpoints, args.esm_layer, args.classifier, args.cache_dir, args.output, args.chunk_length)
 
 
 if __name__ == "__main__":

@@ -7,54 +7,60 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.check_models import known_checksums
-from workflow_lib.embedding import PRECISIONS, EmbedSettings, embed_shard
+from workflow_lib.embed import PRECISIONS, EmbedSettings, embed_shard
 from workflow_lib.errors import run_cli
 from workflow_lib.loader import default_num_workers
+from workflow_lib.models import EMBEDDING_MODELS
 from workflow_lib.progress import add_progress_argument, setup_logging
 from workflow_lib.threads import add_threads_argument, use_threads
 
 
+def workers(text: str) -> str | int:
+    if text != "auto" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a count, got '{text}'")
+    return text if text == "auto" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", choices=("esm", "dnabert"), required=True)
+    parser.add_argument("--model", choices=tuple(EMBEDDING_MODELS), required=True)
     parser.add_argument("--checkpoint", required=True, help="fair-esm name or .pt path; Hugging Face id or directory")
-    parser.add_argument("--layer", type=int, help="ESM-2 layer (default: the last)")
+    parser.add_argument("--layer", type=int, help="ESM-2 only (left out: the last layer)")
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
-    parser.add_argument("--figures", help="JSON file to write the job's figures to (HDF5 attributes, frames)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp16", help="on CUDA; the CPU uses fp32")
-    parser.add_argument("--token-budget", type=int, default=16384, help="tokens per packed batch")
-    add_threads_argument(parser, required=False)
+    parser.add_argument(
+        "--figures", required=True, help="JSON file to write the job's figures to (HDF5 attributes, frames)"
+    )
+    parser.add_argument(
+        "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
+    )
+    parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), required=True)
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), required=True, help="on CUDA; the CPU uses fp32")
+    parser.add_argument("--token-budget", type=int, required=True, help="tokens per packed batch")
+    add_threads_argument(parser)
     parser.add_argument(
         "--num-workers",
-        default="auto",
-        help="loader processes (auto: one per CPU of the job beyond this one, at most 8)",
+        type=workers,
+        required=True,
+        help="loader processes; auto: one per thread beyond the first, at most 8",
     )
-    parser.add_argument("--prefetch-factor", type=int, default=2, help="batches each loader worker keeps ready")
+    parser.add_argument("--prefetch-factor", type=int, required=True, help="batches each loader worker keeps ready")
     parser.add_argument(
         "--expandable-segments",
         type=lambda value: {"true": True, "false": False}[value.lower()],
-        default=True,
-        help="True (default): expandable_segments:True for the allocator, against fragmentation; False: leave it",
+        required=True,
+        help="true: expandable_segments:True for the allocator, against fragmentation; false: leave it",
     )
-    parser.add_argument("--cache-dir", help="where fetch_models put the named models")
     parser.add_argument(
         "--commit-seconds",
         type=float,
-        default=60.0,
+        required=True,
         help="how often finished results are committed beside the output, for a killed job to resume",
     )
-    parser.add_argument("--model-check", help="the run's model check (JSON): model file checksums to reuse")
     add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
-    if args.num_workers == "auto":
-        workers = default_num_workers(args.threads)
-    elif args.num_workers.isdigit():
-        workers = int(args.num_workers)
-    else:
-        parser.error(f"--num-workers: expected 'auto' or a count, got '{args.num_workers}'")
     use_threads(args.threads)
     settings = EmbedSettings(
         args.model,
@@ -64,14 +70,14 @@ def main() -> None:
         args.precision,
         args.token_budget,
         args.cache_dir,
-        workers,
+        default_num_workers(args.threads) if args.num_workers == "auto" else args.num_workers,
         args.prefetch_factor,
         args.expandable_segments,
         args.commit_seconds,
         known_checksums(args.model_check, args.model),
         args.progress_seconds,
     )
-    embed_shard(args.input, args.output, settings, args.figures)
+    embed_shard(args.input, args.output, args.figures, settings)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
-from workflow_lib.fetch import fetch_models
-from workflow_lib.progress import setup_logging
+from workflow_lib.fetch_models import fetch_models
+from workflow_lib.progress import add_progress_argument, setup_logging
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument(
         "--checksum", action="append", default=[], metavar="NAME=SHA256", help="SHA-256 a downloaded file must have"
     )
+    add_progress_argument(parser)
     args = parser.parse_args()
     pinned = dict(item.partition("=")[::2] for item in args.checksum)
     bad = [f"{name}={sha}" for name, sha in pinned.items() if not re.fullmatch(r"[0-9a-f]{64}", sha)]
@@ -30,7 +31,7 @@ def main() -> None:
         parser.error(f"--checksum: expected NAME=<64 hex digits>, got {', '.join(bad)}")
     setup_logging()
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # huggingface_hub's client: a line per request
-    fetch_models(args.esm, args.dnabert, args.classifier, args.cache_dir, pinned)
+    fetch_models(args.esm, args.dnabert, args.classifier, args.cache_dir, pinned, args.progress_seconds)
 
 
 if __name__ == "__main__":

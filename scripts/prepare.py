@@ -7,24 +7,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
-from workflow_lib.prepare import Policy, prepare
+from workflow_lib.prepare import Policy, PreparedFiles, prepare
 from workflow_lib.progress import add_progress_argument, setup_logging
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--input", required=True, help="FASTA or FASTQ, plain or .gz/.bz2/.xz")
-    parser.add_argument("--chunk-length", type=int, default=500)
-    parser.add_argument("--shards", type=int, required=True)
-    parser.add_argument("--outdir", required=True)
-    parser.add_argument("--ambiguous-codons", choices=("drop", "X"), default="drop")
-    parser.add_argument("--min-length", type=int, default=0)
-    parser.add_argument("--max-ambiguous-fraction", type=float, default=1.0)
+    parser.add_argument("--fna", nargs="+", required=True, help="the nucleotide FASTA of each shard, in shard order")
+    parser.add_argument("--faa", nargs="+", required=True, help="the protein FASTA of each shard, in shard order")
+    parser.add_argument("--frames", required=True, help="the frames table to write (.gz compresses)")
+    parser.add_argument("--sequences", required=True, help="the sequences table to write (.gz compresses)")
+    parser.add_argument("--chunk-length", type=int, required=True)
+    parser.add_argument("--ambiguous-codons", choices=("drop", "X"), required=True)
+    parser.add_argument("--min-length", type=int, required=True)
+    parser.add_argument("--max-ambiguous-fraction", type=float, required=True)
     add_progress_argument(parser)
     args = parser.parse_args()
     setup_logging()
+    files = PreparedFiles.of(args.fna, args.faa, args.frames, args.sequences)
     policy = Policy(args.chunk_length, args.ambiguous_codons, args.min_length, args.max_ambiguous_fraction)
-    prepare(args.input, args.outdir, args.shards, policy, args.progress_seconds)
+    prepare(args.input, files, policy, args.progress_seconds)
 
 
 if __name__ == "__main__":

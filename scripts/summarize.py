@@ -8,15 +8,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workflow_lib import summary
 from workflow_lib.errors import run_cli
+from workflow_lib.summarize import summarize
+from workflow_lib.tables import write_json
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sample", required=True)
-    parser.add_argument("--prepared", required=True, help="prepare's sequences.tsv.gz")
-    parser.add_argument("--manifest", required=True, help="predict's manifest.json")
+    parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
+    parser.add_argument("--manifest", required=True, help="the manifest written by call")
     parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 embed jobs' figures (JSON), in shard order")
     parser.add_argument(
         "--dnabert", nargs="+", required=True, help="DNABERT-S embed jobs' figures (JSON), in shard order"
@@ -25,17 +26,17 @@ def main() -> None:
     parser.add_argument("--benchmark-esm", nargs="+", required=True, help="of the ESM-2 embed jobs, in shard order")
     parser.add_argument("--benchmark-dnabert", nargs="+", required=True, help="of the DNABERT-S embed jobs")
     parser.add_argument("--benchmark-predict", required=True)
-    parser.add_argument("--config", default="{}", help="the run's config as JSON")
-    parser.add_argument("--snakemake-version", help="of the Snakemake that runs the workflow")
+    parser.add_argument("--config", required=True, help="the run's result settings as JSON")
+    parser.add_argument("--snakemake-version", required=True, help="of the Snakemake that runs the workflow")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     models = {"esm": (args.esm, args.benchmark_esm), "dnabert": (args.dnabert, args.benchmark_dnabert)}
     for model, (files, benchmarks) in models.items():
         if len(files) != len(benchmarks):
             parser.error(f"--{model} and --benchmark-{model} need one file per shard each")
-    result = summary.summarize(
+    result = summarize(
         args.sample,
-        args.prepared,
+        args.prepared_sequences,
         args.manifest,
         {model: files for model, (files, _) in models.items()},
         {
@@ -46,7 +47,7 @@ def main() -> None:
         json.loads(args.config),
         args.snakemake_version,
     )
-    summary.write(result, args.output)
+    write_json(result, args.output)
 
 
 if __name__ == "__main__":

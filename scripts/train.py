@@ -13,7 +13,6 @@ from workflow_lib.train import TrainSettings, train_classifier
 
 
 def main() -> None:
-    defaults = TrainSettings()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--shard",
@@ -25,14 +24,15 @@ def main() -> None:
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
-    parser.add_argument("--epochs", type=int, default=defaults.epochs)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument("--patience", type=int, default=defaults.patience)
-    parser.add_argument("--validation-fraction", type=float, default=defaults.validation_fraction)
-    parser.add_argument("--no-balance-classes", action="store_true")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--chunk-length", type=int, help="recorded in the checkpoint")
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--learning-rate", type=float, required=True)
+    parser.add_argument("--momentum", type=float, required=True)
+    parser.add_argument("--patience", type=int, required=True)
+    parser.add_argument("--validation-fraction", type=float, required=True)
+    parser.add_argument("--balance-classes", choices=("true", "false"), required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--chunk-length", type=int, required=True, help="recorded in the checkpoint")
     add_progress_argument(parser)
     add_threads_argument(parser)
     args = parser.parse_args()
@@ -42,10 +42,10 @@ def main() -> None:
         args.epochs,
         args.batch_size,
         args.learning_rate,
-        defaults.momentum,
+        args.momentum,
         args.patience,
         args.validation_fraction,
-        not args.no_balance_classes,
+        args.balance_classes == "true",
         args.seed,
     )
     train_classifier(

@@ -20,7 +20,6 @@ from .models.dnabert import DNABERT
 from .outputs import atomic_path
 from .seqio import read_records
 
-ESM_NAME, DNABERT_NAME = DEMO_ESM, DEMO_DNABERT
 ESM_CONFIG = {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True}
 DNABERT_CONFIG = {
     "architectures": ["BertModel"],
@@ -56,13 +55,13 @@ DNABERT_S = {
 SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 
 
-def build_esm(
-    outdir: Path, seed: int, config: dict = ESM_CONFIG, name: str = ESM_NAME, dtype: torch.dtype = torch.float32
-) -> Path:
-    """A fair-esm ESM-2 checkpoint: {"model": state dict with fair-esm's key prefixes,
-    "cfg": {"model": Namespace(...)}}, and `<name>-contact-regression.pt` beside it. The published
+def build_esm(path: Path, seed: int, config: dict = ESM_CONFIG, dtype: torch.dtype = torch.float32) -> Path:
+    """A fair-esm ESM-2 checkpoint at `path`: {"model": state dict with fair-esm's key prefixes,
+    "cfg": {"model": Namespace(...)}}, and its contact regression file beside it. The published
     checkpoints store float16 (`dtype`), which halves a large model's file."""
     import esm
+
+    from .models.esm import regression_path
 
     torch.manual_seed(seed)
     model = esm.ESM2(
@@ -77,22 +76,20 @@ def build_esm(
     prefixed = {
         (f"encoder.{k}" if k.startswith("lm_head.") else f"encoder.sentence_encoder.{k}"): v for k, v in state.items()
     }
-    path = outdir / f"{name}.pt"
+    path = Path(path)
     with atomic_path(path) as tmp:
         torch.save({"model": prefixed, "cfg": {"model": argparse.Namespace(**config)}}, tmp)
-    with atomic_path(outdir / f"{name}-contact-regression.pt") as tmp:
+    with atomic_path(regression_path(path)) as tmp:
         torch.save({"model": regression}, tmp)
     return path
 
 
-def build_dnabert(
-    outdir: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG, name: str = DNABERT_NAME
-) -> Path:
+def build_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG) -> Path:
     """A DNABERT-S directory, written under a temporary name and renamed when complete."""
-    directory = outdir / name
-    tmp = outdir / f".{name}.tmp{os.getpid()}"
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp.mkdir(parents=True)
     try:
         _write_dnabert(tmp, genomes, seed, config)
         shutil.rmtree(directory, ignore_errors=True)
@@ -137,7 +134,12 @@ def _write_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors")
 
 
-def build(outdir: str | Path, genomes: list[Path], seed: int = 0) -> dict[str, Path]:
+def build(esm_path: str | Path, dnabert_dir: str | Path, genomes: list[Path], seed: int) -> dict[str, Path]:
+    """The demo's two models; the tokenizer is trained on `genomes`."""
+    return {"esm": build_esm(esm_path, seed), "dnabert": build_dnabert(dnabert_dir, genomes, seed)}
+
+
+def build_in(outdir: str | Path, genomes: list[Path], seed: int) -> dict[str, Path]:
+    """The demo models under their names in `outdir` (outside the workflow, whose rule names the paths)."""
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    return {"esm": build_esm(outdir, seed), "dnabert": build_dnabert(outdir, genomes, seed)}
+    return build(outdir / f"{DEMO_ESM}.pt", outdir / DEMO_DNABERT, genomes, seed)

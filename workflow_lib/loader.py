@@ -110,14 +110,13 @@ def _as_is(batch: PackedBatch) -> PackedBatch:
     return batch  # the default would turn numpy arrays into shared-memory tensors in the worker
 
 
-def default_num_workers(threads: int | None = None) -> int:
-    """One worker per CPU of the job beyond the main process, at most 8."""
-    cpus = threads or len(os.sched_getaffinity(0))
-    return max(0, min(cpus - 1, 8))
+def default_num_workers(threads: int) -> int:
+    """embedding.num_workers auto: one worker per CPU of the job beyond the main process, at most 8."""
+    return max(0, min(threads - 1, 8))
 
 
 @contextlib.contextmanager
-def open_loader(dataset: ShardBatches, num_workers: int, prefetch_factor: int = 2) -> Iterator[Iterator[PackedBatch]]:
+def open_loader(dataset: ShardBatches, num_workers: int, prefetch_factor: int) -> Iterator[Iterator[PackedBatch]]:
     """Iterate the dataset's batches (numpy arrays); workers are shut down on leaving, also on
     errors and signals."""
     workers = dict(

@@ -1,12 +1,10 @@
 """The prepare stage: validate, chunk, translate in six frames, write token-balanced shards.
 
-Outputs in `outdir` (written under temporary names and renamed at the end, then read back and
-reconciled with what was written; on a mismatch they are removed and the job fails):
-  shard_{i}.fna / shard_{i}.faa   kept frames, nucleotide and protein, same IDs in the same order
-  frames.tsv.gz                   frame_id, sequence_id, chunk, chunk_start, chunk_end, frame,
-                                  protein_length, shard (chunk coordinates 1-based, inclusive)
-  sequences.tsv.gz                one row per input record: sequence_id, length, n_chunks,
-                                  n_frames, ambiguous_fraction, status
+Outputs (written under temporary names and renamed at the end, then read back and reconciled
+with what was written; on a mismatch they are removed and the job fails):
+  per shard, a FASTA pair      kept frames, nucleotide (.fna) and protein (.faa), same IDs in the same order
+  the frames table             tables.PREPARED_FRAMES: a row per kept frame, with its shard
+  the sequences table          tables.PREPARED_SEQUENCES: a row per input record
 """
 
 import contextlib
@@ -24,11 +22,9 @@ from .progress import Progress
 from .reconcile import IDDigest, check_prepared
 from .seqio import Batch, read_batches
 from .sharding import ShardBalancer
+from .tables import PREPARED_FRAMES, PREPARED_SEQUENCES
 from .translation import FRAME_NAMES, Frames, base_codes, six_frames
 
-FRAMES_COLUMNS = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
-TABLES = ("frames.tsv.gz", "sequences.tsv.gz")
-SEQUENCES_COLUMNS = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
 # Record status: only `ok` records are chunked; the others are reported, never silently dropped.
 STATUS = (b"ok", b"empty", b"too_short", b"too_ambiguous")
 # Records are translated in batches of about this many bases: large enough to vectorise well,
@@ -41,10 +37,10 @@ log = logging.getLogger("workflow")
 
 @dataclass(frozen=True)
 class Policy:
-    chunk_length: int = 500
-    ambiguous_codons: str = "drop"  # VirNucPro drops codons with a non-ACGT base; "X" keeps them as X
-    min_length: int = 0
-    max_ambiguous_fraction: float = 1.0
+    chunk_length: int
+    ambiguous_codons: str  # "drop": VirNucPro leaves out codons with a non-ACGT base; "X" keeps them as X
+    min_length: int
+    max_ambiguous_fraction: float
 
     def __post_init__(self):
         if self.chunk_length < 1:
@@ -55,26 +51,37 @@ class Policy:
             raise InputError(f"max ambiguous fraction must be within 0 and 1, got {self.max_ambiguous_fraction}")
 
 
-def shard_paths(outdir: Path, shards: int) -> list[tuple[Path, Path]]:
-    return [(outdir / f"shard_{i}.fna", outdir / f"shard_{i}.faa") for i in range(shards)]
+@dataclass(frozen=True)
+class PreparedFiles:
+    """Where the prepare stage writes: per shard its (nucleotide, protein) FASTA pair; the tables."""
+
+    shards: list[tuple[Path, Path]]
+    frames: Path
+    sequences: Path
+
+    @classmethod
+    def of(cls, fna: list, faa: list, frames, sequences) -> "PreparedFiles":
+        if len(fna) != len(faa) or not fna:
+            raise InputError(f"give one nucleotide and one protein FASTA per shard, got {len(fna)} and {len(faa)}")
+        return cls([(Path(n), Path(a)) for n, a in zip(fna, faa)], Path(frames), Path(sequences))
+
+    def all(self) -> list[Path]:
+        return [*(p for pair in self.shards for p in pair), self.frames, self.sequences]
 
 
-def prepare(
-    input_path: str | Path, outdir: str | Path, shards: int, policy: Policy, progress_seconds: float = 30.0
-) -> dict:
-    """Run the prepare stage on one input file; return the counts. A progress line is logged
-    every `progress_seconds`."""
-    input_path, outdir = Path(input_path), Path(outdir)
-    if shards < 1:
-        raise InputError(f"shards must be at least 1, got {shards}")
+def prepare(input_path: str | Path, files: PreparedFiles, policy: Policy, progress_seconds: float) -> dict:
+    """Run the prepare stage on one input file into `files`; return the counts. A progress line
+    is logged every `progress_seconds`."""
+    input_path = Path(input_path)
     with contextlib.ExitStack() as stack:
         shard_files = [
             (stack.enter_context(atomic_open(fna, "wb")), stack.enter_context(atomic_open(faa, "wb")))
-            for fna, faa in shard_paths(outdir, shards)
+            for fna, faa in files.shards
         ]
-        frames_table, sequences_table = (stack.enter_context(atomic_open(outdir / t, "wb")) for t in TABLES)
-        frames_table.write(("\t".join(FRAMES_COLUMNS) + "\n").encode())
-        sequences_table.write(("\t".join(SEQUENCES_COLUMNS) + "\n").encode())
+        frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
+        sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
+        frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
+        sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
         writer = _Writer(shard_files, frames_table, sequences_table, policy)
         id_hashes = array("q")
         progress = Progress(log, "records", interval=progress_seconds)
@@ -86,15 +93,17 @@ def prepare(
         counts = dict(writer.counts, shard_tokens=writer.balancer.tokens)
         log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
     try:
-        check_prepared(outdir, shard_paths(outdir, shards), writer.digests, counts["records"])
+        check_prepared(files, writer.digests, counts["records"])
     except InputError:
-        for path in [*(p for pair in shard_paths(outdir, shards) for p in pair), *TABLES]:
-            (outdir / path).unlink(missing_ok=True)
+        for path in files.all():
+            path.unlink(missing_ok=True)
         raise
     log.info(
-        "reconciled: %d records in sequences.tsv.gz, %d frames once each in frames.tsv.gz and the shards",
+        "reconciled: %d records in %s, %d frames once each in %s and the shards",
         counts["records"],
+        files.sequences.name,
         counts["frames"],
+        files.frames.name,
     )
     if counts["shorter_than_chunk"] > counts["records"] / 2:
         log.warning(

@@ -8,9 +8,7 @@ import time
 class Progress:
     """Log `done` of `total` (when known) every `interval` seconds, with rate and ETA."""
 
-    def __init__(
-        self, log: logging.Logger, what: str, total: int | None = None, interval: float = 10.0, done_before: int = 0
-    ):
+    def __init__(self, log: logging.Logger, what: str, interval: float, total: int | None = None, done_before: int = 0):
         """`done_before`: counted as done but not by this process (a resumed job); not in the rate."""
         self.log, self.what, self.total, self.interval, self.done_before = log, what, total, interval, done_before
         self.start = self.last = time.monotonic()
@@ -58,7 +56,7 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
             raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
         return value
 
-    parser.add_argument("--progress-seconds", type=seconds, default=30.0, help="seconds between progress lines")
+    parser.add_argument("--progress-seconds", type=seconds, required=True, help="seconds between progress lines")
 
 
 def setup_logging() -> logging.Logger:

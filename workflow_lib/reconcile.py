@@ -1,22 +1,19 @@
 """Counts reconciled after the prepare stage: what was written is read back from disk.
 
-Every frame the prepare stage kept must be in frames.tsv.gz once and in its shard's two FASTA
-files once, in the same order, and every input record in sequences.tsv.gz once. The writer keeps
+Every frame the prepare stage kept must be in the frames table once and in its shard's two FASTA
+files once, in the same order, and every input record in the sequences table once. The writer keeps
 a digest of each shard's frame IDs; the files are read back in blocks and digested the same way,
 so the check needs no memory per frame. Only when digests differ are IDs collected, to name them.
 """
 
-import csv
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
-
 from .errors import InputError
+from .tables import read_chunks
 
 _BLOCK = 1 << 22
-_ROWS = 1 << 17  # table rows read back at a time: tens of MB
 
 
 class IDDigest:
@@ -47,29 +44,17 @@ def fasta_ids(path: Path) -> Iterator[list[bytes]]:
             raise InputError(f"{path}: ends in the middle of a line; delete the prepare directory and run again")
 
 
-def table_chunks(path: Path, columns: list[str]) -> Iterator[pd.DataFrame]:
-    yield from pd.read_csv(
-        path,
-        sep="\t",
-        usecols=columns,
-        dtype={"frame_id": str, "sequence_id": str},
-        keep_default_na=False,
-        quoting=csv.QUOTE_NONE,
-        chunksize=_ROWS,
-    )
-
-
-def check_prepared(outdir: Path, shard_files: list[tuple[Path, Path]], written: list[IDDigest], records: int) -> None:
+def check_prepared(files, written: list[IDDigest], records: int) -> None:
     """Fail, naming the file and the frames or records that differ, unless the outputs on disk
-    hold exactly what the writer wrote."""
-    frames_path, sequences_path = outdir / "frames.tsv.gz", outdir / "sequences.tsv.gz"
+    (prepare.PreparedFiles) hold exactly what the writer wrote."""
+    frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shards
     in_table = [IDDigest() for _ in written]
-    for chunk in table_chunks(frames_path, ["frame_id", "shard"]):
+    for chunk in read_chunks(frames_path, ["frame_id", "shard"]):
         for shard, ids in chunk.groupby("shard", sort=False)["frame_id"]:
             in_table[shard].update([i.encode() for i in ids])
     n_frames = 0
     rows = 0
-    for chunk in table_chunks(sequences_path, ["sequence_id", "n_frames"]):
+    for chunk in read_chunks(sequences_path, ["sequence_id", "n_frames"]):
         rows += len(chunk)
         n_frames += int(chunk["n_frames"].sum())
     if rows != records:
@@ -90,7 +75,7 @@ def check_prepared(outdir: Path, shard_files: list[tuple[Path, Path]], written: 
 def _name_the_difference(path: Path, frames_path: Path, shard: int) -> None:
     expected = [
         i
-        for chunk in table_chunks(frames_path, ["frame_id", "shard"])
+        for chunk in read_chunks(frames_path, ["frame_id", "shard"])
         for i in chunk.loc[chunk["shard"] == shard, "frame_id"]
     ]
     found = [i.decode() for ids in fasta_ids(path) for i in ids]

@@ -4,10 +4,9 @@ chunk, input statistics and embedding throughput; for the `train` target, the va
 curve and metrics. PNGs are deterministic: fixed sizes, no timestamps or software names in their
 metadata."""
 
-import csv
 import html
-import json
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -17,17 +16,30 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .models.checkpoints import DEMO_FILES  # noqa: E402
-from .outputs import atomic_open, atomic_path  # noqa: E402
-from .predict import read_table  # noqa: E402
+from .outputs import atomic_path  # noqa: E402
+from .tables import read_chunks, read_json, read_table, write_json  # noqa: E402
 
-SAMPLE_FILES = {
-    "scores": "scores.png",
-    "calls": "calls.png",
-    "top_sequences": "top_sequences.png",
-    "table": "sequences.html",
-    "input": "input.png",
-    "throughput": "throughput.png",
-}
+
+class SampleTables(NamedTuple):
+    """What a sample's figures are drawn from."""
+
+    frames: Path  # predict's frames table
+    chunks: Path  # predict's chunks table
+    sequences: Path  # call's sequences table
+    prepared_frames: Path  # prepare's frames table (chunk positions)
+    prepared_sequences: Path  # prepare's sequences table (input statistics)
+    summary: Path  # the run summary (counts, embedding figures)
+
+
+class SampleFigures(NamedTuple):
+    scores: Path  # PNG: score distributions
+    calls: Path  # PNG: sequences per call
+    top_sequences: Path  # PNG: the top sequences chunk by chunk
+    table: Path  # HTML: the top sequences table
+    input: Path  # PNG: input statistics
+    throughput: Path  # PNG: embedding figures per shard
+
+
 CALLS = {"virus": "#c0392b", "other": "#2e86c1", "no_coding_frame": "#95a5a6"}
 MODELS = {"esm": ("ESM-2", "#8e44ad"), "dnabert": ("DNABERT-S", "#16a085")}
 SCORE_BINS = np.linspace(0, 1, 41)
@@ -77,18 +89,7 @@ def plot_calls(sequences: pd.DataFrame, path: str | Path) -> None:
 def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
     """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
     columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
-    parts = [
-        part[part["sequence_id"].isin(ids)].drop_duplicates()
-        for part in pd.read_csv(
-            prepared_frames,
-            sep="\t",
-            usecols=columns,
-            keep_default_na=False,
-            dtype={"sequence_id": str},
-            chunksize=500_000,
-            quoting=csv.QUOTE_NONE,
-        )
-    ]
+    parts = [part[part["sequence_id"].isin(ids)].drop_duplicates() for part in read_chunks(prepared_frames, columns)]
     return pd.concat(parts).drop_duplicates(["sequence_id", "chunk"])
 
 
@@ -208,7 +209,7 @@ def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path
     config at hand): a banner when the demo models made them, a row per sample (records, bases,
     calls, viral fraction), and per model and setting the values the samples were made with.
     `recorded`: the RECORDED_SETTINGS of the results (JSON), for later runs to compare."""
-    runs = [json.loads(Path(p).read_text()) for p in summaries]
+    runs = [read_json(p) for p in summaries]
     rows = []
     for run in runs:
         calls = run["counts"]["calls"]
@@ -272,8 +273,7 @@ def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path
         f"{_table(pd.DataFrame(rows))}\n<h4>Models, settings and versions</h4>\n{_table(settings)}"
     )
     html_page("Overview", body, path)
-    with atomic_open(recorded) as handle:
-        json.dump({key: sorted({_setting(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}, handle)
+    write_json({key: sorted({_setting(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}, recorded)
 
 
 # Settings whose values made the results: the overview records them, and a later run whose config
@@ -294,29 +294,26 @@ def _setting(config: dict, key: str):
     return config
 
 
-def sample_report(
-    sample: str, results: str | Path, summary: str | Path, outdir: str | Path, top: int = 12, rows: int = 500
-) -> None:
-    """All figures of a sample (SAMPLE_FILES, in outdir) from its results directory and run summary."""
-    results, outdir = Path(results), Path(outdir)
-    run = json.loads(Path(summary).read_text())
-    frames = pd.read_csv(results / "frames.tsv", sep="\t", usecols=["score_virus"])
-    sequences, chunks = read_table(results / "sequences.tsv"), read_table(results / "chunks.tsv")
-    plot_scores(frames, sequences, outdir / SAMPLE_FILES["scores"])
-    plot_calls(sequences, outdir / SAMPLE_FILES["calls"])
+def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, top: int, rows: int) -> None:
+    """All figures of a sample; `top` sequences plotted chunk by chunk, `rows` in the HTML table."""
+    run = read_json(tables.summary)
+    frames = read_table(tables.frames, ["score_virus"])
+    sequences, chunks = read_table(tables.sequences), read_table(tables.chunks)
+    plot_scores(frames, sequences, figures.scores)
+    plot_calls(sequences, figures.calls)
     best = set(top_sequences(sequences, top)["sequence_id"])
-    positions = chunk_positions(results / "prepare" / "frames.tsv.gz", best)
-    plot_top_sequences(sequences, chunks, positions, top, outdir / SAMPLE_FILES["top_sequences"])
+    positions = chunk_positions(tables.prepared_frames, best)
+    plot_top_sequences(sequences, chunks, positions, top, figures.top_sequences)
     shown = top_sequences(sequences, rows)
     html_table(
         shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
         f"{sample}: sequences with the highest virus scores",
         f"{min(rows, len(sequences)):,} of {len(sequences):,} sequences, highest max_score_virus first; "
-        "the whole table is sequences.tsv.",
-        outdir / SAMPLE_FILES["table"],
+        f"the whole table is {Path(tables.sequences).name}.",
+        figures.table,
     )
-    plot_input(read_table(results / "prepare" / "sequences.tsv.gz"), run["counts"], outdir / SAMPLE_FILES["input"])
-    plot_throughput(run["embedding_shards"], outdir / SAMPLE_FILES["throughput"])
+    plot_input(read_table(tables.prepared_sequences), run["counts"], figures.input)
+    plot_throughput(run["embedding_shards"], figures.throughput)
 
 
 def _flatten(values: dict, prefix: str = "") -> dict:
@@ -332,7 +329,7 @@ def _flatten(values: dict, prefix: str = "") -> dict:
 
 def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: str | Path) -> None:
     """The validation ROC curve (when metrics.json holds one) and the metrics as a table."""
-    metrics = json.loads(Path(metrics_path).read_text())
+    metrics = read_json(metrics_path)
     figure, ax = plt.subplots(figsize=(5, 5), layout="constrained")
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
     curve, auc = metrics.get("roc_curve"), metrics.get("validation", {}).get("roc_auc")

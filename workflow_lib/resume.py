@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .outputs import atomic_open
+from .tables import write_json
 
 log = logging.getLogger("workflow")
 
@@ -48,8 +49,7 @@ class Commits:
         if self.dir.exists():
             log.info("%s: left by a run of another shard or other settings; starting from zero", self.dir)
             shutil.rmtree(self.dir)
-        with atomic_open(stamp) as handle:
-            json.dump(self.fingerprint, handle, indent=1)
+        write_json(self.fingerprint, stamp)
         return committed
 
     def add(self, rows: np.ndarray) -> None:

@@ -4,12 +4,11 @@ threads round differently, and a local run and a cluster run must give the same 
 import argparse
 
 
-def add_threads_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--threads", type=int, required=required, help="CPUs of the job; torch uses exactly these")
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, required=True, help="CPUs of the job; torch uses exactly these")
 
 
-def use_threads(threads: int | None) -> None:
-    if threads:
-        import torch  # not at the top: the CLIs parse their arguments before torch's seconds of import
+def use_threads(threads: int) -> None:
+    import torch  # not at the top: the CLIs parse their arguments before torch's seconds of import
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)

@@ -9,7 +9,6 @@ whole chunks (whole sequences when there are enough), not single frames: the six
 chunk are near-duplicates, and a split by frame scores the classifier on frames it was trained on.
 """
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -23,9 +22,9 @@ import torch.nn.functional as F
 from . import h5store
 from .errors import InputError
 from .models import classifier
-from .outputs import atomic_open, atomic_path
-from .predict import read_table
+from .outputs import atomic_path
 from .progress import Progress
+from .tables import read_table, write_json
 
 log = logging.getLogger("workflow")
 LABELS = {"other": 0, "virus": 1}
@@ -36,14 +35,16 @@ MIN_SEQUENCES_PER_CLASS = 10
 
 @dataclass(frozen=True)
 class TrainSettings:
-    epochs: int = 200
-    batch_size: int = 32
-    learning_rate: float = 2e-4
-    momentum: float = 0.9
-    patience: int = 5
-    validation_fraction: float = 0.1
-    balance_classes: bool = True
-    seed: int = 42
+    """The train section of the config (its schema holds the defaults: VirNucPro's recipe)."""
+
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    patience: int
+    validation_fraction: float
+    balance_classes: bool
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Examples:
     sequence: np.ndarray  # [N] the frame's input record, numbered over all samples
 
 
-def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: float = 30.0) -> Examples:
+def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: float) -> Examples:
     """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table) per shard;
     chunks and sequences come from the frames table, joined on frame_id (a sample is its table)."""
     tables: dict[str, pd.DataFrame] = {}
@@ -66,7 +67,7 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
         if frames_path not in tables:
             if not Path(frames_path).is_file():
                 raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
-            tables[frames_path] = read_table(frames_path).set_index("frame_id")[["sequence_id", "chunk"]]
+            tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         ids, x, _ = h5store.read_features(dna_path, esm_path)
         where = tables[frames_path].index.get_indexer(ids)
         if (where < 0).any():
@@ -165,31 +166,30 @@ def roc_curve(y: np.ndarray, score: np.ndarray) -> dict | None:
     }
 
 
-def train(
-    examples: Examples, settings: TrainSettings, progress_seconds: float = 30.0
-) -> tuple[classifier.MLPClassifier, dict]:
-    torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
-    generator = torch.Generator().manual_seed(settings.seed)
-    training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
-    x, y = examples.x, examples.y
-    x_train, y_train = torch.from_numpy(x[training]), torch.from_numpy(y[training])
-    x_val, y_val = torch.from_numpy(x[validation]), torch.from_numpy(y[validation])
-    log.info(
-        "held out by %s: %d validation frames (%d virus), %d training frames (%d virus)",
-        unit,
-        len(validation),
-        y[validation].sum(),
-        len(training),
-        y[training].sum(),
-    )
-    if len(np.unique(y[validation])) < 2:
-        log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
-    weight = None
-    if settings.balance_classes:
-        counts = torch.bincount(y_train, minlength=2).clamp(min=1).float()
-        weight = counts.sum() / (2 * counts)
+@dataclass
+class Fit:
+    """The outcome of fitting with early stopping: the best weights and when they were reached."""
 
-    model = classifier.MLPClassifier(x.shape[1])
+    best_state: dict
+    best_epoch: int
+    best_loss: float
+    epochs_run: int
+    stopped_early: bool
+    history: dict
+
+
+def fit(
+    model: classifier.MLPClassifier,
+    training: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, torch.Tensor],
+    weight: torch.Tensor | None,
+    settings: TrainSettings,
+    progress_seconds: float,
+) -> Fit:
+    """VirNucPro's SGD and StepLR, stopping once the validation loss has not improved for
+    `patience` epochs; the best epoch's weights are kept."""
+    (x_train, y_train), (x_val, y_val) = training, validation
+    generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
     best_loss, best_state, best_epoch, stale, epoch = float("inf"), None, 0, 0, 0
@@ -238,12 +238,41 @@ def train(
         best_loss,
         best_epoch,
     )
-    model.load_state_dict(best_state)
+    return Fit(best_state, best_epoch, best_loss, epoch, stale >= settings.patience, history)
+
+
+def train(
+    examples: Examples, settings: TrainSettings, progress_seconds: float
+) -> tuple[classifier.MLPClassifier, dict]:
+    """Split, fit with early stopping, and describe the result (the metrics JSON)."""
+    torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
+    training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
+    x, y = examples.x, examples.y
+    x_train, y_train = torch.from_numpy(x[training]), torch.from_numpy(y[training])
+    x_val, y_val = torch.from_numpy(x[validation]), torch.from_numpy(y[validation])
+    log.info(
+        "held out by %s: %d validation frames (%d virus), %d training frames (%d virus)",
+        unit,
+        len(validation),
+        y[validation].sum(),
+        len(training),
+        y[training].sum(),
+    )
+    if len(np.unique(y[validation])) < 2:
+        log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
+    weight = None
+    if settings.balance_classes:
+        counts = torch.bincount(y_train, minlength=2).clamp(min=1).float()
+        weight = counts.sum() / (2 * counts)
+    model = classifier.MLPClassifier(x.shape[1])
+    fitted = fit(model, (x_train, y_train), (x_val, y_val), weight, settings, progress_seconds)
+    model.load_state_dict(fitted.best_state)
+    model.eval()
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
     result = {
-        "epochs_run": epoch,
-        "best_epoch": best_epoch,
-        "best_validation_loss": best_loss,
+        "epochs_run": fitted.epochs_run,
+        "best_epoch": fitted.best_epoch,
+        "best_validation_loss": fitted.best_loss,
         "split": {
             "unit": unit,
             "train_frames": int(training.size),
@@ -257,10 +286,10 @@ def train(
         "train": metrics(y[training], classifier.scores(model, x_train)[:, 1].numpy()),
         "validation": metrics(y[validation], validation_scores),
         "roc_curve": roc_curve(y[validation], validation_scores),
-        "history": history,
+        "history": fitted.history,
         "settings": asdict(settings),
     }
-    return model.eval(), result
+    return model, result
 
 
 def train_classifier(
@@ -268,7 +297,7 @@ def train_classifier(
     output: str | Path,
     metrics_path: str | Path,
     settings: TrainSettings,
-    progress_seconds: float = 30.0,
+    progress_seconds: float,
     **metadata,
 ) -> dict:
     """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
@@ -286,9 +315,7 @@ def train_classifier(
     model, result = train(examples, settings, progress_seconds)
     with atomic_path(output) as tmp:
         classifier.save(model, tmp, validation=result["validation"], **metadata)
-    with atomic_open(metrics_path) as handle:
-        json.dump(result, handle, indent=2)
-        handle.write("\n")
+    write_json(result, metrics_path)
     log.info(
         "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))
     )

@@ -1,1 +1,18 @@
-"""Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier."""
+"""Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier.
+
+The two embedding models share one interface, by the names the config and the HDF5 files use:
+each module gives resolve, read_config, checkpoint_files, load and embedder, with the same
+arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put it).
+"""
+
+import importlib
+from types import ModuleType
+
+EMBEDDING_MODELS = {"esm": "ESM-2", "dnabert": "DNABERT-S"}
+
+
+def embedding_model(name: str) -> ModuleType:
+    """The module of an embedding model, imported when first asked for (fair-esm and torch take seconds)."""
+    if name not in EMBEDDING_MODELS:
+        raise ValueError(f"no embedding model '{name}': one of {', '.join(EMBEDDING_MODELS)}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -24,6 +24,16 @@ ESM2_MODELS = {
 }
 
 
+def check_esm_layer(checkpoint: str, layer: int, layers: int, source: str = "") -> None:
+    """The one check of models.esm.layer: 0 (the embeddings) up to the model's last layer.
+    `source`: where the value was given (a config file, --config), for the message."""
+    if not 0 <= layer <= layers:
+        raise InputError(
+            f"{source + ': ' if source else ''}models.esm.layer: {layer} is out of range for {checkpoint} "
+            f"({layers} layers); set it to {layers} (the last layer, as VirNucPro) or lower"
+        )
+
+
 def is_local(checkpoint: str) -> bool:
     """True for a path on disk: an existing path, a '.pt' file, or anything that is neither a
     bare fair-esm name nor an 'org/name' Hugging Face id ('./org/name' forces a path)."""

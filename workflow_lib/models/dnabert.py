@@ -153,12 +153,19 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
     raise not_fetched("models.dnabert.checkpoint", checkpoint, cache_dir or constants.HF_HUB_CACHE)
 
 
-def read_config(directory: Path) -> dict:
+def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
+    """The checkpoint's config.json, with "layers" and "dim" as for ESM-2."""
+    config = _hf_config(resolve(checkpoint, cache_dir))
+    return {**config, "layers": config["num_hidden_layers"], "dim": config["hidden_size"]}
+
+
+def _hf_config(directory: Path) -> dict:
     return json.loads((directory / "config.json").read_text())
 
 
-def checkpoint_files(directory: Path) -> list[Path]:
-    """The files a checkpoint directory loads from."""
+def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
+    """The files a checkpoint loads from."""
+    directory = resolve(checkpoint, cache_dir)
     names = ("config.json", *WEIGHT_FILES, "tokenizer.json")
     return [directory / name for name in names if (directory / name).is_file()]
 
@@ -177,7 +184,7 @@ def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
 
 def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, DNABERTTokens]:
     directory = resolve(checkpoint, cache_dir)
-    model = DNABERT(read_config(directory))
+    model = DNABERT(_hf_config(directory))
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
     wanted = model.state_dict().keys()
     missing = [k for k in wanted if k not in state]
@@ -185,6 +192,16 @@ def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, DNABER
         raise InputError(f"{directory}: not a DNABERT-S checkpoint, missing weights {missing[:3]}")
     model.load_state_dict({k: state[k] for k in wanted})  # the pooler and MLM head are not needed
     return model.eval(), DNABERTTokens(directory / "tokenizer.json")
+
+
+def embedder(
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
+) -> "DNABERTEmbedder":
+    """VirNucPro embeds with the last hidden state: `layer` must be None."""
+    if layer is not None:
+        raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
+    model, tokens = load(checkpoint, cache_dir)
+    return DNABERTEmbedder(model, tokens, device, dtype)
 
 
 class DNABERTEmbedder:

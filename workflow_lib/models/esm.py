@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import ESMTokens
 from . import varlen
-from .checkpoints import ESM2_MODELS, is_local, load_weights, not_fetched
+from .checkpoints import ESM2_MODELS, check_esm_layer, is_local, load_weights, not_fetched
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -29,17 +29,23 @@ def _torch_load(path: Path):
     return load_weights(path, "fair-esm ESM-2 checkpoint", [argparse.Namespace], mmap=True)
 
 
-def read_config(checkpoint: str) -> tuple[int, int]:
-    """(layers, embedding size) of an ESM-2 checkpoint, without building the model."""
+def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
+    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model (a named model's from
+    fair-esm's table, fetched or not)."""
     if not is_local(checkpoint):
-        if checkpoint not in ESM2_MODELS:
-            raise InputError(
-                f"models.esm.checkpoint: '{checkpoint}' is no fair-esm ESM-2 model "
-                f"({', '.join(ESM2_MODELS)}) and no local .pt file"
-            )
-        return ESM2_MODELS[checkpoint]
+        _known(checkpoint)
+        layers, dim = ESM2_MODELS[checkpoint]
+        return {"layers": layers, "dim": dim}
     cfg = _local_data(Path(checkpoint))["cfg"]["model"]
-    return cfg.encoder_layers, cfg.encoder_embed_dim
+    return {"layers": cfg.encoder_layers, "dim": cfg.encoder_embed_dim}
+
+
+def _known(name: str) -> None:
+    if name not in ESM2_MODELS:
+        raise InputError(
+            f"models.esm.checkpoint: '{name}' is no fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) "
+            "and no local .pt file"
+        )
 
 
 def _local_data(path: Path) -> dict:
@@ -70,34 +76,50 @@ def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
     }
 
 
+def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
+    """The .pt file of a checkpoint: the path itself, or a named model's file that fetch_models
+    put in cache_dir (jobs never download)."""
+    if is_local(checkpoint):
+        return Path(checkpoint)
+    _known(checkpoint)
+    files = hub_files(checkpoint, cache_dir)
+    if not all(p.is_file() for p in files):
+        raise not_fetched("models.esm.checkpoint", checkpoint, cache_dir or torch.hub.get_dir())
+    return next(iter(files))
+
+
 def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
     """The files a checkpoint loads from, those that exist (a named model's once it is fetched)."""
     path = Path(checkpoint) if is_local(checkpoint) else next(iter(hub_files(checkpoint, cache_dir)))
-    return [p for p in (path, path.with_name(f"{path.stem}-contact-regression.pt")) if p.is_file()]
+    return [p for p in (path, regression_path(path)) if p.is_file()]
+
+
+def regression_path(path: Path) -> Path:
+    """fair-esm's contact regression file, beside the checkpoint, as its loaders look for it."""
+    return path.with_name(f"{path.stem}-contact-regression.pt")
 
 
 def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.Alphabet]:
     """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt path.
 
-    A local checkpoint may have `<stem>-contact-regression.pt` beside it, as fair-esm's own files
-    do; the contact head is not used for embeddings, so it is optional here.
+    Not fair-esm's load_model_and_alphabet_hub, which downloads what is missing and unpickles
+    with weights_only=False. A local checkpoint may have `<stem>-contact-regression.pt` beside
+    it, as fair-esm's own files do; the contact head is not used for embeddings, so it is optional.
     """
-    if is_local(checkpoint):
-        path = Path(checkpoint)
-    else:
-        read_config(checkpoint)  # a clear error for unknown names
-        files = hub_files(checkpoint, cache_dir)
-        if not all(p.is_file() for p in files):
-            raise not_fetched("models.esm.checkpoint", checkpoint, cache_dir or torch.hub.get_dir())
-        # Not fair-esm's load_model_and_alphabet_hub: it downloads what is missing and unpickles
-        # with weights_only=False; the fetched files load as a local checkpoint does.
-        path = next(iter(files))
+    path = resolve(checkpoint, cache_dir)
     data = _local_data(path)
-    regression_path = path.with_name(f"{path.stem}-contact-regression.pt")
-    regression = _torch_load(regression_path) if regression_path.exists() else None
+    regression = _torch_load(regression_path(path)) if regression_path(path).exists() else None
     # "esm2" selects fair-esm's ESM-2 builder whatever the file is called.
     model, alphabet = esm.pretrained.load_model_and_alphabet_core("esm2", data, regression)
     return model.eval(), alphabet
+
+
+def embedder(
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
+) -> "ESMEmbedder":
+    """The embedder of `layer` (None: the last, as VirNucPro)."""
+    model, alphabet = load(checkpoint, cache_dir)
+    return ESMEmbedder(model, alphabet, model.num_layers if layer is None else layer, device, dtype, name=checkpoint)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -128,9 +150,9 @@ class ESMEmbedder:
         device: torch.device,
         dtype: torch.dtype = torch.float32,
         rotary_dtype: torch.dtype | None = None,
+        name: str = "this ESM-2 model",
     ):
-        if not 0 <= layer <= model.num_layers:
-            raise InputError(f"models.esm.layer: {layer} is out of range for a {model.num_layers}-layer ESM-2 model")
+        check_esm_layer(name, layer, model.num_layers)
         # fair-esm's own frequencies, 1/10000^(arange(0, dh, 2)/dh) as the checkpoint holds them:
         # the published files store them in float16, and fair-esm uses them so even in fp32.
         self.inv_freq = model.layers[0].self_attn.rot_emb.inv_freq.to(device=device, dtype=torch.float32)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import __version__
-from .outputs import atomic_open
-from .predict import read_table
+from .tables import read_json, read_table
 
 PACKAGES = (
     "snakemake",
@@ -24,7 +23,7 @@ PACKAGES = (
     "tokenizers",
     "matplotlib",
 )
-# HDF5 attributes of an embedding shard that the summary reports (workflow_lib/embedding.py)
+# Figures of an embed job that the summary reports (workflow_lib/embed.py)
 SHARD_FIGURES = (
     "tokens_per_s",
     "fill",
@@ -61,7 +60,7 @@ def _number(value) -> float | None:
 
 def shard_figures(path: str | Path, shard: int) -> dict:
     """An embed job's throughput figures and package versions, from its figures file (JSON)."""
-    job = json.loads(Path(path).read_text())
+    job = read_json(path)
     figures = {"model": job["model"], "shard": shard, "frames": job["frames"], "tokens": job["n_tokens"]}
     figures["seconds"] = job["seconds"]
     figures |= {key: job[key] for key in SHARD_FIGURES if key in job}
@@ -108,15 +107,15 @@ def summarize(
     embeddings: dict[str, list[str]],
     benchmarks: dict[str, str | list[str]],
     config: dict,
-    snakemake_version: str | None = None,
+    snakemake_version: str,
 ) -> dict:
     """The summary of one sample from prepare's sequences table, the manifest.json of its calls,
     the embed jobs' figures files and the Snakemake benchmark files of its jobs. `embeddings` (the
     figures files) and benchmarks["embed"] are per model, in shard order;
     benchmarks["prepare"|"predict"] one file each."""
-    manifest = json.loads(Path(manifest).read_text())
+    manifest = read_json(manifest)
     shards = [shard_figures(path, i) for model in embeddings for i, path in enumerate(embeddings[model])]
-    versions = package_versions() | ({"snakemake": snakemake_version} if snakemake_version else {})
+    versions = package_versions() | {"snakemake": snakemake_version}  # of the Snakemake running the workflow
     embed_timings = {}
     for model, files in benchmarks["embed"].items():
         per_shard = [{"shard": i} | benchmark(path) for i, path in enumerate(files)]
@@ -133,7 +132,7 @@ def summarize(
         "input": manifest["input"],
         "config": config,
         "checkpoints": manifest["checkpoints"],
-        "counts": counts(read_table(prepared), manifest),
+        "counts": counts(read_table(prepared, ["length", "ambiguous_fraction", "status"]), manifest),
         "timings": {
             "prepare": benchmark(benchmarks["prepare"]),
             "embed": embed_timings,
@@ -141,9 +140,3 @@ def summarize(
         },
         "embedding_shards": [{k: v for k, v in s.items() if k != "versions"} for s in shards],
     }
-
-
-def write(summary: dict, path: str | Path) -> None:
-    with atomic_open(path) as handle:
-        json.dump(summary, handle, indent=2)
-        handle.write("\n")

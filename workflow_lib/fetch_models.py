@@ -16,7 +16,6 @@ files relative to cache_dir, which can be copied to another machine).
 
 import hashlib
 import http.client
-import json
 import logging
 import os
 import urllib.error
@@ -27,8 +26,9 @@ from . import checksums, locks
 from .errors import InputError
 from .models import dnabert, esm
 from .models.checkpoints import MANIFEST, classifier_path, is_local, is_url
-from .outputs import atomic_open, atomic_path
+from .outputs import atomic_path
 from .progress import Progress
+from .tables import write_json
 
 log = logging.getLogger("workflow")
 _BLOCK = 1 << 20
@@ -37,26 +37,34 @@ _AGAIN = "run `snakemake fetch_models` again"
 
 
 def fetch_models(
-    esm_checkpoint: str, dnabert_checkpoint: str, classifier: str | None, cache_dir: str, pinned: dict | None = None
+    esm_checkpoint: str,
+    dnabert_checkpoint: str,
+    classifier: str | None,
+    cache_dir: str,
+    pinned: dict,
+    progress_seconds: float,
 ) -> dict:
-    """Fetch what is not local, verify it, write cache_dir/fetched.json; return what it records."""
-    cache, pinned = Path(cache_dir).resolve(), pinned or {}
+    """Fetch what is not local, verify it (against the `pinned` SHA-256 too, by file name), write
+    cache_dir/fetched.json; return what it records. Downloads log progress every `progress_seconds`."""
+    cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
-        models = {"esm": _esm(esm_checkpoint, cache, pinned), "dnabert": _dnabert(dnabert_checkpoint, cache, pinned)}
+        models = {
+            "esm": _esm(esm_checkpoint, cache, pinned, progress_seconds),
+            "dnabert": _dnabert(dnabert_checkpoint, cache, pinned),
+        }
         if classifier:
-            models["classifier"] = _classifier(classifier, cache, pinned)
-        with atomic_open(cache / MANIFEST) as handle:
-            json.dump(models, handle, indent=2)
+            models["classifier"] = _classifier(classifier, cache, pinned, progress_seconds)
+        write_json(models, cache / MANIFEST)
     log.info("models fetched into %s; jobs can run offline (%s)", cache, cache / MANIFEST)
     return models
 
 
-def _esm(checkpoint: str, cache: Path, pinned: dict) -> dict:
+def _esm(checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
     esm.read_config(checkpoint)  # a clear error for an unknown name or a missing file
     if is_local(checkpoint):
         return {"source": checkpoint, "kind": "local", "files": checksums.describe(esm.checkpoint_files(checkpoint))}
     files = {
-        _relative(path, cache): _download(url, path, pinned)
+        _relative(path, cache): _download(url, path, pinned, progress_seconds)
         for path, url in esm.hub_files(checkpoint, str(cache)).items()
     }
     return {"source": checkpoint, "kind": "fair-esm", "files": files}
@@ -64,7 +72,7 @@ def _esm(checkpoint: str, cache: Path, pinned: dict) -> dict:
 
 def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
     if is_local(checkpoint):
-        files = dnabert.checkpoint_files(dnabert.resolve(checkpoint))
+        files = dnabert.checkpoint_files(checkpoint)
         return {"source": checkpoint, "kind": "local", "files": checksums.describe(files)}
     from huggingface_hub import HfApi, hf_hub_url, snapshot_download
 
@@ -96,20 +104,20 @@ def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
     return {"source": checkpoint, "kind": "huggingface", "revision": folder.name, "files": files}
 
 
-def _classifier(classifier: str, cache: Path, pinned: dict) -> dict:
+def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
     if is_url(classifier):
         path = Path(classifier_path(classifier, str(cache)))
         return {
             "source": classifier,
             "kind": "url",
-            "files": {_relative(path, cache): _download(classifier, path, pinned)},
+            "files": {_relative(path, cache): _download(classifier, path, pinned, progress_seconds)},
         }
     if not Path(classifier).is_file():
         raise InputError(f"{classifier}: classifier file not found; set models.classifier to a path or an http(s) URL")
     return {"source": classifier, "kind": "local", "files": checksums.describe([Path(classifier)])}
 
 
-def _download(url: str, path: Path, pinned: dict) -> dict:
+def _download(url: str, path: Path, pinned: dict, progress_seconds: float) -> dict:
     """Download `url` to `path` (streamed to a temporary name, verified, then renamed), unless
     `path` holds it already: the size the server declares and the pinned SHA-256, if any."""
     declared = _declared_size(url)
@@ -120,7 +128,7 @@ def _download(url: str, path: Path, pinned: dict) -> dict:
             return {"url": url, "size": path.stat().st_size, "sha256": sha256}
     log.info("downloading %s to %s", url, path)
     digest, size = hashlib.sha256(), 0
-    progress = Progress(log, "bytes", total=declared)
+    progress = Progress(log, "bytes", total=declared, interval=progress_seconds)
     with atomic_path(path) as tmp:  # removed, not renamed, when the block fails
         try:
             with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response, open(tmp, "wb") as out:

@@ -12,10 +12,8 @@ import json
 import logging
 import os
 import platform
-import resource
 import signal
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,35 +21,36 @@ import numpy as np
 import torch
 
 from . import __version__, checksums, h5store, locks
+from .device_feed import DeviceFeed
 from .errors import InputError
-from .loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
-from .models import varlen
-from .outputs import atomic_open
+from .loader import ShardBatches, ShardIndex, open_loader, queue_depth
+from .models import embedding_model, varlen
 from .packing import PackedBatch
 from .progress import Progress
 from .resume import Commits
+from .tables import write_json
 
 log = logging.getLogger("workflow")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Pooled results waited for only when this many newer batches are queued behind them.
-RESULTS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
+    """The embedding section of the config, for one model (its schema holds the defaults)."""
+
     model: str  # "esm" or "dnabert"
     checkpoint: str
-    layer: int | None = None  # ESM-2 only
-    device: str = "auto"
-    precision: str = "fp16"
-    token_budget: int = 16384
-    cache_dir: str | None = None
-    num_workers: int | None = None  # None: one per CPU of the job beyond the main process, at most 8
-    prefetch_factor: int = 2
-    expandable_segments: bool = True
-    commit_seconds: float = 60.0  # how often finished results are committed, for a killed job to resume
-    known_checksums: dict | None = None  # checksums.describe() of model files by the run's model check
-    progress_seconds: float = 30.0  # between progress lines
+    layer: int | None  # ESM-2's; None: the last (DNABERT-S always embeds with its last)
+    device: str  # auto, cpu or cuda
+    precision: str  # on CUDA; the CPU computes in fp32
+    token_budget: int
+    cache_dir: str | None  # where fetch_models put named models
+    num_workers: int  # loader processes
+    prefetch_factor: int
+    expandable_segments: bool
+    commit_seconds: float  # how often finished results are committed, for a killed job to resume
+    known_checksums: dict | None  # checksums.describe() of the model files by the run's model check
+    progress_seconds: float  # between progress lines
 
 
 def allocator_conf_variable() -> str:
@@ -88,124 +87,14 @@ def select_precision(precision: str, device: torch.device) -> str:
 
 
 def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.dtype):
-    if settings.model == "esm":
-        from .models import esm
-
-        model, alphabet = esm.load(settings.checkpoint, settings.cache_dir)
-        layer = model.num_layers if settings.layer is None else settings.layer
-        return esm.ESMEmbedder(model, alphabet, layer, device, dtype)
-    from .models import dnabert
-
-    model, tokens = dnabert.load(settings.checkpoint, settings.cache_dir)
-    return dnabert.DNABERTEmbedder(model, tokens, device, dtype)
+    model = embedding_model(settings.model)
+    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype)
 
 
 def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
     """{file name: SHA-256} of the model files the job loaded."""
-    if settings.model == "esm":
-        from .models import esm
-
-        files = esm.checkpoint_files(settings.checkpoint, settings.cache_dir)
-    else:
-        from .models import dnabert
-
-        files = dnabert.checkpoint_files(dnabert.resolve(settings.checkpoint, settings.cache_dir))
+    files = embedding_model(settings.model).checkpoint_files(settings.checkpoint, settings.cache_dir)
     return checksums.digests(checksums.describe(files, settings.known_checksums))
-
-
-class DeviceFeed:
-    """Batches onto the device: copies run on a side stream, overlapping the compute of the
-    batch before; outputs come back through pinned memory, waited for RESULTS_IN_FLIGHT
-    batches later. A CUDA out-of-memory error halves the batch and retries, and later batches
-    are cut to the size that fitted. On the CPU all of this reduces to plain calls."""
-
-    def __init__(self, embedder, device: torch.device):
-        self.embedder, self.device = embedder, device
-        self.cuda = device.type == "cuda"
-        self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
-        self.max_tokens = None  # set after an out-of-memory error
-        self.splits = 0
-        self.pending = deque()  # (rows, host tensor, event)
-
-    def send(self, batch: PackedBatch) -> tuple[PackedBatch, PackedBatch]:
-        """(host batch, device batch); the copy is only enqueued."""
-        if not self.cuda:
-            return batch, batch
-        with torch.cuda.stream(self.copy_stream):
-            moved = batch._replace(
-                tokens=batch.tokens.to(self.device, non_blocking=True),
-                cu_seqlens=batch.cu_seqlens.to(self.device, non_blocking=True),
-            )
-        return batch, moved
-
-    def compute(self, host: PackedBatch, moved: PackedBatch):
-        """Embed one sent batch; yields (rows, pooled float32 numpy) as results arrive."""
-        if self.cuda:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_stream(self.copy_stream)
-            for tensor in (moved.tokens, moved.cu_seqlens):
-                tensor.record_stream(current)  # the copy stream's memory is used on this one
-        if self.max_tokens is not None and moved.n_tokens > self.max_tokens and len(host.rows) > 1:
-            yield from self._halves(host)
-            return
-        pooled = self._forward(moved)
-        if pooled is None:
-            del moved  # this batch's device copies: nothing of the failed forward is left
-            if len(host.rows) == 1:
-                raise RuntimeError(
-                    f"one sequence of {host.n_tokens} tokens does not fit in GPU memory; "
-                    "use a larger GPU, or embedding.precision fp16 or bf16 if it is fp32"
-                )
-            if self.cuda:
-                torch.cuda.empty_cache()
-            self.max_tokens = host.n_tokens // 2
-            log.warning(
-                "out of GPU memory on %d tokens: batches are split to %d tokens", host.n_tokens, self.max_tokens
-            )
-            yield from self._halves(host)
-            return
-        yield from self._collect(host.rows.numpy(), pooled)
-
-    def _forward(self, moved: PackedBatch) -> torch.Tensor | None:
-        """Pooled embeddings, or None when the device ran out of memory. The retry must not run
-        inside the `except` block: its traceback holds the failed forward's activations, which
-        neither the retry nor empty_cache() could then use."""
-        try:
-            return self.embedder(moved)
-        except torch.OutOfMemoryError:
-            return None
-
-    def _halves(self, host: PackedBatch):
-        self.splits += 1
-        for half in host.halves():
-            yield from self.compute(*self.send(half))
-
-    def _collect(self, rows: np.ndarray, pooled: torch.Tensor):
-        if not self.cuda:
-            yield rows, pooled.numpy()
-            return
-        host = torch.empty(pooled.shape, dtype=torch.float32, pin_memory=True)
-        host.copy_(pooled, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self.pending.append((rows, host, event))
-        while len(self.pending) > RESULTS_IN_FLIGHT:
-            yield self._arrived()
-
-    def _arrived(self) -> tuple[np.ndarray, np.ndarray]:
-        rows, host, event = self.pending.popleft()
-        event.synchronize()
-        return rows, host.numpy()
-
-    def flush(self):
-        while self.pending:
-            yield self._arrived()
-
-    def peak_memory(self) -> int:
-        """Peak bytes allocated on the GPU, or the peak resident size of this process on the CPU."""
-        if self.cuda:
-            return torch.cuda.max_memory_allocated(self.device)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @contextlib.contextmanager
@@ -240,6 +129,19 @@ class Meter:
     def elapsed(self) -> float:
         return max(time.monotonic() - self.start, 1e-9)
 
+    def figures(self, feed: DeviceFeed) -> dict:
+        """The job's figures for the HDF5 attributes and the run summary."""
+        seconds = self.elapsed
+        return {
+            "seconds": round(seconds, 3),
+            "tokens_per_s": round(self.tokens / seconds),
+            "fill": round(self.tokens / max(self.slots, 1), 4),
+            "batches": self.batches,
+            "oom_splits": feed.splits,
+            "loader_wait_s": round(self.loader_wait, 3),
+            "peak_memory_bytes": int(feed.peak_memory()),
+        }
+
     def summary(self, feed: DeviceFeed, depth: int | None = None) -> str:
         text = (
             f"{self.tokens / self.elapsed:,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
@@ -250,7 +152,7 @@ class Meter:
 
 
 def embed_shard(
-    input_path: str | Path, output_path: str | Path, settings: EmbedSettings, figures_path: str | Path | None = None
+    input_path: str | Path, output_path: str | Path, figures_path: str | Path, settings: EmbedSettings
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings."""
@@ -263,9 +165,8 @@ def embed_shard(
     dtype = PRECISIONS[precision]
     loading = time.monotonic()
     embedder = build_embedder(settings, device, dtype)
-    asked = default_num_workers() if settings.num_workers is None else settings.num_workers
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
-    workers = min(asked, index.n_blocks) if index.n_blocks > 1 else 0
+    workers = min(settings.num_workers, index.n_blocks) if index.n_blocks > 1 else 0
     log.info(
         "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
         "CUDA_VISIBLE_DEVICES=%s",
@@ -276,25 +177,67 @@ def embed_shard(
         input_path,
         settings.token_budget,
         workers,
-        asked,
+        settings.num_workers,
         index.n_blocks,
         os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )
-
     digests = checkpoint_digests(settings)
     load_seconds = time.monotonic() - loading
+
     out = np.zeros((len(index), embedder.dim), dtype=np.float32)
     row_tokens = np.zeros(len(index), dtype=np.int64)
     commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
     committed = commits.restore(out, row_tokens)
+    if committed.any():
+        log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
+    feed = DeviceFeed(embedder, device)
+    dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
+    written, meter = run_batches(dataset, feed, commits, out, row_tokens, workers, settings)
+    check_complete(input_path, index, written, out)
+    stats = {
+        "model": settings.model,
+        "checkpoint": settings.checkpoint,
+        "layer": int(embedder.layer),
+        "dim": int(embedder.dim),
+        "precision": precision,
+        "pooling": embedder.pooling,
+        "n_tokens": int(row_tokens.sum()),
+        "workflow_version": __version__,
+        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
+        "device": str(device),
+        "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+        "load_seconds": round(load_seconds, 3),
+        **meter.figures(feed),
+        "token_budget": settings.token_budget,
+        "num_workers": workers,
+        "prefetch_factor": settings.prefetch_factor,
+        "resumed_frames": int(committed.sum()),
+        "versions": json.dumps(versions(device)),
+    }
+    h5store.write(output_path, index.ids, out, stats)
+    write_json({**stats, "frames": len(index)}, figures_path)
+    commits.remove()
+    log.info("wrote %s and %s", output_path, figures_path)
+    return stats
+
+
+def run_batches(
+    dataset: ShardBatches,
+    feed: DeviceFeed,
+    commits: Commits,
+    out: np.ndarray,
+    row_tokens: np.ndarray,
+    workers: int,
+    settings: EmbedSettings,
+) -> tuple[np.ndarray, "Meter"]:
+    """Embed every batch of `dataset` into `out` (and each row's token count into `row_tokens`),
+    committing as it goes; a SIGTERM or Ctrl-C commits what is done and leaves. Returns how many
+    times each row was written, and the meter."""
+    committed = dataset.done
     written = committed.astype(np.int64)
     done = int(committed.sum())
-    if done:
-        log.info("resuming: %d of %d frames were committed by an interrupted run", done, len(index))
-    progress = Progress(log, "frames", total=len(index), interval=settings.progress_seconds, done_before=done)
-    feed = DeviceFeed(embedder, device)
+    progress = Progress(log, "frames", total=len(out), interval=settings.progress_seconds, done_before=done)
     meter = Meter()  # embedding only: loading the model is load_seconds
-    dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
         def next_batch():
@@ -336,10 +279,15 @@ def embed_shard(
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
             commits.commit(out, row_tokens)
             log.warning(
-                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(index)
+                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(out)
             )
             raise
+    log.info(progress.line(done, meter.summary(feed)))
+    return written, meter
 
+
+def check_complete(input_path: str | Path, index: ShardIndex, written: np.ndarray, out: np.ndarray) -> None:
+    """Every frame embedded exactly once, and every embedding finite, before anything is written."""
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
         raise RuntimeError(
@@ -352,40 +300,6 @@ def embed_shard(
             f"{input_path}: non-finite embeddings for {[index.ids[i] for i in bad[:3]]}; "
             "set embedding.precision to fp32 or bf16"
         )
-    seconds = meter.elapsed
-    stats = {
-        "model": settings.model,
-        "checkpoint": settings.checkpoint,
-        "layer": int(embedder.layer),
-        "dim": int(embedder.dim),
-        "precision": precision,
-        "pooling": embedder.pooling,
-        "n_tokens": int(row_tokens.sum()),
-        "workflow_version": __version__,
-        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
-        "device": str(device),
-        "attention": varlen.kernel_name(device, dtype, embedder.alibi),
-        "load_seconds": round(load_seconds, 3),
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(meter.tokens / seconds),
-        "fill": round(meter.tokens / max(meter.slots, 1), 4),
-        "token_budget": settings.token_budget,
-        "batches": meter.batches,
-        "oom_splits": feed.splits,
-        "num_workers": workers,
-        "prefetch_factor": settings.prefetch_factor,
-        "loader_wait_s": round(meter.loader_wait, 3),
-        "peak_memory_bytes": int(feed.peak_memory()),
-        "resumed_frames": int(committed.sum()),
-        "versions": json.dumps(versions(device)),
-    }
-    h5store.write(output_path, index.ids, out, stats)
-    if figures_path:
-        with atomic_open(figures_path) as handle:
-            json.dump({**stats, "frames": len(index)}, handle, indent=2)
-    commits.remove()
-    log.info(progress.line(len(index), f"{meter.summary(feed)}, wrote {output_path}"))
-    return stats
 
 
 def versions(device: torch.device) -> dict:

@@ -1,0 +1,73 @@
+"""The tables and JSON files the stages write and read: their columns, how a TSV is read and written
+(record IDs verbatim), chunked readers for tables too large to hold, and one JSON writer."""
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from .outputs import atomic_open
+
+# prepare: frames.tsv.gz (chunk coordinates 1-based, inclusive) and sequences.tsv.gz
+PREPARED_FRAMES = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
+PREPARED_SEQUENCES = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
+# predict: frames.tsv and chunks.tsv; call: sequences.tsv
+FRAMES = ("frame_id", "sequence_id", "chunk", "frame", "score_other", "score_virus", "prediction")
+CHUNKS = ("sequence_id", "chunk", "n_frames", "max_score_other", "max_score_virus", "is_virus")
+SEQUENCES = (
+    "sequence_id",
+    "length",
+    "n_chunks",
+    "n_chunks_scored",
+    "n_viral_chunks",
+    "viral_fraction",
+    "max_score_virus",
+    "mean_score_virus",
+    "call",
+    "status",
+)
+FLOAT = "%.6g"
+# NA in a score column marks a record with no scored chunk; nowhere else is NA a missing value.
+_NA = {column: ["NA"] for column in ("viral_fraction", "max_score_virus", "mean_score_virus")}
+# QUOTE_NONE and no default NA: record IDs are taken verbatim from headers and may hold quote
+# characters or read "NA".
+_READ = {
+    "sep": "\t",
+    "keep_default_na": False,
+    "na_values": _NA,
+    "dtype": {"frame_id": str, "sequence_id": str},
+    "quoting": csv.QUOTE_NONE,
+}
+CHUNK_ROWS = 1 << 17  # rows a chunked reader holds at a time: tens of MB
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A table of this workflow, whole (or only `columns`)."""
+    return pd.read_csv(path, usecols=columns, **_READ)
+
+
+def read_chunks(path: str | Path, columns: list[str] | None = None, rows: int = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
+    """A table of this workflow in blocks of `rows` rows: memory bounded whatever its size."""
+    with pd.read_csv(path, usecols=columns, chunksize=rows, **_READ) as reader:
+        yield from reader
+
+
+def write_tsv(table: pd.DataFrame, path: str | Path) -> None:
+    """Floats with 6 significant digits, NA for a missing value, IDs as they are."""
+    with atomic_open(path) as handle:
+        table.to_csv(
+            handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n", quoting=csv.QUOTE_NONE
+        )
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())
+
+
+def write_json(value, path: str | Path) -> None:
+    """Every JSON output of the workflow: indented, ending in a newline, written atomically."""
+    with atomic_open(path) as handle:
+        json.dump(value, handle, indent=2)
+        handle.write("\n")
