@@ -1,4 +1,4 @@
-"""The README documents what the workflow writes and every config key, and stays in step with them."""
+"""The README documents what the workflow writes, config/README.md every config key, and both stay in step with them."""
 
 import gzip
 import json
@@ -9,6 +9,7 @@ from conftest import ROOT
 from workflow_lib.config_reference import END, START, markdown
 
 README = (ROOT / "README.md").read_text()
+CONFIG_README = (ROOT / "config" / "README.md").read_text()
 
 
 def section(title: str) -> str:
@@ -20,7 +21,9 @@ def section(title: str) -> str:
 
 def test_config_reference_is_generated_from_the_schema():
     generated = markdown(ROOT / "config" / "schema.yaml")
-    assert f"{START}\n{generated}{END}" in README, "run: python scripts/config_reference.py --readme README.md"
+    assert f"{START}\n{generated}{END}" in CONFIG_README, "run: python scripts/config_reference.py"
+    assert START not in README, "the configuration reference lives in config/README.md, README.md links to it"
+    assert "(config/README.md)" in section("Changing settings")
 
 
 def header(path) -> list[str]:
@@ -44,3 +47,22 @@ def test_every_column_of_every_table_is_explained(workflow_run):
             assert f"`{key}`" in outputs, f"{name}: key {key} is not explained in README's Outputs"
     for key in json.loads((workflow_run[0] / "results" / "train" / "metrics.json").read_text()):
         assert f"`{key}`" in outputs, f"metrics.json: key {key} is not explained in README's Outputs"
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_between_the_docs_resolve():
+    pages = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, fragment = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.relative_to(ROOT)}: link to {target}: no such file"
+            if fragment:
+                headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
+                assert fragment in map(anchor, headings), f"{page.relative_to(ROOT)}: link to {target}: no such heading"

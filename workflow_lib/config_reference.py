@@ -1,4 +1,4 @@
-"""The README's configuration reference, generated from config/schema.yaml so the two cannot drift."""
+"""The configuration reference in config/README.md, generated from config/schema.yaml so the two cannot drift."""
 
 import json
 import re
@@ -51,7 +51,7 @@ def markdown(schema_path: str | Path) -> str:
 
 
 def update_readme(readme: str | Path, schema_path: str | Path) -> bool:
-    """Write the reference between the README's markers; True when it changed."""
+    """Write the reference between the markers of `readme` (config/README.md); True when it changed."""
     text = Path(readme).read_text()
     pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
