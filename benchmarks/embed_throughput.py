@@ -28,19 +28,19 @@ import h5py
 import numpy as np
 import torch
 from reads import GENOMES, write_reads
+from stages import DEFAULTS, embed_into, embed_settings, prepare_into
 
 from workflow_lib import demo_models
-from workflow_lib.embedding import EmbedSettings, embed_shard
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import dnabert, esm
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.tokens import ESMTokens
 
 
 def loader_rate(index: ShardIndex, encode, budget: int, workers: int) -> dict:
     """Frames/s of the loader alone; `steady` leaves out the workers' start-up (spawn, imports)."""
     start = time.perf_counter()
-    with open_loader(ShardBatches(index, encode, budget), workers) as batches:
+    prefetch = DEFAULTS["embedding"]["prefetch_factor"]
+    with open_loader(ShardBatches(index, encode, budget), workers, prefetch) as batches:
         first = next(batches)
         started, frames, tokens, slots = time.perf_counter(), 0, first.n_tokens, first.slots
         for batch in batches:
@@ -94,7 +94,7 @@ def fair_esm_embed(model, alphabet, proteins: list[str], layer: int, budget: int
 
 def production_embed(shard: Path, output: Path, **settings) -> tuple[np.ndarray, dict]:
     """The embed job itself (`embed_shard`), as the workflow runs it: (embeddings, its stats)."""
-    stats = embed_shard(shard, output, EmbedSettings(progress_seconds=600, **settings))
+    stats = embed_into(shard, output, embed_settings(progress_seconds=600, **settings))
     with h5py.File(output) as h5:
         return h5["embeddings"][()], stats
 
@@ -107,7 +107,7 @@ def esm_checkpoint(directory: Path, layers: int, dim: int, heads: int) -> Path:
         "encoder_attention_heads": heads,
         "token_dropout": True,
     }
-    return demo_models.build_esm(directory, 0, config, name=f"esm2_t{layers}_random", dtype=torch.float16)
+    return demo_models.build_esm(directory / f"esm2_t{layers}_random.pt", 0, config, dtype=torch.float16)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -139,9 +139,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         write_reads(tmp / "reads.fa", args.reads, 500, seed=1)
-        prepare(tmp / "reads.fa", tmp / "prepared", 1, Policy(chunk_length=500))
+        prepare_into(tmp / "reads.fa", tmp / "prepared", 1, chunk_length=500)
         proteins, nucleotides = (ShardIndex.read(tmp / "prepared" / f"shard_0.{s}") for s in ("faa", "fna"))
-        demo = demo_models.build(tmp / "models", sorted(GENOMES.glob("*.fasta")))
+        demo = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
         _, dna_tokens = dnabert.load(str(demo["dnabert"]))
         alphabet = fair_esm.Alphabet.from_architecture("ESM-1b")
         result["loader"] = {
@@ -179,7 +179,9 @@ def main() -> None:
         }
 
         # (c) DNABERT-S architecture
-        dna = demo_models.build_dnabert(tmp / "models", [GENOMES / "lambda_NC_001416.fasta"], 0, demo_models.DNABERT_S)
+        dna = demo_models.build_dnabert(
+            tmp / "models" / "dnabert_s", [GENOMES / "lambda_NC_001416.fasta"], 0, demo_models.DNABERT_S
+        )
         subset = read_frames(nucleotides.path, args.dnabert_sequences)
         seconds = []
         for repeat in range(args.repeats):

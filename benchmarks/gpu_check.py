@@ -54,12 +54,13 @@ from embed_throughput import (
     sequences,
 )
 from reads import GENOMES, write_reads
+from stages import prepare_into
 
 from workflow_lib import demo_models
-from workflow_lib.embedding import PRECISIONS, DeviceFeed
+from workflow_lib.device_feed import DeviceFeed
+from workflow_lib.embed import PRECISIONS
 from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.packing import greedy_batches, pack
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.tokens import ESMTokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def shapes(tiny: bool) -> dict:
 def read_shards(workdir: Path, reads: int) -> tuple[Path, Path]:
     """The protein and nucleotide frames of `reads` 500 bp reads sampled from the bundled genomes."""
     write_reads(workdir / "reads.fa", reads, 500, seed=1)
-    prepare(workdir / "reads.fa", workdir / "prepared", 1, Policy(chunk_length=500))
+    prepare_into(workdir / "reads.fa", workdir / "prepared", 1, chunk_length=500)
     return workdir / "prepared" / "shard_0.faa", workdir / "prepared" / "shard_0.fna"
 
 
@@ -222,7 +223,7 @@ def equivalence(args, workdir: Path, device) -> dict:
             continue
         result["esm"][name] = esm_equivalence(config, proteins, device, args.budget, precisions)
         log.info("equivalence: ESM-2 %s done", name)
-    directory = demo_models.build_dnabert(workdir, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
     result["dnabert"] = dnabert_equivalence(directory, nucleotides, device, args.budget, precisions)
     result["dnabert_fixture"] = fixture_equivalence(device, precisions)
     return result
@@ -312,7 +313,7 @@ def speed(args, workdir: Path, device) -> dict:
         "embed_job_over_it": round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
     }
 
-    directory = demo_models.build_dnabert(workdir, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
     _, stats = production_embed(
         read_frames(nucleotides_path, args.frames), workdir / "dnabert.h5", model="dnabert",
         checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
@@ -380,7 +381,7 @@ def workflow(args, workdir: Path, device) -> dict:
     checkpoint = esm_checkpoint(
         models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
     )
-    directory = demo_models.build_dnabert(models, TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"], "dnabert_s")
+    directory = demo_models.build_dnabert(models / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
     torch.manual_seed(0)
     dims = shapes(args.tiny)["dnabert"]["hidden_size"] + config["encoder_embed_dim"]
     classifier.save(classifier.MLPClassifier(dims), models / "classifier.pt", chunk_length=500)

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reads import GENOMES, write_reads
+from stages import prepare_command
 
 from workflow_lib.seqio import read_records
 
-ROOT = GENOMES.parents[1]
 READ_LENGTH = 500
 
 
@@ -73,8 +73,7 @@ def main() -> None:
     path = input_file(workdir, args)
 
     with tempfile.TemporaryDirectory(dir=workdir) as outdir:
-        command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path)]
-        command += ["--chunk-length", str(READ_LENGTH), "--shards", str(args.shards), "--outdir", outdir]
+        command = prepare_command(path, Path(outdir), args.shards, "--chunk-length", str(READ_LENGTH))
         start = time.perf_counter()
         subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - start

@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reads import write_reads
-
-from workflow_lib.prepare import Policy, prepare
+from stages import prepare_into
 
 
 def load_virnucpro(units_path: str):
@@ -79,7 +78,7 @@ def main() -> None:
         ours, theirs = [], []
         # Interleaved repeats, best of each: this machine's speed drifts between runs.
         for repeat in range(args.repeats):
-            seconds = timed(prepare, reads, tmp / "ours", args.shards, Policy(chunk_length=args.length))
+            seconds = timed(prepare_into, reads, tmp / "ours", args.shards, chunk_length=args.length)
             ours.append(args.reads / seconds)
             if units:
                 workdir = tmp / f"virnucpro_{repeat}"

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 GENOMES = ROOT / "resources" / "genomes"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # stages.py: the stages outside the workflow
 
 from workflow_lib.seqio import read_records  # noqa: E402 - after the path insert
 
@@ -38,9 +39,9 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny seeded demo models, in their real on-disk formats."""
-    from workflow_lib.demo_models import build
+    from workflow_lib.demo_models import build_in
 
-    return build(tmp_path_factory.mktemp("demo_models"), [GENOMES / "lambda_NC_001416.fasta"])
+    return build_in(tmp_path_factory.mktemp("demo_models"), [GENOMES / "lambda_NC_001416.fasta"], seed=0)
 
 
 SNAKEMAKE = [

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 from conftest import GENOMES, ROOT, read_fasta, read_tsv
+from stages import prepare_command, prepare_into
 
 from workflow_lib.errors import InputError
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.seqio import read_records
+from workflow_lib.tables import read_table
 
 LAMBDA = GENOMES / "lambda_NC_001416.fasta"
 
 
 def run_prepare(path: Path, outdir: Path, *flags: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path), "--outdir", str(outdir)]
-    return subprocess.run([*command, "--shards", "2", *flags], capture_output=True, text=True)
+    return subprocess.run(prepare_command(path, outdir, 2, *flags), capture_output=True, text=True)
 
 
 def assert_refused(path: Path, outdir: Path, message: str, *flags: str) -> None:
@@ -94,7 +94,7 @@ def test_truncation_names_the_last_record_read(tmp_path, monkeypatch):
     data = gzip.compress(lambda_reads(400))
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError) as caught:
-        prepare(path, tmp_path / "out", 2, Policy())
+        prepare_into(path, tmp_path / "out", 2)
     message = str(caught.value)
     number = int(message.split(" after record ")[1].split()[0])
     assert 100 < number < 400
@@ -231,10 +231,8 @@ def test_header_words_are_split_as_biopython(tmp_path):
 
 def test_quoted_ids_survive_the_tables(tmp_path):
     """A header starting with a quote is read back verbatim by the table reader the merge uses."""
-    from workflow_lib.predict import read_table
-
     (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + "\n>ok\n" + "ATG" * 200 + "\n")
-    prepare(tmp_path / "in.fa", tmp_path / "out", 1, Policy(chunk_length=500))
+    prepare_into(tmp_path / "in.fa", tmp_path / "out", 1, chunk_length=500)
     frames = read_table(tmp_path / "out" / "frames.tsv.gz")
     assert frames["sequence_id"].tolist()[:1] == ['"weird'] and frames["shard"].tolist()[0] == 0
     assert read_table(tmp_path / "out" / "sequences.tsv.gz")["sequence_id"].tolist() == ['"weird', "ok"]
@@ -253,7 +251,7 @@ def test_windows_line_endings_lowercase_and_soft_masking(tmp_path):
     outputs = []
     for name, text in inputs.items():
         (tmp_path / name).write_bytes(text.encode())
-        prepare(tmp_path / name, tmp_path / name.replace(".fa", ""), 2, Policy())
+        prepare_into(tmp_path / name, tmp_path / name.replace(".fa", ""), 2)
         out = tmp_path / name.replace(".fa", "")
         outputs.append(
             [(out / f).read_bytes() for f in ("frames.tsv.gz", "sequences.tsv.gz", "shard_0.fna", "shard_1.faa")]
@@ -333,9 +331,8 @@ def test_10_mb_contig_in_bounded_memory(tmp_path):
         "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
-    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(path)]
     result = subprocess.run(
-        [sys.executable, "-c", measure, *command, "--shards", "4", "--outdir", str(tmp_path / "out")],
+        [sys.executable, "-c", measure, *prepare_command(path, tmp_path / "out", 4)],
         capture_output=True,
         text=True,
     )

@@ -17,16 +17,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
+from reads import write_reads
+from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from reads import write_reads  # noqa: E402
-
-from workflow_lib import embedding
-from workflow_lib.embedding import DeviceFeed, EmbedSettings, build_embedder, embed_shard
+from workflow_lib.device_feed import DeviceFeed
+from workflow_lib.embed import allocator_conf_variable, build_embedder, set_allocator_conf
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import esm
 from workflow_lib.packing import greedy_batches, pack
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.tokens import ESMTokens
 
 CPU = torch.device("cpu")
@@ -36,7 +34,7 @@ GENOMES = ROOT / "resources" / "genomes"
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("prepared")
-    prepare(GENOMES / "bacillus_phage_gamma_NC_007458.fasta", outdir, 2, Policy(chunk_length=300))
+    prepare_into(GENOMES / "bacillus_phage_gamma_NC_007458.fasta", outdir, 2, chunk_length=300)
     return outdir
 
 
@@ -45,13 +43,13 @@ def read_frames(tmp_path_factory):
     """Stop-free frames of 8,000 reads of 500 bp sampled from the bundled genomes."""
     outdir = tmp_path_factory.mktemp("reads")
     write_reads(outdir / "reads.fa", 8000, 500, seed=3)
-    prepare(outdir / "reads.fa", outdir, 1, Policy(chunk_length=500))
+    prepare_into(outdir / "reads.fa", outdir, 1, chunk_length=500)
     return outdir
 
 
 def embed(shard_path, output, model, checkpoint, **options):
-    settings = EmbedSettings(model, str(checkpoint), layer=2 if model == "esm" else None, device="cpu", **options)
-    stats = embed_shard(shard_path, output, settings)
+    settings = embed_settings(model, checkpoint, layer=2 if model == "esm" else None, **options)
+    stats = embed_into(shard_path, output, settings)
     with h5py.File(output) as h5:
         return [i.decode() for i in h5["ids"][()]], h5["embeddings"][()], dict(h5.attrs), stats
 
@@ -76,7 +74,8 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
         assert versions[package] == importlib.metadata.version(package)
     assert versions["cuda"] == torch.version.cuda and versions["device_name"] == (platform.processor() or "cpu")
     # Sorting and packing change nothing: each row equals the sequence embedded alone.
-    embedder = build_embedder(EmbedSettings(model, str(demo_models[model]), 2), CPU, torch.float32)
+    settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
+    embedder = build_embedder(settings, CPU, torch.float32)
     sequences = [s for b in range(index.n_blocks) for s in index.block(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
         alone = embedder(pack([0], embedder.tokens([sequences[row]]), budget).tensors())[0].numpy()
@@ -112,9 +111,10 @@ def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_p
     assert not (tmp_path / "e.h5").exists()
 
 
-@pytest.mark.parametrize("suffix, budget", [("faa", 16384), ("fna", 32768)])
-def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, budget):
+@pytest.mark.parametrize("suffix, model", [("faa", "esm"), ("fna", "dnabert")])
+def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, model):
     """Real tokens over budget slots, through the spawn loader, as the config's default budgets."""
+    budget = DEFAULTS["embedding"][f"{model}_token_budget"]
     index = ShardIndex.read(read_frames / f"shard_0.{suffix}")
     if suffix == "faa":
         encode = ESMTokens.of(esm.load(str(demo_models["esm"]))[1])
@@ -123,7 +123,7 @@ def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, budget):
 
         encode = dnabert.load(str(demo_models["dnabert"]))[1]
     tokens = slots = 0
-    with open_loader(ShardBatches(index, encode, budget), 2) as batches:
+    with open_loader(ShardBatches(index, encode, budget), 2, DEFAULTS["embedding"]["prefetch_factor"]) as batches:
         for batch in batches:
             assert batch.n_tokens <= budget
             tokens, slots = tokens + batch.n_tokens, slots + batch.slots
@@ -190,13 +190,13 @@ def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
     there and warns), and a user's own settings under either name are left alone."""
     for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
         monkeypatch.delenv(name, raising=False)
-    embedding.set_allocator_conf("expandable_segments:True")
-    assert embedding.allocator_conf_variable() == "PYTORCH_ALLOC_CONF"  # torch 2.13 here
+    set_allocator_conf("expandable_segments:True")
+    assert allocator_conf_variable() == "PYTORCH_ALLOC_CONF"  # torch 2.13 here
     assert os.environ["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
     monkeypatch.delenv("PYTORCH_ALLOC_CONF")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
-    embedding.set_allocator_conf("expandable_segments:True")
+    set_allocator_conf("expandable_segments:True")
     assert "PYTORCH_ALLOC_CONF" not in os.environ
 
 
@@ -205,10 +205,9 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
     commits what it had embedded so that a rerun resumes."""
     output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
     shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
-    command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint"]
-    command += [str(demo_models["esm"]), "--input", str(shard), "--output", str(output)]
-    command += ["--device", "cpu", "--num-workers", "2", "--token-budget", "64"]  # many small batches: a long job
-    job = subprocess.Popen(command + ["--commit-seconds", "1"], stderr=subprocess.PIPE, text=True)
+    # many small batches: a long job
+    command = embed_command("esm", demo_models["esm"], shard, output, num_workers=2, token_budget=64, commit_seconds=1)
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     parts = tmp_path / ".e.h5.parts"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(parts.glob("part_*.npz")):  # batches are flowing
@@ -264,18 +263,16 @@ def test_concurrent_jobs_claim_different_gpus(tmp_path):
 
 
 def test_embed_cli(shard, demo_models, tmp_path):
-    def run(*args):
-        command = [sys.executable, str(ROOT / "scripts" / "embed.py"), *map(str, args)]
+    def run(command):
         return subprocess.run(command, capture_output=True, text=True)
 
     output = tmp_path / "cli.h5"
-    ok = run("--model", "dnabert", "--checkpoint", demo_models["dnabert"], "--input", shard / "shard_0.fna")
+    options = {"num_workers": 1, "threads": 1, "token_budget": 500, "progress_seconds": 0.000001}  # a line a batch
+    command = embed_command("dnabert", demo_models["dnabert"], shard / "shard_0.fna", output, **options)
+    missing = command.index("--output")
+    ok = run(command[:missing] + command[missing + 2 :])
     assert ok.returncode == 2 and "--output" in ok.stderr  # argparse: a required option
-    ok = run(
-        *("--model", "dnabert", "--checkpoint", demo_models["dnabert"], "--input", shard / "shard_0.fna"),
-        *("--output", output, "--device", "cpu", "--num-workers", "1", "--threads", "1"),
-        *("--token-budget", "500", "--progress-seconds", "0.000001"),  # a line after every batch
-    )
+    ok = run(command)
     assert ok.returncode == 0, ok.stderr
     assert "0 loader workers (1 asked, 1 blocks)" in ok.stderr
     frames = len(ShardIndex.read(shard / "shard_0.fna"))
@@ -285,23 +282,16 @@ def test_embed_cli(shard, demo_models, tmp_path):
     assert all("tokens/s, fill" in line and "loader wait" in line for line in progress)
     done = [int(d.replace(",", "")) for d, _, _ in lines]
     assert done == sorted(done) and 0 < done[0] < frames and float(lines[0][1].replace(",", "")) > 0
-    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s, .*tokens/s, fill.*wrote ", ok.stderr)
-    bad = run(
-        "--model",
-        "esm",
-        "--checkpoint",
-        tmp_path / "missing.pt",
-        "--input",
-        shard / "shard_0.faa",
-        "--output",
-        tmp_path / "x.h5",
-    )
+    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s, .*tokens/s, fill.*\n.*INFO wrote ", ok.stderr)
+    bad = run(embed_command("esm", tmp_path / "missing.pt", shard / "shard_0.faa", tmp_path / "x.h5"))
     assert bad.returncode == 2
     assert (
         bad.stderr.strip() == f"error: {tmp_path / 'missing.pt'}: ESM-2 checkpoint not found; "
         "set models.esm.checkpoint to a fair-esm name or a .pt file"
     )
-    workers = run("--model", "esm", "--checkpoint", "x", "--input", "x", "--output", "x", "--num-workers", "many")
+    workers = run(
+        embed_command("esm", demo_models["esm"], shard / "shard_0.faa", tmp_path / "y.h5", num_workers="many")
+    )
     assert workers.returncode == 2 and "--num-workers: expected 'auto' or a count, got 'many'" in workers.stderr
 
 
@@ -309,14 +299,17 @@ def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_p
     """SIGKILL in the middle of a shard, then the same command again: it embeds only what was not
     committed, says so in its log, and writes exactly what an uninterrupted run writes."""
     shard, output = read_frames / "shard_0.faa", tmp_path / "e.h5"
-    command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", "esm", "--checkpoint"]
-    command += [str(demo_models["esm"]), "--input", str(shard), "--device", "cpu", "--num-workers", "0"]
-    command += ["--token-budget", "512", "--commit-seconds", "0"]  # a commit after every batch
-    reference = subprocess.run(command + ["--output", str(tmp_path / "reference.h5")], capture_output=True, text=True)
+    options = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0}  # a commit after every batch
+    reference = subprocess.run(
+        embed_command("esm", demo_models["esm"], shard, tmp_path / "reference.h5", **options),
+        capture_output=True,
+        text=True,
+    )
     assert reference.returncode == 0, reference.stderr
 
     parts = tmp_path / ".e.h5.parts"
-    job = subprocess.Popen(command + ["--output", str(output)], stderr=subprocess.DEVNULL)
+    command = embed_command("esm", demo_models["esm"], shard, output, **options)
+    job = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(parts.glob("part_*.npz"))) < 20 and job.poll() is None:
         time.sleep(0.02)
@@ -324,7 +317,7 @@ def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_p
     assert job.wait() == -signal.SIGKILL, "the job ended before it could be killed"
     assert not output.exists() and not list(tmp_path.glob(".e.h5.tmp*"))
 
-    resumed = subprocess.run(command + ["--output", str(output)], capture_output=True, text=True)
+    resumed = subprocess.run(command, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     n = len(ShardIndex.read(shard))
     committed = int(resumed.stderr.split("resuming: ")[1].split(" of ")[0])

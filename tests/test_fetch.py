@@ -21,9 +21,10 @@ import torch
 import yaml
 from conftest import ENV, GENOMES, ROOT, SNAKEMAKE
 from model_server import ModelServer
+from stages import DEFAULTS, embed_command
 
 from workflow_lib.errors import InputError
-from workflow_lib.fetch import fetch_models
+from workflow_lib.fetch_models import fetch_models
 from workflow_lib.models import classifier
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
@@ -67,7 +68,7 @@ def server(sources, monkeypatch):
 
 
 def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
-    return fetch_models(ESM, REPO, server.url + CLASSIFIER_PATH, str(cache), pinned)
+    return fetch_models(ESM, REPO, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
 
 
 def snapshot(server: ModelServer, cache):
@@ -167,9 +168,8 @@ def test_fetched_models_embed_offline(server, tmp_path):
     shards = write_shards(tmp_path / "shards")
     for model, checkpoint, dim in (("esm", ESM, 64), ("dnabert", REPO, 48)):
         output = tmp_path / f"{model}.h5"
-        command = [sys.executable, str(ROOT / "scripts" / "embed.py"), "--model", model, "--checkpoint", checkpoint]
-        command += ["--input", str(shards[model]), "--output", str(output), "--cache-dir", str(cache)]
-        command += ["--device", "cpu", "--num-workers", "0", *(["--layer", "2"] if model == "esm" else [])]
+        layer = {"layer": 2} if model == "esm" else {}
+        command = embed_command(model, checkpoint, shards[model], output, cache_dir=cache, num_workers=0, **layer)
         result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))
         assert result.returncode == 0, result.stderr
         with h5py.File(output) as h5:
@@ -180,14 +180,13 @@ def test_fetched_models_embed_offline(server, tmp_path):
 def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
     cache, shards = tmp_path / "empty", write_shards(tmp_path / "shards")
     if job == "embed":
-        args = ["--model", "esm", "--checkpoint", ESM, "--layer", "2", "--input", str(shards["esm"])]
-        args += ["--output", str(tmp_path / "e.h5"), "--device", "cpu"]
+        command = embed_command("esm", ESM, shards["esm"], tmp_path / "e.h5", cache_dir=cache, layer=2)
         missing = f"models.esm.checkpoint: '{ESM}'"
     else:
         args = ["--esm", ESM, "--esm-layer", "2", "--dnabert", REPO, "--output", str(tmp_path / "m.json")]
-        args += ["--chunk-length", "500"]
+        args += ["--chunk-length", "500", "--cache-dir", str(cache)]
+        command = [sys.executable, str(ROOT / "scripts" / "check_models.py"), *args]
         missing = f"models.dnabert.checkpoint: '{REPO}'"
-    command = [sys.executable, str(ROOT / "scripts" / f"{job}.py"), *args, "--cache-dir", str(cache)]
     result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {missing} is not in the model cache {cache}; {FETCH_FIRST}"

@@ -20,7 +20,7 @@ SHEET = f"sample\tpath\nphix\t{PHIX}\n"
     [
         (
             "checkpoint: esm2_t33_650M_UR50D\n    layer: 36",
-            "models.esm.layer: 36 is out of range for esm2_t33_650M_UR50D (33 layers of 1280); "
+            "models.esm.layer: 36 is out of range for esm2_t33_650M_UR50D (33 layers); "
             "set it to 33 (the last layer, as VirNucPro) or lower",
         ),
         (
@@ -60,11 +60,10 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     torch.manual_seed(0)
     dnabert_dim = 48  # the demo DNABERT-S stands in for the real one (768): no download here
     path = tmp_path / "for_3b.pt"
+    checkpoints = {"esm": "esm2_t33_650M_UR50D", "dnabert": str(demo_models["dnabert"])}
     classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path)
     with pytest.raises(InputError) as error:
-        check_models(
-            "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json", 500
-        )
+        check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert str(error.value) == (
         f"{path}: the classifier takes 2608 features but the configured models give 48 (DNABERT-S) + 1280 "
         "(ESM-2) = 1328; use the classifier trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) "
@@ -72,7 +71,5 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     )
     assert not (tmp_path / "m.json").exists()
     classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path)
-    report = check_models(
-        "esm2_t33_650M_UR50D", 33, str(demo_models["dnabert"]), str(path), str(tmp_path), tmp_path / "m.json", 500
-    )
+    report = check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert report["esm"]["dim"] == 1280 and report["classifier"]["input_dim"] == 1328

@@ -62,7 +62,7 @@ def test_esm_checkpoint_stored_in_float16_as_published(tmp_path):
     then rotates with those rounded frequencies even in fp32, and so must the packed forward (with
     exact ones, a 6-layer model differed by 4e-5)."""
     config = {"encoder_layers": 6, "encoder_embed_dim": 320, "encoder_attention_heads": 20, "token_dropout": True}
-    path = demo_models.build_esm(tmp_path, 0, config, name="esm2_t6_half", dtype=torch.float16)
+    path = demo_models.build_esm(tmp_path / "esm2_t6_half.pt", 0, config, dtype=torch.float16)
     model, alphabet = esm.load(str(path))
     embedder = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 6, CPU)
     packed, _ = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS[:4]]), 100_000)
@@ -93,10 +93,38 @@ def test_esm_checkpoint_is_fair_esm_format(demo_models):
     reference, _ = fair_esm.pretrained.load_model_and_alphabet_local(str(demo_models["esm"]))
     ours, _ = esm.load(str(demo_models["esm"]))
     assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), ours.state_dict().values()))
-    assert esm.read_config(str(demo_models["esm"])) == (2, 64)
-    assert esm.read_config("esm2_t36_3B_UR50D") == (36, 2560)
+    assert esm.read_config(str(demo_models["esm"])) == {"layers": 2, "dim": 64}
+    assert esm.read_config("esm2_t36_3B_UR50D") == {"layers": 36, "dim": 2560}
     with pytest.raises(InputError, match="no fair-esm ESM-2 model"):
         esm.read_config("esm2_t99_1T")
+
+
+def test_the_embedding_models_share_one_interface(demo_models):
+    """The embed job and the model check handle ESM-2 and DNABERT-S alike, through the registry:
+    the same functions with the same arguments, and sizes read without building the model that
+    the built embedder has."""
+    import inspect
+
+    from workflow_lib.models import EMBEDDING_MODELS, embedding_model
+
+    functions = ("resolve", "read_config", "checkpoint_files", "load", "embedder")
+    for function in functions:
+        parameters = {
+            name: list(inspect.signature(getattr(embedding_model(name), function)).parameters)
+            for name in EMBEDDING_MODELS
+        }
+        assert parameters["esm"] == parameters["dnabert"], function
+    for name, files in (
+        ("esm", {"esm2_t2_demo.pt", "esm2_t2_demo-contact-regression.pt"}),
+        ("dnabert", {"config.json", "model.safetensors", "tokenizer.json"}),
+    ):
+        model, checkpoint = embedding_model(name), str(demo_models[name])
+        config = model.read_config(checkpoint, None)
+        assert {p.name for p in model.checkpoint_files(checkpoint, None)} == files
+        embedder = model.embedder(checkpoint, None, config["layers"] if name == "esm" else None, CPU, torch.float32)
+        assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
+    with pytest.raises(ValueError, match="no embedding model 'bert'"):
+        embedding_model("bert")
 
 
 def test_esm_layer_out_of_range(demo_models):

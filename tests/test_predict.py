@@ -8,13 +8,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import GENOMES, ROOT, read_tsv
+from stages import call_into, embed_into, embed_settings, prepare_into, score_into
 
 from workflow_lib import h5store
-from workflow_lib.embedding import EmbedSettings, embed_shard
 from workflow_lib.errors import InputError
 from workflow_lib.models import classifier
-from workflow_lib.predict import call, score
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.seqio import read_records
 
 SHARDS = 2
@@ -27,15 +25,15 @@ def sample(tmp_path_factory, demo_models):
     text = "".join((GENOMES / name).read_text() for name in ("phiX174.fasta", "human_mtDNA.fasta"))
     text += ">empty_record\n\n>tiny_record\nACG\n>all_N unknown bases\n" + "N" * 600 + "\n"
     (root / "in.fa").write_text(text)
-    prepare(root / "in.fa", root / "prepare", SHARDS, Policy(chunk_length=500, min_length=10))
+    prepare_into(root / "in.fa", root / "prepare", SHARDS, chunk_length=500, min_length=10)
     files = {"esm": [], "dnabert": []}
     for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
         for shard in range(SHARDS):
             path = root / f"{model}_{shard}.h5"
-            embed_shard(
+            embed_into(
                 root / "prepare" / f"shard_{shard}.{suffix}",
                 path,
-                EmbedSettings(model, str(demo_models[model]), layer=2 if model == "esm" else None, device="cpu"),
+                embed_settings(model, demo_models[model], layer=2 if model == "esm" else None),
             )
             files[model].append(str(path))
     torch.manual_seed(3)
@@ -43,9 +41,8 @@ def sample(tmp_path_factory, demo_models):
     with torch.no_grad():
         model.bn1.running_var.fill_(0.01)  # spread the random scores so that both calls occur
     classifier.save(model.eval(), root / "classifier.pt")
-    score(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "out")
-    out = root / "out"
-    call(root / "prepare" / "sequences.tsv.gz", out / "chunks.tsv", out / "scoring.json", root / "in.fa", out)
+    score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "out")
+    call_into(root / "prepare", root / "in.fa", root / "out")
     return root, files
 
 
@@ -113,7 +110,7 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
     ids, embeddings, attrs = h5store.read(files["esm"][0])
     h5store.write(tmp_path / "cut.h5", ids[1:], embeddings[1:], attrs)
     with pytest.raises(InputError, match="hold different frames"):
-        score(
+        score_into(
             root / "prepare",
             files["dnabert"],
             [str(tmp_path / "cut.h5"), files["esm"][1]],
@@ -147,7 +144,7 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
     ids, embeddings, attrs = h5store.read(files["esm"][1])
     h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
     with pytest.raises(InputError, match=r"other.h5: made with .*'0123'.* but shard 0 with"):
-        score(
+        score_into(
             root / "prepare",
             files["dnabert"],
             [files["esm"][0], str(tmp_path / "other.h5")],
@@ -159,9 +156,13 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
 def test_cli_logs_progress_lines(sample, tmp_path):
     """The predict CLI logs frames scored, rate and ETA, shard by shard, then a final line."""
     root, files = sample
-    command = [sys.executable, str(ROOT / "scripts" / "predict.py"), "--prepare-dir", str(root / "prepare")]
+    prepared = root / "prepare"
+    command = [sys.executable, str(ROOT / "scripts" / "predict.py")]
+    command += ["--prepared-frames", str(prepared / "frames.tsv.gz")]
+    command += ["--prepared-sequences", str(prepared / "sequences.tsv.gz")]
     command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
-    command += ["--outdir", str(tmp_path), "--progress-seconds", "0.000001", "--threads", "1"]
+    command += [f"--{name}={tmp_path / f'{name}.{ext}'}" for name, ext in (("frames", "tsv"), ("chunks", "tsv"))]
+    command += ["--scoring", str(tmp_path / "scoring.json"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     frames = len(read_tsv(root / "prepare" / "frames.tsv.gz"))

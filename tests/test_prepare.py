@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA, GENOMES, ROOT, read_fasta, read_tsv
+from stages import prepare_command, prepare_into
 
 from workflow_lib.chunking import chunk_bounds
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.seqio import read_records
 
 FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
@@ -39,7 +39,7 @@ def _frames_in_order(outdir: Path, shards: int) -> list[str]:
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
 def test_frames_equal_virnucpro(fixture, tmp_path):
     chunk_length = int(fixture.name.rsplit(".chunk", 1)[1].split(".")[0])
-    prepare(_input_of(fixture), tmp_path, 3, Policy(chunk_length=chunk_length))
+    prepare_into(_input_of(fixture), tmp_path, 3, chunk_length=chunk_length)
     expected = fixture.read_text().splitlines()[1:]
     assert _frames_in_order(tmp_path, 3) == expected
 
@@ -88,7 +88,7 @@ def test_tables(tmp_path):
         + "ACGT" * 25
         + "\n"
     )
-    counts = prepare(fasta, tmp_path / "out", 2, Policy(chunk_length=300, min_length=50, max_ambiguous_fraction=0.4))
+    counts = prepare_into(fasta, tmp_path / "out", 2, chunk_length=300, min_length=50, max_ambiguous_fraction=0.4)
     sequences = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
     assert [(s["sequence_id"], s["status"]) for s in sequences] == [
         ("empty", "empty"),
@@ -111,7 +111,7 @@ def _frames(tmp_path, text: str, **policy) -> dict[str, tuple[str, str]]:
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "in.fa").write_text(text)
     out = tmp_path / "out"
-    prepare(tmp_path / "in.fa", out, 1, Policy(**policy))
+    prepare_into(tmp_path / "in.fa", out, 1, **policy)
     return {
         fid: (nuc, prot)
         for (fid, nuc), (_, prot) in zip(read_fasta(out / "shard_0.fna"), read_fasta(out / "shard_0.faa"))
@@ -152,7 +152,7 @@ def test_compressed_inputs_give_the_same_outputs(tmp_path):
     ):
         path = tmp_path / name
         path.write_bytes(compress(data))
-        prepare(path, tmp_path / f"out_{name}", 2, Policy())
+        prepare_into(path, tmp_path / f"out_{name}", 2)
         outputs.append(
             [(tmp_path / f"out_{name}" / f).read_bytes() for f in ("frames.tsv.gz", "shard_0.faa", "shard_1.fna")]
         )
@@ -163,8 +163,8 @@ def test_fastq_equals_fasta(tmp_path):
     records = [(f"read{i}", seq) for i, (_, seq) in enumerate(read_fasta_records(GENOMES / "phiX174.fasta", 300))]
     (tmp_path / "r.fa").write_text("".join(f">{i}\n{s}\n" for i, s in records))
     (tmp_path / "r.fq").write_text("".join(f"@{i}\n{s}\n+\n{'I' * len(s)}\n" for i, s in records))
-    prepare(tmp_path / "r.fa", tmp_path / "fa", 2, Policy(chunk_length=300))
-    prepare(tmp_path / "r.fq", tmp_path / "fq", 2, Policy(chunk_length=300))
+    prepare_into(tmp_path / "r.fa", tmp_path / "fa", 2, chunk_length=300)
+    prepare_into(tmp_path / "r.fq", tmp_path / "fq", 2, chunk_length=300)
     assert (tmp_path / "fa" / "frames.tsv.gz").read_bytes() == (tmp_path / "fq" / "frames.tsv.gz").read_bytes()
 
 
@@ -211,8 +211,7 @@ def test_cli_logs_progress_lines(tmp_path):
     from reads import write_reads
 
     write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
-    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(tmp_path / "reads.fa")]
-    command += ["--shards", "2", "--outdir", str(tmp_path / "out"), "--progress-seconds", "0.000001"]
+    command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", 2, "--progress-seconds", "0.000001")
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     lines = re.findall(
@@ -232,8 +231,7 @@ def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
     reads = tmp_path / "reads.fa"
     reads.write_bytes(b"".join(b">r%d\n%s\n" % (i, genome[i * 150 : i * 150 + 150]) for i in range(20)))
-    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(reads), "--outdir"]
-    command += [str(tmp_path / "out"), "--chunk-length", "500", "--shards", "1"]
+    command = prepare_command(reads, tmp_path / "out", 1, "--chunk-length", "500")
     logged = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(tmp_path / "prepare.log")]
     result = subprocess.run(logged + command, capture_output=True, text=True)
     assert result.returncode == 0
@@ -244,6 +242,6 @@ def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     ]
     assert warning in result.stderr and "reconciled" not in result.stderr  # warnings only
     failed = subprocess.run(
-        logged + command[:3] + [str(tmp_path / "none.fa")] + command[4:], capture_output=True, text=True
+        logged + prepare_command(tmp_path / "none.fa", tmp_path / "out", 1), capture_output=True, text=True
     )
     assert failed.returncode == 2 and failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1

@@ -77,7 +77,7 @@ def test_fractional_counts_small_rates_and_eta_from_the_input_read():
     assert 0.25 / elapsed * 0.99 <= float(rate) <= 5.0
 
     started = time.monotonic()
-    records = Progress(logging.getLogger("test"), "records")  # total unknown: the share of the input read
+    records = Progress(logging.getLogger("test"), "records", interval=10)  # total unknown: the share of the input read
     time.sleep(0.05)
     eta = float(re.search(r"25% done, ETA ([\d,]+) s", records.line(1000, fraction=0.25))[1])
     assert 0.15 - 0.5 <= eta <= 3 * (time.monotonic() - started) + 0.5  # three times the first quarter's time

@@ -135,25 +135,28 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
 
 def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
-    from workflow_lib.errors import InputError
-    from workflow_lib.prepare import Policy, prepare, shard_paths
-    from workflow_lib.reconcile import IDDigest, check_prepared, table_chunks
+    from stages import prepare_into, prepared_files
 
-    counts = prepare(GENOMES / "phiX174.fasta", tmp_path, 2, Policy(chunk_length=300))
+    from workflow_lib.errors import InputError
+    from workflow_lib.reconcile import IDDigest, check_prepared
+    from workflow_lib.tables import read_chunks
+
+    counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 2, chunk_length=300)
+    files = prepared_files(tmp_path, 2)
     written = [IDDigest() for _ in range(2)]
-    for chunk in table_chunks(tmp_path / "frames.tsv.gz", ["frame_id", "shard"]):
+    for chunk in read_chunks(files.frames, ["frame_id", "shard"]):
         for shard, ids in chunk.groupby("shard")["frame_id"]:
             written[shard].update([i.encode() for i in ids])
-    check_prepared(tmp_path, shard_paths(tmp_path, 2), written, counts["records"])
+    check_prepared(files, written, counts["records"])
     with pytest.raises(InputError, match=r"sequences.tsv.gz: 1 rows for 2 input records"):
-        check_prepared(tmp_path, shard_paths(tmp_path, 2), written, 2)
+        check_prepared(files, written, 2)
 
     faa = tmp_path / "shard_1.faa"
     lines = faa.read_text().splitlines(keepends=True)
     lost = lines[2][1:].strip()
     faa.write_text("".join(lines[:2] + lines[4:]))
     with pytest.raises(InputError, match=rf"shard_1.faa: holds {len(lines) // 2 - 1} frames .*\(missing \['{lost}'\]"):
-        check_prepared(tmp_path, shard_paths(tmp_path, 2), written, counts["records"])
+        check_prepared(files, written, counts["records"])
 
 
 def test_predict_refuses_tables_that_disagree(tmp_path):
@@ -164,11 +167,12 @@ def test_predict_refuses_tables_that_disagree(tmp_path):
 
     sequences = pd.DataFrame({"sequence_id": ["a", "b"], "n_frames": [2, 1]})
     frames = pd.DataFrame({"frame_id": ["a_chunk_1F1", "a_chunk_1R2", "b_chunk_1F1"], "sequence_id": ["a", "a", "b"]})
-    check_tables(frames, sequences, tmp_path)
+    paths = (tmp_path / "frames.tsv.gz", tmp_path / "sequences.tsv.gz")
+    check_tables(frames, sequences, *paths)
     with pytest.raises(InputError, match=r"disagree on the frames of 1 records \(e.g. \['b'\]\)"):
-        check_tables(frames.iloc[:2], sequences, tmp_path)
+        check_tables(frames.iloc[:2], sequences, *paths)
     with pytest.raises(InputError, match=r"frames.tsv.gz: 1 IDs listed more than once \(e.g. \['a_chunk_1F1'\]\)"):
-        check_tables(pd.concat([frames, frames.iloc[:1]]), sequences.assign(n_frames=[3, 1]), tmp_path)
+        check_tables(pd.concat([frames, frames.iloc[:1]]), sequences.assign(n_frames=[3, 1]), *paths)
 
 
 def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):

@@ -9,10 +9,9 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, read_tsv
+from stages import DEFAULTS, embed_into, embed_settings, prepare_into
 
 from workflow_lib import h5store
-from workflow_lib.embedding import EmbedSettings, embed_shard
-from workflow_lib.prepare import Policy, prepare
 from workflow_lib.seqio import read_records
 from workflow_lib.train import Examples, load_examples, metrics, roc_curve, split
 
@@ -35,13 +34,13 @@ def demo(tmp_path_factory, demo_models):
         parts = [genome[i * step : i * step + RECORD_LENGTH].decode() for i in range(RECORDS)]
         (root / f"{row['sample']}.fa").write_text("".join(f">part_{i}\n{part}\n" for i, part in enumerate(parts)))
         prepared = root / row["sample"]
-        prepare(root / f"{row['sample']}.fa", prepared, SHARDS, Policy(chunk_length=300))
+        prepare_into(root / f"{row['sample']}.fa", prepared, SHARDS, chunk_length=300)
         for shard in range(SHARDS):
             paths = []
             for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
                 paths.append(str(prepared / f"{model}_{shard}.h5"))
-                settings = EmbedSettings(model, str(demo_models[model]), 2 if model == "esm" else None, "cpu")
-                embed_shard(prepared / f"shard_{shard}.{suffix}", paths[-1], settings)
+                settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
+                embed_into(prepared / f"shard_{shard}.{suffix}", paths[-1], settings)
             shards.append((row["label"], *paths, str(prepared / "frames.tsv.gz")))
     return root, shards
 
@@ -50,17 +49,12 @@ def train_cli(shards, outdir):
     command = [sys.executable, str(ROOT / "scripts" / "train.py")]
     for shard in shards:
         command += ["--shard", *shard]
-    command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json"), "--epochs", "40"]
-    command += [
-        "--validation-fraction",
-        str(FRACTION),
-        "--seed",
-        str(SEED),
-        "--progress-seconds",
-        "0.000001",
-        "--threads",
-        "1",
-    ]
+    command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json")]
+    settings = {k: v for k, v in DEFAULTS["train"].items() if k != "classifier"}  # the config's, but these:
+    settings |= {"epochs": 40, "validation_fraction": FRACTION, "seed": SEED, "chunk_length": 300}
+    settings |= {"progress_seconds": 0.000001, "threads": 1}
+    for key, value in settings.items():
+        command += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stderr
@@ -112,7 +106,7 @@ def test_no_chunk_on_both_sides(demo, trained):
     for _, dna_path, _, frames_path in shards:
         chunk_of = {f["frame_id"]: (frames_path, f["sequence_id"], f["chunk"]) for f in read_tsv(frames_path)}
         keys += [chunk_of[frame_id] for frame_id in h5store.read(dna_path)[0]]
-    training, validation, unit = split(load_examples(shards), FRACTION, SEED)
+    training, validation, unit = split(load_examples(shards, DEFAULTS["progress_seconds"]), FRACTION, SEED)
     train_chunks, validation_chunks = {keys[i] for i in training}, {keys[i] for i in validation}
     assert unit == "chunk" and not train_chunks & validation_chunks
     result = json.loads((trained[0] / "metrics.json").read_text())

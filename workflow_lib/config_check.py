@@ -11,7 +11,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .errors import InputError
-from .models.checkpoints import ESM2_MODELS, is_local, is_url
+from .models.checkpoints import ESM2_MODELS, check_esm_layer, is_local, is_url
 
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
@@ -63,12 +63,7 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
             f"{source_of(['models', 'esm', 'checkpoint'], sources)}: models.esm.checkpoint: {checkpoint!r} is no "
             f"fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) and no local .pt file; fix it"
         )
-    layers, dim = ESM2_MODELS[checkpoint]
-    if layer > layers:
-        raise InputError(
-            f"{source_of(['models', 'esm', 'layer'], sources)}: models.esm.layer: {layer} is out of range for "
-            f"{checkpoint} ({layers} layers of {dim}); set it to {layers} (the last layer, as VirNucPro) or lower"
-        )
+    check_esm_layer(checkpoint, layer, ESM2_MODELS[checkpoint][0], source_of(["models", "esm", "layer"], sources))
 
 
 def check_classifier_file(

@@ -136,7 +136,7 @@ class ESMEmbedder:
     positions from 0, attention within the sequence only; the layers above `layer` and the LM
     and contact heads are skipped. Rotary angles are computed in float32 (fair-esm's half models
     compute them in half: up to 0.25 rad off at position 1,000) and applied in `rotary_dtype`, the
-    model's dtype unless given (see README: FP16 equivalence).
+    model's dtype unless given (see docs/gpu-check.md: FP16 equivalence).
     """
 
     pooling = "mean over the first 1024 residues (BOS and EOS excluded)"

@@ -1,0 +1,167 @@
+"""The stages run outside the workflow, by tests and benchmarks: settings are the config's
+defaults (from config/schema.yaml) unless given, and a stage's files lie in one directory under
+the names the rules give them."""
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # workflow_lib, from a checkout without installing
+
+
+def config_defaults() -> dict:
+    """The config a run gets for every key it does not set: the schema's defaults."""
+    from snakemake.utils import validate
+
+    config = {"samples": "samples.tsv"}
+    validate(config, str(ROOT / "config" / "schema.yaml"))
+    return config
+
+
+DEFAULTS = config_defaults()
+
+
+def policy(**settings):
+    from workflow_lib.prepare import Policy
+
+    values = {
+        "chunk_length": DEFAULTS["chunk_length"],
+        "ambiguous_codons": DEFAULTS["translation"]["ambiguous_codons"],
+        "min_length": DEFAULTS["input"]["min_length"],
+        "max_ambiguous_fraction": DEFAULTS["input"]["max_ambiguous_fraction"],
+    }
+    return Policy(**(values | settings))
+
+
+def prepared_files(outdir: Path, shards: int):
+    from workflow_lib.prepare import PreparedFiles
+
+    outdir = Path(outdir)
+    return PreparedFiles.of(
+        [outdir / f"shard_{i}.fna" for i in range(shards)],
+        [outdir / f"shard_{i}.faa" for i in range(shards)],
+        outdir / "frames.tsv.gz",
+        outdir / "sequences.tsv.gz",
+    )
+
+
+def prepare_into(input_path: Path, outdir: Path, shards: int, **settings) -> dict:
+    """The prepare stage into `outdir`; `settings`: those of its Policy to change."""
+    from workflow_lib.prepare import prepare
+
+    return prepare(input_path, prepared_files(outdir, shards), policy(**settings), DEFAULTS["progress_seconds"])
+
+
+def prepare_command(input_path: Path, outdir: Path, shards: int, *options: str) -> list[str]:
+    """scripts/prepare.py into `outdir`, with the config's defaults unless `options` give others."""
+    files = prepared_files(outdir, shards)
+    given = {option for option in options if option.startswith("--")}
+    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(input_path)]
+    command += ["--fna", *(str(fna) for fna, _ in files.shards), "--faa", *(str(faa) for _, faa in files.shards)]
+    command += ["--frames", str(files.frames), "--sequences", str(files.sequences)]
+    defaults = {
+        "--chunk-length": DEFAULTS["chunk_length"],
+        "--ambiguous-codons": DEFAULTS["translation"]["ambiguous_codons"],
+        "--min-length": DEFAULTS["input"]["min_length"],
+        "--max-ambiguous-fraction": DEFAULTS["input"]["max_ambiguous_fraction"],
+        "--progress-seconds": DEFAULTS["progress_seconds"],
+    }
+    command += [str(word) for option, value in defaults.items() if option not in given for word in (option, value)]
+    return command + list(options)
+
+
+def embed_settings(model: str, checkpoint, **settings):
+    """EmbedSettings with the config's defaults, on the CPU, unless `settings` give others."""
+    from workflow_lib.embed import EmbedSettings
+    from workflow_lib.loader import default_num_workers
+
+    embedding = DEFAULTS["embedding"]
+    values = {
+        "model": model,
+        "checkpoint": str(checkpoint),
+        "layer": None,
+        "device": "cpu",
+        "precision": embedding["precision"],
+        "token_budget": embedding[f"{model}_token_budget"],
+        "cache_dir": None,
+        "num_workers": default_num_workers(len(os.sched_getaffinity(0))),
+        "prefetch_factor": embedding["prefetch_factor"],
+        "expandable_segments": embedding["expandable_segments"],
+        "commit_seconds": embedding["commit_seconds"],
+        "known_checksums": None,
+        "progress_seconds": DEFAULTS["progress_seconds"],
+    }
+    return EmbedSettings(**(values | settings))
+
+
+def embed_into(shard: Path, output: Path, settings) -> dict:
+    """The embed stage, its figures JSON beside the HDF5 output."""
+    from workflow_lib.embed import embed_shard
+
+    return embed_shard(shard, output, Path(output).with_suffix(".json"), settings)
+
+
+def train_settings(**settings):
+    from workflow_lib.train import TrainSettings
+
+    values = {k: v for k, v in DEFAULTS["train"].items() if k != "classifier"}
+    return TrainSettings(**(values | settings))
+
+
+def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) -> list[str]:
+    """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
+    script's options, `_` for `-`) give others. A model check of this model's files is written
+    beside the output, as the check_models job writes it, unless `model_check` names another."""
+    from workflow_lib import checksums
+    from workflow_lib.models import embedding_model
+    from workflow_lib.tables import write_json
+
+    output, embedding = Path(output), DEFAULTS["embedding"]
+    values = {
+        "model": model,
+        "checkpoint": checkpoint,
+        "input": shard,
+        "output": output,
+        "figures": output.with_suffix(".json"),
+        "model_check": output.with_name(f"{output.stem}.models.json"),
+        "cache_dir": DEFAULTS["models"]["cache_dir"],
+        "device": "cpu",
+        "precision": embedding["precision"],
+        "token_budget": embedding[f"{model}_token_budget"],
+        "threads": len(os.sched_getaffinity(0)),
+        "num_workers": embedding["num_workers"],
+        "prefetch_factor": embedding["prefetch_factor"],
+        "expandable_segments": embedding["expandable_segments"],
+        "commit_seconds": embedding["commit_seconds"],
+        "progress_seconds": DEFAULTS["progress_seconds"],
+    } | options
+    if "model_check" not in options and not Path(values["model_check"]).exists():
+        files = embedding_model(model).checkpoint_files(str(checkpoint), str(values["cache_dir"]))
+        write_json({model: {"files": checksums.describe(files)}}, values["model_check"])
+    command = [sys.executable, str(ROOT / "scripts" / "embed.py")]
+    for key, value in values.items():
+        command += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return command
+
+
+def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifier_path: Path, outdir: Path) -> dict:
+    """The predict stage on prepare's tables in `prepare_dir`, its tables (VirNucPro's too) into `outdir`."""
+    from workflow_lib.predict import ScoreFiles, score
+
+    prepare_dir, outdir = Path(prepare_dir), Path(outdir)
+    virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")
+    outputs = ScoreFiles(outdir / "frames.tsv", outdir / "chunks.tsv", outdir / "scoring.json", virnucpro)
+    frames, sequences = prepare_dir / "frames.tsv.gz", prepare_dir / "sequences.tsv.gz"
+    return score(frames, sequences, dnabert_files, esm_files, classifier_path, outputs, DEFAULTS["progress_seconds"])
+
+
+def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
+    """The call stage on predict's tables in `outdir`, with the config's threshold; its files into `outdir`."""
+    from workflow_lib.call import CallFiles, call
+
+    outdir = Path(outdir)
+    outputs = CallFiles(outdir / "sequences.tsv", outdir / "viral.fasta", outdir / "manifest.json")
+    threshold = DEFAULTS["predict"]["min_viral_fraction"]
+    sequences = Path(prepare_dir) / "sequences.tsv.gz"
+    return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold)
