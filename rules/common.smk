@@ -90,7 +90,9 @@ def cli(**options):
     item; True/False, true/false; None leaves the option out."""
     words = []
     for key, value in options.items():
-        for item in value if isinstance(value, list) else [] if value is None else [value]:
+        for item in (
+            value if isinstance(value, list) else [] if value is None else [value]
+        ):
             words.append(f"--{key.replace('_', '-')}")
             for part in item if isinstance(item, tuple) else (item,):
                 text = str(part).lower() if isinstance(part, bool) else str(part)
@@ -178,7 +180,9 @@ def offline_env():
 
 def shard_fasta(wildcards):
     """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
-    return getattr(rules.prepare.output, SHARD_FASTA[wildcards.model])[int(wildcards.shard)]
+    return getattr(rules.prepare.output, SHARD_FASTA[wildcards.model])[
+        int(wildcards.shard)
+    ]
 
 
 def embed_args(wildcards):
@@ -188,8 +192,12 @@ def embed_args(wildcards):
     models = config["models"]
     return cli(
         model=wildcards.model,
-        **{"checkpoint": models[wildcards.model]["checkpoint"]},  # a Snakemake keyword as a name
-        layer=models[wildcards.model].get("layer"),  # ESM-2's; DNABERT-S embeds with its last
+        **{
+            "checkpoint": models[wildcards.model]["checkpoint"]
+        },  # a Snakemake keyword as a name
+        layer=models[wildcards.model].get(
+            "layer"
+        ),  # ESM-2's; DNABERT-S embeds with its last
         device=config["embedding"]["device"],
         precision=config["embedding"]["precision"],
         cache_dir=models["cache_dir"],
@@ -246,9 +254,7 @@ def shard_benchmarks(sample, model):
 
 
 def prediction_outputs():
-    return expand(
-        [*rules.predict.output, *rules.call.output], sample=samples.index
-    )
+    return expand([*rules.predict.output, *rules.call.output], sample=samples.index)
 
 
 # Settings that cannot change any result: job resources, not params (a change reruns nothing), and
