@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import GENOMES, ROOT, read_tsv
+from helpers import GENOMES, ROOT, read_tsv
 
 from workflow_lib import h5store
 from workflow_lib.embedding import EmbedSettings, embed_shard
