@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Entry points that work on a fresh machine. Both set up .venv with the pinned dependencies first.
 #   bash run.sh demo [snakemake args]   the whole workflow on bundled genomes and tiny demo models
-#   bash run.sh test [pytest args]      the test suite
+#   bash run.sh test [pytest args]      the test suite (all of it; the fast lane, a minute or two:
+#                                       bash run.sh test -m "not slow")
 set -euo pipefail
 cd "$(dirname "$0")"
 

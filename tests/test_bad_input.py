@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import GENOMES, ROOT, read_fasta, read_tsv
+from helpers import GENOMES, ROOT, read_fasta, read_tsv
 from stages import prepare_command, prepare_into
 
 from workflow_lib.errors import InputError
@@ -445,6 +445,7 @@ def tmpfs(path: Path, options: str):
         subprocess.run(["umount", str(path)], check=True)
 
 
+@pytest.mark.slow
 def test_full_disk(tmp_path):
     (tmp_path / "reads.fa").write_bytes(lambda_reads(400))
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
@@ -454,6 +455,7 @@ def test_full_disk(tmp_path):
         assert os.listdir(disk) == ["out"]
 
 
+@pytest.mark.slow
 def test_full_disk_hdf5(tmp_path):
     import numpy as np
 
@@ -469,6 +471,7 @@ def test_full_disk_hdf5(tmp_path):
         assert os.listdir(disk) == []
 
 
+@pytest.mark.slow
 def test_read_only_output_directory(tmp_path):
     (tmp_path / "reads.fa").write_bytes(lambda_reads(10))
     with tmpfs(tmp_path / "disk", "size=1m") as disk:

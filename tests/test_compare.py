@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 
 def compare(ours, virnucpro) -> subprocess.CompletedProcess:
@@ -14,6 +14,7 @@ def compare(ours, virnucpro) -> subprocess.CompletedProcess:
     return subprocess.run([*command, "--virnucpro", str(virnucpro)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_agreement_and_each_kind_of_difference(workflow_run, tmp_path):
     results = workflow_run[0] / "results" / "gamma"
     same = json.loads(compare(results, results).stdout)

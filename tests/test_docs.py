@@ -4,7 +4,8 @@ import gzip
 import json
 import re
 
-from conftest import ROOT
+import pytest
+from helpers import ROOT
 
 from workflow_lib.config_reference import END, START, markdown
 
@@ -32,6 +33,7 @@ def header(path) -> list[str]:
         return handle.readline().rstrip("\n").split("\t")
 
 
+@pytest.mark.slow
 def test_every_column_of_every_table_is_explained(workflow_run):
     outputs = section("Outputs")
     results = workflow_run[0] / "results" / "gamma"

@@ -5,10 +5,12 @@ import importlib.metadata
 import json
 import os
 import platform
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
 
@@ -16,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from helpers import ROOT
 from reads import write_reads
 from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into
 
@@ -82,6 +84,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
         assert np.abs(embeddings[row] - alone).max() < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
 def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
     """Three spawn workers over many small blocks give what the main process alone gives."""
@@ -200,32 +203,93 @@ def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
     assert "PYTORCH_ALLOC_CONF" not in os.environ
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path):
     """SLURM preemption: the job exits promptly, leaves no loader worker and no output behind, and
     commits what it had embedded so that a rerun resumes."""
     output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
     shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
-    # many small batches: a long job
-    command = embed_command("esm", demo_models["esm"], shard, output, num_workers=2, token_budget=64, commit_seconds=1)
+    # many small batches: a long job; a progress line after every batch: the frames embedded so far
+    options = {"num_workers": 2, "token_budget": 64, "progress_seconds": 0.000001, "commit_seconds": 1}
+    command = embed_command("esm", demo_models["esm"], shard, output, **options)
     job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    log = Lines(job.stderr)
     parts = tmp_path / ".e.h5.parts"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(parts.glob("part_*.npz")):  # batches are flowing
-        time.sleep(0.1)
-    workers = [
-        int(p) for p in subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
-    ]
+    # SIGTERM once frames were embedded since the last commit. Seen with the job stopped: a progress
+    # line says `done` frames were embedded; a commit after that line would hold them all, so
+    # fewer committed frames than `done` mean rows wait for the next commit, however busy the
+    # machine. Else the job goes on to its next line.
+    committed = None
+    while committed is None:
+        lines = log.new()
+        assert lines is not None, "the job ended before it could be stopped:\n" + log.text()
+        progress = [found for line in lines if (found := re.search(r"INFO ([\d,]+) frames of [\d,]+, ", line))]
+        if not progress or not list(parts.glob("part_*.npz")):  # batches are flowing, one commit made
+            continue
+        done = int(progress[-1][1].replace(",", ""))
+        job.send_signal(signal.SIGSTOP)
+        _, status = os.waitpid(job.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), "the job ended before it could be stopped"
+        files = list(parts.glob("part_*.npz"))
+        if sum(_rows(part) for part in files) < done:
+            committed = len(files)
+            workers = [
+                int(p)
+                for p in subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+            ]
+            job.send_signal(signal.SIGTERM)  # delivered when the job runs on
+        job.send_signal(signal.SIGCONT)
     assert len(workers) >= 2, "the loader workers did not start"
-    committed = len(list(parts.glob("part_*.npz")))
-    job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=30) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(map(_alive, workers)):
         time.sleep(0.2)
     assert not any(map(_alive, workers))
     assert not output.exists()
-    assert "they are committed: run the job again to resume" in job.stderr.read()
+    assert "they are committed: run the job again to resume" in log.text()
     assert len(list(parts.glob("part_*.npz"))) > committed  # what was done since the last commit
+
+
+class Lines:
+    """The lines of a child's output as they come, read by a thread (the child never blocks on a
+    full pipe). The time limits only turn a hung child into a failure."""
+
+    def __init__(self, stream):
+        self.seen: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.seen.append(line)
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def new(self, timeout: float = 120) -> list[str] | None:
+        """The lines that came since the last call, waiting for one at least; None once the output
+        is closed."""
+        try:
+            lines = [self._queue.get(timeout=timeout)]
+        except queue.Empty:
+            raise AssertionError(f"no output line in {timeout} s:\n{''.join(self.seen)[-3000:]}") from None
+        while not self._queue.empty():
+            lines.append(self._queue.get())
+        if None in lines:
+            self._queue.put(None)  # for the next call
+            return lines[: lines.index(None)] or None
+        return lines
+
+    def text(self, timeout: float = 30) -> str:
+        """All the output, once the child has closed it."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the output was not closed"
+        return "".join(self.seen)
+
+
+def _rows(part) -> int:
+    with np.load(part) as data:
+        return len(data["rows"])
 
 
 def _alive(pid: int) -> bool:
@@ -237,8 +301,9 @@ def _alive(pid: int) -> bool:
 
 
 CLAIM = (
-    "import time; from pathlib import Path; from workflow_lib import locks; "
-    "print(locks.claim_gpu(['GPU-a', 'GPU-b'], Path({dir!r}), 0.1), flush=True); time.sleep({hold})"
+    "import logging, sys; from pathlib import Path; from workflow_lib import locks; "
+    "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
+    "print(locks.claim_gpu(['GPU-a', 'GPU-b'], Path({dir!r}), 0.1), flush=True); sys.stdin.read()"
 )
 
 
@@ -247,21 +312,34 @@ def test_concurrent_jobs_claim_different_gpus(tmp_path):
     that finds all taken waits for one to come free (the claim ends with the process)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-    def start(hold):
-        code = CLAIM.format(dir=str(tmp_path), hold=hold)
-        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    def start():  # a job that holds its claim until its stdin is closed
+        code = CLAIM.format(dir=str(tmp_path))
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        return subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
 
-    first, second = start(3), start(3)
-    claimed = {int(first.stdout.readline()), int(second.stdout.readline())}
-    assert claimed == {0, 1}
-    started = time.monotonic()
-    third = start(0)
-    assert int(third.stdout.readline()) in (0, 1)
-    assert time.monotonic() - started > 1  # it had to wait for one of the first two to exit
-    for job in (first, second, third):
-        job.wait(timeout=30)
+    jobs = [start(), start()]
+    try:
+        first, second = jobs
+        claimed = [int(first.stdout.readline()), int(second.stdout.readline())]
+        assert set(claimed) == {0, 1}
+        third = start()
+        jobs.append(third)
+        log, lines = Lines(third.stderr), []
+        waiting = "all 2 GPUs are claimed by other jobs; waiting for one to come free"
+        while not any(waiting in line for line in lines):  # it had to wait for one of the first two to exit
+            lines = log.new()
+            assert lines is not None, "the third job ended: " + log.text()
+        first.stdin.close()
+        assert first.wait(timeout=30) == 0
+        assert int(third.stdout.readline()) == claimed[0]  # the GPU the first job held, the second still holds its
+    finally:
+        for job in jobs:
+            if not job.stdin.closed:
+                job.stdin.close()
+            job.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_embed_cli(shard, demo_models, tmp_path):
     def run(command):
         return subprocess.run(command, capture_output=True, text=True)
@@ -295,6 +373,7 @@ def test_embed_cli(shard, demo_models, tmp_path):
     assert workers.returncode == 2 and "--num-workers: expected 'auto' or a count, got 'many'" in workers.stderr
 
 
+@pytest.mark.slow
 def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_path):
     """SIGKILL in the middle of a shard, then the same command again: it embeds only what was not
     committed, says so in its log, and writes exactly what an uninterrupted run writes."""

@@ -7,7 +7,7 @@ import re
 import sys
 
 import yaml
-from conftest import ROOT
+from helpers import ROOT
 
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"esm": "fair-esm", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}

@@ -19,7 +19,7 @@ import h5py
 import pytest
 import torch
 import yaml
-from conftest import ENV, GENOMES, ROOT, SNAKEMAKE
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE
 from model_server import ModelServer
 from stages import DEFAULTS, embed_command
 
@@ -160,6 +160,7 @@ def offline_env(cache) -> dict:
     return {**env, "HF_HUB_OFFLINE": "1", "TORCH_HOME": str(cache / "torch")}
 
 
+@pytest.mark.slow
 def test_fetched_models_embed_offline(server, tmp_path):
     """With the server gone and HF_HUB_OFFLINE=1, embed jobs load both models from the cache alone."""
     cache = tmp_path / "cache"
@@ -192,6 +193,7 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
     assert result.stderr.strip() == f"error: {missing} is not in the model cache {cache}; {FETCH_FIRST}"
 
 
+@pytest.mark.slow
 def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_path):
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{GENOMES / 'phiX174.fasta'}\n")
     url = server.url + CLASSIFIER_PATH

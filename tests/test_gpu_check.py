@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
-from conftest import ENV, ROOT
+import pytest
+from helpers import ENV, ROOT
+
+pytestmark = pytest.mark.slow  # each part runs the benchmark script: seconds to a minute
 
 SMALL = {
     "equivalence": ["--reads", "300", "--equivalence-frames", "30", "--budget", "2048"],

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from helpers import ROOT
 from test_bad_input import PHIX, dry_run
 
 from workflow_lib.check_models import check_models

@@ -11,7 +11,7 @@ import esm as fair_esm
 import numpy as np
 import pytest
 import torch
-from conftest import DATA
+from helpers import DATA
 
 from workflow_lib import demo_models
 from workflow_lib.errors import InputError

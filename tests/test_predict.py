@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import GENOMES, ROOT, read_tsv
+from helpers import GENOMES, ROOT, read_tsv
 from stages import call_into, embed_into, embed_settings, prepare_into, score_into
 
 from workflow_lib import h5store

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, GENOMES, ROOT, read_fasta, read_tsv
+from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 from stages import prepare_command, prepare_into
 
 from workflow_lib.chunking import chunk_bounds

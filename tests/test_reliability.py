@@ -13,7 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import ENV, GENOMES, ROOT, SNAKEMAKE, write_config
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, write_config
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from reads import write_reads  # noqa: E402
@@ -113,6 +113,7 @@ def same_embeddings(a: Path, b: Path) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_same_inputs_and_config_give_byte_identical_results(runs):
     first, second, *_ = runs
     assert outputs(first) == outputs(second)
@@ -121,6 +122,7 @@ def test_same_inputs_and_config_give_byte_identical_results(runs):
     assert same_embeddings(first, second)
 
 
+@pytest.mark.slow
 def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
     first, _, killed_run, result, killed = runs
     assert killed, "the watcher found no embed job to kill"

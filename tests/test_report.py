@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import snakemake
 import yaml
-from conftest import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
+from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
 
 from workflow_lib import report
 from workflow_lib.seqio import read_records
@@ -34,6 +34,7 @@ def merged(base: dict, override: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     workdir, config = workflow_run
     run_config = merged(
@@ -296,6 +297,7 @@ def shown_page(browser, session) -> tuple[list[str], str]:
     )
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, tmp_path):
     assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
     workdir, config = workflow_run

@@ -1,34 +1,106 @@
 """The workflow through a real SLURM cluster (tests/slurm/up.sh: Debian's slurm-wlm and munge, one
 node, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed jobs reach
 SLURM with --gpus=1, see the GPU it gave them and run side by side, CPU jobs get none, and the
-tables equal a local run."""
+tables equal a local run. Each test bed has its own directory and free ports, and whatever it
+started is stopped when the test ends, passed or failed: test runs side by side do not collide."""
 
+import contextlib
 import itertools
 import os
 import re
 import shutil
+import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
+from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
 
 SLURM = ROOT / "tests" / "slurm"
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("apt-get"),
-    reason="starts a SLURM cluster: needs root on Debian, as in CI",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("apt-get"),
+        reason="starts a SLURM cluster: needs root on Debian, as in CI",
+    ),
+]
 TABLES = ("frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta")
+# the pid files of the daemons up.sh starts (slurmdbd and mariadb with ACCOUNTING=1 only)
+PID_FILES = ("munge/munged.pid", "run/slurmctld.pid", "run/slurmd.pid", "run/slurmdbd.pid", "dbrun/mysqld.pid")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` different ports, free now: bound to port 0 together, then let go for the daemons."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in next(line for line in status if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def slurm_cluster(base: Path):
+    """A private cluster (up.sh) under `base` on free ports; yields the environment of its clients.
+    On leaving, however left (up.sh failing half-way included), down.sh stops every daemon up.sh
+    started, and none may be left running."""
+    slurmctld, slurmd = free_ports(2)
+    env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
+    try:
+        started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
+        assert started.returncode == 0, started.stdout + started.stderr
+        # the client commands find the cluster by SLURM_CONF; `srun` in base/bin puts it back
+        # where the slurm jobstep plugin removes it
+        yield {**ENV, "SLURM_CONF": str(base / "etc" / "slurm.conf"), "PATH": f"{base / 'bin'}:{ENV['PATH']}"}
+    finally:
+        daemons = {name: int(text) for name in PID_FILES if (text := _read(base / name))}
+        stopped = subprocess.run(["bash", str(SLURM / "down.sh")], env=env, capture_output=True, text=True)
+        left = {name: pid for name, pid in daemons.items() if _alive(pid)}
+        assert stopped.returncode == 0 and not left, f"still running: {left}\n{stopped.stdout}{stopped.stderr}"
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip() if path.is_file() else ""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "BASE": str(base)}
-    started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
-    assert started.returncode == 0, started.stdout + started.stderr
-    yield {**ENV, "SLURM_CONF": str(base / "etc" / "slurm.conf")}
-    subprocess.run(["bash", str(SLURM / "down.sh"), "clean"], env=env, capture_output=True)
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+def test_two_test_beds_run_side_by_side(tmp_path):
+    """Two clusters at once, each on its own ports: `srun` without SLURM_CONF (as in a job step)
+    reaches its own cluster through the shim, each cluster records only its own job, and stopping
+    both leaves no daemon (slurm_cluster checks)."""
+    with slurm_cluster(tmp_path / "a") as a, slurm_cluster(tmp_path / "b") as b:
+        ports = []
+        for env in (a, b):
+            conf = Path(env["SLURM_CONF"]).read_text()
+            ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
+            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
+            assert state.stdout.split() == ["idle", "idle"], state.stdout + state.stderr  # partitions main, gpu
+        assert len(ports) == len(set(ports)) == 4
+        for name, env in (("a", a), ("b", b)):
+            step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
+            ran = subprocess.run(
+                ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
+            )
+            assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
+        for name, env in (("a", a), ("b", b)):
+            jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
+            assert jobs.stdout.split() == [f"bed_{name}"], jobs.stdout + jobs.stderr
 
 
 SAMPLES = ("phix", "plasmid")  # a virus and another, enough to train on

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 PYTHON_DIRS = ["workflow_lib", "scripts", "tests", "benchmarks"]
 

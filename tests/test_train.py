@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, read_tsv
+from helpers import ROOT, read_tsv
 from stages import DEFAULTS, embed_into, embed_settings, prepare_into
 
 from workflow_lib import h5store
@@ -71,6 +71,7 @@ def trained(demo):
     return root / "first", root / "second", logs[0]
 
 
+@pytest.mark.slow
 def test_metrics_on_the_demo_data(demo, trained):
     first, _, _ = trained
     result = json.loads((first / "metrics.json").read_text())
@@ -87,6 +88,7 @@ def test_metrics_on_the_demo_data(demo, trained):
     assert 0 < result["epochs_run"] <= 40 and len(result["history"]["validation_loss"]) == result["epochs_run"]
 
 
+@pytest.mark.slow
 def test_roc_curve_is_exact_and_its_area_is_the_auc(trained):
     result = json.loads((trained[0] / "metrics.json").read_text())
     fpr, tpr = (np.array(result["roc_curve"][k]) for k in ("false_positive_rate", "true_positive_rate"))
@@ -98,6 +100,7 @@ def test_roc_curve_is_exact_and_its_area_is_the_auc(trained):
     assert area == pytest.approx(result["validation"]["roc_auc"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_no_chunk_on_both_sides(demo, trained):
     """The split that training used, checked against (sample, sequence, chunk) read straight from
     the embeddings and the frames tables."""
@@ -117,12 +120,14 @@ def test_no_chunk_on_both_sides(demo, trained):
     assert len(validation_chunks) < len(validation), "some chunks have several frames: a split by frame would leak"
 
 
+@pytest.mark.slow
 def test_seeded_training_gives_the_same_bytes(trained):
     first, second, _ = trained
     assert (first / "metrics.json").read_bytes() == (second / "metrics.json").read_bytes()
     assert (first / "classifier.pt").read_bytes() == (second / "classifier.pt").read_bytes()
 
 
+@pytest.mark.slow
 def test_cli_logs_progress_lines(trained):
     log = trained[2]
     lines = re.findall(r"INFO ([\d.]+) epochs of 40, ([\d.,]+)/s, \d+% done, ETA [\d,]+ s, (.*)\n", log)

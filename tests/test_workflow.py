@@ -6,14 +6,16 @@ import subprocess
 from pathlib import Path
 
 import h5py
+import pytest
 import torch
 import yaml
-from conftest import ENV, ROOT, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
+from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
 
 from workflow_lib.models import classifier
 from workflow_lib.seqio import read_records
 
 
+@pytest.mark.slow
 def test_tables_cover_every_record_and_frame(workflow_run):
     workdir, _ = workflow_run
     for sample in SAMPLES:
@@ -32,6 +34,7 @@ def test_tables_cover_every_record_and_frame(workflow_run):
                 assert ids == [fid for fid, _ in read_fasta(results / "prepare" / f"shard_{shard}.{suffix}")]
 
 
+@pytest.mark.slow
 def test_reads_sample_is_called_per_read(workflow_run):
     workdir, _ = workflow_run
     calls = read_tsv(workdir / "results" / "reads" / "sequences.tsv")
@@ -39,6 +42,7 @@ def test_reads_sample_is_called_per_read(workflow_run):
     assert read_tsv(workdir / "results" / "mito" / "sequences.tsv")[0]["n_chunks"] == "56"
 
 
+@pytest.mark.slow
 def test_trained_classifier_and_metrics(workflow_run):
     workdir, _ = workflow_run
     model, metadata = classifier.load(workdir / "results" / "train" / "classifier.pt")
@@ -47,6 +51,7 @@ def test_trained_classifier_and_metrics(workflow_run):
     assert set(metrics["validation"]) >= {"accuracy", "precision", "recall", "f1", "roc_auc"}
 
 
+@pytest.mark.slow
 def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
     workdir, config = workflow_run
     for log in (
@@ -68,6 +73,7 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
 
 
+@pytest.mark.slow
 def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
     even under a profile that retries (profiles/local)."""
@@ -110,6 +116,7 @@ def snakemake_dry_run(workdir: Path, config: Path, tmp_path: Path, **changes) ->
     return output, jobs
 
 
+@pytest.mark.slow
 def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_path):
     workdir, config = workflow_run
     runtime = {"esm_token_budget": 1024, "dnabert_token_budget": 4096, "num_workers": 1, "prefetch_factor": 4}
@@ -118,6 +125,7 @@ def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_pat
     assert "Nothing to be done" in output and jobs == {}
 
 
+@pytest.mark.slow
 def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(workflow_run, tmp_path):
     workdir, config = workflow_run
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, predict={"min_viral_fraction": 0.9})
@@ -138,6 +146,7 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     assert not {"embed", "prepare", "train"} & jobs.keys()
 
 
+@pytest.mark.slow
 def test_a_missing_classifier_stops_a_run_with_results(workflow_run, tmp_path):
     """With results present Snakemake would not miss the classifier (no job that needs it is due,
     while the summaries would be made again): the run stops before its first job, in one line."""
@@ -158,6 +167,7 @@ def test_a_missing_classifier_stops_a_run_with_results(workflow_run, tmp_path):
     assert "Finished jobid" not in output and summary.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp_path):
     """models.classifier at the train target's output, with a sheet that labels nothing: the file
     is used as it is (checked, not trained again); missing, the run stops in one line."""
@@ -180,6 +190,7 @@ def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp
     assert "rule check_models" in reused.stdout and "rule train" not in reused.stdout
 
 
+@pytest.mark.slow
 def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
     """One 900 bp record (3 stop-free frames) over 8 shards leaves shards empty: their embed jobs
     ask for no GPU (the resource is decided once prepare has written the shard)."""
@@ -216,6 +227,7 @@ def test_the_workflow_runs_from_any_directory(tmp_path):
     assert f"Config file {ROOT / 'config' / 'config.yaml'} is extended" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
     """The overview records what made the results; a config that names other values says so (a
     report made now describes the results as they are)."""

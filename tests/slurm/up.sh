@@ -4,8 +4,12 @@
 #   ACCOUNTING=0 (default): munged + slurmctld + slurmd, accounting_storage/none.
 #                           sacct does NOT work -> use `slurm-status-command: squeue`.
 #   ACCOUNTING=1          : also mariadb + slurmdbd, so sacct/sacctmgr work (plugin defaults).
-# State, logs, keys and configs live under $BASE. Outside $BASE it only writes the
-# symlinks /etc/slurm/{slurm,gres}.conf (see note below). Run as root; no systemd needed.
+# Each test bed is private: state, logs, keys, configs and a `srun` shim live under $BASE, and its
+# daemons listen on their own ports (SLURMCTLD_PORT, SLURMD_PORT, and with accounting
+# SLURMDBD_PORT, MARIADB_PORT; free ones are chosen where unset), so that several test beds can
+# run on one machine at once. Nothing is written outside $BASE: clients find the cluster through
+# SLURM_CONF and PATH, both in $BASE/env.sh. Stop it with down.sh (same BASE). Run as root; no
+# systemd needed.
 set -euo pipefail
 BASE=${BASE:-${TMPDIR:-/tmp}/slurm-testbed}
 ACCOUNTING=${ACCOUNTING:-0}
@@ -13,6 +17,19 @@ NODE=$(hostname -s)
 NCPU=$(nproc)
 MEM_MB=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 2048 ))   # 2 GiB headroom
 T0=$(date +%s.%N)
+
+# Ports: those given, else free ones (bound to port 0 together, so that they differ). A port
+# chosen so is free when chosen; the daemons bind it a moment later.
+read -r free_ctld free_d free_dbd free_db < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks:
+    s.bind(("", 0))
+print(*(s.getsockname()[1] for s in socks))')
+SLURMCTLD_PORT=${SLURMCTLD_PORT:-$free_ctld}
+SLURMD_PORT=${SLURMD_PORT:-$free_d}
+SLURMDBD_PORT=${SLURMDBD_PORT:-$free_dbd}
+MARIADB_PORT=${MARIADB_PORT:-$free_db}
 
 # 0. packages (idempotent; ~15 s for slurm+munge, ~10 s more for mariadb+slurmdbd)
 PKGS="slurm-wlm slurmctld slurmd slurm-client munge"
@@ -23,7 +40,7 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null
 fi
 
-mkdir -p "$BASE"/{etc,run,log,spool/ctld,spool/d,munge}
+mkdir -p "$BASE"/{bin,etc,run,log,spool/ctld,spool/d,munge}
 chmod 755 "$BASE" "$BASE/munge"          # socket dir must be traversable by job users
 
 # 1. munge with a private key and socket
@@ -41,6 +58,7 @@ for g in 0 1; do [ -c "$BASE/run/nvidia$g" ] || mknod -m 666 "$BASE/run/nvidia$g
 if [ "$ACCOUNTING" = 1 ]; then
   ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
+AccountingStoragePort=$SLURMDBD_PORT
 AccountingStoragePass=$BASE/munge/munge.socket.2
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
@@ -60,8 +78,8 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$BASE/munge/munge.socket.2
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$SLURMCTLD_PORT
+SlurmdPort=$SLURMD_PORT
 StateSaveLocation=$BASE/spool/ctld
 SlurmdSpoolDir=$BASE/spool/d
 SlurmctldPidFile=$BASE/run/slurmctld.pid
@@ -90,16 +108,19 @@ cat > "$BASE/etc/gres.conf" <<CONF
 NodeName=$NODE Name=gpu Type=fake File=$BASE/run/nvidia[0-1]
 CONF
 
-# The slurm jobstep plugin strips every SLURM_* variable (SLURM_CONF included) before
-# its inner `srun`, so the config must also be found at the compiled-in default path.
-mkdir -p /etc/slurm
-for f in slurm.conf gres.conf; do
-  if [ -e "/etc/slurm/$f" ] && [ "$(readlink "/etc/slurm/$f")" != "$BASE/etc/$f" ]; then
-    echo "refusing to overwrite existing /etc/slurm/$f" >&2; exit 1
-  fi
-  ln -sfn "$BASE/etc/$f" "/etc/slurm/$f"
-done
-echo "export SLURM_CONF=$BASE/etc/slurm.conf" > "$BASE/env.sh"
+# Clients find this cluster by SLURM_CONF (and gres.conf beside it), never /etc/slurm, which
+# other test beds on the machine would share. The snakemake slurm jobstep plugin strips every
+# SLURM_* variable (SLURM_CONF included) before its inner `srun`, so $BASE/bin, first in PATH,
+# holds an `srun` that puts SLURM_CONF back.
+cat > "$BASE/bin/srun" <<SHIM
+#!/bin/sh
+SLURM_CONF="$BASE/etc/slurm.conf" exec /usr/bin/srun "\$@"
+SHIM
+chmod 755 "$BASE/bin/srun"
+cat > "$BASE/env.sh" <<ENV
+export SLURM_CONF=$BASE/etc/slurm.conf
+export PATH=$BASE/bin:\$PATH
+ENV
 export SLURM_CONF="$BASE/etc/slurm.conf"
 
 # 3. optional accounting: mariadb (loopback TCP only) + slurmdbd
@@ -109,7 +130,7 @@ if [ "$ACCOUNTING" = 1 ]; then
       --auth-root-authentication-method=socket --skip-test-db >"$BASE/log/mariadb-install.log" 2>&1
   /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$BASE/db" \
       --socket="$BASE/dbrun/mysqld.sock" --pid-file="$BASE/dbrun/mysqld.pid" \
-      --log-error="$BASE/dbrun/mariadb.log" --bind-address=127.0.0.1 --port=3306 \
+      --log-error="$BASE/dbrun/mariadb.log" --bind-address=127.0.0.1 --port="$MARIADB_PORT" \
       --skip-name-resolve --innodb-buffer-pool-size=64M </dev/null >/dev/null 2>&1 &
   for i in $(seq 1 80); do [ -S "$BASE/dbrun/mysqld.sock" ] && break; sleep 0.25; done
   mariadb --socket="$BASE/dbrun/mysqld.sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
@@ -117,12 +138,13 @@ if [ "$ACCOUNTING" = 1 ]; then
 AuthType=auth/munge
 AuthInfo=socket=$BASE/munge/munge.socket.2
 DbdHost=localhost
+DbdPort=$SLURMDBD_PORT
 SlurmUser=root
 PidFile=$BASE/run/slurmdbd.pid
 LogFile=$BASE/log/slurmdbd.log
 StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
-StoragePort=3306
+StoragePort=$MARIADB_PORT
 StorageUser=slurm
 StoragePass=slurmpw
 StorageLoc=slurm_acct_db
@@ -136,8 +158,8 @@ CONF
 fi
 
 # 4. slurm daemons (they daemonize and write pid files)
-/usr/sbin/slurmctld -i            # -i: ignore state left by an earlier run
-/usr/sbin/slurmd
+/usr/sbin/slurmctld -i -f "$SLURM_CONF"   # -i: ignore state left by an earlier run
+/usr/sbin/slurmd -f "$SLURM_CONF"
 
 # 5. wait until the node is idle (each sinfo bounded; fail fast if slurmctld died)
 st=""
@@ -151,4 +173,9 @@ done
 sinfo -N -o "%N %P %t %c %m %G"
 awk -v a="$T0" -v b="$(date +%s.%N)" -v e="$BASE/env.sh" \
   'BEGIN{printf "cluster up in %.1f s (source %s)\n", b-a, e}'
+if [ "$ACCOUNTING" = 1 ]; then
+  echo "ports: slurmctld $SLURMCTLD_PORT, slurmd $SLURMD_PORT, slurmdbd $SLURMDBD_PORT, mariadb $MARIADB_PORT"
+else
+  echo "ports: slurmctld $SLURMCTLD_PORT, slurmd $SLURMD_PORT"
+fi
 [ "$st" = "idle" ]
