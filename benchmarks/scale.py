@@ -1,0 +1,177 @@
+"""Peak memory, time and disk of every stage at scale. Prints JSON.
+
+For each read count: 500 bp reads sampled from the bundled genomes go through prepare; each shard
+gets synthetic embeddings of the production width (DNABERT-S 768 + ESM-2 3B 2560 floats per frame,
+written by the project's own HDF5 writer: what an embed job would leave); then predict, call,
+summarize and plot_sample run as the workflow runs them, each as the only child of a fresh
+process, so that its peak resident set (ru_maxrss) is its own. Apart from that, the embed job runs
+on the first --embed-frames frames with the tiny demo ESM-2 model: its memory, not its speed.
+
+    python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from reads import GENOMES, write_reads
+from stages import DEFAULTS, ROOT, embed_command, prepare_command
+
+from workflow_lib import h5store
+from workflow_lib.loader import ShardIndex
+from workflow_lib.tables import write_json
+
+WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
+SUFFIX = {"dnabert": "fna", "esm": "faa"}
+MEASURE = (
+    "import resource, subprocess, sys, time; start = time.perf_counter(); "
+    "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+    "print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def measured(command: list) -> dict:
+    """Seconds and peak RSS (MB) of `command`, the only child of a fresh process."""
+    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, command)], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{command[1]} failed:\n{out.stderr[-3000:]}")
+    seconds, kib = out.stdout.split()
+    return {"seconds": round(float(seconds), 1), "peak_rss_mb": round(int(kib) / 1024)}
+
+
+def size_mb(*paths: Path) -> float:
+    return round(sum(p.stat().st_size for p in paths) / 1e6, 1)
+
+
+def synthetic_embeddings(shard: Path, output: Path, model: str, seed: int) -> None:
+    """Embeddings of the production width for every frame of a shard FASTA, through h5store."""
+    index = ShardIndex.read(shard)
+    rng = np.random.default_rng(seed)
+    embeddings = rng.standard_normal((len(index), WIDTH[model]), dtype=np.float32)
+    attrs = {
+        "model": model,
+        "checkpoint": f"synthetic {model}",
+        "layer": -1,
+        "dim": WIDTH[model],
+        "precision": "fp32",
+        "pooling": "synthetic",
+        "n_tokens": 0,
+        "workflow_version": "benchmark",
+    }
+    h5store.write(output, index.ids, embeddings, attrs)
+    figures = {"frames": len(index), "seconds": 1.0, "device": "cpu", "tokens_per_s": 0, "fill": 1.0}
+    write_json({**attrs, **figures}, output.with_suffix(".json"))
+
+
+def run(workdir: Path, reads: int, shards: int) -> dict:
+    root = workdir / f"{reads}"
+    root.mkdir(parents=True, exist_ok=True)
+    fasta = root / "reads.fa"
+    if not fasta.exists():
+        write_reads(fasta, reads, 500, seed=1)
+    prepared, out = root / "prepare", root / "out"
+    figures = {"reads": reads, "input_mb": size_mb(fasta)}
+    figures["prepare"] = measured(prepare_command(fasta, prepared, shards))
+    shard_files = {model: [prepared / f"shard_{i}.{SUFFIX[model]}" for i in range(shards)] for model in WIDTH}
+    figures["prepare"]["disk_mb"] = size_mb(*prepared.iterdir())
+    figures["frames"] = sum(len(ShardIndex.read(f)) for f in shard_files["esm"])
+
+    embeddings = {model: [root / f"{model}_{i}.h5" for i in range(shards)] for model in WIDTH}
+    start = time.perf_counter()
+    for seed, model in enumerate(WIDTH):
+        for shard, output in zip(shard_files[model], embeddings[model]):
+            synthetic_embeddings(shard, output, model, seed)
+    disk = size_mb(*(p for files in embeddings.values() for p in files))
+    figures["embeddings"] = {"seconds_to_write": round(time.perf_counter() - start, 1), "disk_mb": disk}
+    figures["embeddings"]["bytes_per_frame"] = round(disk * 1e6 / figures["frames"])
+
+    import torch
+
+    from workflow_lib.models import classifier
+
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(sum(WIDTH.values())), root / "classifier.pt")
+    script = ROOT / "scripts"
+    out.mkdir(exist_ok=True)
+    predict = [sys.executable, script / "predict.py", "--prepared-frames", prepared / "frames.tsv.gz"]
+    predict += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--classifier", root / "classifier.pt"]
+    predict += ["--dnabert", *embeddings["dnabert"], "--esm", *embeddings["esm"]]
+    predict += ["--frames", out / "frames.tsv", "--chunks", out / "chunks.tsv", "--scoring", out / "scoring.json"]
+    predict += ["--progress-seconds", DEFAULTS["progress_seconds"], "--threads", 1]
+    figures["predict"] = measured(predict) | {"disk_mb": size_mb(out / "frames.tsv", out / "chunks.tsv")}
+
+    call = [sys.executable, script / "call.py", "--prepared-sequences", prepared / "sequences.tsv.gz"]
+    call += ["--chunks", out / "chunks.tsv", "--scoring", out / "scoring.json", "--input", fasta]
+    call += ["--sequences", out / "sequences.tsv", "--viral", out / "viral.fasta", "--manifest", out / "manifest.json"]
+    call += ["--min-viral-fraction", DEFAULTS["predict"]["min_viral_fraction"]]
+    figures["call"] = measured(call) | {"disk_mb": size_mb(out / "sequences.tsv", out / "viral.fasta")}
+
+    benchmark = root / "benchmark.tsv"  # a Snakemake benchmark file, for the summary's timings
+    benchmark.write_text("s\tmax_rss\n1.0\t100\n")
+    summarize = [sys.executable, script / "summarize.py", "--sample", "scale"]
+    summarize += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--manifest", out / "manifest.json"]
+    for model in WIDTH:
+        summarize += [f"--{model}", *(p.with_suffix(".json") for p in embeddings[model])]
+        summarize += [f"--benchmark-{model}", *[benchmark] * shards]
+    summarize += ["--benchmark-prepare", benchmark, "--benchmark-predict", benchmark]
+    summarize += [
+        "--config",
+        json.dumps(DEFAULTS),
+        "--snakemake-version",
+        "benchmark",
+        "--output",
+        out / "summary.json",
+    ]
+    figures["summarize"] = measured(summarize)
+
+    plot = [sys.executable, script / "plot_sample.py", "--sample", "scale", "--frames", out / "frames.tsv"]
+    plot += ["--chunks", out / "chunks.tsv", "--sequences", out / "sequences.tsv", "--summary", out / "summary.json"]
+    plot += ["--prepared-frames", prepared / "frames.tsv.gz", "--prepared-sequences", prepared / "sequences.tsv.gz"]
+    for name in ("scores", "calls", "top_sequences", "input", "throughput"):
+        plot += [f"--{name.replace('_', '-')}-out", out / f"{name}.png"]
+    plot += ["--table-out", out / "table.html", "--top", DEFAULTS["report"]["top_sequences"]]
+    plot += ["--table-rows", DEFAULTS["report"]["table_rows"]]
+    figures["plot_sample"] = measured(plot)
+    return figures
+
+
+def embed_job(workdir: Path, frames: int) -> dict:
+    """The embed job on `frames` protein frames with the tiny demo ESM-2: its peak memory."""
+    from workflow_lib.demo_models import build_in
+
+    models = build_in(workdir / "models", [GENOMES / "lambda_NC_001416.fasta"], seed=0)
+    source = next(p for p in sorted(workdir.glob("*/prepare/shard_0.faa")) if len(ShardIndex.read(p)) >= frames)
+    shard = workdir / f"embed_{frames}.faa"
+    with open(source, "rb") as handle, open(shard, "wb") as out:
+        for _ in range(frames):
+            out.write(handle.readline() + handle.readline())
+    output = workdir / f"embed_{frames}.h5"
+    command = embed_command("esm", models["esm"], shard, output, num_workers=1, threads=2)
+    return {"frames": frames, **measured(command), "disk_mb": size_mb(output)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, help="where the inputs and outputs are kept")
+    parser.add_argument("--reads", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--shards", type=int, default=1, help="per sample: 1 is the hardest case for memory")
+    parser.add_argument("--embed-frames", type=int, nargs="*", default=[100_000, 250_000])
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    result = {
+        "benchmark": "scale",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "runs": [run(workdir, n, args.shards) for n in args.reads],
+        "embed": [embed_job(workdir, n) for n in args.embed_frames],
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
