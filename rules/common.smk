@@ -80,6 +80,12 @@ wildcard_constraints:
 RUN_LOGGED = f"{workflow.basedir}/scripts/run_logged.sh"
 
 
+# The job group of a sample's summarize and plot_sample, for cluster runs (a local run ignores
+# groups): one submission. Both have bounded memory (they read tables in blocks), so
+# profiles/slurm batches several samples' groups into one submission (group-components).
+SAMPLE_REPORT_GROUP = "sample_report"
+
+
 def script(name):
     return f"{workflow.basedir}/scripts/{name}.py"
 
@@ -222,6 +228,42 @@ def runtime(value):
     )
 
 
+def by_input(floor, per_gb, names=None):
+    """A resource (mem_mb, or runtime in minutes) that grows with a job's input: `floor`, plus
+    `per_gb` for every GB of the input files `names` (input names; every input when None). Known
+    once those files exist: Snakemake evaluates it again then, before it submits the job.
+    """
+
+    def resource(wildcards, input):
+        if names is None:
+            size_mb = input.size_mb
+        else:
+            files = [f for name in names for f in _as_list(getattr(input, name))]
+            size_mb = (
+                sum(os.path.getsize(f) for f in files if not os.path.isdir(f)) / 1024**2
+            )
+        return int(floor + per_gb * size_mb / 1024 + 0.999)
+
+    return resource
+
+
+def _as_list(value):
+    return [value] if isinstance(value, str) else list(value)
+
+
+def attached_table(path, **flags):
+    """A whole table (chunks.tsv, sequences.tsv) as a report attachment, only while it is small:
+    `snakemake --report` reads this file again once the results exist, and attaches the table of
+    every sample if none is larger than report.max_attached_mb (at 10^8 reads they are GBs); else
+    the report names the tables' paths (captions) and shows their top rows, not the tables.
+    """
+    limit = config["report"]["max_attached_mb"] * 1024**2
+    found = [f for f in expand(path, sample=samples.index) if os.path.isfile(f)]
+    if any(os.path.getsize(f) > limit for f in found):
+        return path
+    return report(path, **flags)
+
+
 def embed_threads(wildcards):
     """The main process and its loader workers. auto asks for 2 workers: they pack tens of
     thousands of frames a second, far more than a GPU embeds, and leave cores for other jobs.
@@ -232,6 +274,17 @@ def embed_threads(wildcards):
 
 def embeddings_path(path):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
+
+
+def shard_fasta_paths(paths):
+    """prepare's shard FASTAs are temporary exactly when the embeddings are. With
+    outputs.keep_embeddings: false each goes as soon as its one embed job is done: anything that
+    embeds a shard again needs its embeddings again anyway (they are gone), and then prepare runs
+    again too, which costs little beside embedding (about 40 MB/s of reads). With the embeddings
+    kept they stay: an embed job run again (a checkpoint change, a lost shard) must find its shard,
+    since a new prepare would make every later job of the sample anew, the other shards' too.
+    """
+    return paths if config["outputs"]["keep_embeddings"] else temp(paths)
 
 
 def shard_outputs(output, sample, model):

@@ -8,7 +8,7 @@ rule predict:
         check=MODEL_CHECK,
     output:
         frames="results/{sample}/frames.tsv",
-        chunks=report(
+        chunks=attached_table(
             "results/{sample}/chunks.tsv",
             caption="../report/chunks.rst",
             category="Predictions",
@@ -33,9 +33,12 @@ rule predict:
     conda:
         "../envs/cpu.yaml"
     threads: 1
+    # predict holds prepare's frames table (about 200 bytes a frame in memory, 10-30 times its
+    # gzipped size, with working copies); its time is mostly reading the embeddings (2 min per GB
+    # of input, embeddings included)
     resources:
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=by_input(8000, 30 * 1024, ["prepared_frames"]),
+        runtime=by_input(60, 2),
         progress_seconds=runtime(config["progress_seconds"]),
     params:
         logged=RUN_LOGGED,
@@ -55,7 +58,7 @@ rule call:
         scoring=rules.predict.output.scoring,
         reads=sample_input,
     output:
-        sequences=report(
+        sequences=attached_table(
             "results/{sample}/sequences.tsv",
             caption="../report/sequences.rst",
             category="Predictions",
@@ -70,9 +73,11 @@ rule call:
     conda:
         "../envs/cpu.yaml"
     threads: 1
+    # call holds predict's chunks table and prepare's sequences table (about 10 times their size on
+    # disk, with working copies); its time is reading them and the sample's reads (for viral.fasta)
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=by_input(4000, 10 * 1024, ["chunks", "prepared_sequences"]),
+        runtime=by_input(30, 5),
     params:
         logged=RUN_LOGGED,
         script=script("call"),

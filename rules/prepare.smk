@@ -2,8 +2,12 @@ rule prepare:
     input:
         sample_input,
     output:
-        fna=expand("results/{{sample}}/prepare/shard_{shard}.fna", shard=SHARDS),
-        faa=expand("results/{{sample}}/prepare/shard_{shard}.faa", shard=SHARDS),
+        fna=shard_fasta_paths(
+            expand("results/{{sample}}/prepare/shard_{shard}.fna", shard=SHARDS)
+        ),
+        faa=shard_fasta_paths(
+            expand("results/{{sample}}/prepare/shard_{shard}.faa", shard=SHARDS)
+        ),
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
     log:
@@ -14,9 +18,12 @@ rule prepare:
     conda:
         "../envs/cpu.yaml"
     threads: 1
+    # memory stays near 164 MB whatever the input (docs/performance.md: 2 GB of reads); time grows
+    # with it: about 40 MB/s of uncompressed reads on one core, so 4 min per GB of (compressed) input
+    # leaves a factor of 2-4 for gzip and a busy node
     resources:
         mem_mb=2000,
-        runtime=120,
+        runtime=by_input(30, 4),
         progress_seconds=runtime(config["progress_seconds"]),
     params:
         logged=RUN_LOGGED,

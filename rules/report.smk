@@ -21,8 +21,16 @@ rule summarize:
     log:
         "logs/summarize/{sample}.log",
     retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
+    group:
+        SAMPLE_REPORT_GROUP
     conda:
         "../envs/cpu.yaml"
+    # prepare's sequences table is read in blocks (memory bounded at any size); time grows with it:
+    # about 1 min per 10^7 records, 2 min per GB of the gzipped table
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
         logged=RUN_LOGGED,
         script=script("summarize"),
@@ -92,8 +100,16 @@ rule plot_sample:
     log:
         "logs/plot_sample/{sample}.log",
     retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
+    group:
+        SAMPLE_REPORT_GROUP
     conda:
         "../envs/cpu.yaml"
+    # every table is read in blocks of the columns drawn (memory bounded at any size); time grows
+    # with the tables: about 1.5 min per GB of them on a busy core (measured), so 3
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=by_input(10, 3),
     params:
         logged=RUN_LOGGED,
         script=script("plot_sample"),
@@ -126,6 +142,11 @@ rule overview:
     retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
+    # the run summaries only: a few kB a sample
+    threads: 1
+    resources:
+        mem_mb=by_input(1000, 1024),
+        runtime=10,
     params:
         logged=RUN_LOGGED,
         script=script("overview"),
@@ -156,6 +177,11 @@ rule plot_training:
     retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
+    # one metrics.json: its size does not grow with the input
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     params:
         logged=RUN_LOGGED,
         script=script("plot_training"),

@@ -16,9 +16,11 @@ if LABELLED:
         conda:
             "../envs/cpu.yaml"
         threads: 1
+        # train holds the training samples' embeddings (float32, as on disk) with a concatenated
+        # copy and the split: 4 times their size on disk leaves room; time grows with them
         resources:
-            mem_mb=8000,
-            runtime=120,
+            mem_mb=by_input(8000, 4 * 1024, ["esm", "dnabert"]),
+            runtime=by_input(120, 10),
             progress_seconds=runtime(config["progress_seconds"]),
         params:
             logged=RUN_LOGGED,

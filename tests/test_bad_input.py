@@ -492,3 +492,21 @@ def test_output_directory_under_a_file(tmp_path):
         out,
         f"{out}: cannot create the output directory (not a directory); write the outputs elsewhere",
     )
+
+
+def test_a_long_samples_sheet_is_checked_in_one_pass_in_line_order(tmp_path):
+    """One validator for all rows: every problem still names its line, in line order (line 12
+    after line 3, not before it as text would sort)."""
+    from workflow_lib.config_check import read_samples
+
+    reads = tmp_path / "reads.fa"
+    reads.write_text(">r\nACGT\n")
+    rows = [f"s{i}\t{reads}\t" for i in range(12)]
+    rows[1] = f"bad/name\t{reads}\t"
+    rows[10] = f"s10\t{reads}\tviral"
+    (tmp_path / "samples.tsv").write_text("sample\tpath\tlabel\n" + "\n".join(rows) + "\n")
+    with pytest.raises(InputError) as error:
+        read_samples(str(tmp_path / "samples.tsv"), ROOT / "config" / "samples.schema.yaml", "config.yaml")
+    lines = str(error.value).splitlines()
+    assert [line.split(": ")[1:3] for line in lines] == [["line 3", "sample"], ["line 12", "label"]], lines
+    assert lines[1].endswith("'viral' is not one of ['virus', 'other', '']; fix the samples sheet")

@@ -3,7 +3,9 @@ they parse, they list every package the scripts of their rules import, and their
 requirements.txt, which the README installs."""
 
 import ast
+import json
 import re
+import subprocess
 import sys
 
 import yaml
@@ -90,3 +92,25 @@ def test_environment_pins_agree_with_requirements():
             assert required.get(name) == version, (
                 f"{env.name}: {name}=={version}, requirements.txt has {required.get(name)}"
             )
+
+
+# Jobs that need no GPU model: many per sample, so they should start fast and not load torch.
+TORCH_FREE = ("prepare", "call", "summarize", "plot_sample", "overview", "plot_training")
+
+
+def test_jobs_without_models_do_not_import_torch():
+    """Each such script's modules, imported in a fresh interpreter as the job would: torch (about
+    1 s and hundreds of MB to import) is not among them, nor h5py."""
+    probe = (
+        "import importlib.util, json, sys\n"
+        "spec = importlib.util.spec_from_file_location('job', sys.argv[1])\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(json.dumps(sorted({'torch', 'h5py', 'esm', 'transformers'} & set(sys.modules))))\n"
+    )
+    for name in TORCH_FREE:
+        result = subprocess.run(
+            [sys.executable, "-c", probe, str(ROOT / "scripts" / f"{name}.py")], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert json.loads(result.stdout) == [], f"scripts/{name}.py imports {result.stdout.strip()}"
+    assert {rule for rule, _, _ in rules_envs_scripts()} >= set(TORCH_FREE)

@@ -16,6 +16,7 @@ from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import snakemake
@@ -142,18 +143,21 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
     metrics["roc_curve"] = {"false_positive_rate": [0, 0, 0.5, 1], "true_positive_rate": [0, 0.5, 1, 1]}
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
 
+    # the tables in two blocks, as tables.read_chunks gives them
+    stats = report.sequence_stats([sequences[:2], sequences[2:]], 12, 2)
+
     def draw(out: Path) -> None:
         out.mkdir()
-        report.plot_scores(frames, sequences, out / "scores.png")
-        report.plot_calls(sequences, out / "calls.png")
-        report.plot_top_sequences(sequences, chunks, positions, 12, out / "top.png")
-        report.plot_input(prepared, counts, out / "input.png")
+        report.plot_scores(report.Histogram(report.SCORE_BINS).add(frames["score_virus"]), stats.scores, out / "s.png")
+        report.plot_calls(stats.calls, out / "calls.png")
+        report.plot_top_sequences(stats.top, chunks, positions, out / "top.png")
+        report.plot_input(report.input_stats(lambda: [prepared[:1], prepared[1:]]), counts, out / "input.png")
         report.plot_throughput(shards, out / "throughput.png")
         report.training_report(tmp_path / "metrics.json", out / "roc.png", out / "metrics.html")
 
     draw(tmp_path / "a")
     draw(tmp_path / "b")
-    sizes = {"scores": (1000, 400), "calls": (700, 300), "top": (800, 280), "input": (1000, 650)}
+    sizes = {"s": (1000, 400), "calls": (700, 300), "top": (800, 280), "input": (1000, 650)}
     sizes |= {"throughput": (1100, 400), "roc": (500, 500)}
     for name, size in sizes.items():
         png = tmp_path / "a" / f"{name}.png"
@@ -166,6 +170,31 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
     table = (tmp_path / "a" / "metrics.html").read_text()
     assert "<td>validation confusion tp</td>" in table and "history" not in table
     assert list(report.top_sequences(sequences, 3)["sequence_id"]) == ["contig$1", "read2", "read3"]
+    assert list(stats.top["sequence_id"]) == ["contig$1", "read2"] and list(stats.shown["sequence_id"]) == [
+        "contig$1",
+        "read2",
+    ]
+    assert stats.total == 3 and stats.scores.n == 2
+
+
+def test_streamed_figures_are_those_of_the_whole_tables():
+    """Histograms added block by block count what numpy counts over all the values; the top rows
+    kept block by block are those of sorting the whole table, ties in table order."""
+    rng = np.random.default_rng(1)
+    values = rng.random(1000)
+    streamed = report.Histogram(report.SCORE_BINS)
+    for start in range(0, 1000, 128):
+        streamed.add(values[start : start + 128])
+    assert streamed.counts.tolist() == np.histogram(values, report.SCORE_BINS)[0].tolist() and streamed.n == 1000
+    table = pd.DataFrame({"sequence_id": [f"s{i}" for i in range(1000)], "max_score_virus": values.round(1)})
+    table.loc[::7, "max_score_virus"] = float("nan")
+    top = report.TopRows(50)
+    for start in range(0, 1000, 128):
+        top.add(table[start : start + 128])
+    assert top.rows.equals(report.top_sequences(table, 50))
+    lengths = pd.DataFrame({"length": [5, 300, 90_000], "n_frames": [0, 70, 3], "ambiguous_fraction": [0, 0.5, 1]})
+    stats = report.input_stats(lambda: [lengths[:1], lengths[1:]])
+    assert stats.length_log and stats.lengths.counts.sum() == 3 and len(stats.frames.edges) == 61
 
 
 class Chromium:
@@ -362,3 +391,27 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
         assert requested and all(url.startswith(("file:", "data:")) for url in requested), requested
     finally:
         browser.close()
+
+
+def test_report_leaves_out_tables_over_the_size_limit(workflow_run, tmp_path):
+    """report.max_attached_mb: 0 keeps chunks.tsv and sequences.tsv out of the report (each
+    sample's is larger); the figures, the top sequences and the run summaries stay."""
+    workdir, config = workflow_run
+    limited = tmp_path / "limited.yaml"
+    limited.write_text(yaml.safe_dump(merged(yaml.safe_load(config.read_text()), {"report": {"max_attached_mb": 0}})))
+    reports = {}
+    for name, configfile in (("default", config), ("limited", limited)):
+        reports[name] = tmp_path / f"{name}.html"
+        result = subprocess.run(
+            SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(configfile), "--report", str(reports[name])],
+            capture_output=True,
+            text=True,
+            env=ENV,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    default, limited_text = (reports[name].read_text() for name in ("default", "limited"))
+    for label in ("chunks table (download)", "sequences table (download)"):
+        assert default.count(label) == len(SAMPLES) and label not in limited_text, label
+    for label in ("top sequences table", "run summary (download)", "virus score distributions"):
+        assert limited_text.count(label) == default.count(label) > 0, label
+    assert reports["limited"].stat().st_size < reports["default"].stat().st_size

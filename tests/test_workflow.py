@@ -236,3 +236,26 @@ def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_pa
     assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
     output, _ = snakemake_dry_run(workdir, config, tmp_path)
     assert "Warning" not in output
+
+
+def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
+    """outputs.keep_embeddings: false: each embedding goes once predict and train (a labelled
+    sample) have read it, each shard FASTA once its embed job is done; the run summary and the
+    figures need neither, and a second run has nothing to do."""
+    write_inputs(tmp_path)
+    sheet = tmp_path / "samples.tsv"
+    sheet.write_text("".join(line for line in sheet.read_text().splitlines(True) if not line.startswith("gamma")))
+    config = write_config(tmp_path, outputs={"keep_embeddings": False})
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = tmp_path / "results"
+    assert (results / "train" / "classifier.pt").is_file()
+    assert not list(results.glob("*/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shard_*"))
+    samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
+    for sample in samples:
+        assert len(list((results / sample / "embeddings").glob("*/shard_*.json"))) == 4  # 2 models, 2 shards
+        for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
+            assert (results / sample / made).stat().st_size > 0
+    dry = subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV)
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr

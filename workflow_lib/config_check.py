@@ -16,7 +16,10 @@ from .models.checkpoints import ESM2_MODELS, check_esm_layer, is_local, is_url
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
     """(key path, message) for each violation of the schema, in key order."""
-    validator = Draft202012Validator(yaml.safe_load(Path(schema_path).read_text()))
+    return _problems(Draft202012Validator(yaml.safe_load(Path(schema_path).read_text())), instance)
+
+
+def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str]]:
     found = []
     for error in validator.iter_errors(instance):
         path = list(error.path)
@@ -127,10 +130,13 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
             f"{sheet}: no column {' or '.join(sorted(missing))}; its first line must name "
             "the tab-separated columns sample and path (and optionally label)"
         )
+    # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
+    row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
+    validator = Draft202012Validator({"type": "array", "items": row_schema})
+    lines = samples.index + 2
     problems = [
-        f"{sheet}: line {line + 2}: {'.'.join(map(str, path))}: {message}; fix the samples sheet"
-        for line, row in samples.iterrows()
-        for path, message in schema_problems(row.to_dict(), schema_path)
+        f"{sheet}: line {lines[path[0]]}: {'.'.join(map(str, path[1:]))}: {message}; fix the samples sheet"
+        for path, message in sorted(_problems(validator, samples.to_dict("records")), key=lambda problem: problem[0][0])
     ]
     first_line = {}
     for line, name, path in zip(samples.index + 2, samples["sample"], samples["path"]):

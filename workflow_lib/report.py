@@ -2,9 +2,15 @@
 summaries; per sample, virus-score distributions, calls, the top-scoring sequences chunk by
 chunk, input statistics and embedding throughput; for the `train` target, the validation ROC
 curve and metrics. PNGs are deterministic: fixed sizes, no timestamps or software names in their
-metadata."""
+metadata.
+
+A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
+bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
+bounded (a few hundred MB) whatever the number of reads."""
 
 import html
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +23,7 @@ import pandas as pd  # noqa: E402
 
 from .models.checkpoints import DEMO_FILES  # noqa: E402
 from .outputs import atomic_path  # noqa: E402
-from .tables import read_chunks, read_json, read_table, write_json  # noqa: E402
+from .tables import read_chunks, read_json, write_json  # noqa: E402
 
 
 class SampleTables(NamedTuple):
@@ -61,27 +67,86 @@ def _text(value) -> str:
     return str(value).replace("$", r"\$")
 
 
-def plot_scores(frames: pd.DataFrame, sequences: pd.DataFrame, path: str | Path) -> None:
+class Histogram:
+    """Counts of values in fixed bins, added block by block: drawn, the same bars as `ax.hist` of
+    all the values at once (a value outside the bins, or NA, is counted in `n` only)."""
+
+    def __init__(self, edges):
+        self.edges = np.asarray(edges, dtype=float)
+        self.counts = np.zeros(len(self.edges) - 1, dtype=np.int64)
+        self.n = 0
+
+    def add(self, values) -> "Histogram":
+        values = np.asarray(values, dtype=float)
+        self.n += len(values)
+        self.counts += np.histogram(values, bins=self.edges)[0]
+        return self
+
+    def draw(self, ax, **style) -> None:
+        # one value per bin (its left edge) weighted by its count: the bars of the values themselves
+        ax.hist(self.edges[:-1], bins=self.edges, weights=self.counts, **style)
+
+
+class TopRows:
+    """The n rows of a table with the highest max_score_virus (unscored ones last), ties in table
+    order, kept while the table goes by block by block: at most n rows held besides the block."""
+
+    def __init__(self, n: int):
+        self.n, self.rows = n, None
+
+    def add(self, block: pd.DataFrame) -> "TopRows":
+        held = self.rows is not None and len(self.rows)
+        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n)
+        return self
+
+
+class SequenceStats(NamedTuple):
+    """What a sample's figures need from call's sequences table, gathered in one pass."""
+
+    scores: Histogram  # max_score_virus of the scored sequences
+    calls: Counter  # sequences per call
+    top: pd.DataFrame  # the `top` highest-scoring sequences with a scored chunk
+    shown: pd.DataFrame  # the `rows` highest-scoring sequences, scored or not (the HTML table)
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int) -> SequenceStats:
+    scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
+    empty = None
+    for block in blocks:
+        empty = block.head(0)
+        scores.add(block["max_score_virus"].dropna())
+        calls.update(block["call"].value_counts().to_dict())
+        best.add(block[block["n_chunks_scored"] > 0])
+        shown.add(block)
+    return SequenceStats(scores, calls, *(t.rows if t.rows is not None else empty for t in (best, shown)))
+
+
+def plot_scores(frame_scores: Histogram, sequence_scores: Histogram, path: str | Path) -> None:
     """Histograms of the frames' score_virus and the sequences' max_score_virus."""
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    for ax, values, what in (
-        (axes[0], frames["score_virus"], "frames"),
-        (axes[1], sequences["max_score_virus"].dropna(), "sequences (highest chunk score)"),
+    for ax, histogram, what in (
+        (axes[0], frame_scores, "frames"),
+        (axes[1], sequence_scores, "sequences (highest chunk score)"),
     ):
-        ax.hist(values, bins=SCORE_BINS, color=CALLS["virus"], alpha=0.8)
+        histogram.draw(ax, color=CALLS["virus"], alpha=0.8)
         ax.axvline(0.5, color="black", linestyle="--", linewidth=1)
-        ax.set(xlabel="virus score", ylabel="count", title=f"{len(values):,} {what}", xlim=(0, 1))
+        ax.set(xlabel="virus score", ylabel="count", title=f"{histogram.n:,} {what}", xlim=(0, 1))
     save(figure, path)
 
 
-def plot_calls(sequences: pd.DataFrame, path: str | Path) -> None:
+def plot_calls(calls: Counter, path: str | Path) -> None:
     """Sequences per call, with the share of all sequences."""
-    counts = sequences["call"].value_counts().reindex(list(CALLS), fill_value=0)
-    total = max(len(sequences), 1)
+    counts = pd.Series({call: calls.get(call, 0) for call in CALLS})
+    sequences = sum(calls.values())
+    total = max(sequences, 1)
     figure, ax = plt.subplots(figsize=(7, 3), layout="constrained")
     bars = ax.barh(counts.index[::-1], counts.to_numpy()[::-1], color=[CALLS[c] for c in counts.index[::-1]])
     ax.bar_label(bars, labels=[f"{n:,} ({n / total:.1%})" for n in counts.to_numpy()[::-1]], padding=3)
-    ax.set(xlabel="sequences", title=f"{counts['virus'] / total:.1%} of {len(sequences):,} sequences called viral")
+    ax.set(xlabel="sequences", title=f"{counts['virus'] / total:.1%} of {sequences:,} sequences called viral")
     ax.set_xlim(0, max(counts.max(), 1) * 1.3)
     save(figure, path)
 
@@ -90,7 +155,14 @@ def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
     """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
     columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
     parts = [part[part["sequence_id"].isin(ids)].drop_duplicates() for part in read_chunks(prepared_frames, columns)]
-    return pd.concat(parts).drop_duplicates(["sequence_id", "chunk"])
+    return pd.concat(parts or [pd.DataFrame(columns=columns)]).drop_duplicates(["sequence_id", "chunk"])
+
+
+def chunks_of(chunks: str | Path, ids: set[str]) -> pd.DataFrame:
+    """The rows of predict's chunks table for the sequences `ids`, in table order, read in slices."""
+    columns = ["sequence_id", "chunk", "max_score_virus", "is_virus"]
+    parts = [part[part["sequence_id"].isin(ids)] for part in read_chunks(chunks, columns)]
+    return pd.concat(parts or [pd.DataFrame(columns=columns)])
 
 
 def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -98,12 +170,10 @@ def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
     return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
 
 
-def plot_top_sequences(
-    sequences: pd.DataFrame, chunks: pd.DataFrame, positions: pd.DataFrame, n: int, path: str | Path
-) -> None:
-    """Per-chunk max_score_virus along each of the n highest-scoring sequences: one segment per
-    scored chunk from its start to its end (bp), red when the chunk is called viral."""
-    top = top_sequences(sequences[sequences["n_chunks_scored"] > 0], n)
+def plot_top_sequences(top: pd.DataFrame, chunks: pd.DataFrame, positions: pd.DataFrame, path: str | Path) -> None:
+    """Per-chunk max_score_virus along each of the `top` sequences (the highest-scoring with a
+    scored chunk, best first): one segment per scored chunk from its start to its end (bp), red
+    when the chunk is called viral. `chunks` and `positions` need hold only those sequences."""
     scored = chunks.merge(positions, on=["sequence_id", "chunk"], how="left")
     columns = min(max(len(top), 1), 3)
     rows = max(1, -(-len(top) // columns))
@@ -133,7 +203,41 @@ def plot_top_sequences(
     save(figure, path)
 
 
-def plot_input(prepared: pd.DataFrame, counts: dict, path: str | Path) -> None:
+class InputStats(NamedTuple):
+    """Histograms of prepare's sequences table: record lengths, frames per record, ambiguous fraction."""
+
+    lengths: Histogram
+    length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
+    frames: Histogram
+    ambiguous: Histogram
+
+
+PREPARED_COLUMNS = ["length", "n_frames", "ambiguous_fraction"]
+
+
+def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]]) -> InputStats:
+    """Two passes over the table's blocks (`blocks()` gives them anew): the bins of the lengths and
+    frames depend on their range, as those of `ax.hist(values, bins=30)` would."""
+    low, high, fewest, most = np.inf, -np.inf, np.inf, -np.inf
+    for block in blocks():
+        if len(block):
+            lengths = block["length"].clip(lower=1)
+            low, high = min(low, lengths.min()), max(high, lengths.max())
+            fewest, most = min(fewest, block["n_frames"].min()), max(most, block["n_frames"].max())
+    if low > high:  # no record
+        low, high, fewest, most = 1, 1, 0, 0
+    wide = high > 100 * low
+    length_edges = np.geomspace(low, high + 1, 31) if wide else np.histogram_bin_edges([low, high], 30)
+    frame_edges = np.arange(most + 2) - 0.5 if most < 60 else np.histogram_bin_edges([fewest, most], 60)
+    stats = InputStats(Histogram(length_edges), wide, Histogram(frame_edges), Histogram(np.linspace(0, 1, 41)))
+    for block in blocks():
+        stats.lengths.add(block["length"].clip(lower=1))
+        stats.frames.add(block["n_frames"])
+        stats.ambiguous.add(block["ambiguous_fraction"])
+    return stats
+
+
+def plot_input(stats: InputStats, counts: dict, path: str | Path) -> None:
     """Totals of the input, and per record its length, frames and share of ambiguous bases."""
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
     totals = [
@@ -150,16 +254,11 @@ def plot_input(prepared: pd.DataFrame, counts: dict, path: str | Path) -> None:
     table.auto_set_font_size(False)
     table.set_fontsize(10)
     table.scale(1, 1.4)
-    lengths = prepared["length"].clip(lower=1)
-    wide = lengths.max() > 100 * lengths.min()
-    bins = np.geomspace(lengths.min(), lengths.max() + 1, 31) if wide else 30
-    axes[0, 1].hist(lengths, bins=bins, color="#34495e")
-    axes[0, 1].set(xscale="log" if wide else "linear", xlabel="record length (bp)", ylabel="records")
-    frames = prepared["n_frames"]
-    bins = np.arange(frames.max() + 2) - 0.5 if frames.max() < 60 else 60
-    axes[1, 0].hist(frames, bins=bins, color="#16a085")
+    stats.lengths.draw(axes[0, 1], color="#34495e")
+    axes[0, 1].set(xscale="log" if stats.length_log else "linear", xlabel="record length (bp)", ylabel="records")
+    stats.frames.draw(axes[1, 0], color="#16a085")
     axes[1, 0].set(xlabel="stop-free frames per record", ylabel="records")
-    axes[1, 1].hist(prepared["ambiguous_fraction"], bins=np.linspace(0, 1, 41), color="#7f8c8d")
+    stats.ambiguous.draw(axes[1, 1], color="#7f8c8d")
     axes[1, 1].set(xlabel="ambiguous (non-ACGT) fraction of the record", ylabel="records", xlim=(0, 1))
     save(figure, path)
 
@@ -295,24 +394,29 @@ def _setting(config: dict, key: str):
 
 
 def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, top: int, rows: int) -> None:
-    """All figures of a sample; `top` sequences plotted chunk by chunk, `rows` in the HTML table."""
+    """All figures of a sample; `top` sequences plotted chunk by chunk, `rows` in the HTML table.
+    Every table is read block by block (tables.read_chunks), only the columns that are drawn."""
     run = read_json(tables.summary)
-    frames = read_table(tables.frames, ["score_virus"])
-    sequences, chunks = read_table(tables.sequences), read_table(tables.chunks)
-    plot_scores(frames, sequences, figures.scores)
-    plot_calls(sequences, figures.calls)
-    best = set(top_sequences(sequences, top)["sequence_id"])
+    frame_scores = Histogram(SCORE_BINS)
+    for block in read_chunks(tables.frames, ["score_virus"]):
+        frame_scores.add(block["score_virus"])
+    sequences = sequence_stats(read_chunks(tables.sequences), top, rows)
+    plot_scores(frame_scores, sequences.scores, figures.scores)
+    plot_calls(sequences.calls, figures.calls)
+    best = set(sequences.top["sequence_id"])
     positions = chunk_positions(tables.prepared_frames, best)
-    plot_top_sequences(sequences, chunks, positions, top, figures.top_sequences)
-    shown = top_sequences(sequences, rows)
+    plot_top_sequences(sequences.top, chunks_of(tables.chunks, best), positions, figures.top_sequences)
+    shown = sequences.shown
     html_table(
         shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
         f"{sample}: sequences with the highest virus scores",
-        f"{min(rows, len(sequences)):,} of {len(sequences):,} sequences, highest max_score_virus first; "
+        f"{min(rows, sequences.total):,} of {sequences.total:,} sequences, highest max_score_virus first; "
         f"the whole table is {Path(tables.sequences).name}.",
         figures.table,
     )
-    plot_input(read_table(tables.prepared_sequences), run["counts"], figures.input)
+    plot_input(
+        input_stats(lambda: read_chunks(tables.prepared_sequences, PREPARED_COLUMNS)), run["counts"], figures.input
+    )
     plot_throughput(run["embedding_shards"], figures.throughput)
 
 

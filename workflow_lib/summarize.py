@@ -4,13 +4,15 @@ frames went through, and the figures of every embedding shard."""
 
 import json
 import platform
+from collections import Counter
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
 from . import __version__
-from .tables import read_json, read_table
+from .tables import read_chunks, read_json
 
 PACKAGES = (
     "snakemake",
@@ -81,10 +83,20 @@ def embed_versions(shards: list[dict]) -> dict[str, dict]:
     }
 
 
-def counts(prepared: pd.DataFrame, manifest: dict) -> dict:
-    records, bases = len(prepared), int(prepared["length"].sum())
-    # the fraction is written with 6 significant digits: exact for fewer than 10^6 ambiguous bases a record
-    ambiguous = int((prepared["ambiguous_fraction"] * prepared["length"]).round().sum())
+PREPARED_COLUMNS = ["length", "ambiguous_fraction", "status"]
+
+
+def counts(prepared: Iterable[pd.DataFrame], manifest: dict) -> dict:
+    """Totals of prepare's sequences table, given block by block (tables.read_chunks, PREPARED_COLUMNS),
+    and of the calls."""
+    records = bases = ambiguous = 0
+    status: Counter = Counter()
+    for block in prepared:
+        records += len(block)
+        bases += int(block["length"].sum())
+        # the fraction is written with 6 significant digits: exact for fewer than 10^6 ambiguous bases a record
+        ambiguous += int((block["ambiguous_fraction"] * block["length"]).round().sum())
+        status.update(block["status"].value_counts().to_dict())
     frames = manifest["counts"]["frames"]
     return {
         "records": records,
@@ -95,7 +107,7 @@ def counts(prepared: pd.DataFrame, manifest: dict) -> dict:
         "frames_per_record": round(frames / records, 4) if records else 0.0,
         "ambiguous_bases": ambiguous,
         "ambiguous_fraction": round(ambiguous / bases, 6) if bases else 0.0,
-        "status": {s: int(n) for s, n in sorted(prepared["status"].value_counts().items())},
+        "status": {s: int(n) for s, n in sorted(status.items())},
         "calls": manifest["counts"]["calls"],
     }
 
@@ -132,7 +144,7 @@ def summarize(
         "input": manifest["input"],
         "config": config,
         "checkpoints": manifest["checkpoints"],
-        "counts": counts(read_table(prepared, ["length", "ambiguous_fraction", "status"]), manifest),
+        "counts": counts(read_chunks(prepared, PREPARED_COLUMNS), manifest),
         "timings": {
             "prepare": benchmark(benchmarks["prepare"]),
             "embed": embed_timings,

@@ -1,0 +1,133 @@
+"""Peak memory and time of the plot_sample and summarize jobs on a large synthetic sample: the
+tables that prepare, predict and call write for --records reads of 150-2,000 bp (random scores,
+two kept frames a chunk), made once under --workdir and reused by later runs. Each job runs as
+its CLI in a child process; the peak is that child's resident set (ru_maxrss). Prints JSON.
+
+    python benchmarks/report_memory.py --workdir /tmp/report_memory --records 1000000
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHUNK = 300
+
+
+def write_sample(folder: Path, records: int, seed: int = 0) -> None:
+    # imported here: the measuring process stays small, as a child's peak counts its parent's
+    # memory at the fork
+    import numpy as np
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT))
+    from workflow_lib.tables import write_json, write_tsv
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = np.char.add("read", np.arange(records).astype(str))
+    length = rng.integers(150, 2000, records)
+    n_chunks = -(-length // CHUNK)
+    status = np.where(rng.random(records) < 0.02, "too_short", "ok")
+    prepared = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
+    prepared["n_frames"] = rng.integers(0, 7, records) * n_chunks
+    prepared["ambiguous_fraction"] = np.round(rng.random(records) * 0.01, 6)
+    prepared["status"] = status
+    prepared.to_csv(folder / "prepared_sequences.tsv.gz", sep="\t", index=False)
+    owner = np.repeat(np.arange(records), n_chunks)
+    chunk = np.arange(len(owner)) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks) + 1
+    score = rng.random(len(owner)).round(6)
+    chunks = pd.DataFrame({"sequence_id": ids[owner], "chunk": chunk, "n_frames": 2})
+    chunks = chunks.assign(max_score_other=(1 - score).round(6), max_score_virus=score, is_virus=score > 0.5)
+    write_tsv(chunks, folder / "chunks.tsv")
+    start = (chunk - 1) * CHUNK + 1
+    frames = pd.DataFrame(
+        {
+            "frame_id": np.char.add("f", np.arange(2 * len(owner)).astype(str)),
+            "sequence_id": np.repeat(ids[owner], 2),
+            "chunk": np.repeat(chunk, 2),
+            "chunk_start": np.repeat(start, 2),
+            "chunk_end": np.repeat(np.minimum(start + CHUNK - 1, length[owner]), 2),
+            "frame": np.tile([1, 2], len(owner)),
+            "protein_length": 100,
+            "shard": 0,
+        }
+    )
+    frames.to_csv(folder / "prepared_frames.tsv.gz", sep="\t", index=False)
+    scored = frames[["frame_id", "sequence_id", "chunk", "frame"]].assign(score_other=0.5)
+    write_tsv(scored.assign(score_virus=rng.random(len(frames)).round(6), prediction="virus"), folder / "frames.tsv")
+    best = chunks.groupby("sequence_id", sort=False)["max_score_virus"].max().reindex(ids).to_numpy().copy()
+    best[rng.random(records) < 0.05] = np.nan
+    call = np.where(np.isnan(best), "no_coding_frame", np.where(best > 0.7, "virus", "other"))
+    sequences = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
+    sequences["n_chunks_scored"] = np.where(np.isnan(best), 0, n_chunks)
+    sequences = sequences.assign(n_viral_chunks=1, viral_fraction=np.where(np.isnan(best), np.nan, 0.5))
+    sequences = sequences.assign(max_score_virus=best, mean_score_virus=best / 2, call=call, status=status)
+    write_tsv(sequences, folder / "sequences.tsv")
+    shards = [
+        {"model": m, "shard": s, "tokens_per_s": 1000.0, "fill": 0.9, "precision": "fp16", "device": "cuda:0"}
+        for m in ("esm", "dnabert")
+        for s in (0, 1)
+    ]
+    counts = {"records": records, "bases": int(length.sum()), "chunks": int(n_chunks.sum()), "frames": len(frames)}
+    counts |= {"frames_per_record": 2.0, "ambiguous_bases": 0, "ambiguous_fraction": 0.0, "status": {"ok": records}}
+    write_json({"counts": counts, "embedding_shards": shards}, folder / "run_summary.json")
+    manifest = {"input": {}, "checkpoints": {}, "counts": {"frames": len(frames), "chunks": len(chunks)}}
+    manifest["counts"] |= {"chunks_scored": len(chunks), "calls": {}}
+    write_json(manifest, folder / "manifest.json")
+    for job in ("prepare", "predict", "esm", "dnabert"):
+        (folder / f"benchmark_{job}.tsv").write_text("s\tmax_rss\n1.0\t100\n")
+        write_json({"model": job, "frames": 1, "n_tokens": 1, "seconds": 1.0}, folder / f"figures_{job}.json")
+
+
+def measure(command: list[str]) -> dict:
+    """Seconds and the peak resident set (MB) of one child process (its own rusage, from wait4)."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{command[1]} failed: {child.stderr.read().decode()[-2000:]}")
+    return {"seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": usage.ru_maxrss // 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    folder = args.workdir / f"records_{args.records}"
+    if args.write_only:
+        return write_sample(folder, args.records)
+    if not (folder / "manifest.json").is_file():
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--write-only"], check=True)
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    python = [sys.executable]
+    summarize = python + [str(ROOT / "scripts" / "summarize.py"), "--sample", "s", "--config", "{}"]
+    summarize += ["--prepared-sequences", str(folder / "prepared_sequences.tsv.gz")]
+    summarize += ["--manifest", str(folder / "manifest.json"), "--snakemake-version", "9"]
+    summarize += ["--esm", str(folder / "figures_esm.json"), "--dnabert", str(folder / "figures_dnabert.json")]
+    summarize += ["--benchmark-esm", str(folder / "benchmark_esm.tsv")]
+    summarize += ["--benchmark-dnabert", str(folder / "benchmark_dnabert.tsv")]
+    summarize += ["--benchmark-prepare", str(folder / "benchmark_prepare.tsv")]
+    summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--output", str(out / "summary.json")]
+    plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s", "--top", "12", "--table-rows", "500"]
+    for name in ("frames", "chunks", "sequences", "prepared_frames", "prepared_sequences"):
+        plot += [f"--{name.replace('_', '-')}", str(folder / f"{name}.{'tsv.gz' if 'prepared' in name else 'tsv'}")]
+    plot += ["--summary", str(folder / "run_summary.json")]
+    for name in ("scores", "calls", "top_sequences", "table", "input", "throughput"):
+        plot += [f"--{name.replace('_', '-')}-out", str(out / f"{name}.{'html' if name == 'table' else 'png'}")]
+    tables_mb = sum(f.stat().st_size for f in folder.glob("*.tsv*")) / 1e6
+    result = {"records": args.records, "tables_mb": round(tables_mb, 1), "machine": platform.machine()}
+    result |= {"summarize": measure(summarize), "plot_sample": measure(plot)}
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
