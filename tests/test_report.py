@@ -393,6 +393,7 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
         browser.close()
 
 
+@pytest.mark.slow
 def test_report_leaves_out_tables_over_the_size_limit(workflow_run, tmp_path):
     """report.max_attached_mb: 0 keeps chunks.tsv and sequences.tsv out of the report (each
     sample's is larger); the figures, the top sequences and the run summaries stay."""

@@ -238,6 +238,7 @@ def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_pa
     assert "Warning" not in output
 
 
+@pytest.mark.slow
 def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
     """outputs.keep_embeddings: false: each embedding goes once predict and train (a labelled
     sample) have read it, each shard FASTA once its embed job is done; the run summary and the
