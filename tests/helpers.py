@@ -95,3 +95,12 @@ def write_config(workdir: Path, classifier: str = "results/train/classifier.pt",
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in next(line for line in status if line.startswith("State:"))
+    except FileNotFoundError:
+        return False

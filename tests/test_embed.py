@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, alive
 from reads import write_reads
 from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into
 
@@ -242,9 +242,9 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
     assert len(workers) >= 2, "the loader workers did not start"
     assert job.wait(timeout=30) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(map(_alive, workers)):
+    while time.monotonic() < deadline and any(map(alive, workers)):
         time.sleep(0.2)
-    assert not any(map(_alive, workers))
+    assert not any(map(alive, workers))
     assert not output.exists()
     assert "they are committed: run the job again to resume" in log.text()
     assert len(list(parts.glob("part_*.npz"))) > committed  # what was done since the last commit
@@ -283,21 +283,13 @@ class Lines:
     def text(self, timeout: float = 30) -> str:
         """All the output, once the child has closed it."""
         self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the output was not closed"
+        assert not self._thread.isalive(), "the output was not closed"
         return "".join(self.seen)
 
 
 def _rows(part) -> int:
     with np.load(part) as data:
         return len(data["rows"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return "zombie" not in next(line for line in status if line.startswith("State:"))
-    except FileNotFoundError:
-        return False
 
 
 CLAIM = (

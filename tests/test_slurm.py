@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
+from helpers import ENV, ROOT, SNAKEMAKE, alive, write_config, write_inputs
 
 SLURM = ROOT / "tests" / "slurm"
 pytestmark = [
@@ -42,14 +42,6 @@ def free_ports(n: int) -> list[int]:
             sock.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return "zombie" not in next(line for line in status if line.startswith("State:"))
-    except FileNotFoundError:
-        return False
-
-
 @contextlib.contextmanager
 def slurm_cluster(base: Path):
     """A private cluster (up.sh) under `base` on free ports; yields the environment of its clients.
@@ -66,7 +58,7 @@ def slurm_cluster(base: Path):
     finally:
         daemons = {name: int(text) for name in PID_FILES if (text := _read(base / name))}
         stopped = subprocess.run(["bash", str(SLURM / "down.sh")], env=env, capture_output=True, text=True)
-        left = {name: pid for name, pid in daemons.items() if _alive(pid)}
+        left = {name: pid for name, pid in daemons.items() if alive(pid)}
         assert stopped.returncode == 0 and not left, f"still running: {left}\n{stopped.stdout}{stopped.stderr}"
 
 
