@@ -334,18 +334,24 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
     from workflow_lib.resume import Commits
 
     out, tokens = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6)
+
+    def restore(commits, restored, restored_tokens):
+        def write(rows, values):
+            restored[rows] = values
+
+        return commits.restore(write, restored_tokens)
+
     first = Commits(tmp_path / "e.h5", {"token_budget": 512}, interval=0)
-    assert not first.restore(np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
+    assert not restore(first, np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
     for rows in ([0, 1], [4]):
-        first.add(np.array(rows))
-        first.commit(out, tokens)
+        first.commit(np.array(rows), out[rows], tokens[rows])
     restored, restored_tokens = np.zeros((6, 2), np.float32), np.zeros(6, np.int64)
-    done = Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens)
+    done = restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens)
     assert done.tolist() == [True, True, False, False, True, False]
     assert np.array_equal(restored[done], out[done]) and np.array_equal(restored_tokens[done], tokens[done])
 
     (first.dir / "part_000001.npz").write_bytes(b"not a zip")  # rows 4: embedded again
-    assert Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens).sum() == 2
+    assert restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).sum() == 2
     other = Commits(tmp_path / "e.h5", {"token_budget": 1024}, 0)
-    assert not other.restore(restored, restored_tokens).any()
+    assert not restore(other, restored, restored_tokens).any()
     assert not list(other.dir.glob("part_*"))
