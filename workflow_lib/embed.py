@@ -270,7 +270,8 @@ def run_batches(
                 fresh = ~committed[rows]  # a batch split after running out of memory may be partly committed
                 rows = np.asarray(rows)[fresh]
                 values = np.asarray(pooled)[fresh]
-                stored = values.astype(writer.dtype, copy=False)
+                with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
+                    stored = values.astype(writer.dtype, copy=False)
                 check_finite(path, ids, rows, values, stored, writer.storage)
                 writer.put(rows, stored)
                 written[rows] += 1
