@@ -206,6 +206,7 @@ def embed_args(wildcards):
         ),  # ESM-2's; DNABERT-S embeds with its last
         device=config["embedding"]["device"],
         precision=config["embedding"]["precision"],
+        **{"storage": config["embedding"]["storage"]},  # a Snakemake keyword as a name
         cache_dir=models["cache_dir"],
     )
 

@@ -37,6 +37,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), required=True)
     parser.add_argument("--precision", choices=tuple(PRECISIONS), required=True, help="on CUDA; the CPU uses fp32")
+    parser.add_argument(
+        "--storage", choices=("float32", "float16"), required=True, help="the embeddings' type in the HDF5 file"
+    )
     parser.add_argument("--token-budget", type=int, required=True, help="tokens per packed batch")
     add_threads_argument(parser)
     parser.add_argument(
@@ -68,6 +71,7 @@ def main() -> None:
         args.layer,
         args.device,
         args.precision,
+        args.storage,
         args.token_budget,
         args.cache_dir,
         default_num_workers(args.threads) if args.num_workers == "auto" else args.num_workers,

@@ -405,18 +405,87 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
     from workflow_lib.resume import Commits
 
     out, tokens = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6)
+
+    def restore(commits, restored, restored_tokens):
+        def write(rows, values):
+            restored[rows] = values
+
+        return commits.restore(write, restored_tokens)
+
     first = Commits(tmp_path / "e.h5", {"token_budget": 512}, interval=0)
-    assert not first.restore(np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
+    assert not restore(first, np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
     for rows in ([0, 1], [4]):
-        first.add(np.array(rows))
-        first.commit(out, tokens)
+        first.commit(np.array(rows), out[rows], tokens[rows])
     restored, restored_tokens = np.zeros((6, 2), np.float32), np.zeros(6, np.int64)
-    done = Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens)
+    done = restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens)
     assert done.tolist() == [True, True, False, False, True, False]
     assert np.array_equal(restored[done], out[done]) and np.array_equal(restored_tokens[done], tokens[done])
 
     (first.dir / "part_000001.npz").write_bytes(b"not a zip")  # rows 4: embedded again
-    assert Commits(tmp_path / "e.h5", {"token_budget": 512}, 0).restore(restored, restored_tokens).sum() == 2
+    assert restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).sum() == 2
     other = Commits(tmp_path / "e.h5", {"token_budget": 1024}, 0)
-    assert not other.restore(restored, restored_tokens).any()
+    assert not restore(other, restored, restored_tokens).any()
     assert not list(other.dir.glob("part_*"))
+
+
+def whole_array_reference(path, model, checkpoint, budget):
+    """What embed wrote before it streamed: every batch's rows into one [N, D] float32 array."""
+    settings = embed_settings(model, checkpoint, layer=2 if model == "esm" else None)
+    embedder = build_embedder(settings, CPU, torch.float32)
+    index = ShardIndex.read(path)
+    feed, out = DeviceFeed(embedder, CPU), np.zeros((len(index), embedder.dim), np.float32)
+    with open_loader(ShardBatches(index, embedder.tokens, budget), 0, 2) as batches:
+        for batch in batches:
+            for rows, pooled in feed.compute(*feed.send(batch.tensors())):
+                out[rows] = pooled
+        for rows, pooled in feed.flush():
+            out[rows] = pooled
+    return out
+
+
+def test_streamed_output_equals_the_whole_array(shard, demo_models, tmp_path, monkeypatch):
+    """float32 storage is the whole-array result to the bit, also when the writer flushes after
+    every batch into small chunks (partial chunks read back and rewritten); float16 is its rounding."""
+    from workflow_lib import h5store
+
+    path = shard / "shard_0.faa"
+    want = whole_array_reference(path, "esm", demo_models["esm"], 600)
+    plain = embed(path, tmp_path / "plain.h5", "esm", demo_models["esm"], token_budget=600, num_workers=0)
+    monkeypatch.setattr(h5store, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(h5store, "BUFFER_BYTES", 1)
+    small = embed(path, tmp_path / "small.h5", "esm", demo_models["esm"], token_budget=600, num_workers=0)
+    half = embed(
+        path, tmp_path / "half.h5", "esm", demo_models["esm"], token_budget=600, num_workers=0, storage="float16"
+    )
+    assert plain[2]["storage"] == "float32" and plain[1].dtype == np.float32 and small[2]["storage"] == "float32"
+    assert np.array_equal(plain[1], want) and np.array_equal(small[1], want)
+    assert half[1].dtype == np.float16 and half[2]["storage"] == "float16"
+    assert np.array_equal(half[1], want.astype(np.float16))
+
+
+@pytest.mark.parametrize("value, advice", [(np.nan, "embedding.precision"), (1e6, "embedding.storage to float32")])
+def test_non_finite_embeddings_fail_the_job_at_their_batch(shard, demo_models, tmp_path, monkeypatch, value, advice):
+    compute, calls = DeviceFeed.compute, []
+
+    def poisoned(self, host, moved):
+        calls.append(len(calls))
+        for rows, pooled in compute(self, host, moved):
+            if len(calls) == 2:
+                pooled = pooled.copy()
+                pooled[-1, 0] = value
+            yield rows, pooled
+
+    monkeypatch.setattr(DeviceFeed, "compute", poisoned)
+    index = ShardIndex.read(shard / "shard_0.faa")
+    with pytest.raises(RuntimeError, match=rf"non-finite embeddings for \['[^']+'\]; .*{advice}"):
+        embed(
+            shard / "shard_0.faa",
+            tmp_path / "e.h5",
+            "esm",
+            demo_models["esm"],
+            token_budget=600,
+            num_workers=0,
+            storage="float16",
+        )
+    assert len(calls) == 2 and len(index) > 2  # failed at the poisoned batch, not at the end
+    assert not (tmp_path / "e.h5").exists() and not list(tmp_path.glob(".e.h5.parts/output.tmp*"))

@@ -2,8 +2,9 @@
 
 Loader workers read, tokenize and pack the shard; the main process copies each batch to the
 device on a side stream while the previous one computes, and brings pooled embeddings back
-without waiting on every batch. Every frame comes out exactly once (checked before anything is
-written), in the shard's order.
+without waiting on every batch. Finished rows (each batch checked finite) are written into the
+chunked HDF5 output as they come, a bounded number held at a time; every frame comes out exactly
+once (checked before the output is renamed into place), in the shard's order.
 """
 
 import contextlib
@@ -43,6 +44,7 @@ class EmbedSettings:
     layer: int | None  # ESM-2's; None: the last (DNABERT-S always embeds with its last)
     device: str  # auto, cpu or cuda
     precision: str  # on CUDA; the CPU computes in fp32
+    storage: str  # float32 or float16: the embeddings' type in the HDF5 file
     token_budget: int
     cache_dir: str | None  # where fetch_models put named models
     num_workers: int  # loader processes
@@ -184,37 +186,42 @@ def embed_shard(
     digests = checkpoint_digests(settings)
     load_seconds = time.monotonic() - loading
 
-    out = np.zeros((len(index), embedder.dim), dtype=np.float32)
     row_tokens = np.zeros(len(index), dtype=np.int64)
-    commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
-    committed = commits.restore(out, row_tokens)
-    if committed.any():
-        log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
-    feed = DeviceFeed(embedder, device)
-    dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
-    written, meter = run_batches(dataset, feed, commits, out, row_tokens, workers, settings)
-    check_complete(input_path, index, written, out)
-    stats = {
-        "model": settings.model,
-        "checkpoint": settings.checkpoint,
-        "layer": int(embedder.layer),
-        "dim": int(embedder.dim),
-        "precision": precision,
-        "pooling": embedder.pooling,
-        "n_tokens": int(row_tokens.sum()),
-        "workflow_version": __version__,
-        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
-        "device": str(device),
-        "attention": varlen.kernel_name(device, dtype, embedder.alibi),
-        "load_seconds": round(load_seconds, 3),
-        **meter.figures(feed),
-        "token_budget": settings.token_budget,
-        "num_workers": workers,
-        "prefetch_factor": settings.prefetch_factor,
-        "resumed_frames": int(committed.sum()),
-        "versions": json.dumps(versions(device)),
-    }
-    h5store.write(output_path, index.ids, out, stats)
+    written = np.zeros(len(index), dtype=np.uint8)  # times each row was written: 1 byte per frame
+    fingerprint = _fingerprint(settings, index, digests, precision, device)
+    commits = Commits(output_path, fingerprint, settings.commit_seconds)
+    commits.open()
+    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
+        committed = commits.replay(writer.write, row_tokens)
+        written[committed] = 1
+        if committed.any():
+            log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
+        feed = DeviceFeed(embedder, device)
+        dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
+        meter = run_batches(dataset, feed, commits, writer, written, row_tokens, workers, settings)
+        check_complete(input_path, index, written)
+        stats = {
+            "model": settings.model,
+            "checkpoint": settings.checkpoint,
+            "layer": int(embedder.layer),
+            "dim": int(embedder.dim),
+            "precision": precision,
+            "pooling": embedder.pooling,
+            "n_tokens": int(row_tokens.sum()),
+            "workflow_version": __version__,
+            "checkpoint_sha256": json.dumps(digests, sort_keys=True),
+            "device": str(device),
+            "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+            "load_seconds": round(load_seconds, 3),
+            **meter.figures(feed),
+            "token_budget": settings.token_budget,
+            "num_workers": workers,
+            "prefetch_factor": settings.prefetch_factor,
+            "resumed_frames": int(committed.sum()),
+            "versions": json.dumps(versions(device)),
+        }
+        writer.attrs = stats
+    stats = {**stats, "storage": settings.storage}
     write_json({**stats, "frames": len(index)}, figures_path)
     commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
@@ -225,19 +232,27 @@ def run_batches(
     dataset: ShardBatches,
     feed: DeviceFeed,
     commits: Commits,
-    out: np.ndarray,
+    writer: h5store.Writer,
+    written: np.ndarray,
     row_tokens: np.ndarray,
     workers: int,
     settings: EmbedSettings,
-) -> tuple[np.ndarray, "Meter"]:
-    """Embed every batch of `dataset` into `out` (and each row's token count into `row_tokens`),
-    committing as it goes; a SIGTERM or Ctrl-C commits what is done and leaves. Returns how many
-    times each row was written, and the meter."""
+) -> "Meter":
+    """Embed every batch of `dataset` into `writer` (counting each row's writes in `written` and
+    its tokens in `row_tokens`), each batch checked finite; what the writer holds is written and
+    committed when a commit is due or the writer is full. A SIGTERM or Ctrl-C commits what is done
+    and leaves. Returns the meter."""
     committed = dataset.done
-    written = committed.astype(np.int64)
     done = int(committed.sum())
-    progress = Progress(log, "frames", total=len(out), interval=settings.progress_seconds, done_before=done)
+    ids = dataset.index.ids
+    progress = Progress(log, "frames", total=len(written), interval=settings.progress_seconds, done_before=done)
     meter = Meter()  # embedding only: loading the model is load_seconds
+    path = dataset.index.path
+
+    def commit():
+        rows, values = writer.flush()
+        commits.commit(rows, values, row_tokens[rows])
+
     with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
         def next_batch():
@@ -253,10 +268,13 @@ def run_batches(
             nonlocal done
             for rows, pooled in results:
                 fresh = ~committed[rows]  # a batch split after running out of memory may be partly committed
-                rows = rows[fresh]
-                out[rows] = pooled[fresh]
+                rows = np.asarray(rows)[fresh]
+                values = np.asarray(pooled)[fresh]
+                with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
+                    stored = values.astype(writer.dtype, copy=False)
+                check_finite(path, ids, rows, values, stored, writer.storage)
+                writer.put(rows, stored)
                 written[rows] += 1
-                commits.add(rows)
                 done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
 
         try:
@@ -271,34 +289,44 @@ def run_batches(
                 sent = feed.send(batch) if batch is not None else None
                 store([first] if first is not None else [])
                 store(results)
-                if commits.due():
-                    commits.commit(out, row_tokens)
+                if commits.due() or writer.full():
+                    commit()
                 if progress.due():
                     log.info(progress.line(done, meter.summary(feed, queue_depth(batches))))
             store(feed.flush())
+            commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
-            commits.commit(out, row_tokens)
+            commit()
             log.warning(
-                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(out)
+                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(written)
             )
             raise
     log.info(progress.line(done, meter.summary(feed)))
-    return written, meter
+    return meter
 
 
-def check_complete(input_path: str | Path, index: ShardIndex, written: np.ndarray, out: np.ndarray) -> None:
-    """Every frame embedded exactly once, and every embedding finite, before anything is written."""
+def check_finite(
+    path: Path, ids: list[str], rows: np.ndarray, values: np.ndarray, stored: np.ndarray, storage: str
+) -> None:
+    """A batch's embeddings are finite, computed and as stored; else the job fails naming frames."""
+    finite = np.isfinite(stored).all(axis=1)
+    if finite.all():
+        return
+    bad = rows[~finite]
+    if np.isfinite(values[~finite]).all():
+        advice = f"they overflow {storage}: set embedding.storage to float32"
+    else:
+        advice = "set embedding.precision to fp32 or bf16"
+    raise RuntimeError(f"{path}: non-finite embeddings for {[ids[i] for i in bad[:3]]}; {advice}")
+
+
+def check_complete(input_path: str | Path, index: ShardIndex, written: np.ndarray) -> None:
+    """Every frame embedded exactly once, before the output is renamed into place."""
     if not (written == 1).all():
         lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
         raise RuntimeError(
             f"{input_path}: {lost.size} frames not embedded (e.g. {[index.ids[i] for i in lost[:3]]}), "
             f"{repeated.size} embedded more than once (e.g. {[index.ids[i] for i in repeated[:3]]})"
-        )
-    if not np.isfinite(out).all():
-        bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
-        raise RuntimeError(
-            f"{input_path}: non-finite embeddings for {[index.ids[i] for i in bad[:3]]}; "
-            "set embedding.precision to fp32 or bf16"
         )
 
 
@@ -327,6 +355,7 @@ def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, prec
         "checkpoint_sha256": digests,
         "layer": settings.layer,
         "precision": precision,
+        "storage": settings.storage,
         "device": device.type,
         "token_budget": settings.token_budget,
         "workflow_version": __version__,

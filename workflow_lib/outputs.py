@@ -17,8 +17,9 @@ def _temporary_name(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds.
+def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
+    """Yield a temporary path beside `path` (or `tmp`, on the same file system); rename it to
+    `path` only if the block succeeds.
     A full disk or an unwritable directory is an InputError that says so."""
     path = Path(path)
     try:
@@ -27,7 +28,7 @@ def atomic_path(path: str | os.PathLike):
         raise InputError(
             f"{path.parent}: cannot create the output directory ({error.strerror.lower()}); write the outputs elsewhere"
         ) from None
-    tmp = _temporary_name(path)
+    tmp = Path(tmp) if tmp is not None else _temporary_name(path)
     try:
         yield tmp
         os.replace(tmp, path)

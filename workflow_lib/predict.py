@@ -30,7 +30,7 @@ class ScoreFiles(NamedTuple):
     virnucpro: tuple[Path, Path] | None  # VirNucPro's prediction_results.txt and _highestscore.csv, or none
 
 
-SCORE_ROWS = 65536  # frames scored between two progress checks
+SCORE_ROWS = h5store.BLOCK_ROWS  # frames read and scored at a time, per shard
 
 
 def check_tables(frames: pd.DataFrame, sequences: pd.DataFrame, frames_path: Path, sequences_path: Path) -> None:
@@ -55,44 +55,55 @@ def check_tables(frames: pd.DataFrame, sequences: pd.DataFrame, frames_path: Pat
 
 
 def score_frames(
-    frames: pd.DataFrame, dnabert_files: list[str], esm_files: list[str], model, progress_seconds: float
+    frames: pd.DataFrame,
+    dnabert_files: list[str],
+    esm_files: list[str],
+    model,
+    progress_seconds: float,
+    block_rows: int | None = None,
 ) -> tuple[np.ndarray, dict[str, dict]]:
     """[N, 2] softmax scores (others, virus) in frames-table order, every frame scored exactly once;
-    and each model's checkpoint, the same for every shard."""
+    and each model's checkpoint, the same for every shard. Each shard is read and scored in blocks
+    of `block_rows` frames: memory holds one block of features, whatever the shard's size."""
     scores = np.full((len(frames), 2), np.nan, dtype=np.float32)
     progress, done = Progress(log, "frames", total=len(frames), interval=progress_seconds), 0
     shard_of = frames["shard"].to_numpy()
+    frame_ids = frames["frame_id"].to_numpy()
     made_with: dict[str, dict] = {}
     for shard, (dna_path, esm_path) in enumerate(zip(dnabert_files, esm_files)):
-        ids, features, attrs = h5store.read_features(dna_path, esm_path)
-        for name, path in (("dnabert", dna_path), ("esm", esm_path)):
-            used = _checkpoint(attrs[name])
-            if made_with.setdefault(name, used) != used:
+        with h5store.FeatureBlocks(dna_path, esm_path, block_rows or SCORE_ROWS) as blocks:
+            for name, path in (("dnabert", dna_path), ("esm", esm_path)):
+                used = _checkpoint(blocks.attrs[name])
+                if made_with.setdefault(name, used) != used:
+                    raise InputError(
+                        f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
+                        "embeddings and run again"
+                    )
+            rows = np.flatnonzero(shard_of == shard)
+            expected = pd.Index(frame_ids[rows])
+            if blocks.dim != model.input_dim:
                 raise InputError(
-                    f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
-                    "embeddings and run again"
+                    f"{dna_path} + {esm_path}: {blocks.dim} features per frame but the classifier "
+                    f"takes {model.input_dim}; use the classifier trained for these models"
                 )
-        rows = np.flatnonzero(shard_of == shard)
-        expected = frames["frame_id"].to_numpy()[rows]
-        index = pd.Index(ids)
-        position = index.get_indexer(expected) if index.is_unique else None
-        if position is None or len(ids) != rows.size or (position < 0).any():
-            missing = sorted(set(expected) - set(ids))
-            extra = sorted(set(ids) - set(expected))
-            raise InputError(
-                f"{dna_path}: the embeddings do not match shard {shard} of the frames table "
-                f"(missing {missing[:3]}, unexpected {extra[:3]}); delete the sample's embeddings and run again"
-            )
-        if features.shape[1] != model.input_dim:
-            raise InputError(
-                f"{dna_path} + {esm_path}: {features.shape[1]} features per frame but the classifier "
-                f"takes {model.input_dim}; use the classifier trained for these models"
-            )
-        for start in range(0, rows.size, SCORE_ROWS):
-            part = slice(start, start + SCORE_ROWS)
-            scores[rows[part]] = classifier.scores(model, torch.from_numpy(features[position[part]])).numpy()
-            done += len(position[part])
-            progress.update(done, f"{shard + (part.stop >= rows.size)} of {len(esm_files)} shards scored")
+            counts = np.zeros(rows.size, dtype=np.int64)  # times each of the shard's frames is in the files
+            unexpected: list[str] = []
+            for read, ids, features in blocks:
+                position = expected.get_indexer(ids)
+                known = position >= 0
+                if not known.all():
+                    unexpected += [ids[i] for i in np.flatnonzero(~known)[: 3 - len(unexpected)]]
+                    position, features = position[known], features[known]
+                np.add.at(counts, position, 1)
+                scores[rows[position]] = classifier.scores(model, torch.from_numpy(features)).numpy()
+                done += len(position)
+                progress.update(done, f"{shard + (read.stop >= blocks.n)} of {len(esm_files)} shards scored")
+            if unexpected or (counts != 1).any():
+                raise InputError(
+                    f"{dna_path}: the embeddings do not match shard {shard} of the frames table (missing "
+                    f"{expected[counts == 0][:3].tolist()}, unexpected {unexpected}, repeated "
+                    f"{expected[counts > 1][:3].tolist()}); delete the sample's embeddings and run again"
+                )
     if np.isnan(scores).any():
         raise InputError(
             f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
@@ -160,8 +171,11 @@ def score(
     """Score every frame of prepare's frames table (checked against its sequences table) from the
     shards' embeddings, in shard order; write `outputs`."""
     model, _ = classifier.load(classifier_path)
-    frames = read_table(frames_path)
-    check_tables(frames, read_table(sequences_path), Path(frames_path), Path(sequences_path))
+    # read once, the columns used only: the table orders every output, the embeddings stream by shard
+    frames = read_table(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"])
+    sequences = read_table(sequences_path, ["sequence_id", "n_frames"])
+    check_tables(frames, sequences, Path(frames_path), Path(sequences_path))
+    del sequences
     scores, made_with = score_frames(frames, dnabert_files, esm_files, model, progress_seconds)
     frames = frame_table(frames, scores)
     chunks = chunk_table(frames)

@@ -1,16 +1,20 @@
 """Resuming a killed embed job: results are committed in parts beside the output, so that a
 rerun embeds only what was not committed, in the same batches, and writes the same file.
 
-Each part is written under a temporary name and renamed, so a kill (SIGKILL, a lost node) leaves
+Each part holds the rows written to the output since the previous part (as stored: float32 or
+float16), written under a temporary name and renamed, so a kill (SIGKILL, a lost node) leaves
 only whole parts. Parts belong to one shard and one set of settings (the fingerprint): a rerun
-with anything else starts from zero.
+with anything else starts from zero. The embed job's unfinished output is written in the same
+directory (`scratch`), so that a killed job leaves nothing that looks like its output.
 """
 
 import json
 import logging
+import os
 import shutil
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,45 +31,59 @@ class Commits:
         self.dir = output_path.with_name(f".{output_path.name}.parts")
         self.fingerprint, self.interval = fingerprint, interval
         self.last = time.monotonic()
-        self.uncommitted: list[np.ndarray] = []
         self.next_part = 0
+        self.parts: list[Path] = []
 
-    def restore(self, out: np.ndarray, row_tokens: np.ndarray) -> np.ndarray:
-        """Fill `out` and `row_tokens` from an earlier run's parts; return the committed rows' mask."""
-        committed = np.zeros(len(out), dtype=bool)
+    @property
+    def scratch(self) -> Path:
+        """Where this job writes its output until it is complete."""
+        return self.dir / f"output.tmp{os.getpid()}.h5"
+
+    def open(self) -> None:
+        """Keep an earlier run's parts if they were made with this fingerprint, else start from
+        zero; remove unfinished outputs of killed runs."""
         stamp = self.dir / "fingerprint.json"
         if stamp.is_file() and json.loads(stamp.read_text()) == self.fingerprint:
-            parts = sorted(self.dir.glob("part_*.npz"))
-            for part in parts:
-                try:
-                    with np.load(part, allow_pickle=False) as data:
-                        rows, embeddings, tokens = data["rows"], data["embeddings"], data["tokens"]
-                except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-                    log.warning("%s: unreadable (%s); its frames are embedded again", part, error)
-                    continue
-                out[rows], row_tokens[rows], committed[rows] = embeddings, tokens, True
-            self.next_part = len(parts)
-            return committed
+            for old in self.dir.glob("output.tmp*"):
+                old.unlink(missing_ok=True)
+            self.parts = sorted(self.dir.glob("part_*.npz"))
+            self.next_part = len(self.parts)
+            return
         if self.dir.exists():
             log.info("%s: left by a run of another shard or other settings; starting from zero", self.dir)
             shutil.rmtree(self.dir)
         write_json(self.fingerprint, stamp)
+        self.parts = []
+
+    def replay(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
+        """Give each kept part's rows and embeddings to `write` (one part at a time) and its token
+        counts to `row_tokens`; return the committed rows' mask."""
+        committed = np.zeros(len(row_tokens), dtype=bool)
+        for part in self.parts:
+            try:
+                with np.load(part, allow_pickle=False) as data:
+                    rows, embeddings, tokens = data["rows"], data["embeddings"], data["tokens"]
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+                log.warning("%s: unreadable (%s); its frames are embedded again", part, error)
+                continue
+            write(rows, embeddings)
+            row_tokens[rows], committed[rows] = tokens, True
         return committed
 
-    def add(self, rows: np.ndarray) -> None:
-        self.uncommitted.append(rows)
+    def restore(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
+        """open() then replay()."""
+        self.open()
+        return self.replay(write, row_tokens)
 
     def due(self) -> bool:
         return time.monotonic() - self.last >= self.interval
 
-    def commit(self, out: np.ndarray, row_tokens: np.ndarray) -> None:
-        """Write the rows stored since the last commit as one part."""
-        if self.uncommitted:
-            rows = np.concatenate(self.uncommitted)
+    def commit(self, rows: np.ndarray, embeddings: np.ndarray, tokens: np.ndarray) -> None:
+        """Write `rows` (sorted, as written to the output) as one part."""
+        if rows.size:
             with atomic_open(self.dir / f"part_{self.next_part:06d}.npz", "wb") as handle:
-                np.savez(handle, rows=rows, embeddings=out[rows], tokens=row_tokens[rows])
+                np.savez(handle, rows=rows, embeddings=embeddings, tokens=tokens)
             self.next_part += 1
-            self.uncommitted = []
         self.last = time.monotonic()
 
     def remove(self) -> None:
