@@ -283,7 +283,7 @@ class Lines:
     def text(self, timeout: float = 30) -> str:
         """All the output, once the child has closed it."""
         self._thread.join(timeout)
-        assert not self._thread.isalive(), "the output was not closed"
+        assert not self._thread.is_alive(), "the output was not closed"
         return "".join(self.seen)
 
 
