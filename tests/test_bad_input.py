@@ -464,7 +464,9 @@ def test_full_disk_hdf5(tmp_path):
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         attrs = dict.fromkeys(h5store.REQUIRED_ATTRS, "x")
         with pytest.raises(InputError) as caught:
-            h5store.write(disk / "shard_0.h5", ["a"] * 100, np.ones((100, 512), np.float32), attrs)
+            # random values: embeddings are stored compressed, and ones would fit in the 64 kB
+            embeddings = np.random.default_rng(0).standard_normal((100, 512), dtype=np.float32)
+            h5store.write(disk / "shard_0.h5", ["a"] * 100, embeddings, attrs)
         assert str(caught.value) == (
             f"{disk}: cannot write the outputs: no space left on device; free space or write them elsewhere"
         )

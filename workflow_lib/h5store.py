@@ -106,7 +106,10 @@ class Writer:
 def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | Path | None = None):
     """Yield a Writer of `path`, written under a temporary name (`tmp`, or one beside `path`) and
     renamed into place when the block succeeds; set `writer.attrs` before leaving."""
-    with atomic_path(path, tmp) as name, h5py.File(name, "w") as handle:
+    # No chunk cache: the Writer writes whole chunks, and a cached chunk would reach the disk only
+    # when the file closes, where a full disk fails with a RuntimeError and leaves HDF5 unusable;
+    # uncached, it fails in the write, as an OSError that atomic_path reports (no space left).
+    with atomic_path(path, tmp) as name, h5py.File(name, "w", rdcc_nbytes=0) as handle:
         writer = Writer(handle, ids, dim, storage)
         writer.attrs = None
         yield writer
