@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import GENOMES, ROOT, read_tsv
+from reads import write_reads
 from stages import call_into, embed_into, embed_settings, prepare_into, score_into
 
 from workflow_lib import h5store
@@ -154,39 +155,101 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
         )
 
 
-def test_cli_logs_progress_lines(sample, tmp_path):
-    """The predict CLI logs frames scored, rate and ETA, shard by shard, then a final line."""
+def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
+    """predict logs frames scored, rate and ETA block by block, then a final line; so does its CLI."""
+    import workflow_lib.predict
+    from workflow_lib.predict import ScoreFiles
+
     root, files = sample
     prepared = root / "prepare"
+    frames = len(read_tsv(prepared / "frames.tsv.gz"))
+    monkeypatch.setattr(workflow_lib.predict, "SCORE_ROWS", 1)
+    outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
+    with caplog.at_level("INFO", logger="workflow"):
+        args = (prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", files["dnabert"], files["esm"])
+        workflow_lib.predict.score(*args, root / "classifier.pt", outputs, 1e-6)
+    line = rf"1 frames of {frames:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
+    assert frames > 1 and any(re.fullmatch(line, message) for message in caplog.messages), caplog.messages
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]
     command += ["--prepared-frames", str(prepared / "frames.tsv.gz")]
     command += ["--prepared-sequences", str(prepared / "sequences.tsv.gz")]
     command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
-    command += [f"--{name}={tmp_path / f'{name}.{ext}'}" for name, ext in (("frames", "tsv"), ("chunks", "tsv"))]
+    command += [f"--{name}={tmp_path / f'cli_{name}.{ext}'}" for name, ext in (("frames", "tsv"), ("chunks", "tsv"))]
     command += ["--scoring", str(tmp_path / "scoring.json"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    frames = len(read_tsv(root / "prepare" / "frames.tsv.gz"))
-    first_shard = sum(f["shard"] == "0" for f in read_tsv(root / "prepare" / "frames.tsv.gz"))
-    assert 0 < first_shard < frames
-    line = rf"INFO {first_shard:,} frames of {frames:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s, 1 of 2 shards scored\n"
-    assert re.search(line, result.stderr), result.stderr
-    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s, 2 of 2 shards scored\n", result.stderr)
-    assert (tmp_path / "frames.tsv").read_bytes() == (root / "out" / "frames.tsv").read_bytes()
+    assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s\n", result.stderr), result.stderr
+    for name in ("frames.tsv", "chunks.tsv"):
+        assert (tmp_path / f"cli_{name}").read_bytes() == (root / "out" / name).read_bytes()
 
 
-def test_tables_do_not_depend_on_the_block_size(sample, tmp_path, monkeypatch):
-    """Shards read and scored in blocks of 7 frames write the same bytes as in one block each; so
-    do old files (contiguous float32) and float16 files rounded from the same values give nearly."""
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """Reads of the bundled genomes, lambda whole and an empty record through prepare (3 shards),
+    with seeded random embeddings (of prepare's frame IDs) and classifier: hundreds of frames."""
+    root = tmp_path_factory.mktemp("many")
+    write_reads(root / "in.fa", 400, 500, seed=0)
+    with open(root / "in.fa", "a") as reads:
+        reads.write((GENOMES / "lambda_NC_001416.fasta").read_text() + ">empty\n\n")
+    prepare_into(root / "in.fa", root / "prepare", 3, chunk_length=300, min_length=10)
+    rng = np.random.default_rng(0)
+    files = {"dnabert": [], "esm": []}
+    for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
+        for shard in range(3):
+            ids = [line[1:] for line in (root / "prepare" / f"shard_{shard}.{suffix}").read_text().split("\n")[0:-1:2]]
+            attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
+            h5store.write(root / f"{model}_{shard}.h5", ids, rng.standard_normal((len(ids), 8), np.float32), attrs)
+            files[model].append(str(root / f"{model}_{shard}.h5"))
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(16).eval(), root / "classifier.pt")
+    return root, files
+
+
+def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
+    """Frames scored 5 at a time, VirNucPro's chunk rows sorted in runs of 3 and merged, records
+    called 4 at a time: the same bytes as each table in one block."""
+    import workflow_lib.call
     import workflow_lib.predict
 
-    root, files = sample
-    monkeypatch.setattr(workflow_lib.predict, "SCORE_ROWS", 7)
-    score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / "small")
-    monkeypatch.undo()
+    root, files = many
+    for blocks in ("whole", "small"):
+        if blocks == "small":
+            monkeypatch.setattr(workflow_lib.predict, "SCORE_ROWS", 5)
+            monkeypatch.setattr(workflow_lib.predict.VirNucProTables, "RUN_ROWS", 3)
+            monkeypatch.setattr(workflow_lib.call, "BLOCK_ROWS", 4)
+        score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / blocks)
+        call_into(root / "prepare", root / "in.fa", tmp_path / blocks)
+    calls = [s["call"] for s in read_tsv(tmp_path / "whole" / "sequences.tsv")]
+    assert len(read_tsv(tmp_path / "whole" / "frames.tsv")) > 500 and {"virus", "other", "no_coding_frame"} <= set(
+        calls
+    )
+    assert len(list(read_records(tmp_path / "whole" / "viral.fasta"))) == calls.count("virus")
     names = ("frames.tsv", "chunks.tsv", "prediction_results.txt", "prediction_results_highestscore.csv")
-    for name in names:
-        assert (tmp_path / "small" / name).read_bytes() == (root / "out" / name).read_bytes(), name
+    for name in (*names, "sequences.tsv"):  # the classifier's float rounding varies with its batch's rows
+        assert same_fields(tmp_path / "small" / name, tmp_path / "whole" / name), name
+    for name in ("scoring.json", "manifest.json"):
+        assert (tmp_path / "small" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    viral = [list(read_records(tmp_path / blocks / "viral.fasta")) for blocks in ("small", "whole")]
+    assert [r[::2] for r in viral[0]] == [r[::2] for r in viral[1]]  # IDs and sequences
+
+
+def same_fields(path_a: Path, path_b: Path) -> bool:
+    """The same lines of tab-separated fields: numbers within 1e-5, other fields equal."""
+
+    def same(a: str, b: str) -> bool:
+        try:
+            return a == b or abs(float(a) - float(b)) <= 1e-5 * abs(float(b)) + 1e-7
+        except ValueError:
+            return False
+
+    lines = [[line.split("\t") for line in path.read_text().splitlines()] for path in (path_a, path_b)]
+    shapes = [[len(line) for line in table] for table in lines]
+    return shapes[0] == shapes[1] and all(same(a, b) for la, lb in zip(*lines) for a, b in zip(la, lb))
+
+
+def test_float16_embeddings_score_nearly_the_same(sample, tmp_path):
+    """float16 files rounded from the same values give the same frames, scores within 1e-2."""
+    root, files = sample
     half = {"esm": [], "dnabert": []}
     for model in half:
         for path in files[model]:
@@ -198,3 +261,21 @@ def test_tables_do_not_depend_on_the_block_size(sample, tmp_path, monkeypatch):
     assert [f["frame_id"] for f in got] == [f["frame_id"] for f in want]
     change = max(abs(float(a["score_virus"]) - float(b["score_virus"])) for a, b in zip(got, want))
     assert change < 1e-2
+
+
+def test_call_refuses_chunks_out_of_order_and_a_changed_input(many, tmp_path):
+    root, files = many
+    score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path)
+    call_into(root / "prepare", root / "in.fa", tmp_path)
+    first_viral = next(read_records(tmp_path / "viral.fasta"))[0]
+    lines = (tmp_path / "chunks.tsv").read_text().splitlines(keepends=True)
+    moved = lines[1].split("\t")[0]
+    rest = [line for line in lines[1:] if not line.startswith(f"{moved}\t")]
+    (tmp_path / "chunks.tsv").write_text(lines[0] + "".join(rest + lines[1 : len(lines) - len(rest)]))
+    with pytest.raises(InputError, match=rf"chunks.tsv: scores '{moved}' out of the order of .*sequences.tsv.gz"):
+        call_into(root / "prepare", root / "in.fa", tmp_path)
+    (tmp_path / "chunks.tsv").write_text("".join(lines))
+    records = [r for r in read_records(root / "in.fa") if r[0] != first_viral]
+    (tmp_path / "in.fa").write_text("".join(f">{r[0]}\n{r[2].decode()}\n" for r in records))
+    with pytest.raises(InputError, match=rf"in.fa: no record '{first_viral}' where prepare found it"):
+        call_into(root / "prepare", tmp_path / "in.fa", tmp_path)

@@ -161,20 +161,43 @@ def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
         check_prepared(files, written, counts["records"])
 
 
-def test_predict_refuses_tables_that_disagree(tmp_path):
-    import pandas as pd
-
+@pytest.mark.parametrize(
+    "frames, message",
+    [
+        ("a1F1 a1R2 b1F1", None),
+        ("a1F1 a1R2", r"'b' has 1 frames listed, none in the frames table"),
+        ("a1F1 b1F1", r"'a' has 2 frames listed, 1 in the frames table"),
+        ("a1F1 a1R2 b1F1 c1F1", r"the frames of 'c' are not listed"),
+        ("b1F1 a1F1 a1R2", r"the frames of 'b' come where those of 'a' are listed"),
+        ("a1F1 b1F1 a1R2", r"'a' has 2 frames listed, 1 in the frames table"),
+        ("a1R2 a1F1 b1F1", r"frames.tsv: row 3 repeats a frame of 'a' or lists it out of chunk and frame order"),
+        ("a1F1 a1F1 b1F1", r"frames.tsv: row 3 repeats a frame of 'a'"),
+    ],
+)
+def test_predict_refuses_tables_that_disagree(tmp_path, frames, message):
+    """prepare's frames table is checked against its sequences table as predict reads it, a row at a time."""
     from workflow_lib.errors import InputError
-    from workflow_lib.predict import check_tables
+    from workflow_lib.predict import ListedFrames
+    from workflow_lib.tables import read_chunks
 
-    sequences = pd.DataFrame({"sequence_id": ["a", "b"], "n_frames": [2, 1]})
-    frames = pd.DataFrame({"frame_id": ["a_chunk_1F1", "a_chunk_1R2", "b_chunk_1F1"], "sequence_id": ["a", "a", "b"]})
-    paths = (tmp_path / "frames.tsv.gz", tmp_path / "sequences.tsv.gz")
-    check_tables(frames, sequences, *paths)
-    with pytest.raises(InputError, match=r"disagree on the frames of 1 records \(e.g. \['b'\]\)"):
-        check_tables(frames.iloc[:2], sequences, *paths)
-    with pytest.raises(InputError, match=r"frames.tsv.gz: 1 IDs listed more than once \(e.g. \['a_chunk_1F1'\]\)"):
-        check_tables(pd.concat([frames, frames.iloc[:1]]), sequences.assign(n_frames=[3, 1]), *paths)
+    (tmp_path / "sequences.tsv").write_text("sequence_id\tn_frames\na\t2\nb\t1\nempty\t0\n")
+    rows = [(f"{f[0]}_chunk_{f[1]}{f[2:]}", f[0], f[1], f[2:]) for f in frames.split()]
+    (tmp_path / "frames.tsv").write_text(
+        "frame_id\tsequence_id\tchunk\tframe\n" + "".join("\t".join(row) + "\n" for row in rows)
+    )
+    listed = ListedFrames(tmp_path / "frames.tsv", tmp_path / "sequences.tsv")
+
+    def check():
+        for block in read_chunks(tmp_path / "frames.tsv", rows=1):
+            listed.check(block)
+        listed.finish()
+
+    if message is None:
+        check()
+        assert listed.rows == len(rows)
+    else:
+        with pytest.raises(InputError, match=message):
+            check()
 
 
 def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):

@@ -168,25 +168,28 @@ class FeatureBlocks:
     def close(self) -> None:
         self.stack.close()
 
+    def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
+        """Rows start:stop of the two files into `out` (float32, [stop - start, dim]); their IDs."""
+        ids = [_ids(f["ids"][start:stop]) for f in self.files]
+        if ids[0] != ids[1]:
+            raise InputError(f"{self.paths[0]} and {self.paths[1]} hold different frames; delete both and run again")
+        column = 0
+        for handle, dim in zip(self.files, self.dims):
+            if dim and stop > start:  # HDF5 reads (and converts float16) into the block's columns
+                handle["embeddings"].read_direct(
+                    out, np.s_[start:stop, :], np.s_[0 : stop - start, column : column + dim]
+                )
+            column += dim
+        return ids[0]
+
     def __iter__(self) -> Iterator[tuple[slice, list[str], np.ndarray]]:
         """(rows of the files, their IDs, their features: a view of the one block, valid until the next)."""
         if self.block is None:
             self.block = np.empty((min(self.rows, max(self.n, 1)), self.dim), dtype=np.float32)
         for start in range(0, self.n, self.rows):
             stop = min(start + self.rows, self.n)
-            ids = [_ids(f["ids"][start:stop]) for f in self.files]
-            if ids[0] != ids[1]:
-                raise InputError(
-                    f"{self.paths[0]} and {self.paths[1]} hold different frames; delete both and run again"
-                )
-            column = 0
-            for handle, dim in zip(self.files, self.dims):
-                if dim and stop > start:  # HDF5 reads (and converts float16) into the block's columns
-                    handle["embeddings"].read_direct(
-                        self.block, np.s_[start:stop, :], np.s_[0 : stop - start, column : column + dim]
-                    )
-                column += dim
-            yield slice(start, stop), ids[0], self.block[: stop - start]
+            ids = self.read_rows(start, stop, self.block)
+            yield slice(start, stop), ids, self.block[: stop - start]
 
 
 def read_features(dnabert_path: str | Path, esm_path: str | Path) -> tuple[list[str], np.ndarray, dict[str, dict]]:

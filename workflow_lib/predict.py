@@ -3,9 +3,12 @@ It writes the frames table (a score per frame), the chunks table (VirNucPro's ca
 the scoring JSON (the checkpoints with their SHA-256) and optionally VirNucPro's own tables.
 Calls per record are the call stage's (call.py), so that a new threshold needs no embeddings."""
 
-import csv
+import contextlib
+import heapq
 import json
 import logging
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +21,8 @@ from .errors import InputError
 from .models import classifier
 from .outputs import atomic_open
 from .progress import Progress
-from .tables import CHUNKS, FRAMES, read_table, write_json, write_tsv
+from .tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
+from .translation import FRAME_NAMES
 
 log = logging.getLogger("workflow")
 
@@ -30,87 +34,125 @@ class ScoreFiles(NamedTuple):
     virnucpro: tuple[Path, Path] | None  # VirNucPro's prediction_results.txt and _highestscore.csv, or none
 
 
-SCORE_ROWS = h5store.BLOCK_ROWS  # frames read and scored at a time, per shard
+# Frames read, scored and written at a time: the frames-table rows and one float32 block of their
+# features (32,768 x (768 + 2560) is 436 MB at production width), whatever the sample's size.
+SCORE_ROWS = 32768
+_FRAME_INDEX = {name: i for i, name in enumerate(FRAME_NAMES)}
 
 
-def check_tables(frames: pd.DataFrame, sequences: pd.DataFrame, frames_path: Path, sequences_path: Path) -> None:
-    """Every input record once in the sequences table, every frame once in the frames table, and
-    the frames counted per record where they are listed."""
-    for table, column, path in ((sequences, "sequence_id", sequences_path), (frames, "frame_id", frames_path)):
-        repeated = table[column][table[column].duplicated()]
-        if len(repeated):
+class ListedFrames:
+    """prepare's frames table checked block by block against its sequences table, read alongside:
+    each record's frames together, once each, in chunk and frame order, and as many as listed."""
+
+    def __init__(self, frames_path: str | Path, sequences_path: str | Path):
+        self.paths = Path(frames_path), Path(sequences_path)
+        self.listed = (b[b["n_frames"] > 0] for b in read_chunks(sequences_path, ["sequence_id", "n_frames"]))
+        self.ids, self.counts = np.empty(0, dtype=object), np.empty(0, dtype=np.int64)  # listed, not yet matched
+        self.last = (None, -1)  # record and (chunk, frame) key of the frame before this block
+        self.run: list | None = None  # the record whose frames the last block ended in, and their count
+        self.rows = 0
+
+    def check(self, block: pd.DataFrame) -> None:
+        records = block["sequence_id"].to_numpy(dtype=object)
+        keys = block["chunk"].to_numpy(dtype=np.int64) * len(FRAME_NAMES) + block["frame"].map(_FRAME_INDEX).to_numpy()
+        same = records == np.concatenate(([self.last[0]], records[:-1]))
+        unordered = np.flatnonzero(same & (keys <= np.concatenate(([self.last[1]], keys[:-1]))))
+        if unordered.size:
+            i = unordered[0]
             raise InputError(
-                f"{path}: {len(repeated)} IDs listed more than once (e.g. "
-                f"{repeated.head(3).tolist()}); delete the sample's prepare outputs and run again"
+                f"{self.paths[0]}: row {self.rows + i + 2} repeats a frame of '{records[i]}' or lists it out of "
+                "chunk and frame order; delete the sample's prepare outputs and run again"
             )
-    counted = frames["sequence_id"].value_counts()
-    listed = sequences.set_index("sequence_id")["n_frames"]
-    differ = listed.sub(counted, fill_value=0)
-    differ = differ[differ != 0]
-    if len(differ):
+        self.rows += len(block)
+        self.last = (records[-1], keys[-1])
+        starts = np.flatnonzero(~same)
+        counts = np.diff(np.append(starts, len(records)))
+        if self.run is not None:
+            self.run[1] += int(starts[0]) if starts.size else len(records)
+        if starts.size:
+            done = ([self.run[0]], [self.run[1]]) if self.run is not None else ([], [])
+            self._match(done[0] + records[starts[:-1]].tolist(), done[1] + counts[:-1].tolist())
+            self.run = [records[starts[-1]], int(counts[-1])]
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self._match([self.run[0]], [self.run[1]])
+        self._pull(1)
+        if self.ids.size:
+            self._disagree(f"'{self.ids[0]}' has {self.counts[0]} frames listed, none in the frames table")
+
+    def _pull(self, n: int) -> None:
+        while self.ids.size < n:
+            block = next(self.listed, None)
+            if block is None:
+                return
+            self.ids = np.concatenate((self.ids, block["sequence_id"].to_numpy(dtype=object)))
+            self.counts = np.concatenate((self.counts, block["n_frames"].to_numpy(dtype=np.int64)))
+
+    def _match(self, records: list[str], counts: list[int]) -> None:
+        self._pull(len(records))
+        if self.ids.size < len(records):
+            self._disagree(f"the frames of '{records[self.ids.size]}' are not listed")
+        wrong = np.flatnonzero(
+            (self.ids[: len(records)] != np.array(records, dtype=object)) | (self.counts[: len(records)] != counts)
+        )
+        if wrong.size:
+            i = wrong[0]
+            if records[i] != self.ids[i]:
+                self._disagree(f"the frames of '{records[i]}' come where those of '{self.ids[i]}' are listed")
+            self._disagree(f"'{records[i]}' has {self.counts[i]} frames listed, {counts[i]} in the frames table")
+        self.ids, self.counts = self.ids[len(records) :], self.counts[len(records) :]
+
+    def _disagree(self, what: str) -> None:
         raise InputError(
-            f"{frames_path} and {sequences_path} disagree on the frames of {len(differ)} records "
-            f"(e.g. {differ.index[:3].tolist()}); delete the sample's prepare outputs and run again"
+            f"{self.paths[0]} and {self.paths[1]} disagree: {what}; delete the sample's prepare outputs and run again"
         )
 
 
-def score_frames(
-    frames: pd.DataFrame,
-    dnabert_files: list[str],
-    esm_files: list[str],
-    model,
-    progress_seconds: float,
-    block_rows: int | None = None,
-) -> tuple[np.ndarray, dict[str, dict]]:
-    """[N, 2] softmax scores (others, virus) in frames-table order, every frame scored exactly once;
-    and each model's checkpoint, the same for every shard. Each shard is read and scored in blocks
-    of `block_rows` frames: memory holds one block of features, whatever the shard's size."""
-    scores = np.full((len(frames), 2), np.nan, dtype=np.float32)
-    progress, done = Progress(log, "frames", total=len(frames), interval=progress_seconds), 0
-    shard_of = frames["shard"].to_numpy()
-    frame_ids = frames["frame_id"].to_numpy()
-    made_with: dict[str, dict] = {}
-    for shard, (dna_path, esm_path) in enumerate(zip(dnabert_files, esm_files)):
-        with h5store.FeatureBlocks(dna_path, esm_path, block_rows or SCORE_ROWS) as blocks:
-            for name, path in (("dnabert", dna_path), ("esm", esm_path)):
-                used = _checkpoint(blocks.attrs[name])
-                if made_with.setdefault(name, used) != used:
-                    raise InputError(
-                        f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
-                        "embeddings and run again"
-                    )
+def scored_blocks(
+    frames_path: str | Path, listed: ListedFrames, shards: list[h5store.FeatureBlocks], model, progress: Progress
+) -> Iterator[pd.DataFrame]:
+    """prepare's frames table in blocks of SCORE_ROWS rows, each frame scored (frames-table columns):
+    a shard's rows in its files follow its frames in the table, so each block reads the next rows of
+    every shard it holds frames of, into one preallocated feature block."""
+    features = np.empty((SCORE_ROWS, model.input_dim), dtype=np.float32)
+    next_row = [0] * len(shards)
+    for block in read_chunks(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"], SCORE_ROWS):
+        listed.check(block)
+        frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
+        scores = np.empty((len(block), 2), dtype=np.float32)
+        for shard in np.unique(shard_of).tolist():
             rows = np.flatnonzero(shard_of == shard)
-            expected = pd.Index(frame_ids[rows])
-            if blocks.dim != model.input_dim:
+            if not 0 <= shard < len(shards):
                 raise InputError(
-                    f"{dna_path} + {esm_path}: {blocks.dim} features per frame but the classifier "
-                    f"takes {model.input_dim}; use the classifier trained for these models"
+                    f"{frames_path}: frames of shard {shard}, but {len(shards)} shards were embedded; delete the "
+                    "sample's prepare outputs and run again"
                 )
-            counts = np.zeros(rows.size, dtype=np.int64)  # times each of the shard's frames is in the files
-            unexpected: list[str] = []
-            for read, ids, features in blocks:
-                position = expected.get_indexer(ids)
-                known = position >= 0
-                if not known.all():
-                    unexpected += [ids[i] for i in np.flatnonzero(~known)[: 3 - len(unexpected)]]
-                    position, features = position[known], features[known]
-                np.add.at(counts, position, 1)
-                scores[rows[position]] = classifier.scores(model, torch.from_numpy(features)).numpy()
-                done += len(position)
-                progress.update(done, f"{shard + (read.stop >= blocks.n)} of {len(esm_files)} shards scored")
-            if unexpected or (counts != 1).any():
-                raise InputError(
-                    f"{dna_path}: the embeddings do not match shard {shard} of the frames table (missing "
-                    f"{expected[counts == 0][:3].tolist()}, unexpected {unexpected}, repeated "
-                    f"{expected[counts > 1][:3].tolist()}); delete the sample's embeddings and run again"
-                )
-    if np.isnan(scores).any():
-        raise InputError(
-            f"{len(frames)} frames but only {int((~np.isnan(scores[:, 0])).sum())} scored: "
-            "the shard lists do not cover the frames table"
-        )
-    log.info(progress.line(done, f"{len(esm_files)} of {len(esm_files)} shards scored"))
-    return scores, made_with
+            start, stop = next_row[shard], next_row[shard] + rows.size
+            ids = shards[shard].read_rows(start, min(stop, shards[shard].n), features)
+            if ids != frame_ids[rows].tolist():
+                _mismatch(shards[shard], shard, start, ids, frame_ids[rows])
+            scores[rows] = classifier.scores(model, torch.from_numpy(features[: rows.size])).numpy()
+            next_row[shard] = stop
+        progress.update(listed.rows)
+        yield frame_table(block, scores)
+    for shard, (blocks, used) in enumerate(zip(shards, next_row)):
+        if used != blocks.n:
+            _mismatch(blocks, shard, used, [], [])
+
+
+def _mismatch(blocks: h5store.FeatureBlocks, shard: int, start: int, ids: list[str], expected) -> None:
+    if len(ids) < len(expected):
+        found = f"holds {blocks.n} frames where the frames table lists more"
+    elif len(ids) == len(expected) and ids:
+        i = next(i for i, (a, b) in enumerate(zip(ids, expected)) if a != b)
+        found = f"holds '{ids[i]}' at row {start + i} where the frames table lists '{expected[i]}'"
+    else:
+        found = f"holds {blocks.n} frames where the frames table lists {start}"
+    raise InputError(
+        f"{blocks.paths[1]}: the embeddings do not match shard {shard} of the frames table (it {found}); delete "
+        "the sample's embeddings and run again"
+    )
 
 
 def _checkpoint(attrs: dict) -> dict:
@@ -139,24 +181,56 @@ def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
     return table[list(CHUNKS)]
 
 
-def write_virnucpro_tables(frames: pd.DataFrame, paths: tuple[Path, Path]) -> None:
+class VirNucProTables:
     """VirNucPro's prediction_results.txt and prediction_results_highestscore.csv as it writes them:
     scores printed as str() of float32, and chunks (the frame ID less its last two characters)
-    sorted by ID, as its pandas groupby does."""
-    per_frame, per_chunk = paths
-    with atomic_open(per_frame) as handle:
-        handle.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
-        for fid, prediction, other, virus in zip(
-            frames["frame_id"],
-            frames["prediction"],
-            frames["score_other"].to_numpy(np.float32),
-            frames["score_virus"].to_numpy(np.float32),
-        ):
-            handle.write(f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n")  # str(np.float32), as VirNucPro
-    modified = frames.assign(Modified_ID=frames["frame_id"].str[:-2]).groupby("Modified_ID")
-    highest = (modified["score_virus"].max() >= modified["score_other"].max()).rename("Is_Virus").reset_index()
-    with atomic_open(per_chunk) as handle:
-        highest.to_csv(handle, sep="\t", index=False, lineterminator="\n", quoting=csv.QUOTE_NONE)
+    sorted by ID, as its pandas groupby does. The chunk rows are sorted in runs of RUN_ROWS kept in
+    temporary files, then merged: memory holds one run."""
+
+    RUN_ROWS = 1 << 20
+
+    def __init__(self, per_frame, runs_dir: Path):
+        self.per_frame, self.runs_dir = per_frame, runs_dir
+        self.runs: list[Path] = []
+        self.held: list[str] = []
+        per_frame.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
+
+    @classmethod
+    @contextlib.contextmanager
+    def writing(cls, paths: tuple[Path, Path]) -> Iterator["VirNucProTables"]:
+        """Yield the tables being written to `paths`; in place when the block succeeds."""
+        with atomic_open(paths[0]) as per_frame, tempfile.TemporaryDirectory(dir=paths[1].parent) as runs_dir:
+            tables = cls(per_frame, Path(runs_dir))
+            yield tables
+            with contextlib.ExitStack() as runs, atomic_open(paths[1]) as per_chunk:
+                merged = [sorted(tables.held, key=_chunk_id)] + [runs.enter_context(open(r)) for r in tables.runs]
+                per_chunk.write("Modified_ID\tIs_Virus\n")
+                per_chunk.writelines(heapq.merge(*merged, key=_chunk_id))
+
+    def write(self, frames: pd.DataFrame) -> None:
+        """Frames in frames-table order, each chunk's frames in one call."""
+        self.per_frame.write(
+            "".join(
+                f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
+                for fid, prediction, other, virus in zip(
+                    frames["frame_id"],
+                    frames["prediction"],
+                    frames["score_other"].to_numpy(np.float32),
+                    frames["score_virus"].to_numpy(np.float32),
+                )
+            )
+        )
+        grouped = frames.groupby(frames["frame_id"].str[:-2], sort=False)
+        is_virus = grouped["score_virus"].max() >= grouped["score_other"].max()
+        self.held += [f"{chunk}\t{value}\n" for chunk, value in is_virus.items()]
+        if len(self.held) >= self.RUN_ROWS:
+            self.runs.append(self.runs_dir / f"{len(self.runs)}.tsv")
+            self.runs[-1].write_text("".join(sorted(self.held, key=_chunk_id)))
+            self.held = []
+
+
+def _chunk_id(line: str) -> str:
+    return line.split("\t", 1)[0]
 
 
 def score(
@@ -169,22 +243,46 @@ def score(
     progress_seconds: float,
 ) -> dict:
     """Score every frame of prepare's frames table (checked against its sequences table) from the
-    shards' embeddings, in shard order; write `outputs`."""
+    shards' embeddings; write `outputs` block by block, in frames-table order."""
     model, _ = classifier.load(classifier_path)
-    # read once, the columns used only: the table orders every output, the embeddings stream by shard
-    frames = read_table(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"])
-    sequences = read_table(sequences_path, ["sequence_id", "n_frames"])
-    check_tables(frames, sequences, Path(frames_path), Path(sequences_path))
-    del sequences
-    scores, made_with = score_frames(frames, dnabert_files, esm_files, model, progress_seconds)
-    frames = frame_table(frames, scores)
-    chunks = chunk_table(frames)
-    write_tsv(frames, outputs.frames)
-    write_tsv(chunks, outputs.chunks)
-    if outputs.virnucpro:
-        write_virnucpro_tables(frames, outputs.virnucpro)
+    with contextlib.ExitStack() as stack:
+        shards = [stack.enter_context(h5store.FeatureBlocks(d, e)) for d, e in zip(dnabert_files, esm_files)]
+        made_with = _made_with(shards, model)
+        n_frames = sum(blocks.n for blocks in shards)
+        progress = Progress(log, "frames", total=n_frames, interval=progress_seconds)
+        listed = ListedFrames(frames_path, sequences_path)
+        write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
+        write_chunks = stack.enter_context(tsv_writer(outputs.chunks, CHUNKS))
+        virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
+        scored = scored_blocks(frames_path, listed, shards, model, progress)
+        for frames in whole_groups(scored, ["sequence_id", "chunk"]):  # a chunk's frames in one block
+            write_frames(frames)
+            write_chunks(chunk_table(frames))
+            if virnucpro:
+                virnucpro.write(frames)
+        listed.finish()
+        log.info(progress.line(listed.rows))
     made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
-    scoring = {"checkpoints": made_with, "frames": len(frames)}
+    scoring = {"checkpoints": made_with, "frames": listed.rows}
     write_json(scoring, outputs.scoring)
-    log.info("%d frames scored into %s and %s", len(frames), outputs.frames, outputs.chunks)
+    log.info("%d frames scored into %s and %s", listed.rows, outputs.frames, outputs.chunks)
     return scoring
+
+
+def _made_with(shards: list[h5store.FeatureBlocks], model) -> dict[str, dict]:
+    """Each model's checkpoint, the same for every shard; features as wide as the classifier's input."""
+    made_with: dict[str, dict] = {}
+    for blocks in shards:
+        for name, path in zip(("dnabert", "esm"), blocks.paths):
+            used = _checkpoint(blocks.attrs[name])
+            if made_with.setdefault(name, used) != used:
+                raise InputError(
+                    f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
+                    "embeddings and run again"
+                )
+        if blocks.dim != model.input_dim:
+            raise InputError(
+                f"{blocks.paths[0]} + {blocks.paths[1]}: {blocks.dim} features per frame but the classifier "
+                f"takes {model.input_dim}; use the classifier trained for these models"
+            )
+    return made_with

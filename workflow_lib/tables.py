@@ -1,11 +1,13 @@
 """The tables and JSON files the stages write and read: their columns, how a TSV is read and written
 (record IDs verbatim), chunked readers for tables too large to hold, and one JSON writer."""
 
+import contextlib
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .outputs import atomic_open
@@ -54,12 +56,53 @@ def read_chunks(path: str | Path, columns: list[str] | None = None, rows: int = 
         yield from reader
 
 
-def write_tsv(table: pd.DataFrame, path: str | Path) -> None:
-    """Floats with 6 significant digits, NA for a missing value, IDs as they are."""
+def whole_groups(blocks: Iterable[pd.DataFrame], keys: list[str]) -> Iterator[pd.DataFrame]:
+    """The blocks of a table whose rows come grouped by `keys` (a record's chunks, a chunk's frames),
+    cut again so that no group is split between two blocks: the last group of a block is held back
+    and put before the next."""
+    held = None
+    for block in blocks:
+        if held is not None:
+            block = pd.concat([held, block], ignore_index=True)
+        if block.empty:
+            continue
+        values = block[keys].to_numpy()
+        other = np.flatnonzero((values != values[-1]).any(axis=1))
+        cut = int(other[-1]) + 1 if other.size else 0
+        if cut:
+            yield block.iloc[:cut]
+        held = block.iloc[cut:]
+    if held is not None and not held.empty:
+        yield held
+
+
+@contextlib.contextmanager
+def tsv_writer(path: str | Path, columns: Iterable[str]) -> Iterator[Callable[[pd.DataFrame], None]]:
+    """Yield a function that appends a block to the table at `path` (written atomically): floats
+    with 6 significant digits, NA for a missing value, IDs as they are."""
+    columns = list(columns)
     with atomic_open(path) as handle:
-        table.to_csv(
-            handle, sep="\t", index=False, float_format=FLOAT, na_rep="NA", lineterminator="\n", quoting=csv.QUOTE_NONE
-        )
+        handle.write("\t".join(columns) + "\n")
+
+        def write(block: pd.DataFrame) -> None:
+            block[columns].to_csv(
+                handle,
+                sep="\t",
+                header=False,
+                index=False,
+                float_format=FLOAT,
+                na_rep="NA",
+                lineterminator="\n",
+                quoting=csv.QUOTE_NONE,
+            )
+
+        yield write
+
+
+def write_tsv(table: pd.DataFrame, path: str | Path) -> None:
+    """A whole table at once (see tsv_writer)."""
+    with tsv_writer(path, table.columns) as write:
+        write(table)
 
 
 def read_json(path: str | Path):
