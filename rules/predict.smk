@@ -33,11 +33,11 @@ rule predict:
     conda:
         "../envs/cpu.yaml"
     threads: 1
-    # predict holds prepare's frames table (about 200 bytes a frame in memory, 10-30 times its
-    # gzipped size, with working copies); its time is mostly reading the embeddings (2 min per GB
-    # of input, embeddings included)
+    # predict holds one block of frames and their features whatever the sample's size (907 MB at
+    # 1 M reads and production width, docs/performance.md); its time is mostly reading the
+    # embeddings (2 min per GB of input, embeddings included)
     resources:
-        mem_mb=by_input(8000, 30 * 1024, ["prepared_frames"]),
+        mem_mb=2000,
         runtime=by_input(60, 2),
         progress_seconds=runtime(config["progress_seconds"]),
     params:
@@ -73,10 +73,10 @@ rule call:
     conda:
         "../envs/cpu.yaml"
     threads: 1
-    # call holds predict's chunks table and prepare's sequences table (about 10 times their size on
-    # disk, with working copies); its time is reading them and the sample's reads (for viral.fasta)
+    # call holds a block of records and the input's longest record (199 MB at 1 M reads,
+    # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
     resources:
-        mem_mb=by_input(4000, 10 * 1024, ["chunks", "prepared_sequences"]),
+        mem_mb=2000,
         runtime=by_input(30, 5),
     params:
         logged=RUN_LOGGED,

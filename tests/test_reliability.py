@@ -216,3 +216,19 @@ def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):
     path.write_bytes(b"other weights")
     os.utime(path, ns=(1, 1))
     assert digests(describe([path], recorded)) == {"model.pt": hashlib.sha256(b"other weights").hexdigest()}
+
+
+@pytest.mark.parametrize("held", [2, 1000], ids=["spread over bucket files", "in memory"])
+def test_repeated_ids_are_found_in_bounded_memory(tmp_path, monkeypatch, held):
+    """prepare keeps at most HELD ID hashes in memory; repeats across spills to the buckets are found."""
+    import workflow_lib.unique_ids
+    from workflow_lib.unique_ids import IDHashes
+
+    monkeypatch.setattr(workflow_lib.unique_ids, "HELD", held)
+    ids = [f"read_{i}".encode() for i in range(50)]
+    with IDHashes(tmp_path) as hashes:
+        for batch in ([*ids[:20], b"read_3"], ids[20:], [b"read_49", b"read_3"]):
+            hashes.add(batch)
+        assert len(hashes.held) < held
+        assert hashes.repeated() == {hash(b"read_3"), hash(b"read_49")}
+    assert list(tmp_path.iterdir()) == []  # the bucket files are gone

@@ -9,7 +9,6 @@ with what was written; on a mismatch they are removed and the job fails):
 
 import contextlib
 import logging
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from .seqio import Batch, read_batches
 from .sharding import ShardBalancer
 from .tables import PREPARED_FRAMES, PREPARED_SEQUENCES
 from .translation import FRAME_NAMES, Frames, base_codes, six_frames
+from .unique_ids import IDHashes, check_unique_ids
 
 # Record status: only `ok` records are chunked; the others are reported, never silently dropped.
 STATUS = (b"ok", b"empty", b"too_short", b"too_ambiguous")
@@ -83,13 +83,13 @@ def prepare(input_path: str | Path, files: PreparedFiles, policy: Policy, progre
         frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
         sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
         writer = _Writer(shard_files, frames_table, sequences_table, policy)
-        id_hashes = array("q")
+        id_hashes = stack.enter_context(IDHashes(files.frames.parent))
         progress = Progress(log, "records", interval=progress_seconds)
         for batch in read_batches(input_path, BATCH_BASES):
-            id_hashes.extend(map(hash, batch.ids))
+            id_hashes.add(batch.ids)
             writer.write_batch(batch)
             progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
-        _check_unique_ids(input_path, id_hashes)
+        check_unique_ids(input_path, id_hashes.repeated())
         counts = dict(writer.counts, shard_tokens=writer.balancer.tokens)
         log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
     try:
@@ -231,34 +231,3 @@ class _Writer:
                 ]
             )
         )
-
-
-def _check_unique_ids(path: Path, id_hashes: array) -> None:
-    """Fail on duplicate record IDs. Only 8 bytes per record are kept; a hash collision is
-    told apart from a real duplicate by a second pass over the file, run only when hashes repeat."""
-    ordered = np.frombuffer(id_hashes, dtype=np.int64)
-    ordered.sort()  # in place: no second 8 bytes per record
-    repeated = set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
-    if not repeated:
-        return
-    seen: dict[bytes, int] = {}
-    duplicates, gaps = [], set()
-    for batch in read_batches(path):
-        for number, record_id in enumerate(batch.ids, batch.first):
-            if hash(record_id) in repeated:
-                if record_id in seen:
-                    duplicates.append(f"'{record_id.decode()}' (records {seen[record_id]} and {number})")
-                    gaps.add(number - seen[record_id])
-                else:
-                    seen[record_id] = number
-    if duplicates:
-        shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
-        # Illumina names both mates of a pair alike (the mate is after the space): records that
-        # repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after R1
-        hint = (
-            "these look like the two mates of paired-end reads in one file: give each mate file as a sample "
-            "of its own, or merge the pairs first (README: Paired-end reads)"
-            if len(gaps) == 1
-            else "give every record a unique ID"
-        )
-        raise InputError(f"{path}: duplicate sequence IDs: {shown}; {hint}")
