@@ -271,7 +271,7 @@ def run_batches(
                 values = np.asarray(pooled)[fresh]
                 with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
                     stored = values.astype(writer.dtype, copy=False)
-                check_finite(index.blocks.path, index.ids, rows, values, stored, writer.storage)
+                check_finite(index.path, index.ids, rows, values, stored, writer.storage)
                 writer.put(rows, stored)
                 written[rows] += 1
                 done += len(rows)  # a running count: a scan of `written` per batch would be quadratic

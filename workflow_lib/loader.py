@@ -81,6 +81,10 @@ class ShardIndex:
             raise _not_a_shard(path)
         return cls(ids, ShardBlocks(path, block_size, offsets + [start]), digest.hexdigest())
 
+    @property
+    def path(self) -> Path:
+        return self.blocks.path
+
     def __len__(self) -> int:
         return len(self.ids)
 
