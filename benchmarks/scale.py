@@ -5,9 +5,11 @@ gets synthetic embeddings of the production width (DNABERT-S 768 + ESM-2 3B 2560
 written by the project's own HDF5 writer: what an embed job would leave); then predict, call,
 summarize and plot_sample run as the workflow runs them, each as the only child of a fresh
 process, so that its peak resident set (ru_maxrss) is its own. Apart from that, the embed job runs
-on the first --embed-frames frames with the tiny demo ESM-2 model: its memory, not its speed.
+on the first --embed-frames frames of a shard prepared from such reads (made if the workdir has
+none large enough), with a tiny random ESM-2 (--embed-model): its memory, not its speed.
 
     python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
+    python benchmarks/scale.py --workdir /tmp/scale --reads --embed-frames 100000 1000000 --embed-model small
 """
 
 import argparse
@@ -20,16 +22,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-from reads import GENOMES, write_reads
+from reads import write_reads
 from stages import DEFAULTS, ROOT, embed_command, prepare_command
 
 from workflow_lib import h5store
+from workflow_lib.demo_models import ESM_CONFIG, build_esm
 from workflow_lib.loader import ShardIndex
 from workflow_lib.tables import write_json
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
 SUFFIX = {"dnabert": "fna", "esm": "faa"}
 BLOCK = 65_536  # synthetic rows made and written at a time
+# ESM-2 shapes for the embed job, in fair-esm's format: the demo model (about 550 frames/s on one
+# core), or one layer of 16 features (about 4,000 frames/s: 10^6 frames in minutes)
+EMBED_MODELS = {
+    "demo": ESM_CONFIG,
+    "small": {**ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1},
+}
+READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
 MEASURE = (
     "import resource, subprocess, sys, time; start = time.perf_counter(); "
     "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
@@ -146,28 +156,43 @@ def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
     return figures
 
 
-def embed_job(workdir: Path, frames: int) -> dict:
-    """The embed job on `frames` protein frames with the tiny demo ESM-2: its peak memory."""
-    from workflow_lib.demo_models import build_in
+def frames_shard(workdir: Path, frames: int) -> Path:
+    """A protein shard in `workdir` of at least `frames` frames: one that run() prepared, or one
+    prepared here from 500 bp reads as run() prepares them."""
+    for shard in sorted(workdir.glob("*/prepare/shard_0.faa")):
+        if len(ShardIndex.read(shard)) >= frames:
+            return shard
+    reads = round(frames * READS_PER_FRAME)
+    root = workdir / f"{reads}"
+    root.mkdir(parents=True, exist_ok=True)
+    write_reads(root / "reads.fa", reads, 500, seed=1)
+    subprocess.run(prepare_command(root / "reads.fa", root / "prepare", 1), check=True, stdout=subprocess.DEVNULL)
+    shard = root / "prepare" / "shard_0.faa"
+    if len(ShardIndex.read(shard)) < frames:
+        raise SystemExit(f"{reads} reads gave fewer than {frames} frames: raise READS_PER_FRAME")
+    return shard
 
-    models = build_in(workdir / "models", [GENOMES / "lambda_NC_001416.fasta"], seed=0)
-    source = next(p for p in sorted(workdir.glob("*/prepare/shard_0.faa")) if len(ShardIndex.read(p)) >= frames)
+
+def embed_job(workdir: Path, source: Path, frames: int, model: str) -> dict:
+    """The embed job on the first `frames` frames of `source` with a tiny ESM-2: its peak memory."""
+    checkpoint = build_esm(workdir / "models" / f"esm2_{model}.pt", 0, EMBED_MODELS[model])
     shard = workdir / f"embed_{frames}.faa"
     with open(source, "rb") as handle, open(shard, "wb") as out:
         for _ in range(frames):
             out.write(handle.readline() + handle.readline())
     output = workdir / f"embed_{frames}.h5"
-    command = embed_command("esm", models["esm"], shard, output, num_workers=0, threads=1)
-    return {"frames": frames, **measured(command), "disk_mb": size_mb(output)}
+    command = embed_command("esm", checkpoint, shard, output, num_workers=0, threads=1)
+    return {"frames": frames, "model": model, **measured(command), "disk_mb": size_mb(output)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True, help="where the inputs and outputs are kept")
-    parser.add_argument("--reads", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--reads", type=int, nargs="*", default=[1_000_000, 5_000_000])
     parser.add_argument("--shards", type=int, default=1, help="per sample: 1 is the hardest case for memory")
     parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
     parser.add_argument("--embed-frames", type=int, nargs="*", default=[100_000, 250_000])
+    parser.add_argument("--embed-model", choices=tuple(EMBED_MODELS), default="demo", help="the embed job's ESM-2")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     result = {"benchmark": "scale", "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "storage": args.storage}
@@ -175,7 +200,12 @@ def main() -> None:
     for n in args.reads:
         result["runs"].append(run(workdir, n, args.shards, args.storage))
         print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)  # as each finishes
-    result["embed"] = [embed_job(workdir, n) for n in args.embed_frames]
+    if args.embed_frames:
+        source = frames_shard(workdir, max(args.embed_frames))
+        result["embed"] = []
+        for n in args.embed_frames:
+            result["embed"].append(embed_job(workdir, source, n, args.embed_model))
+            print(json.dumps(result["embed"][-1]), file=sys.stderr, flush=True)
     print(json.dumps(result, indent=2))
 
 

@@ -1,7 +1,9 @@
 """The embed job: HDF5 contract, shard order, every frame exactly once with any number of loader
 workers, packing fill, out-of-memory halving, clean shutdown on SIGTERM, GPU claims."""
 
+import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import platform
@@ -22,8 +24,10 @@ from helpers import ROOT, alive
 from reads import write_reads
 from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into
 
+import workflow_lib.loader
 from workflow_lib.device_feed import DeviceFeed
 from workflow_lib.embed import allocator_conf_variable, build_embedder, set_allocator_conf
+from workflow_lib.errors import InputError
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import esm
 from workflow_lib.packing import greedy_batches, pack
@@ -78,7 +82,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     # Sorting and packing change nothing: each row equals the sequence embedded alone.
     settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
     embedder = build_embedder(settings, CPU, torch.float32)
-    sequences = [s for b in range(index.n_blocks) for s in index.block(b)]
+    sequences = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
         alone = embedder(pack([0], embedder.tokens([sequences[row]]), budget).tensors())[0].numpy()
         assert np.abs(embeddings[row] - alone).max() < 1e-5
@@ -88,13 +92,11 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
 def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
     """Three spawn workers over many small blocks give what the main process alone gives."""
-    import workflow_lib.loader
-
-    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 97)  # read by the main process only: workers get the index
+    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 97)  # read by the main process only: workers get its blocks
     path = read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=3)
-    assert ShardIndex.read(path).n_blocks > 6
+    assert len(ShardIndex.read(path).blocks) > 6
     assert workers[0] == alone[0] == ShardIndex.read(path).ids
     assert np.array_equal(workers[1], alone[1])
     assert workers[2]["num_workers"] == 3 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
@@ -112,6 +114,48 @@ def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_p
     with pytest.raises(RuntimeError, match=r"0 frames not embedded .* embedded more than once \(e\.g\. \['"):
         embed(shard / "shard_0.faa", tmp_path / "e.h5", "esm", demo_models["esm"], token_budget=600, num_workers=0)
     assert not (tmp_path / "e.h5").exists()
+
+
+def read_pieces(monkeypatch, piece: int) -> list[int]:
+    """Make the loader read its files in pieces of `piece` bytes; returns the sizes it reads."""
+    sizes = []
+
+    class Pieces(io.BufferedReader):
+        def read(self, size=-1):
+            data = super().read(size)
+            sizes.append(len(data))
+            return data
+
+    monkeypatch.setattr(workflow_lib.loader, "PIECE", piece)
+    monkeypatch.setattr(workflow_lib.loader, "open", lambda path, mode: Pieces(io.FileIO(path)), raising=False)
+    return sizes
+
+
+@pytest.mark.parametrize("piece", [1, 5, 64, 1 << 20])
+def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
+    """Records (and a two-byte character) straddle the pieces: the IDs, block offsets and SHA-256
+    are those of the whole file."""
+    records = [(f"read_{i}_é", "MKV"[: i % 3 + 1] * (i % 7 + 1)) for i in range(50)]
+    data = "".join(f">{name}\n{sequence}\n" for name, sequence in records).encode()
+    (tmp_path / "shard.faa").write_bytes(data)
+    sizes = read_pieces(monkeypatch, piece)
+    index = ShardIndex.read(tmp_path / "shard.faa", block_size=7)
+    assert max(sizes) <= piece and (piece > len(data) or len(sizes) > 2)
+    assert index.ids == [name for name, _ in records] and index.sha256 == hashlib.sha256(data).hexdigest()
+    assert index.blocks.offsets == [m.start() for m in re.finditer(b">", data)][::7] + [len(data)]
+    blocks = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
+    assert blocks == [sequence.encode() for _, sequence in records]
+
+
+@pytest.mark.parametrize("text", [">a\nMK\n>b\nMV", ">a\nMK\n>b\n", ">a\nMK\nb\nMV\n", "\n", ">a\n\n\nMV\n"])
+def test_a_malformed_shard_fails_in_one_line(tmp_path, monkeypatch, text):
+    (tmp_path / "shard.faa").write_text(text)
+    read_pieces(monkeypatch, 3)
+    with pytest.raises(
+        InputError,
+        match=r"^\S+shard\.faa: not a shard written by prepare; delete the sample's prepare directory and run again$",
+    ):
+        ShardIndex.read(tmp_path / "shard.faa")
 
 
 @pytest.mark.parametrize("suffix, model", [("faa", "esm"), ("fna", "dnabert")])

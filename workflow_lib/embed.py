@@ -168,7 +168,7 @@ def embed_shard(
     loading = time.monotonic()
     embedder = build_embedder(settings, device, dtype)
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
-    workers = min(settings.num_workers, index.n_blocks) if index.n_blocks > 1 else 0
+    workers = min(settings.num_workers, len(index.blocks)) if len(index.blocks) > 1 else 0
     log.info(
         "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
         "CUDA_VISIBLE_DEVICES=%s",
@@ -180,7 +180,7 @@ def embed_shard(
         settings.token_budget,
         workers,
         settings.num_workers,
-        index.n_blocks,
+        len(index.blocks),
         os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )
     digests = checkpoint_digests(settings)
@@ -198,7 +198,7 @@ def embed_shard(
             log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
         feed = DeviceFeed(embedder, device)
         dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
-        meter = run_batches(dataset, feed, commits, writer, written, row_tokens, workers, settings)
+        meter = run_batches(index, dataset, feed, commits, writer, written, row_tokens, workers, settings)
         check_complete(input_path, index, written)
         stats = {
             "model": settings.model,
@@ -229,6 +229,7 @@ def embed_shard(
 
 
 def run_batches(
+    index: ShardIndex,
     dataset: ShardBatches,
     feed: DeviceFeed,
     commits: Commits,
@@ -238,16 +239,14 @@ def run_batches(
     workers: int,
     settings: EmbedSettings,
 ) -> "Meter":
-    """Embed every batch of `dataset` into `writer` (counting each row's writes in `written` and
-    its tokens in `row_tokens`), each batch checked finite; what the writer holds is written and
-    committed when a commit is due or the writer is full. A SIGTERM or Ctrl-C commits what is done
-    and leaves. Returns the meter."""
+    """Embed every batch of `dataset` (the shard of `index`) into `writer` (counting each row's
+    writes in `written` and its tokens in `row_tokens`), each batch checked finite; what the
+    writer holds is written and committed when a commit is due or the writer is full. A SIGTERM
+    or Ctrl-C commits what is done and leaves. Returns the meter."""
     committed = dataset.done
     done = int(committed.sum())
-    ids = dataset.index.ids
     progress = Progress(log, "frames", total=len(written), interval=settings.progress_seconds, done_before=done)
     meter = Meter()  # embedding only: loading the model is load_seconds
-    path = dataset.index.path
 
     def commit():
         rows, values = writer.flush()
@@ -272,7 +271,7 @@ def run_batches(
                 values = np.asarray(pooled)[fresh]
                 with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
                     stored = values.astype(writer.dtype, copy=False)
-                check_finite(path, ids, rows, values, stored, writer.storage)
+                check_finite(index.path, index.ids, rows, values, stored, writer.storage)
                 writer.put(rows, stored)
                 written[rows] += 1
                 done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
@@ -350,7 +349,7 @@ def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, prec
     """What committed results depend on: the shard, the model files and the batches."""
     return {
         "shard_sha256": index.sha256,
-        "block_size": index.block_size,
+        "block_size": index.blocks.size,
         "model": settings.model,
         "checkpoint_sha256": digests,
         "layer": settings.layer,

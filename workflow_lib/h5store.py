@@ -54,8 +54,10 @@ class Writer:
         if storage not in STORAGE:
             raise ValueError(f"storage must be one of {tuple(STORAGE)}, not {storage!r}")
         self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
-        handle.create_dataset("ids", data=np.array(ids, dtype=object), dtype=h5py.string_dtype("utf-8"))
         n = len(ids)
+        names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        for start in range(0, n, BLOCK_ROWS):  # in blocks: converting all at once held 50 MB a million IDs
+            names[start : start + BLOCK_ROWS] = np.array(ids[start : start + BLOCK_ROWS], dtype=object)
         layout = {"chunks": (min(n, CHUNK_ROWS), dim), **COMPRESSION} if n and dim else {}
         self.data = handle.create_dataset("embeddings", shape=(n, dim), dtype=self.dtype, **layout)
         self.chunk_rows = self.data.chunks[0] if self.data.chunks else max(n, 1)
