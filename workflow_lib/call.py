@@ -68,14 +68,14 @@ def sequence_tables(
         position = listed.get_indexer(waiting.index)
         here = np.flatnonzero(position < 0)
         here = int(here[0]) if here.size else len(waiting)
-        if (np.diff(position[:here]) <= 0).any():
-            _disagree(
-                chunks_path, prepared_sequences, waiting.index[np.flatnonzero(np.diff(position[:here]) <= 0)[0] + 1]
-            )
+        backwards = np.flatnonzero(np.diff(position[:here]) <= 0)  # repeated, or before the one above it
+        if backwards.size:
+            _disagree(chunks_path, prepared_sequences, waiting.index[backwards[0] + 1])
         yield sequence_table(sequences, waiting.iloc[:here], min_viral_fraction)
         waiting = waiting.iloc[here:]
-    if not waiting.empty or next(scored, None) is not None:
-        _disagree(chunks_path, prepared_sequences, waiting.index[0] if not waiting.empty else "records")
+    left = waiting if not waiting.empty else next(scored, None)
+    if left is not None:
+        _disagree(chunks_path, prepared_sequences, left.index[0])
 
 
 def _disagree(chunks_path, sequences_path, record) -> None:
