@@ -279,3 +279,23 @@ def test_call_refuses_chunks_out_of_order_and_a_changed_input(many, tmp_path):
     (tmp_path / "in.fa").write_text("".join(f">{r[0]}\n{r[2].decode()}\n" for r in records))
     with pytest.raises(InputError, match=rf"in.fa: no record '{first_viral}' where prepare found it"):
         call_into(root / "prepare", tmp_path / "in.fa", tmp_path)
+
+
+def test_a_sample_without_a_frame_is_scored_and_called(tmp_path):
+    """Human mtDNA has no stop-free frame at 500 bp: empty frames and chunks tables, every record
+    called no_coding_frame."""
+    (tmp_path / "in.fa").write_text((GENOMES / "human_mtDNA.fasta").read_text() + ">empty\n\n")
+    prepare_into(tmp_path / "in.fa", tmp_path / "prepare", 2, chunk_length=500, min_length=10)
+    files = {"dnabert": [], "esm": []}
+    for model in files:
+        for shard in range(2):
+            attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
+            h5store.write(tmp_path / f"{model}_{shard}.h5", [], np.zeros((0, 8), np.float32), attrs)
+            files[model].append(str(tmp_path / f"{model}_{shard}.h5"))
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(16).eval(), tmp_path / "classifier.pt")
+    score_into(tmp_path / "prepare", files["dnabert"], files["esm"], tmp_path / "classifier.pt", tmp_path / "out")
+    call_into(tmp_path / "prepare", tmp_path / "in.fa", tmp_path / "out")
+    assert read_tsv(tmp_path / "out" / "frames.tsv") == [] and read_tsv(tmp_path / "out" / "chunks.tsv") == []
+    assert [s["call"] for s in read_tsv(tmp_path / "out" / "sequences.tsv")] == ["no_coding_frame"] * 2
+    assert (tmp_path / "out" / "viral.fasta").read_text() == ""

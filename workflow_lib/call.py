@@ -40,15 +40,19 @@ def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_vira
     return table[list(SEQUENCES)]
 
 
+# what a record's scored chunks give its row of the sequences table
+PER_SEQUENCE = {
+    "n_chunks_scored": ("chunk", "size"),
+    "n_viral_chunks": ("is_virus", "sum"),
+    "max_score_virus": ("max_score_virus", "max"),
+    "mean_score_virus": ("max_score_virus", "mean"),
+}
+
+
 def scored_sequences(chunks_path: str | Path, rows: int) -> Iterator[pd.DataFrame]:
     """predict's chunks table summed per record (indexed by sequence_id), in blocks, in its order."""
     for chunks in whole_groups(read_chunks(chunks_path, rows=rows), ["sequence_id"]):
-        yield chunks.groupby("sequence_id", sort=False).agg(
-            n_chunks_scored=("chunk", "size"),
-            n_viral_chunks=("is_virus", "sum"),
-            max_score_virus=("max_score_virus", "max"),
-            mean_score_virus=("max_score_virus", "mean"),
-        )
+        yield chunks.groupby("sequence_id", sort=False).agg(**PER_SEQUENCE)
 
 
 def sequence_tables(
@@ -57,7 +61,12 @@ def sequence_tables(
     """The sequences table in blocks of prepare's: predict scored the records in prepare's order,
     so each block's scored records come next in the chunks table."""
     scored = scored_sequences(chunks_path, rows)
-    waiting = pd.DataFrame()  # scored records read, not yet joined
+    # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
+    # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
+    waiting = pd.DataFrame(
+        {"n_chunks_scored": [], "n_viral_chunks": [], "max_score_virus": [], "mean_score_virus": []},
+        index=pd.Index([], dtype=object, name="sequence_id"),
+    ).astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64"})
     for sequences in read_chunks(prepared_sequences, rows=rows):
         listed = pd.Index(sequences["sequence_id"])
         while waiting.empty or waiting.index[-1] in listed:  # read on until past this block
