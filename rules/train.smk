@@ -16,10 +16,11 @@ if LABELLED:
         conda:
             "../envs/cpu.yaml"
         threads: 1
-        # train holds the training samples' embeddings (float32, as on disk) with a concatenated
-        # copy and the split: 4 times their size on disk leaves room; time grows with them
+        # train holds the training samples' features once, as float32 (twice their size on disk
+        # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
+        # 1.35 times the features at its peak); time grows with them
         resources:
-            mem_mb=by_input(8000, 4 * 1024, ["esm", "dnabert"]),
+            mem_mb=by_input(4000, 3 * 1024, ["esm", "dnabert"]),
             runtime=by_input(120, 10),
             progress_seconds=runtime(config["progress_seconds"]),
         params:

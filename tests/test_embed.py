@@ -66,7 +66,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
         shard / f"shard_0.{suffix}", tmp_path / "e.h5", model, demo_models[model], token_budget=budget, num_workers=0
     )
     index = ShardIndex.read(shard / f"shard_0.{suffix}")
-    assert ids == index.ids  # shard FASTA order
+    assert ids == list(index.ids)  # shard FASTA order
     assert embeddings.dtype == np.float32 and embeddings.shape == (len(ids), 64 if model == "esm" else 48)
     for key in ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version"):
         assert key in attrs
@@ -97,7 +97,7 @@ def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_pat
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=3)
     assert len(ShardIndex.read(path).blocks) > 6
-    assert workers[0] == alone[0] == ShardIndex.read(path).ids
+    assert workers[0] == alone[0] == list(ShardIndex.read(path).ids)
     assert np.array_equal(workers[1], alone[1])
     assert workers[2]["num_workers"] == 3 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
 
@@ -141,10 +141,16 @@ def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
     sizes = read_pieces(monkeypatch, piece)
     index = ShardIndex.read(tmp_path / "shard.faa", block_size=7)
     assert max(sizes) <= piece and (piece > len(data) or len(sizes) > 2)
-    assert index.ids == [name for name, _ in records] and index.sha256 == hashlib.sha256(data).hexdigest()
+    assert index.sha256 == hashlib.sha256(data).hexdigest()
     assert index.blocks.offsets == [m.start() for m in re.finditer(b">", data)][::7] + [len(data)]
     blocks = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
     assert blocks == [sequence.encode() for _, sequence in records]
+    names = [name for name, _ in records]  # the IDs are read from the file, a block at a time
+    assert len(index) == 50 and list(index.ids) == names and index.ids[-1] == names[-1] and index.ids[13] == names[13]
+    for cut in (slice(0, 0), slice(5, 23), slice(6, 50, 4), slice(40, None), slice(-3, None), slice(48, 99)):
+        assert index.ids[cut] == names[cut]
+    with pytest.raises(IndexError):
+        index.ids[50]
 
 
 @pytest.mark.parametrize("text", [">a\nMK\n>b\nMV", ">a\nMK\n>b\n", ">a\nMK\nb\nMV\n", "\n", ">a\n\n\nMV\n"])

@@ -78,8 +78,10 @@ def test_block_reader_reads_one_block_at_a_time(tmp_path, monkeypatch):
     assert max(reads) == 128 and sum(reads) == 2000
     assert got_ids == ids
     assert np.array_equal(np.concatenate(blocks), np.hstack([dna.astype(np.float16).astype(np.float32), esm]))
-    whole = h5store.read_features(tmp_path / "dna.h5", tmp_path / "esm.h5")
-    assert whole[0] == ids and np.array_equal(whole[1], np.concatenate(blocks))
+    whole = np.full((1002, 32), np.nan, dtype=np.float32)  # read into rows of a larger array
+    with h5store.FeatureBlocks(tmp_path / "dna.h5", tmp_path / "esm.h5", rows=128) as reader:
+        assert reader.read_all(whole[1:1001]) == ids and reader.block is None  # no block buffer
+    assert np.array_equal(whole[1:1001], np.concatenate(blocks)) and np.isnan(whole[[0, 1001]]).all()
 
 
 def test_block_reader_checks_ids_per_block(tmp_path):

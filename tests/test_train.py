@@ -12,6 +12,7 @@ from helpers import ROOT, read_tsv
 from stages import DEFAULTS, embed_into, embed_settings, prepare_into
 
 from workflow_lib import h5store
+from workflow_lib.errors import InputError
 from workflow_lib.seqio import read_records
 from workflow_lib.train import Examples, load_examples, metrics, roc_curve, split
 
@@ -118,6 +119,17 @@ def test_no_chunk_on_both_sides(demo, trained):
         result["split"]["validation_chunks"],
     )
     assert len(validation_chunks) < len(validation), "some chunks have several frames: a split by frame would leak"
+
+
+@pytest.mark.slow
+def test_training_shards_of_another_width_fail_in_one_line(demo, tmp_path):
+    _, shards = demo
+    label, dna_path, esm_path, frames_path = shards[-1]
+    ids, esm, attrs = h5store.read(esm_path)
+    h5store.write(tmp_path / "wide.h5", ids, np.hstack([esm, esm]), attrs)
+    message = r"^\S+ and \S+wide\.h5: 176 features a frame where \S+ and \S+ have 112; embed every training"
+    with pytest.raises(InputError, match=message):
+        load_examples([*shards[:-1], (label, dna_path, str(tmp_path / "wide.h5"), frames_path)], 600)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import os
 import platform
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,8 +187,9 @@ def embed_shard(
     digests = checkpoint_digests(settings)
     load_seconds = time.monotonic() - loading
 
-    row_tokens = np.zeros(len(index), dtype=np.int64)
-    written = np.zeros(len(index), dtype=np.uint8)  # times each row was written: 1 byte per frame
+    # what the job holds per frame (the IDs stay in the shard file): 6 bytes with `committed`
+    row_tokens = np.zeros(len(index), dtype=np.int32)
+    written = np.zeros(len(index), dtype=np.uint8)  # times each row was written
     fingerprint = _fingerprint(settings, index, digests, precision, device)
     commits = Commits(output_path, fingerprint, settings.commit_seconds)
     commits.open()
@@ -305,7 +307,7 @@ def run_batches(
 
 
 def check_finite(
-    path: Path, ids: list[str], rows: np.ndarray, values: np.ndarray, stored: np.ndarray, storage: str
+    path: Path, ids: Sequence[str], rows: np.ndarray, values: np.ndarray, stored: np.ndarray, storage: str
 ) -> None:
     """A batch's embeddings are finite, computed and as stored; else the job fails naming frames."""
     finite = np.isfinite(stored).all(axis=1)

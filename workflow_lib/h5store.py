@@ -78,11 +78,12 @@ class Writer:
         """Write the rows held; return them (sorted by row) and their values."""
         if not self.rows:
             return np.zeros(0, np.int64), np.zeros((0, self.data.shape[1]), self.dtype)
-        rows, values = np.concatenate(self.rows), np.concatenate(self.values)
-        self.rows, self.values, self.held = [], [], 0
         # a repeated row (a loader fault) keeps one value: the embed job counts the writes and fails
-        rows, first = np.unique(rows, return_index=True)
-        values = values[first]
+        rows = np.unique(np.concatenate(self.rows))
+        values = np.empty((rows.size, self.data.shape[1]), self.dtype)
+        while self.rows:  # each piece into its sorted place, then let go: memory holds the rows once
+            values[np.searchsorted(rows, self.rows.pop())] = self.values.pop()
+        self.held = 0
         self.write(rows, values)
         return rows, values
 
@@ -193,13 +194,11 @@ class FeatureBlocks:
             ids = self.read_rows(start, stop, self.block)
             yield slice(start, stop), ids, self.block[: stop - start]
 
-
-def read_features(dnabert_path: str | Path, esm_path: str | Path) -> tuple[list[str], np.ndarray, dict[str, dict]]:
-    """A whole shard's classifier input (for training data, which is small): IDs, features, attributes."""
-    with FeatureBlocks(dnabert_path, esm_path) as blocks:
+    def read_all(self, out: np.ndarray) -> list[str]:
+        """Every row into `out` (float32, [n, dim]: e.g. rows of a larger array), a block of rows at
+        a time and without the block buffer; their IDs."""
         ids: list[str] = []
-        features = np.empty((blocks.n, blocks.dim), dtype=np.float32)
-        for rows, block_ids, block in blocks:
-            ids += block_ids
-            features[rows] = block
-        return ids, features, blocks.attrs
+        for start in range(0, self.n, self.rows):
+            stop = min(start + self.rows, self.n)
+            ids += self.read_rows(start, stop, out[start:stop])
+        return ids

@@ -8,8 +8,9 @@ repeats sequences fails silently otherwise.
 
 import contextlib
 import hashlib
+import operator
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,27 +43,63 @@ class ShardBlocks:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def read(self, b: int) -> list[bytes]:
-        """The sequences of block b, read from the file."""
+    def _lines(self, b: int) -> list[bytes]:
+        """Block b's lines, header then sequence for each record, then an empty one."""
         with open(self.path, "rb") as handle:
             handle.seek(self.offsets[b])
-            return handle.read(self.offsets[b + 1] - self.offsets[b]).split(b"\n")[1::2]
+            return handle.read(self.offsets[b + 1] - self.offsets[b]).split(b"\n")
+
+    def read(self, b: int) -> list[bytes]:
+        """The sequences of block b, read from the file."""
+        return self._lines(b)[1::2]
+
+    def ids(self, b: int) -> list[str]:
+        """The IDs of block b, read from the file."""
+        return [header[1:].decode("utf-8") for header in self._lines(b)[:-1:2]]
+
+
+class ShardIds(Sequence):
+    """A shard's record IDs, read from its file when asked for: a job holds none of them (about
+    95 MB a million as Python strings), and reads them in order a block at a time."""
+
+    def __init__(self, blocks: ShardBlocks, n: int):
+        self.blocks, self.n = blocks, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key):
+        size = self.blocks.size
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n)
+            first = start // size
+            ids = [i for b in range(first, -(-stop // size)) for i in self.blocks.ids(b)]
+            return ids[start - first * size : stop - first * size : step]
+        i = operator.index(key) + (self.n if key < 0 else 0)
+        if not 0 <= i < self.n:
+            raise IndexError(f"record {key} of a shard of {self.n}")
+        return self.blocks.ids(i // size)[i % size]
+
+    def __iter__(self) -> Iterator[str]:
+        for b in range(len(self.blocks)):
+            yield from self.blocks.ids(b)
 
 
 @dataclass(frozen=True)
 class ShardIndex:
-    """A shard FASTA written by prepare (one header line, one sequence line per record): its IDs,
-    its blocks, and its SHA-256 (an interrupted job's committed results belong to this shard only)."""
+    """A shard FASTA written by prepare (one header line, one sequence line per record): its IDs
+    (read when asked for), its blocks, and its SHA-256 (an interrupted job's committed results
+    belong to this shard only)."""
 
-    ids: list[str]
+    ids: ShardIds
     blocks: ShardBlocks
     sha256: str
 
     @classmethod
     def read(cls, path: str | Path, block_size: int | None = None) -> "ShardIndex":
-        """Read in pieces of PIECE bytes: memory holds the IDs, not the file."""
+        """Read in pieces of PIECE bytes: memory holds where the blocks start, not the file."""
         path, block_size = Path(path), block_size or BLOCK
-        ids, offsets, digest = [], [], hashlib.sha256()
+        n, offsets, digest = 0, [], hashlib.sha256()
         tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it
         with open(path, "rb") as handle:
             while piece := handle.read(PIECE):
@@ -74,12 +111,13 @@ class ShardIndex:
                     raise _not_a_shard(path)
                 sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
                 record_starts = (start + np.cumsum(sizes) - sizes)[n_lines % 2 :: 2]
-                offsets += record_starts[-len(ids) % block_size :: block_size].tolist()
-                ids += [h[1:].decode("utf-8") for h in headers]  # IDs may hold any character but a newline
+                offsets += record_starts[-n % block_size :: block_size].tolist()
+                n += len(headers)
                 start, n_lines = start + int(sizes.sum()), n_lines + len(lines)
         if tail or n_lines % 2:
             raise _not_a_shard(path)
-        return cls(ids, ShardBlocks(path, block_size, offsets + [start]), digest.hexdigest())
+        blocks = ShardBlocks(path, block_size, offsets + [start])
+        return cls(ShardIds(blocks, n), blocks, digest.hexdigest())
 
     @property
     def path(self) -> Path:

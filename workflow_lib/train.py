@@ -31,6 +31,7 @@ LABELS = {"other": 0, "virus": 1}
 # Whole sequences are held out when each class has at least this many; with fewer, one sequence
 # would be too large a share of its class, and chunks are held out instead.
 MIN_SEQUENCES_PER_CLASS = 10
+SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.scores' batch, 55 MB at production width
 
 
 @dataclass(frozen=True)
@@ -57,18 +58,32 @@ class Examples:
 
 def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: float) -> Examples:
     """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table) per shard;
-    chunks and sequences come from the frames table, joined on frame_id (a sample is its table)."""
-    tables: dict[str, pd.DataFrame] = {}
-    features, labels, keys = [], [], []
-    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
-    for done, (label, dna_path, esm_path, frames_path) in enumerate(shards, 1):
+    chunks and sequences come from the frames table, joined on frame_id (a sample is its table).
+    The features are read once, into one array."""
+    for label, dna_path, _, _ in shards:
         if label not in LABELS:
             raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
+    shapes = []
+    for _, dna_path, esm_path, _ in shards:
+        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            shapes.append((blocks.n, blocks.dim))
+    for (_, dna_path, esm_path, _), (_, dim) in zip(shards, shapes):
+        if dim != shapes[0][1]:
+            raise InputError(
+                f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
+                f"have {shapes[0][1]}; embed every training sample with the same models"
+            )
+    x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
+    tables: dict[str, pd.DataFrame] = {}
+    labels, keys, offset = [], [], 0
+    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
+    for done, ((label, dna_path, esm_path, frames_path), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
             if not Path(frames_path).is_file():
                 raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
-        ids, x, _ = h5store.read_features(dna_path, esm_path)
+        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            ids = blocks.read_all(x[offset : offset + n])
         where = tables[frames_path].index.get_indexer(ids)
         if (where < 0).any():
             raise InputError(
@@ -76,14 +91,14 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
                 f"{[ids[i] for i in np.flatnonzero(where < 0)[:3]]}); delete the sample's embeddings and run again"
             )
         keys.append(tables[frames_path].iloc[where].reset_index().assign(sample=frames_path))
-        features.append(x)
-        labels.append(np.full(len(x), LABELS[label]))
+        labels.append(np.full(n, LABELS[label]))
+        offset += n
         progress.update(done)
     key = pd.concat(keys, ignore_index=True)
     repeated = key.duplicated(["sample", "frame_id"])
     if repeated.any():
         raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
-    x, y = np.concatenate(features), np.concatenate(labels)
+    y = np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
     chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
@@ -180,15 +195,15 @@ class Fit:
 
 def fit(
     model: classifier.MLPClassifier,
-    training: tuple[torch.Tensor, torch.Tensor],
+    training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor],
     weight: torch.Tensor | None,
     settings: TrainSettings,
     progress_seconds: float,
 ) -> Fit:
-    """VirNucPro's SGD and StepLR, stopping once the validation loss has not improved for
-    `patience` epochs; the best epoch's weights are kept."""
-    (x_train, y_train), (x_val, y_val) = training, validation
+    """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
+    once the validation loss has not improved for `patience` epochs; the best epoch's weights are kept."""
+    (x, y, rows), (x_val, y_val) = training, validation
     generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
@@ -196,16 +211,16 @@ def fit(
     history = {"train_loss": [], "validation_loss": []}
     # Checked after every batch: the first line comes after one interval even when epochs are long.
     progress, status = Progress(log, "epochs", total=settings.epochs, interval=progress_seconds), "epoch 1 running"
-    starts = range(0, len(y_train), settings.batch_size)
+    starts = range(0, len(rows), settings.batch_size)
     for epoch in range(1, settings.epochs + 1):
         model.train()
-        permutation = torch.randperm(len(y_train), generator=generator)
+        permutation = torch.randperm(len(rows), generator=generator)
         total, seen = 0.0, 0
         for step, start in enumerate(starts, 1):
-            batch = permutation[start : start + settings.batch_size]
+            batch = rows[permutation[start : start + settings.batch_size]]
             if len(batch) >= 2:  # BatchNorm needs two rows in training mode
                 optimizer.zero_grad()
-                loss = F.cross_entropy(model(x_train[batch]), y_train[batch], weight=weight)
+                loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
                 loss.backward()
                 optimizer.step()
                 total, seen = total + loss.item() * len(batch), seen + len(batch)
@@ -241,6 +256,15 @@ def fit(
     return Fit(best_state, best_epoch, best_loss, epoch, stale >= settings.patience, history)
 
 
+def virus_scores(model: classifier.MLPClassifier, features: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+    """The virus scores of `rows` of `features`, SCORE_ROWS at a time (a multiple of the scoring
+    batch: the same batches, so the same figures, as scoring a copy of those rows)."""
+    scores = np.zeros(rows.size, dtype=np.float32)
+    for i in range(0, rows.size, SCORE_ROWS):
+        scores[i : i + SCORE_ROWS] = classifier.scores(model, features[rows[i : i + SCORE_ROWS]])[:, 1].numpy()
+    return scores
+
+
 def train(
     examples: Examples, settings: TrainSettings, progress_seconds: float
 ) -> tuple[classifier.MLPClassifier, dict]:
@@ -248,7 +272,9 @@ def train(
     torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
     training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
     x, y = examples.x, examples.y
-    x_train, y_train = torch.from_numpy(x[training]), torch.from_numpy(y[training])
+    # the training rows are indexed in place (a copy would double the memory); the validation rows,
+    # scored whole every epoch, are copied
+    features, labels = torch.from_numpy(x), torch.from_numpy(y)
     x_val, y_val = torch.from_numpy(x[validation]), torch.from_numpy(y[validation])
     log.info(
         "held out by %s: %d validation frames (%d virus), %d training frames (%d virus)",
@@ -262,10 +288,12 @@ def train(
         log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
     weight = None
     if settings.balance_classes:
-        counts = torch.bincount(y_train, minlength=2).clamp(min=1).float()
+        counts = torch.bincount(labels[training], minlength=2).clamp(min=1).float()
         weight = counts.sum() / (2 * counts)
     model = classifier.MLPClassifier(x.shape[1])
-    fitted = fit(model, (x_train, y_train), (x_val, y_val), weight, settings, progress_seconds)
+    fitted = fit(
+        model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings, progress_seconds
+    )
     model.load_state_dict(fitted.best_state)
     model.eval()
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
@@ -283,7 +311,7 @@ def train(
             "validation_sequences": int(np.unique(examples.sequence[validation]).size),
             "seed": settings.seed,
         },
-        "train": metrics(y[training], classifier.scores(model, x_train)[:, 1].numpy()),
+        "train": metrics(y[training], virus_scores(model, features, training)),
         "validation": metrics(y[validation], validation_scores),
         "roc_curve": roc_curve(y[validation], validation_scores),
         "history": fitted.history,

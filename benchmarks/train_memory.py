@@ -1,0 +1,68 @@
+"""Peak memory and time of the train job on two samples (labelled virus and other) of --reads
+500 bp reads each: prepared as the workflow prepares them, with synthetic embeddings of the
+production width written by the project's writer (benchmarks/scale.py), then scripts/train.py with
+the config's train settings but --epochs, as the only child of a fresh process. Prints JSON; the
+classifier and metrics stay in --workdir, to compare runs of two checkouts.
+
+    python benchmarks/train_memory.py --workdir /tmp/train_memory --reads 150000 --epochs 2
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+from reads import write_reads
+from scale import SUFFIX, WIDTH, measured, size_mb, synthetic_embeddings
+from stages import DEFAULTS, ROOT, prepare_command
+
+from workflow_lib.loader import ShardIndex
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, required=True, help="inputs are made once and reused")
+    parser.add_argument("--reads", type=int, default=150_000, help="per sample")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
+    args = parser.parse_args()
+    command = [sys.executable, ROOT / "scripts" / "train.py"]
+    frames, embeddings = 0, []
+    for seed, label in enumerate(("virus", "other"), 1):
+        sample = args.workdir / f"{label}_{args.reads}"
+        files = {model: sample / f"{model}_{args.storage}.h5" for model in WIDTH}
+        if not all(f.exists() for f in files.values()):
+            sample.mkdir(parents=True, exist_ok=True)
+            write_reads(sample / "reads.fa", args.reads, 500, seed=seed)
+            measured(prepare_command(sample / "reads.fa", sample / "prepare", 1))
+            for model_seed, model in enumerate(WIDTH):
+                shard = sample / "prepare" / f"shard_0.{SUFFIX[model]}"
+                synthetic_embeddings(shard, files[model], model, args.storage, 2 * seed + model_seed)
+        frames += len(ShardIndex.read(sample / "prepare" / "shard_0.faa"))
+        embeddings += files.values()
+        command += ["--shard", label, files["dnabert"], files["esm"], sample / "prepare" / "frames.tsv.gz"]
+    settings = {**DEFAULTS["train"], "epochs": args.epochs}
+    out = args.workdir / "out"
+    out.mkdir(exist_ok=True)
+    command += ["--output", out / "classifier.pt", "--metrics", out / "metrics.json"]
+    for key in ("epochs", "batch_size", "learning_rate", "momentum", "patience", "validation_fraction", "seed"):
+        command += [f"--{key.replace('_', '-')}", settings[key]]
+    command += ["--balance-classes", str(settings["balance_classes"]).lower()]
+    command += ["--chunk-length", DEFAULTS["chunk_length"], "--progress-seconds", 600, "--threads", 1]
+    result = {
+        "benchmark": "train_memory",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "frames": frames,
+        "storage": args.storage,
+        "embeddings_mb": size_mb(*embeddings),
+        "features_mb_float32": round(frames * sum(WIDTH.values()) * 4 / 1e6, 1),
+        "epochs": args.epochs,
+        "train": measured(command),
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
