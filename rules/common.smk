@@ -84,6 +84,11 @@ RUN_LOGGED = f"{workflow.basedir}/scripts/run_logged.sh"
 # groups): one submission. Both have bounded memory (they read tables in blocks), so
 # profiles/slurm batches several samples' groups into one submission (group-components).
 SAMPLE_REPORT_GROUP = "sample_report"
+# the tables the report attaches while they are small (attached_table)
+REPORT_TABLES = {
+    "chunks": "results/{sample}/chunks.tsv",
+    "sequences": "results/{sample}/sequences.tsv",
+}
 
 
 def script(name):
@@ -252,15 +257,21 @@ def _as_list(value):
     return [value] if isinstance(value, str) else list(value)
 
 
-def attached_table(path, **flags):
-    """A whole table (chunks.tsv, sequences.tsv) as a report attachment, only while it is small:
-    `snakemake --report` reads this file again once the results exist, and attaches the table of
-    every sample if none is larger than report.max_attached_mb (at 10^8 reads they are GBs); else
-    the report names the tables' paths (captions) and shows their top rows, not the tables.
+def attached_table(name, **flags):
+    """A whole table (REPORT_TABLES) as a report attachment, only while the tables are small:
+    `snakemake --report` reads this file again once the results exist, and attaches the tables
+    of every sample while together they hold at most report.max_attached_mb (embedded, they grow
+    the HTML by 4/3 of that; at 10^8 reads each is GBs); else the report names the tables' paths
+    (captions) and shows their top rows, not the tables.
     """
-    limit = config["report"]["max_attached_mb"] * 1024**2
-    found = [f for f in expand(path, sample=samples.index) if os.path.isfile(f)]
-    if any(os.path.getsize(f) > limit for f in found):
+    path = REPORT_TABLES[name]
+    found = [
+        f
+        for table in REPORT_TABLES.values()
+        for f in expand(table, sample=samples.index)
+        if os.path.isfile(f)
+    ]
+    if sum(map(os.path.getsize, found)) > config["report"]["max_attached_mb"] * 1024**2:
         return path
     return report(path, **flags)
 

@@ -9,7 +9,7 @@ rule predict:
     output:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table(
-            "results/{sample}/chunks.tsv",
+            "chunks",
             caption="../report/chunks.rst",
             category="Predictions",
             subcategory="{sample}",
@@ -59,7 +59,7 @@ rule call:
         reads=sample_input,
     output:
         sequences=attached_table(
-            "results/{sample}/sequences.tsv",
+            "sequences",
             caption="../report/sequences.rst",
             category="Predictions",
             subcategory="{sample}",
