@@ -56,31 +56,39 @@ def measured(command: list) -> dict:
     return {"seconds": round(float(seconds), 1), "peak_rss_mb": round(int(kib) / 1024)}
 
 
-def size_mb(*paths: Path) -> float:
-    return round(sum(p.stat().st_size for p in paths) / 1e6, 1)
+def size_mb(*paths: Path, digits: int = 1) -> float:
+    return round(sum(p.stat().st_size for p in paths) / 1e6, digits)
 
 
-def synthetic_embeddings(shard: Path, output: Path, model: str, storage: str, seed: int) -> None:
-    """Embeddings of the production width for every frame of a shard FASTA, written block by block
-    through h5store's writer, as an embed job writes them."""
+def synthetic_embeddings(shard: Path, output: Path, model: str, storage: str, seed: int, width: int = 0) -> None:
+    """Embeddings of the production width (or `width`) for every frame of a shard FASTA, written
+    block by block through h5store's writer, as an embed job writes them."""
     index = ShardIndex.read(shard)
     rng = np.random.default_rng(seed)
+    width = width or WIDTH[model]
     attrs = {
         "model": model,
         "checkpoint": f"synthetic {model}",
         "layer": -1,
-        "dim": WIDTH[model],
+        "dim": width,
         "precision": "fp32",
         "pooling": "synthetic",
         "n_tokens": 0,
         "workflow_version": "benchmark",
     }
-    with h5store.create(output, index.ids, WIDTH[model], storage) as writer:
+    with h5store.create(output, index.ids, width, storage) as writer:
         for start in range(0, len(index), BLOCK):
             rows = np.arange(start, min(start + BLOCK, len(index)))
-            writer.write(rows, rng.standard_normal((rows.size, WIDTH[model]), dtype=np.float32).astype(writer.dtype))
+            writer.write(rows, rng.standard_normal((rows.size, width), dtype=np.float32).astype(writer.dtype))
         writer.attrs = attrs
-    figures = {"frames": len(index), "seconds": 1.0, "device": "cpu", "tokens_per_s": 0, "fill": 1.0}
+    figures = {
+        "frames": len(index),
+        "seconds": 1.0,
+        "device": "cpu",
+        "attention": "synthetic",
+        "tokens_per_s": 0,
+        "fill": 1.0,
+    }
     write_json({**attrs, **figures}, output.with_suffix(".json"))
 
 
