@@ -65,7 +65,7 @@ def training_sheet(workdir: Path) -> Path:
     return sheet
 
 
-def fake_embed_jobs(workdir: Path) -> int:
+def synthetic_embed_jobs(workdir: Path) -> int:
     """The outputs, benchmark files and logs of the sample's embed jobs (rules/embed.smk), each
     shard's embeddings as wide as the model check says the model's are. Returns the jobs."""
     widths = {model: read_json(workdir / "results" / "checks" / "models.json")[model]["dim"] for model in MODELS}
@@ -113,7 +113,7 @@ def run(workdir: Path, reads: int) -> dict:
     prepared = [f"results/{SAMPLE}/prepare/{name}" for name in ("frames.tsv.gz", "sequences.tsv.gz")]
     snakemake(workdir, sheet, "snakemake_prepare.log", *prepared, "results/checks/models.json")
     lap("prepare_and_check")
-    embed_jobs = fake_embed_jobs(workdir)
+    embed_jobs = synthetic_embed_jobs(workdir)
     lap("synthetic_embeddings")
     planned = planned_jobs(snakemake(workdir, sheet, "snakemake_dry_run.log", "--dry-run"))
     if "embed" in planned:
