@@ -60,7 +60,9 @@ def size_mb(*paths: Path, digits: int = 1) -> float:
     return round(sum(p.stat().st_size for p in paths) / 1e6, digits)
 
 
-def synthetic_embeddings(shard: Path, output: Path, model: str, storage: str, seed: int, width: int = 0) -> None:
+def synthetic_embeddings(
+    shard: Path, output: Path, model: str, storage: str, seed: int, width: int | None = None
+) -> None:
     """Embeddings of the production width (or `width`) for every frame of a shard FASTA, written
     block by block through h5store's writer, as an embed job writes them."""
     index = ShardIndex.read(shard)

@@ -71,10 +71,12 @@ class ShardIds(Sequence):
     def __getitem__(self, key):
         size = self.blocks.size
         if isinstance(key, slice):
-            start, stop, step = key.indices(self.n)
-            first = start // size
-            ids = [i for b in range(first, -(-stop // size)) for i in self.blocks.ids(b)]
-            return ids[start - first * size : stop - first * size : step]
+            wanted = range(*key.indices(self.n))
+            if not wanted:
+                return []
+            first, last = min(wanted) // size, max(wanted) // size  # the blocks that hold them
+            ids = [i for b in range(first, last + 1) for i in self.blocks.ids(b)]
+            return [ids[i - first * size] for i in wanted]
         i = operator.index(key) + (self.n if key < 0 else 0)
         if not 0 <= i < self.n:
             raise IndexError(f"record {key} of a shard of {self.n}")
