@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 import torch
 from reads import GENOMES, write_reads
-from stages import DEFAULTS, embed_into, embed_settings, prepare_into
+from stages import DEFAULTS, ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
@@ -139,8 +139,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         write_reads(tmp / "reads.fa", args.reads, 500, seed=1)
-        prepare_into(tmp / "reads.fa", tmp / "prepared", 1, chunk_length=500)
-        proteins, nucleotides = (ShardIndex.read(tmp / "prepared" / f"shard_0.{s}") for s in ("faa", "fna"))
+        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
+        proteins, nucleotides = (ShardIndex.read(shard_fastas(tmp / "prepared", s)[0]) for s in ("faa", "fna"))
         demo = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
         _, dna_tokens = dnabert.load(str(demo["dnabert"]))
         alphabet = fair_esm.Alphabet.from_architecture("ESM-1b")

@@ -54,7 +54,7 @@ from embed_throughput import (
     sequences,
 )
 from reads import GENOMES, write_reads
-from stages import prepare_into
+from stages import ONE_SHARD, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
 from workflow_lib.device_feed import DeviceFeed
@@ -84,8 +84,8 @@ def shapes(tiny: bool) -> dict:
 def read_shards(workdir: Path, reads: int) -> tuple[Path, Path]:
     """The protein and nucleotide frames of `reads` 500 bp reads sampled from the bundled genomes."""
     write_reads(workdir / "reads.fa", reads, 500, seed=1)
-    prepare_into(workdir / "reads.fa", workdir / "prepared", 1, chunk_length=500)
-    return workdir / "prepared" / "shard_0.faa", workdir / "prepared" / "shard_0.fna"
+    prepare_into(workdir / "reads.fa", workdir / "prepared", ONE_SHARD, chunk_length=500)
+    return tuple(shard_fastas(workdir / "prepared", suffix)[0] for suffix in ("faa", "fna"))
 
 
 def feed_embeddings(embedder, encoded: list[np.ndarray], budget: int, device: torch.device) -> np.ndarray:
@@ -390,7 +390,7 @@ def workflow(args, workdir: Path, device) -> dict:
     settings = {
         "samples": str(workdir / "samples.tsv"),
         "chunk_length": 500,
-        "shards": args.shards,
+        "shard_tokens": args.shard_tokens,
         "models": {
             "esm": {"checkpoint": str(checkpoint), "layer": config["encoder_layers"]},
             "dnabert": {"checkpoint": str(directory)},
@@ -420,7 +420,7 @@ def workflow(args, workdir: Path, device) -> dict:
     summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
     return {
         "reads": args.workflow_reads,
-        "shards": args.shards,
+        "shards": len(summary["timings"]["score"]["shards"]),
         "setup_seconds": round(setup, 1),
         "seconds": round(seconds, 1),
         "reads_per_hour": round(args.workflow_reads / seconds * 3600),
@@ -452,7 +452,9 @@ def main() -> None:
     parser.add_argument("--oom-budget", type=int, default=65536, help="token budget of the out-of-memory part")
     parser.add_argument("--workers", type=int, default=4, help="loader workers of the embed jobs")
     parser.add_argument("--workflow-reads", type=int, default=100_000)
-    parser.add_argument("--shards", type=int, default=2, help="shards of the workflow's sample")
+    parser.add_argument(
+        "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")

@@ -5,7 +5,7 @@ Prints JSON. The input is written once under --workdir and reused by later runs;
 outputs go to a temporary folder there and are deleted after counting. The peak is the
 resident set (ru_maxrss) of the prepare process, the only child of this one.
 
-    python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --gb 2 --shards 4
+    python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --gb 2 --shard-tokens 180000000
     python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --contig-mb 100
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reads import GENOMES, write_reads
-from stages import prepare_command
+from stages import DEFAULTS, prepare_command
 
 from workflow_lib.seqio import read_records
 
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="where the input is kept between runs")
     parser.add_argument("--gb", type=float, default=2.0, help="size of the reads FASTA, in GB")
     parser.add_argument("--contig-mb", type=int, help="write one contig of this many Mb instead of reads")
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shard-tokens", type=int, default=DEFAULTS["shard_tokens"])
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     workdir = Path(args.workdir)
@@ -73,7 +73,9 @@ def main() -> None:
     path = input_file(workdir, args)
 
     with tempfile.TemporaryDirectory(dir=workdir) as outdir:
-        command = prepare_command(path, Path(outdir), args.shards, "--chunk-length", str(READ_LENGTH))
+        command = prepare_command(
+            path, Path(outdir), "--shard-tokens", str(args.shard_tokens), "--chunk-length", str(READ_LENGTH)
+        )
         start = time.perf_counter()
         subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - start
@@ -92,7 +94,7 @@ def main() -> None:
                 "input_bytes": input_bytes,
                 "records": records,
                 "frames": frames,
-                "shards": args.shards,
+                "shard_tokens": args.shard_tokens,
                 "output_bytes": output_bytes,
                 "seconds": round(seconds, 2),
                 "mb_per_s": round(input_bytes / 1e6 / seconds, 1),

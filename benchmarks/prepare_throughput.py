@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reads import write_reads
-from stages import prepare_into
+from stages import DEFAULTS, prepare_into
 
 
 def load_virnucpro(units_path: str):
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=200_000)
     parser.add_argument("--virnucpro-reads", type=int, default=20_000, help="reads for the (slow) VirNucPro run")
     parser.add_argument("--length", type=int, default=500)
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shard-tokens", type=int, default=DEFAULTS["shard_tokens"])
     parser.add_argument("--virnucpro-units", help="path to VirNucPro's units.py")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
@@ -78,7 +78,7 @@ def main() -> None:
         ours, theirs = [], []
         # Interleaved repeats, best of each: this machine's speed drifts between runs.
         for repeat in range(args.repeats):
-            seconds = timed(prepare_into, reads, tmp / "ours", args.shards, chunk_length=args.length)
+            seconds = timed(prepare_into, reads, tmp / "ours", args.shard_tokens, chunk_length=args.length)
             ours.append(args.reads / seconds)
             if units:
                 workdir = tmp / f"virnucpro_{repeat}"

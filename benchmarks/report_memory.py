@@ -116,6 +116,7 @@ def main() -> None:
     summarize += ["--benchmark-esm", str(folder / "benchmark_esm.tsv")]
     summarize += ["--benchmark-dnabert", str(folder / "benchmark_dnabert.tsv")]
     summarize += ["--benchmark-prepare", str(folder / "benchmark_prepare.tsv")]
+    summarize += ["--benchmark-score", str(folder / "benchmark_predict.tsv")]
     summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--output", str(out / "summary.json")]
     plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s", "--top", "12", "--table-rows", "500"]
     for name in ("frames", "chunks", "sequences", "prepared_frames", "prepared_sequences"):

@@ -2,8 +2,8 @@
 
 For each read count: 500 bp reads sampled from the bundled genomes go through prepare; each shard
 gets synthetic embeddings of the production width (DNABERT-S 768 + ESM-2 3B 2560 floats per frame,
-written by the project's own HDF5 writer: what an embed job would leave); then predict, call,
-summarize and plot_sample run as the workflow runs them, each as the only child of a fresh
+written by the project's own HDF5 writer: what an embed job would leave); then score (each shard),
+predict, call, summarize and plot_sample run as the workflow runs them, each as the only child of a fresh
 process, so that its peak resident set (ru_maxrss) is its own. Apart from that, the embed job runs
 on the first --embed-frames frames of a shard prepared from such reads (made if the workdir has
 none large enough), with a tiny random ESM-2 (--embed-model): its memory, not its speed.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from reads import write_reads
-from stages import DEFAULTS, ROOT, embed_command, prepare_command
+from stages import DEFAULTS, ROOT, embed_command, prepare_command, shard_fastas
 
 from workflow_lib import h5store
 from workflow_lib.demo_models import ESM_CONFIG, build_esm
@@ -94,7 +94,7 @@ def synthetic_embeddings(
     write_json({**attrs, **figures}, output.with_suffix(".json"))
 
 
-def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
+def run(workdir: Path, reads: int, shard_tokens: int, storage: str) -> dict:
     root = workdir / f"{reads}"
     root.mkdir(parents=True, exist_ok=True)
     fasta = root / "reads.fa"
@@ -102,10 +102,11 @@ def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
         write_reads(fasta, reads, 500, seed=1)
     prepared, out = root / "prepare", root / "out"
     figures = {"reads": reads, "input_mb": size_mb(fasta)}
-    figures["prepare"] = measured(prepare_command(fasta, prepared, shards))
-    shard_files = {model: [prepared / f"shard_{i}.{SUFFIX[model]}" for i in range(shards)] for model in WIDTH}
-    figures["prepare"]["disk_mb"] = size_mb(*prepared.iterdir())
-    figures["frames"] = sum(len(ShardIndex.read(f)) for f in shard_files["esm"])
+    figures["prepare"] = measured(prepare_command(fasta, prepared, "--shard-tokens", shard_tokens))
+    shard_files = {model: shard_fastas(prepared, SUFFIX[model]) for model in WIDTH}
+    shards = len(shard_files["esm"])
+    figures["prepare"]["disk_mb"] = size_mb(*(p for p in prepared.rglob("*") if p.is_file()))
+    figures["frames"], figures["shards"] = sum(len(ShardIndex.read(f)) for f in shard_files["esm"]), shards
 
     embeddings = {model: [root / f"{model}_{i}.h5" for i in range(shards)] for model in WIDTH}
     start = time.perf_counter()
@@ -124,11 +125,21 @@ def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
     classifier.save(classifier.MLPClassifier(sum(WIDTH.values())), root / "classifier.pt")
     script = ROOT / "scripts"
     out.mkdir(exist_ok=True)
+    scores, jobs = [out / f"scores_{i}.h5" for i in range(shards)], []
+    for dnabert, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores):
+        score = [sys.executable, script / "score.py", "--dnabert", dnabert, "--esm", esm, "--output", path]
+        score += ["--classifier", root / "classifier.pt", "--progress-seconds", DEFAULTS["progress_seconds"]]
+        jobs.append(measured(score + ["--threads", 1]))
+    figures["score"] = {
+        "jobs": shards,
+        "seconds": round(sum(j["seconds"] for j in jobs), 1),
+        "peak_rss_mb": max(j["peak_rss_mb"] for j in jobs),
+        "disk_mb": size_mb(*scores),
+    }
     predict = [sys.executable, script / "predict.py", "--prepared-frames", prepared / "frames.tsv.gz"]
-    predict += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--classifier", root / "classifier.pt"]
-    predict += ["--dnabert", *embeddings["dnabert"], "--esm", *embeddings["esm"]]
+    predict += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--scores", *scores]
     predict += ["--frames", out / "frames.tsv", "--chunks", out / "chunks.tsv", "--scoring", out / "scoring.json"]
-    predict += ["--progress-seconds", DEFAULTS["progress_seconds"], "--threads", 1]
+    predict += ["--progress-seconds", DEFAULTS["progress_seconds"]]
     figures["predict"] = measured(predict) | {"disk_mb": size_mb(out / "frames.tsv", out / "chunks.tsv")}
 
     call = [sys.executable, script / "call.py", "--prepared-sequences", prepared / "sequences.tsv.gz"]
@@ -145,6 +156,7 @@ def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
         summarize += [f"--{model}", *(p.with_suffix(".json") for p in embeddings[model])]
         summarize += [f"--benchmark-{model}", *[benchmark] * shards]
     summarize += ["--benchmark-prepare", benchmark, "--benchmark-predict", benchmark]
+    summarize += ["--benchmark-score", *[benchmark] * shards]
     summarize += [
         "--config",
         json.dumps(DEFAULTS),
@@ -169,15 +181,16 @@ def run(workdir: Path, reads: int, shards: int, storage: str) -> dict:
 def frames_shard(workdir: Path, frames: int) -> Path:
     """A protein shard in `workdir` of at least `frames` frames: one that run() prepared, or one
     prepared here from 500 bp reads as run() prepares them."""
-    for shard in sorted(workdir.glob("*/prepare/shard_0.faa")):
+    for shard in sorted(workdir.glob("*/prepare/shards/shard_0.faa")):
         if len(ShardIndex.read(shard)) >= frames:
             return shard
     reads = round(frames * READS_PER_FRAME)
     root = workdir / f"{reads}"
     root.mkdir(parents=True, exist_ok=True)
     write_reads(root / "reads.fa", reads, 500, seed=1)
-    subprocess.run(prepare_command(root / "reads.fa", root / "prepare", 1), check=True, stdout=subprocess.DEVNULL)
-    shard = root / "prepare" / "shard_0.faa"
+    prepare = prepare_command(root / "reads.fa", root / "prepare", "--shard-tokens", 10**12)  # one shard
+    subprocess.run(prepare, check=True, stdout=subprocess.DEVNULL)
+    shard = shard_fastas(root / "prepare", "faa")[0]
     if len(ShardIndex.read(shard)) < frames:
         raise SystemExit(f"{reads} reads gave fewer than {frames} frames: raise READS_PER_FRAME")
     return shard
@@ -199,7 +212,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True, help="where the inputs and outputs are kept")
     parser.add_argument("--reads", type=int, nargs="*", default=[1_000_000, 5_000_000])
-    parser.add_argument("--shards", type=int, default=1, help="per sample: 1 is the hardest case for memory")
+    parser.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=10**12,
+        help="per shard: the default, one shard, is the hardest case for memory",
+    )
     parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
     parser.add_argument("--embed-frames", type=int, nargs="*", default=[100_000, 250_000])
     parser.add_argument("--embed-model", choices=tuple(EMBED_MODELS), default="demo", help="the embed job's ESM-2")
@@ -208,7 +226,7 @@ def main() -> None:
     result = {"benchmark": "scale", "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "storage": args.storage}
     result["runs"] = []
     for n in args.reads:
-        result["runs"].append(run(workdir, n, args.shards, args.storage))
+        result["runs"].append(run(workdir, n, args.shard_tokens, args.storage))
         print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)  # as each finishes
     if args.embed_frames:
         source = frames_shard(workdir, max(args.embed_frames))

@@ -20,6 +20,7 @@ def config_defaults() -> dict:
 
 
 DEFAULTS = config_defaults()
+ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
 
 
 def policy(**settings):
@@ -34,37 +35,36 @@ def policy(**settings):
     return Policy(**(values | settings))
 
 
-def prepared_files(outdir: Path, shards: int):
+def prepared_files(outdir: Path):
     from workflow_lib.prepare import PreparedFiles
 
     outdir = Path(outdir)
-    return PreparedFiles.of(
-        [outdir / f"shard_{i}.fna" for i in range(shards)],
-        [outdir / f"shard_{i}.faa" for i in range(shards)],
-        outdir / "frames.tsv.gz",
-        outdir / "sequences.tsv.gz",
+    return PreparedFiles(
+        outdir / "shards", outdir / "shards.tsv", outdir / "frames.tsv.gz", outdir / "sequences.tsv.gz"
     )
 
 
-def prepare_into(input_path: Path, outdir: Path, shards: int, **settings) -> dict:
+def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
     """The prepare stage into `outdir`; `settings`: those of its Policy to change."""
     from workflow_lib.prepare import prepare
 
-    return prepare(input_path, prepared_files(outdir, shards), policy(**settings), DEFAULTS["progress_seconds"])
+    tokens = shard_tokens or DEFAULTS["shard_tokens"]
+    return prepare(input_path, prepared_files(outdir), policy(**settings), tokens, DEFAULTS["progress_seconds"])
 
 
-def prepare_command(input_path: Path, outdir: Path, shards: int, *options: str) -> list[str]:
+def prepare_command(input_path: Path, outdir: Path, *options: str) -> list[str]:
     """scripts/prepare.py into `outdir`, with the config's defaults unless `options` give others."""
-    files = prepared_files(outdir, shards)
+    files = prepared_files(outdir)
     given = {option for option in options if option.startswith("--")}
     command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(input_path)]
-    command += ["--fna", *(str(fna) for fna, _ in files.shards), "--faa", *(str(faa) for _, faa in files.shards)]
+    command += ["--shards", str(files.shards), "--shard-table", str(files.shard_table)]
     command += ["--frames", str(files.frames), "--sequences", str(files.sequences)]
     defaults = {
         "--chunk-length": DEFAULTS["chunk_length"],
         "--ambiguous-codons": DEFAULTS["translation"]["ambiguous_codons"],
         "--min-length": DEFAULTS["input"]["min_length"],
         "--max-ambiguous-fraction": DEFAULTS["input"]["max_ambiguous_fraction"],
+        "--shard-tokens": DEFAULTS["shard_tokens"],
         "--progress-seconds": DEFAULTS["progress_seconds"],
     }
     command += [str(word) for option, value in defaults.items() if option not in given for word in (option, value)]
@@ -147,15 +147,28 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
     return command
 
 
+def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:
+    """prepare's shard FASTAs in `prepare_dir` (`fna` or `faa`), in shard order, as its shards table lists them."""
+    from workflow_lib.sharding import read_shards, shard_fasta
+
+    files = prepared_files(prepare_dir)
+    return [shard_fasta(files.shards, row["shard"], suffix) for row in read_shards(files.shard_table)]
+
+
 def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifier_path: Path, outdir: Path) -> dict:
-    """The predict stage on prepare's tables in `prepare_dir`, its tables (VirNucPro's too) into `outdir`."""
-    from workflow_lib.predict import ScoreFiles, score
+    """The score stage on each shard's embeddings (scores files in `outdir`/scores), then the predict
+    stage on them and prepare's tables in `prepare_dir`: its tables (VirNucPro's too) into `outdir`."""
+    from workflow_lib.predict import ScoreFiles, write_tables
+    from workflow_lib.score import score_shard
 
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
+    scores = [outdir / "scores" / f"shard_{shard}.h5" for shard in range(len(dnabert_files))]
+    for dnabert, esm, path in zip(dnabert_files, esm_files, scores, strict=True):
+        score_shard(dnabert, esm, classifier_path, path, DEFAULTS["progress_seconds"])
     virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")
     outputs = ScoreFiles(outdir / "frames.tsv", outdir / "chunks.tsv", outdir / "scoring.json", virnucpro)
     frames, sequences = prepare_dir / "frames.tsv.gz", prepare_dir / "sequences.tsv.gz"
-    return score(frames, sequences, dnabert_files, esm_files, classifier_path, outputs, DEFAULTS["progress_seconds"])
+    return write_tables(frames, sequences, scores, outputs, DEFAULTS["progress_seconds"])
 
 
 def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:

@@ -17,7 +17,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from stages import call_into, embed_into, embed_settings, prepare_into, score_into, train_settings  # noqa: E402
+from stages import (  # noqa: E402
+    ONE_SHARD,
+    call_into,
+    embed_into,
+    embed_settings,
+    prepare_into,
+    score_into,
+    shard_fastas,
+    train_settings,
+)
 
 from workflow_lib import h5store  # noqa: E402
 from workflow_lib.demo_models import build_in  # noqa: E402
@@ -39,12 +48,12 @@ def main() -> None:
         samples = {}
         for genome in GENOMES:
             name = genome.stem
-            prepare_into(genome, root / name / "prepare", 1, chunk_length=300)
+            prepare_into(genome, root / name / "prepare", ONE_SHARD, chunk_length=300)
             files = {}
             for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
                 settings = embed_settings(model, models[model], layer=2 if model == "esm" else None, storage="float32")
                 path = root / name / f"{model}.h5"
-                embed_into(root / name / "prepare" / f"shard_0.{suffix}", path, settings)
+                embed_into(shard_fastas(root / name / "prepare", suffix)[0], path, settings)
                 ids, values, attrs = h5store.read(path)
                 h5store.write(root / name / f"{model}_half.h5", ids, values, attrs, "float16")
                 files[model] = path

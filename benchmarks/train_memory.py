@@ -16,7 +16,7 @@ from pathlib import Path
 
 from reads import write_reads
 from scale import SUFFIX, WIDTH, measured, size_mb, synthetic_embeddings
-from stages import DEFAULTS, ROOT, prepare_command
+from stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas
 
 from workflow_lib.loader import ShardIndex
 
@@ -36,11 +36,11 @@ def main() -> None:
         if not all(f.exists() for f in files.values()):
             sample.mkdir(parents=True, exist_ok=True)
             write_reads(sample / "reads.fa", args.reads, 500, seed=seed)
-            measured(prepare_command(sample / "reads.fa", sample / "prepare", 1))
+            measured(prepare_command(sample / "reads.fa", sample / "prepare", "--shard-tokens", ONE_SHARD))
             for model_seed, model in enumerate(WIDTH):
-                shard = sample / "prepare" / f"shard_0.{SUFFIX[model]}"
+                shard = shard_fastas(sample / "prepare", SUFFIX[model])[0]
                 synthetic_embeddings(shard, files[model], model, args.storage, 2 * seed + model_seed)
-        frames += len(ShardIndex.read(sample / "prepare" / "shard_0.faa"))
+        frames += len(ShardIndex.read(shard_fastas(sample / "prepare", "faa")[0]))
         embeddings += files.values()
         command += ["--shard", label, files["dnabert"], files["esm"], sample / "prepare" / "frames.tsv.gz"]
     settings = {**DEFAULTS["train"], "epochs": args.epochs}

@@ -22,6 +22,13 @@ from workflow_lib.config_check import (
 )
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
+from workflow_lib.plan import read_plan
+from workflow_lib.scheduler import keep_one_timer
+from workflow_lib.sharding import FASTA_SUFFIX, read_shards
+from workflow_lib.sharding import shard_fasta as shard_fasta_of
+
+# Snakemake's own CPU would grow with the square of the samples (workflow_lib/scheduler.py).
+keep_one_timer()
 
 MODEL_CHECK = "results/checks/models.json"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
@@ -61,10 +68,13 @@ if workflow.is_main_process:  # once, not in every cluster job
     for line in recorded_differences(config, RECORDED):
         print(f"Warning: {line}", file=sys.stderr)
 
-SHARDS = range(config["shards"])
 MODELS = ("esm", "dnabert")
-# The shard FASTA (prepare's named output) that each model embeds.
-SHARD_FASTA = {"esm": "faa", "dnabert": "fna"}
+# Job order, so that the embeddings on disk at any moment are bounded by the jobs in flight, not by
+# the samples: the plan first (temp files are kept while a checkpoint is pending), a shard's scoring
+# as soon as it can run, then the embed jobs, lower shards first: EMBED_PRIORITY - shard for the
+# samples that train this run's classifier (no shard is scored before it), half that for the others.
+EMBED_PRIORITY = 1_000_000
+PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 # The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
 DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
 
@@ -189,11 +199,11 @@ def offline_env():
     return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
 
 
-def shard_fasta(wildcards):
+def shard_fasta(wildcards, input):
     """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
-    return getattr(rules.prepare.output, SHARD_FASTA[wildcards.model])[
-        int(wildcards.shard)
-    ]
+    return shard_fasta_of(
+        input.shards, int(wildcards.shard), FASTA_SUFFIX[wildcards.model]
+    )
 
 
 def embed_args(wildcards):
@@ -216,9 +226,31 @@ def embed_args(wildcards):
     )
 
 
+def planned_shard(wildcards, input):
+    """The embed job's shard: its frames and ESM-2 tokens, from the sample's shards table."""
+    return read_shards(input.shard_table)[int(wildcards.shard)]
+
+
 def embed_gpus(wildcards, input):
-    """One GPU, or none for a shard with no frames (known once prepare has written it)."""
-    return 1 if os.path.getsize(input.fasta) else 0
+    """One GPU, or none for a shard with no frames."""
+    return 1 if planned_shard(wildcards, input)["frames"] else 0
+
+
+def embed_runtime(wildcards, input):
+    """Minutes: 10 to start, plus 1.5 times the shard's ESM-2 tokens at the assumed rate of this
+    model on this device (embedding.assumed_tokens_per_s), whatever the sample's size.
+    """
+    rates = config["embedding"]["assumed_tokens_per_s"][wildcards.model]
+    cpu = config["embedding"]["device"] == "cpu" or not embed_gpus(wildcards, input)
+    seconds = (
+        planned_shard(wildcards, input)["tokens"] / rates["cpu" if cpu else "cuda"]
+    )
+    return int(10 + 1.5 * seconds / 60 + 0.999)
+
+
+def embed_priority(wildcards):
+    trains = trains_here() and samples.loc[wildcards.sample, "label"] != ""
+    return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.shard))
 
 
 def token_budget(wildcards):
@@ -288,34 +320,56 @@ def embeddings_path(path):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
-def shard_fasta_paths(paths):
-    """prepare's shard FASTAs are temporary exactly when the embeddings are. With
-    outputs.keep_embeddings: false each goes as soon as its one embed job is done: anything that
-    embeds a shard again needs its embeddings again anyway (they are gone), and then prepare runs
-    again too, which costs little beside embedding (about 40 MB/s of reads). With the embeddings
-    kept they stay: an embed job run again (a checkpoint change, a lost shard) must find its shard,
-    since a new prepare would make every later job of the sample anew, the other shards' too.
+def shard_fasta_paths(path):
+    """prepare's shards directory is temporary exactly when the embeddings are. With
+    outputs.keep_embeddings: false each shard's FASTA pair goes once the shard is scored
+    (spent_shard_fasta) and the directory once the sample is embedded: anything that embeds a shard
+    again needs its embeddings again anyway (they are gone), and then prepare runs again too, which
+    costs little beside embedding (about 40 MB/s of reads). With the embeddings kept they stay: an
+    embed job run again (a checkpoint change, a lost shard) must find its shard, since a new
+    prepare would make every later job of the sample anew, the other shards' too.
     """
-    return paths if config["outputs"]["keep_embeddings"] else temp(paths)
+    return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
-def shard_outputs(output, sample, model):
-    """An embed output (`rules.embed.output.<name>`) of every shard of a sample and model, in shard order."""
-    return expand(output, sample=sample, model=model, shard=SHARDS)
+def planned_shards(sample):
+    """A sample's shard numbers, known once the plan checkpoint has run."""
+    plan = read_plan(checkpoints.plan.get().output.plan)
+    return [row["shard"] for row in plan[sample]]
+
+
+def shard_outputs(output, sample, **wildcards):
+    """An output (`rules.<rule>.output.<name>`) of every shard of a sample, in shard order."""
+    return expand(output, sample=sample, shard=planned_shards(sample), **wildcards)
 
 
 def shard_embeddings(sample, model):
-    return shard_outputs(rules.embed.output.embeddings, sample, model)
+    return shard_outputs(rules.embed.output.embeddings, sample, model=model)
+
+
+def shard_embeddings_of(model):
+    """A shard's embeddings by `model`, as the score rule's input."""
+    return expand(rules.embed.output.embeddings, model=model, allow_missing=True)
+
+
+def spent_shard_fasta(wildcards):
+    """With outputs.keep_embeddings: false, the shell words that remove the shard's FASTA pair once
+    it is scored (its embeddings, temp, go too): nothing embeds it again in this run."""
+    if config["outputs"]["keep_embeddings"]:
+        return ""
+    shards = expand(rules.prepare.output.shards, sample=wildcards.sample)[0]
+    pair = [shard_fasta_of(shards, int(wildcards.shard), s) for s in ("fna", "faa")]
+    return " && rm -f " + " ".join(shlex.quote(str(p)) for p in pair)
 
 
 def shard_figures(sample, model):
     """The embed jobs' figures files (JSON) of a sample: what the run summary reads, so that it
-    needs no embeddings (removed after predict with outputs.keep_embeddings: false)."""
-    return shard_outputs(rules.embed.output.figures, sample, model)
+    needs no embeddings (removed after scoring with outputs.keep_embeddings: false)."""
+    return shard_outputs(rules.embed.output.figures, sample, model=model)
 
 
 def shard_benchmarks(sample, model):
-    return shard_outputs(rules.embed.benchmark, sample, model)
+    return shard_outputs(rules.embed.benchmark, sample, model=model)
 
 
 def prediction_outputs():
@@ -333,6 +387,7 @@ RUNTIME_SETTINGS = {
         "prefetch_factor",
         "commit_seconds",
         "expandable_segments",
+        "assumed_tokens_per_s",
     ),
 }
 
@@ -378,7 +433,8 @@ def labelled_shards(wildcards, input):
     return cli(
         shard=[
             (samples.loc[s, "label"], dna, esm, frames)
-            for s, frames in zip(training_samples(), input.frames)
+            for s in training_samples()
+            for frames in expand(rules.prepare.output.frames, sample=s)
             for dna, esm in zip(
                 shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm")
             )

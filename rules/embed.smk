@@ -1,6 +1,7 @@
 rule embed:
     input:
-        fasta=shard_fasta,
+        shards=rules.prepare.output.shards,
+        shard_table=rules.prepare.output.shard_table,
         models=model_files(),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
     output:
@@ -12,13 +13,15 @@ rule embed:
         "logs/embed/{sample}/{model}_{shard}.log",
     benchmark:
         "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
+    priority: embed_priority
     conda:
         "../envs/embed.yaml"
     threads: embed_threads
+    # memory: the model and one shard's counters (6 bytes a frame), bounded by shard_tokens
     resources:
         gpu=embed_gpus,
         mem_mb=16000,
-        runtime=240,
+        runtime=embed_runtime,
         token_budget=token_budget,
         progress_seconds=runtime(config["progress_seconds"]),
         num_workers=runtime(config["embedding"]["num_workers"]),
@@ -28,6 +31,7 @@ rule embed:
     params:
         logged=RUN_LOGGED,
         script=script("embed"),
+        fasta=shard_fasta,
         settings=embed_args,
         env=offline_env(),
     shell:
@@ -37,4 +41,38 @@ rule embed:
         "--commit-seconds {resources.commit_seconds} "
         "--expandable-segments {resources.expandable_segments} "
         "--progress-seconds {resources.progress_seconds} --model-check {input.check:q} "
-        "--input {input.fasta:q} --output {output.embeddings:q} --figures {output.figures:q}"
+        "--input {params.fasta:q} --output {output.embeddings:q} --figures {output.figures:q}"
+
+
+# A shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings: false its
+# embeddings (temp) go right after, and so does its FASTA pair (removed here).
+rule score:
+    input:
+        dnabert=shard_embeddings_of("dnabert"),
+        esm=shard_embeddings_of("esm"),
+        classifier=classifier_file(),
+        check=MODEL_CHECK,
+    output:
+        scores="results/{sample}/scores/shard_{shard}.h5",
+    log:
+        "logs/score/{sample}/{shard}.log",
+    benchmark:
+        "results/benchmarks/score/{sample}/{shard}.tsv"
+    priority: PRIORITY["score"]
+    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    # one block of frames and their features (436 MB at production width), whatever the shard
+    resources:
+        mem_mb=2000,
+        runtime=by_input(10, 2, ["dnabert", "esm"]),
+        progress_seconds=runtime(config["progress_seconds"]),
+    params:
+        logged=RUN_LOGGED,
+        script=script("score"),
+        spent=spent_shard_fasta,
+    shell:
+        "bash {params.logged:q} {log:q} python {params.script:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
+        "--classifier {input.classifier:q} --output {output.scores:q} "
+        "--progress-seconds {resources.progress_seconds} --threads {threads}{params.spent}"

@@ -2,10 +2,9 @@ rule predict:
     input:
         prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
-        dnabert=lambda wildcards: shard_embeddings(wildcards.sample, "dnabert"),
-        esm=lambda wildcards: shard_embeddings(wildcards.sample, "esm"),
-        classifier=classifier_file(),
-        check=MODEL_CHECK,
+        scores=lambda wildcards: shard_outputs(
+            rules.score.output.scores, wildcards.sample
+        ),
     output:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table(
@@ -33,22 +32,21 @@ rule predict:
     conda:
         "../envs/cpu.yaml"
     threads: 1
-    # predict holds one block of frames and their features whatever the sample's size (907 MB at
-    # 1 M reads and production width, docs/performance.md); its time is mostly reading the
-    # embeddings (2 min per GB of input, embeddings included)
+    # predict holds one block of frames-table rows and their scores whatever the sample's size; its
+    # time is reading the frames table and writing the tables
     resources:
         mem_mb=2000,
-        runtime=by_input(60, 2),
+        runtime=by_input(30, 10),
         progress_seconds=runtime(config["progress_seconds"]),
     params:
         logged=RUN_LOGGED,
         script=script("predict"),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --prepared-frames {input.prepared_frames:q} "
-        "--prepared-sequences {input.prepared_sequences:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
-        "--classifier {input.classifier:q} --frames {output.frames:q} --chunks {output.chunks:q} "
+        "--prepared-sequences {input.prepared_sequences:q} --scores {input.scores:q} "
+        "--frames {output.frames:q} --chunks {output.chunks:q} "
         "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} "
-        "--progress-seconds {resources.progress_seconds} --threads {threads}"
+        "--progress-seconds {resources.progress_seconds}"
 
 
 rule call:

@@ -2,12 +2,8 @@ rule prepare:
     input:
         sample_input,
     output:
-        fna=shard_fasta_paths(
-            expand("results/{{sample}}/prepare/shard_{shard}.fna", shard=SHARDS)
-        ),
-        faa=shard_fasta_paths(
-            expand("results/{{sample}}/prepare/shard_{shard}.faa", shard=SHARDS)
-        ),
+        shards=shard_fasta_paths(directory("results/{sample}/prepare/shards")),
+        shard_table="results/{sample}/prepare/shards.tsv",
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
     log:
@@ -33,8 +29,33 @@ rule prepare:
             ambiguous_codons=config["translation"]["ambiguous_codons"],
             min_length=config["input"]["min_length"],
             max_ambiguous_fraction=config["input"]["max_ambiguous_fraction"],
+            shard_tokens=config["shard_tokens"],
         ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --fna {output.fna:q} "
-        "--faa {output.faa:q} --frames {output.frames:q} --sequences {output.sequences:q} {params.settings} "
+        "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --shards {output.shards:q} "
+        "--shard-table {output.shard_table:q} --frames {output.frames:q} --sequences {output.sequences:q} {params.settings} "
         "--progress-seconds {resources.progress_seconds}"
+
+
+# The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards,
+# and the jobs of every shard join the DAG at once (a checkpoint per sample would cost Snakemake
+# time quadratic in the samples). A local rule: it only concatenates small tables.
+checkpoint plan:
+    input:
+        shard_tables=expand(rules.prepare.output.shard_table, sample=samples.index),
+    output:
+        plan="results/plan/shards.tsv",
+    log:
+        "logs/plan.log",
+    priority: PRIORITY["plan"]
+    localrule: True
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        logged=RUN_LOGGED,
+        script=script("plan"),
+        samples=lambda wildcards, input: cli(
+            sample=list(zip(samples.index, input.shard_tables))
+        ),
+    shell:
+        "bash {params.logged:q} {log:q} python {params.script:q} {params.samples} --output {output.plan:q}"

@@ -9,6 +9,9 @@ rule summarize:
         benchmark_dnabert=lambda wildcards: shard_benchmarks(
             wildcards.sample, "dnabert"
         ),
+        benchmark_score=lambda wildcards: shard_outputs(
+            rules.score.benchmark, wildcards.sample
+        ),
         benchmark_predict=rules.predict.benchmark,
     output:
         summary=report(
@@ -42,7 +45,8 @@ rule summarize:
         "--prepared-sequences {input.prepared_sequences:q} "
         "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
         "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
-        "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-predict {input.benchmark_predict:q} "
+        "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-score {input.benchmark_score:q} "
+        "--benchmark-predict {input.benchmark_predict:q} "
         "{params.settings} --output {output:q}"
 
 

@@ -1,4 +1,4 @@
-"""Score a sample's frames from its two sets of shard embeddings: frames and chunks tables, scoring JSON."""
+"""A sample's frames and chunks tables and scoring JSON, from its shards' scores files."""
 
 import argparse
 import sys
@@ -7,18 +7,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
-from workflow_lib.predict import ScoreFiles, score
+from workflow_lib.predict import ScoreFiles, write_tables
 from workflow_lib.progress import add_progress_argument, setup_logging
-from workflow_lib.threads import add_threads_argument, use_threads
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepared-frames", required=True, help="the sample's frames table from prepare")
     parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
-    parser.add_argument("--dnabert", nargs="+", required=True, help="DNABERT-S HDF5 per shard, in shard order")
-    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 HDF5 per shard, in shard order")
-    parser.add_argument("--classifier", required=True)
+    parser.add_argument("--scores", nargs="+", required=True, help="the scores file of each shard, in shard order")
     parser.add_argument("--frames", required=True, help="the frames table to write (a score per frame)")
     parser.add_argument("--chunks", required=True, help="the chunks table to write (a call per chunk)")
     parser.add_argument("--scoring", required=True, help="the JSON to write: checkpoints and their SHA-256")
@@ -30,26 +27,14 @@ def main() -> None:
         help="VirNucPro's prediction_results.txt and prediction_results_highestscore.csv to write (none: not written)",
     )
     add_progress_argument(parser)
-    add_threads_argument(parser)
     args = parser.parse_args()
-    if len(args.dnabert) != len(args.esm):
-        parser.error("--dnabert and --esm need one file per shard each")
     if len(args.virnucpro) not in (0, 2):
         parser.error("--virnucpro takes two paths (its per-frame and per-chunk tables) or none")
     setup_logging()
-    use_threads(args.threads)
     outputs = ScoreFiles(
         Path(args.frames), Path(args.chunks), Path(args.scoring), tuple(map(Path, args.virnucpro)) or None
     )
-    score(
-        args.prepared_frames,
-        args.prepared_sequences,
-        args.dnabert,
-        args.esm,
-        args.classifier,
-        outputs,
-        args.progress_seconds,
-    )
+    write_tables(args.prepared_frames, args.prepared_sequences, args.scores, outputs, args.progress_seconds)
 
 
 if __name__ == "__main__":

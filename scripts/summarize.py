@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--benchmark-prepare", required=True, help="Snakemake benchmark file of the prepare job")
     parser.add_argument("--benchmark-esm", nargs="+", required=True, help="of the ESM-2 embed jobs, in shard order")
     parser.add_argument("--benchmark-dnabert", nargs="+", required=True, help="of the DNABERT-S embed jobs")
+    parser.add_argument("--benchmark-score", nargs="+", required=True, help="of the score jobs, in shard order")
     parser.add_argument("--benchmark-predict", required=True)
     parser.add_argument("--config", required=True, help="the run's result settings as JSON")
     parser.add_argument("--snakemake-version", required=True, help="of the Snakemake that runs the workflow")
@@ -42,6 +43,7 @@ def main() -> None:
         {
             "prepare": args.benchmark_prepare,
             "embed": {model: benchmarks for model, (_, benchmarks) in models.items()},
+            "score": args.benchmark_score,
             "predict": args.benchmark_predict,
         },
         json.loads(args.config),

@@ -78,11 +78,12 @@ def write_inputs(workdir: Path) -> None:
 
 
 def write_config(workdir: Path, classifier: str = "results/train/classifier.pt", **settings) -> Path:
-    """The test config: tiny demo models, and `settings` in place of the top-level keys they name."""
+    """The test config: tiny demo models, shards of at most 4,000 tokens (1 to 4 a sample), the
+    embeddings kept, and `settings` in place of the top-level keys they name."""
     config = {
         "samples": str(workdir / "samples.tsv"),
         "chunk_length": 300,
-        "shards": 2,
+        "shard_tokens": 4000,
         "models": {
             "esm": {"checkpoint": "resources/demo_models/esm2_t2_demo.pt", "layer": 2},
             "dnabert": {"checkpoint": "resources/demo_models/dnabert_s_demo"},
@@ -90,6 +91,7 @@ def write_config(workdir: Path, classifier: str = "results/train/classifier.pt",
         },
         "embedding": {"esm_token_budget": 2048, "dnabert_token_budget": 2048},
         "train": {"epochs": 8},
+        "outputs": {"keep_embeddings": True},
         **settings,
     }
     path = workdir / "config.yaml"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import GENOMES, ROOT, read_fasta, read_tsv
-from stages import prepare_command, prepare_into
+from stages import prepare_command, prepare_into, shard_fastas
 
 from workflow_lib.errors import InputError
 from workflow_lib.seqio import read_records
@@ -25,7 +25,7 @@ LAMBDA = GENOMES / "lambda_NC_001416.fasta"
 
 
 def run_prepare(path: Path, outdir: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(prepare_command(path, outdir, 2, *flags), capture_output=True, text=True)
+    return subprocess.run(prepare_command(path, outdir, *flags), capture_output=True, text=True)
 
 
 def assert_refused(path: Path, outdir: Path, message: str, *flags: str) -> None:
@@ -94,7 +94,7 @@ def test_truncation_names_the_last_record_read(tmp_path, monkeypatch):
     data = gzip.compress(lambda_reads(400))
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError) as caught:
-        prepare_into(path, tmp_path / "out", 2)
+        prepare_into(path, tmp_path / "out", 2000)
     message = str(caught.value)
     number = int(message.split(" after record ")[1].split()[0])
     assert 100 < number < 400
@@ -218,21 +218,23 @@ def test_header_words_are_split_as_biopython(tmp_path):
     path.write_text("".join(f">{header}\n{body}" for header in headers), encoding="utf-8")
     ids = [record.id for record in SeqIO.parse(path, "fasta")]
     assert ids == ["gi|9626243|ref|NC_001416.1|", "tab", "virus_α_β", "leading", "a", "b", '"quoted']
-    result = run_prepare(path, tmp_path / "out")
+    result = run_prepare(path, tmp_path / "out", "--shard-tokens", "1008")
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     assert [row["sequence_id"] for row in read_tsv(out / "sequences.tsv.gz")] == ids
     frames = read_tsv(out / "frames.tsv.gz")
     assert list(dict.fromkeys(row["sequence_id"] for row in frames)) == ids
     assert all(row["frame_id"].startswith(f"{row['sequence_id']}_chunk_") for row in frames)
-    shard_ids = {fid for i in range(2) for name in ("fna", "faa") for fid, _ in read_fasta(out / f"shard_{i}.{name}")}
-    assert shard_ids == {row["frame_id"] for row in frames}
+    assert len(shard_fastas(out, "faa")) == 5  # 28 frames of 168 tokens, 6 a shard
+    for suffix in ("fna", "faa"):
+        shard_ids = [fid for path in shard_fastas(out, suffix) for fid, _ in read_fasta(path)]
+        assert shard_ids == [row["frame_id"] for row in frames]
 
 
 def test_quoted_ids_survive_the_tables(tmp_path):
     """A header starting with a quote is read back verbatim by the table reader the merge uses."""
     (tmp_path / "in.fa").write_text('>"weird\n' + "ATG" * 200 + "\n>ok\n" + "ATG" * 200 + "\n")
-    prepare_into(tmp_path / "in.fa", tmp_path / "out", 1, chunk_length=500)
+    prepare_into(tmp_path / "in.fa", tmp_path / "out", chunk_length=500)
     frames = read_table(tmp_path / "out" / "frames.tsv.gz")
     assert frames["sequence_id"].tolist()[:1] == ['"weird'] and frames["shard"].tolist()[0] == 0
     assert read_table(tmp_path / "out" / "sequences.tsv.gz")["sequence_id"].tolist() == ['"weird', "ok"]
@@ -251,11 +253,10 @@ def test_windows_line_endings_lowercase_and_soft_masking(tmp_path):
     outputs = []
     for name, text in inputs.items():
         (tmp_path / name).write_bytes(text.encode())
-        prepare_into(tmp_path / name, tmp_path / name.replace(".fa", ""), 2)
         out = tmp_path / name.replace(".fa", "")
-        outputs.append(
-            [(out / f).read_bytes() for f in ("frames.tsv.gz", "sequences.tsv.gz", "shard_0.fna", "shard_1.faa")]
-        )
+        assert prepare_into(tmp_path / name, out, 2520)["shards"] == 2  # 29 frames of 168 tokens, 15 a shard
+        tables = [(out / f).read_bytes() for f in ("frames.tsv.gz", "sequences.tsv.gz", "shards.tsv")]
+        outputs.append(tables + [path.read_bytes() for s in ("fna", "faa") for path in shard_fastas(out, s)])
     assert read_tsv(tmp_path / "upper" / "frames.tsv.gz") and all(o == outputs[0] for o in outputs)
 
 
@@ -285,7 +286,7 @@ def test_n_runs_and_iupac_codes_follow_the_policy(tmp_path):
             "iupac": ("0.0183333", "ok", "2"),  # 11 of 600
             "mostly_n": ("0.666667", "too_ambiguous", "0"),  # 400 of 600 > 0.5
         }
-        proteins[policy] = {fid: p for i in range(2) for fid, p in read_fasta(out / f"shard_{i}.faa")}
+        proteins[policy] = {fid: p for path in shard_fastas(out, "faa") for fid, p in read_fasta(path)}
     assert not any("X" in p for p in proteins["drop"].values())
     assert any("X" in p for fid, p in proteins["X"].items() if fid.startswith(("n_run_chunk_1", "iupac_chunk_")))
     assert not any(fid.startswith("mostly_n") for fid in proteins["X"])
@@ -332,7 +333,7 @@ def test_10_mb_contig_in_bounded_memory(tmp_path):
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", measure, *prepare_command(path, tmp_path / "out", 4)],
+        [sys.executable, "-c", measure, *prepare_command(path, tmp_path / "out", "--shard-tokens", "200000")],
         capture_output=True,
         text=True,
     )
@@ -348,6 +349,9 @@ def test_10_mb_contig_in_bounded_memory(tmp_path):
     )
     frames = read_tsv(tmp_path / "out" / "frames.tsv.gz")
     assert len(frames) == int(row["n_frames"]) > 5_000
+    shards = read_tsv(tmp_path / "out" / "shards.tsv")  # shards of at most 200,000 tokens, filled in turn
+    assert len(shards) > 3 and sum(int(shard["frames"]) for shard in shards) == len(frames)
+    assert all(int(shard["tokens"]) <= 200_000 for shard in shards)
     assert peak_mb < PEAK_RSS_BOUND_MB, f"prepare peaked at {peak_mb:.0f} MB on a 10 Mb contig"
 
 
@@ -404,27 +408,37 @@ def test_missing_samples_sheet(tmp_path):
     ) in dry_run(tmp_path, None)
 
 
+FIX = "; fix it (config/schema.yaml describes every key)"
+REPLACED = (
+    "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its tokens need); "
+    "remove it, and set shard_tokens to change the size of a shard"
+)
+
+
 @pytest.mark.parametrize(
     "config, args, expected",
     [
         (
-            "shards: four\nshard: 2\ntranslation:\n  ambiguous_codons: N\n",
+            "shard_tokens: four\nshard: 2\ntranslation:\n  ambiguous_codons: N\n",
             (),
             [
-                "{config}: shard: unknown key",
-                "{config}: shards: 'four' is not of type 'integer'",
-                "{config}: translation.ambiguous_codons: 'N' is not one of ['drop', 'X']",
+                "{config}: shard: unknown key" + FIX,
+                "{config}: shard_tokens: 'four' is not of type 'integer'" + FIX,
+                "{config}: translation.ambiguous_codons: 'N' is not one of ['drop', 'X']" + FIX,
             ],
         ),
-        ("", ("--config", "shards=0"), ["--config: shards: 0 is less than the minimum of 1"]),
+        ("", ("--config", "shard_tokens=0"), ["--config: shard_tokens: 0 is less than the minimum of 1" + FIX]),
+        # an earlier version's key: what replaced it, and no pointer to the schema, which lacks it
+        ("shards: 4\n", (), ["{config}: shards: " + REPLACED]),
+        ("", ("--config", "shards=4"), ["--config: shards: " + REPLACED]),
     ],
-    ids=["config_file", "command_line"],
+    ids=["config_file", "command_line", "replaced_key", "replaced_key_on_the_command_line"],
 )
 def test_config_that_fails_the_schema(tmp_path, config, args, expected):
     lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n", config, *args)
-    assert [line for line in lines if "config/schema.yaml" in line] == [
-        line.format(config=tmp_path / "config.yaml") + "; fix it (config/schema.yaml describes every key)"
-        for line in expected
+    sources = (f"{tmp_path / 'config.yaml'}: ", "--config: ")
+    assert [line for line in lines if line.startswith(sources)] == [
+        line.format(config=tmp_path / "config.yaml") for line in expected
     ]
 
 

@@ -39,18 +39,21 @@ GENOMES = ROOT / "resources" / "genomes"
 
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory):
+    """prepare's shards directory for phage gamma at 300 bp: 71 frames, 7,197 tokens, in 2 shards."""
     outdir = tmp_path_factory.mktemp("prepared")
-    prepare_into(GENOMES / "bacillus_phage_gamma_NC_007458.fasta", outdir, 2, chunk_length=300)
-    return outdir
+    counts = prepare_into(GENOMES / "bacillus_phage_gamma_NC_007458.fasta", outdir, 3650, chunk_length=300)
+    assert counts["shards"] == 2
+    return outdir / "shards"
 
 
 @pytest.fixture(scope="module")
 def read_frames(tmp_path_factory):
-    """Stop-free frames of 8,000 reads of 500 bp sampled from the bundled genomes."""
+    """Stop-free frames of 8,000 reads of 500 bp sampled from the bundled genomes, in one shard
+    (prepare's shards directory)."""
     outdir = tmp_path_factory.mktemp("reads")
     write_reads(outdir / "reads.fa", 8000, 500, seed=3)
-    prepare_into(outdir / "reads.fa", outdir, 1, chunk_length=500)
-    return outdir
+    assert prepare_into(outdir / "reads.fa", outdir, chunk_length=500)["shards"] == 1
+    return outdir / "shards"
 
 
 def embed(shard_path, output, model, checkpoint, **options):

@@ -200,7 +200,7 @@ def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_pa
     models = {"esm": {"checkpoint": ESM, "layer": 2}, "dnabert": {"checkpoint": REPO}, "classifier": url}
     models["checksums"] = {"classifier.pt": sha256(server.files[CLASSIFIER_PATH])}
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"samples": "samples.tsv", "shards": 1, "models": models}))
+    config.write_text(yaml.safe_dump({"samples": "samples.tsv", "models": models}))
 
     def snakemake(target, env):
         command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-p", target]

@@ -1,5 +1,6 @@
 """The prediction tables: every input record, every frame, VirNucPro's chunk rule and its two tables."""
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -8,35 +9,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import GENOMES, ROOT, read_tsv
+from helpers import GENOMES, ROOT, read_fasta, read_tsv
 from reads import write_reads
-from stages import call_into, embed_into, embed_settings, prepare_into, score_into
+from stages import call_into, embed_into, embed_settings, prepare_into, score_into, shard_fastas
 
 from workflow_lib import h5store
 from workflow_lib.errors import InputError
 from workflow_lib.models import classifier
 from workflow_lib.seqio import read_records
 
-SHARDS = 2
+SHARD_TOKENS = 336  # the sample's 4 frames (phiX174's) cost 168 tokens each: 2 shards of 2
+
+
+def scores_files(outdir: Path, n: int) -> list[str]:
+    """The scores file of each of `n` shards, as score_into writes them into `outdir`."""
+    return [str(outdir / "scores" / f"shard_{shard}.h5") for shard in range(n)]
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory, demo_models):
-    """Real genomes plus records with no stop-free frame, empty and too short, through prepare and embed."""
+    """Real genomes plus records with no stop-free frame, empty and too short, through prepare (2
+    shards), embed (each shard by the tiny demo models), score and predict."""
     root = tmp_path_factory.mktemp("sample")
     text = "".join((GENOMES / name).read_text() for name in ("phiX174.fasta", "human_mtDNA.fasta"))
     text += ">empty_record\n\n>tiny_record\nACG\n>all_N unknown bases\n" + "N" * 600 + "\n"
     (root / "in.fa").write_text(text)
-    prepare_into(root / "in.fa", root / "prepare", SHARDS, chunk_length=500, min_length=10)
+    counts = prepare_into(root / "in.fa", root / "prepare", SHARD_TOKENS, chunk_length=500, min_length=10)
+    assert (counts["frames"], counts["shards"]) == (4, 2)
     files = {"esm": [], "dnabert": []}
     for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
-        for shard in range(SHARDS):
+        for shard, fasta in enumerate(shard_fastas(root / "prepare", suffix)):
             path = root / f"{model}_{shard}.h5"
-            embed_into(
-                root / "prepare" / f"shard_{shard}.{suffix}",
-                path,
-                embed_settings(model, demo_models[model], layer=2 if model == "esm" else None),
-            )
+            embed_into(fasta, path, embed_settings(model, demo_models[model], layer=2 if model == "esm" else None))
             files[model].append(str(path))
     torch.manual_seed(3)
     model = classifier.MLPClassifier(48 + 64)
@@ -107,18 +111,48 @@ def test_viral_fasta_holds_the_virus_calls(sample):
         ), header
 
 
-def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path):
+def rewrite(out: Path, *parts: tuple[str, slice]) -> str:
+    """An embeddings file at `out` of the rows `parts` name, each (file, rows), in that order."""
+    read = [(h5store.read(path), rows) for path, rows in parts]
+    ids = [i for (file_ids, _, _), rows in read for i in file_ids[rows]]
+    embeddings = np.concatenate([file_embeddings[rows] for (_, file_embeddings, _), rows in read])
+    h5store.write(out, ids, embeddings, read[0][0][2])
+    return str(out)
+
+
+MISMATCH = r"scores/shard_{}\.h5: the scores do not match shard {} of the frames table \(it {}\); delete the sample's"
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("esm_lacks_a_frame", r"dnabert_0\.h5 and \S+esm_0\.h5 hold different frames; delete both and run again"),
+        ("shard_lacks_a_frame", MISMATCH.format(0, 0, "holds 1 frames where the frames table lists more")),
+        ("shards_swapped", MISMATCH.format(0, 0, "was made from other frames than the frames table lists")),
+        ("shard_holds_more_frames", MISMATCH.format(1, 1, "holds 4 frames where the frames table lists 2")),
+        ("shard_not_scored", r"frames\.tsv\.gz: frames of shard 1, but 1 shards were scored; delete the sample's"),
+    ],
+)
+def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path, case, message):
+    """Each shard's scores are checked against its frames in prepare's frames table: their number,
+    and their IDs by digest; no table is left behind."""
     root, files = sample
-    ids, embeddings, attrs = h5store.read(files["esm"][0])
-    h5store.write(tmp_path / "cut.h5", ids[1:], embeddings[1:], attrs)
-    with pytest.raises(InputError, match="hold different frames"):
-        score_into(
-            root / "prepare",
-            files["dnabert"],
-            [str(tmp_path / "cut.h5"), files["esm"][1]],
-            root / "classifier.pt",
-            tmp_path / "out",
-        )
+    dnabert, esm = list(files["dnabert"]), list(files["esm"])
+    if case == "esm_lacks_a_frame":  # refused by the score stage: its two embeddings disagree
+        esm[0] = rewrite(tmp_path / "esm_0.h5", (esm[0], slice(1, None)))
+    elif case == "shard_lacks_a_frame":
+        dnabert[0] = rewrite(tmp_path / "dnabert_0.h5", (dnabert[0], slice(1, None)))
+        esm[0] = rewrite(tmp_path / "esm_0.h5", (esm[0], slice(1, None)))
+    elif case == "shards_swapped":  # as many frames as each shard, but the other shard's
+        dnabert, esm = dnabert[::-1], esm[::-1]
+    elif case == "shard_holds_more_frames":
+        dnabert[1] = rewrite(tmp_path / "dnabert_1.h5", (dnabert[1], slice(None)), (dnabert[0], slice(None)))
+        esm[1] = rewrite(tmp_path / "esm_1.h5", (esm[1], slice(None)), (esm[0], slice(None)))
+    else:
+        dnabert, esm = dnabert[:1], esm[:1]
+    with pytest.raises(InputError, match=message):
+        score_into(root / "prepare", dnabert, esm, root / "classifier.pt", tmp_path / "out")
+    assert not any((tmp_path / "out" / name).exists() for name in ("frames.tsv", "chunks.tsv", "scoring.json"))
 
 
 def test_manifest_names_the_checkpoints_and_counts(sample, demo_models):
@@ -141,11 +175,12 @@ def test_manifest_names_the_checkpoints_and_counts(sample, demo_models):
 
 
 def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
-    """A shard left from a run with other model files is not mixed into the tables."""
+    """A shard left from a run with other model files is not mixed into the tables: its scores
+    file names the models it was scored from, and they differ from shard 0's."""
     root, files = sample
     ids, embeddings, attrs = h5store.read(files["esm"][1])
     h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
-    with pytest.raises(InputError, match=r"other.h5: made with .*'0123'.* but shard 0 with"):
+    with pytest.raises(InputError, match=r"scores/shard_1\.h5: made with .*'0123'.* but \S+scores/shard_0\.h5 with"):
         score_into(
             root / "prepare",
             files["dnabert"],
@@ -156,26 +191,45 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
 
 
 def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
-    """predict logs frames scored, rate and ETA block by block, then a final line; so does its CLI."""
+    """score logs a shard's frames scored, predict the sample's frames tabled, with rate and ETA
+    block by block, then a final line; so do their CLIs, whose outputs are those of the stages."""
+    import h5py
+
     import workflow_lib.predict
+    import workflow_lib.score
     from workflow_lib.predict import ScoreFiles
 
     root, files = sample
     prepared = root / "prepare"
-    frames = len(read_tsv(prepared / "frames.tsv.gz"))
-    monkeypatch.setattr(workflow_lib.predict, "SCORE_ROWS", 1)
+    frames, shard_frames = len(read_tsv(prepared / "frames.tsv.gz")), len(read_fasta(shard_fastas(prepared, "faa")[0]))
+    scores = scores_files(root / "out", len(files["esm"]))
+    monkeypatch.setattr(workflow_lib.score, "SCORE_ROWS", 1)
+    monkeypatch.setattr(workflow_lib.predict, "TABLE_ROWS", 1)
     outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
     with caplog.at_level("INFO", logger="workflow"):
-        args = (prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", files["dnabert"], files["esm"])
-        workflow_lib.predict.score(*args, root / "classifier.pt", outputs, 1e-6)
-    line = rf"1 frames of {frames:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
-    assert frames > 1 and any(re.fullmatch(line, message) for message in caplog.messages), caplog.messages
+        args = (files["dnabert"][0], files["esm"][0], root / "classifier.pt", tmp_path / "shard_0.h5")
+        workflow_lib.score.score_shard(*args, 1e-6)
+        workflow_lib.predict.write_tables(
+            prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, outputs, 1e-6
+        )
+    for total in (shard_frames, frames):
+        line = rf"1 frames of {total:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
+        assert total > 1 and any(re.fullmatch(line, message) for message in caplog.messages), caplog.messages
+
+    score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--dnabert", files["dnabert"][0]]
+    score_command += ["--esm", files["esm"][0], "--classifier", str(root / "classifier.pt")]
+    score_command += ["--output", str(tmp_path / "cli_shard_0.h5"), "--progress-seconds", "0.000001", "--threads", "1"]
+    result = subprocess.run(score_command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert re.search(rf"INFO {shard_frames:,} frames of {shard_frames:,}, [\d.,]+/s, scored into ", result.stderr)
+    with h5py.File(tmp_path / "cli_shard_0.h5") as cli, h5py.File(scores[0]) as stage:
+        assert np.array_equal(cli["scores"][()], stage["scores"][()]) and dict(cli.attrs) == dict(stage.attrs)
+
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]
     command += ["--prepared-frames", str(prepared / "frames.tsv.gz")]
-    command += ["--prepared-sequences", str(prepared / "sequences.tsv.gz")]
-    command += ["--dnabert", *files["dnabert"], "--esm", *files["esm"], "--classifier", str(root / "classifier.pt")]
+    command += ["--prepared-sequences", str(prepared / "sequences.tsv.gz"), "--scores", *scores]
     command += [f"--{name}={tmp_path / f'cli_{name}.{ext}'}" for name, ext in (("frames", "tsv"), ("chunks", "tsv"))]
-    command += ["--scoring", str(tmp_path / "scoring.json"), "--progress-seconds", "0.000001", "--threads", "1"]
+    command += ["--scoring", str(tmp_path / "scoring.json"), "--progress-seconds", "0.000001"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert re.search(rf"INFO {frames:,} frames of {frames:,}, [\d.,]+/s\n", result.stderr), result.stderr
@@ -183,38 +237,55 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
         assert (tmp_path / f"cli_{name}").read_bytes() == (root / "out" / name).read_bytes()
 
 
+def synthetic_embeddings(prepare_dir: Path, outdir: Path) -> dict[str, list[str]]:
+    """Each shard's embeddings files, 8 seeded random values a frame and model: a frame's depend on
+    its ID and the model alone, not on its shard or its row."""
+    files = {"dnabert": [], "esm": []}
+    for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
+        for shard, fasta in enumerate(shard_fastas(prepare_dir, suffix)):
+            ids = [frame_id for frame_id, _ in read_fasta(fasta)]
+            seeds = [
+                int.from_bytes(hashlib.blake2b(f"{model} {i}".encode(), digest_size=8).digest(), "little") for i in ids
+            ]
+            embeddings = np.array([np.random.default_rng(seed).standard_normal(8, np.float32) for seed in seeds])
+            attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
+            h5store.write(outdir / f"{model}_{shard}.h5", ids, embeddings.reshape(len(ids), 8), attrs)
+            files[model].append(str(outdir / f"{model}_{shard}.h5"))
+    return files
+
+
+MANY_SHARD_TOKENS = 15_000  # the sample's 733 frames, 68,707 tokens, fill 5 shards
+
+
 @pytest.fixture(scope="module")
 def many(tmp_path_factory):
-    """Reads of the bundled genomes, lambda whole and an empty record through prepare (3 shards),
+    """Reads of the bundled genomes, lambda whole and an empty record through prepare (5 shards),
     with seeded random embeddings (of prepare's frame IDs) and classifier: hundreds of frames."""
     root = tmp_path_factory.mktemp("many")
     write_reads(root / "in.fa", 400, 500, seed=0)
     with open(root / "in.fa", "a") as reads:
         reads.write((GENOMES / "lambda_NC_001416.fasta").read_text() + ">empty\n\n")
-    prepare_into(root / "in.fa", root / "prepare", 3, chunk_length=300, min_length=10)
-    rng = np.random.default_rng(0)
-    files = {"dnabert": [], "esm": []}
-    for model, suffix in (("dnabert", "fna"), ("esm", "faa")):
-        for shard in range(3):
-            ids = [line[1:] for line in (root / "prepare" / f"shard_{shard}.{suffix}").read_text().split("\n")[0:-1:2]]
-            attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
-            h5store.write(root / f"{model}_{shard}.h5", ids, rng.standard_normal((len(ids), 8), np.float32), attrs)
-            files[model].append(str(root / f"{model}_{shard}.h5"))
+    counts = prepare_into(root / "in.fa", root / "prepare", MANY_SHARD_TOKENS, chunk_length=300, min_length=10)
+    assert (counts["frames"], counts["shards"]) == (733, 5)
+    files = synthetic_embeddings(root / "prepare", root)
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(16).eval(), root / "classifier.pt")
     return root, files
 
 
 def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
-    """Frames scored 5 at a time, VirNucPro's chunk rows sorted in runs of 3 and merged, records
-    called 4 at a time: the same bytes as each table in one block."""
+    """Each shard's frames scored 5 at a time, the frames table read 5 rows at a time (blocks that
+    span shards), VirNucPro's chunk rows sorted in runs of 3 and merged, records called 4 at a time:
+    the same bytes as each table in one block."""
     import workflow_lib.call
     import workflow_lib.predict
+    import workflow_lib.score
 
     root, files = many
     for blocks in ("whole", "small"):
         if blocks == "small":
-            monkeypatch.setattr(workflow_lib.predict, "SCORE_ROWS", 5)
+            monkeypatch.setattr(workflow_lib.score, "SCORE_ROWS", 5)
+            monkeypatch.setattr(workflow_lib.predict, "TABLE_ROWS", 5)
             monkeypatch.setattr(workflow_lib.predict.VirNucProTables, "RUN_ROWS", 3)
             monkeypatch.setattr(workflow_lib.call, "BLOCK_ROWS", 4)
         score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / blocks)
@@ -231,6 +302,28 @@ def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
         assert (tmp_path / "small" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     viral = [list(read_records(tmp_path / blocks / "viral.fasta")) for blocks in ("small", "whole")]
     assert [r[::2] for r in viral[0]] == [r[::2] for r in viral[1]]  # IDs and sequences
+
+
+def test_tables_do_not_depend_on_the_sharding(many, tmp_path):
+    """The same frames prepared into one shard instead of 5, each with the same embeddings, scored
+    by the same classifier: the same bytes in every table; only the frames' shard numbers differ."""
+    from workflow_lib.tables import read_table
+
+    root, several = many
+    prepare = tmp_path / "prepare"
+    assert prepare_into(root / "in.fa", prepare, chunk_length=300, min_length=10)["shards"] == 1
+    one = synthetic_embeddings(prepare, tmp_path)
+    frames = [read_table(path / "frames.tsv.gz") for path in (prepare, root / "prepare")]
+    assert (frames[0]["shard"].unique().tolist(), frames[1]["shard"].unique().tolist()) == ([0], [0, 1, 2, 3, 4])
+    assert frames[0].drop(columns="shard").equals(frames[1].drop(columns="shard"))
+    for name, (prepared, files) in {"one": (prepare, one), "several": (root / "prepare", several)}.items():
+        score_into(prepared, files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / name)
+        call_into(prepared, root / "in.fa", tmp_path / name)
+    names = ("frames.tsv", "chunks.tsv", "prediction_results.txt", "prediction_results_highestscore.csv")
+    for name in (*names, "scoring.json", "sequences.tsv", "viral.fasta"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "several" / name).read_bytes(), name
+    calls = {s["call"] for s in read_tsv(tmp_path / "one" / "sequences.tsv")}
+    assert len(read_tsv(tmp_path / "one" / "frames.tsv")) == 733 and {"virus", "other"} <= calls
 
 
 def same_fields(path_a: Path, path_b: Path) -> bool:
@@ -285,13 +378,9 @@ def test_a_sample_without_a_frame_is_scored_and_called(tmp_path):
     """Human mtDNA has no stop-free frame at 500 bp: empty frames and chunks tables, every record
     called no_coding_frame."""
     (tmp_path / "in.fa").write_text((GENOMES / "human_mtDNA.fasta").read_text() + ">empty\n\n")
-    prepare_into(tmp_path / "in.fa", tmp_path / "prepare", 2, chunk_length=500, min_length=10)
-    files = {"dnabert": [], "esm": []}
-    for model in files:
-        for shard in range(2):
-            attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
-            h5store.write(tmp_path / f"{model}_{shard}.h5", [], np.zeros((0, 8), np.float32), attrs)
-            files[model].append(str(tmp_path / f"{model}_{shard}.h5"))
+    counts = prepare_into(tmp_path / "in.fa", tmp_path / "prepare", 100, chunk_length=500, min_length=10)
+    assert (counts["frames"], counts["shards"]) == (0, 1)  # one shard, empty
+    files = synthetic_embeddings(tmp_path / "prepare", tmp_path)
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(16).eval(), tmp_path / "classifier.pt")
     score_into(tmp_path / "prepare", files["dnabert"], files["esm"], tmp_path / "classifier.pt", tmp_path / "out")

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
-from stages import prepare_command, prepare_into
+from stages import prepare_command, prepare_into, shard_fastas
 
 from workflow_lib.chunking import chunk_bounds
 from workflow_lib.seqio import read_records
+from workflow_lib.sharding import read_shards
 
 FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
 
@@ -22,26 +23,61 @@ def _input_of(fixture: Path) -> Path:
     return DATA / "virnucpro_quirks.fasta" if name == "virnucpro_quirks" else GENOMES / f"{name}.fasta"
 
 
-def _frames_in_order(outdir: Path, shards: int) -> list[str]:
+def _frames_in_order(outdir: Path) -> list[str]:
     """frame_id, nucleotide, protein per frame, in frames-table order, read back from the shards."""
     sequences = {}
-    for i in range(shards):
-        for (fid, nucleotide), (fid2, protein) in zip(
-            read_fasta(outdir / f"shard_{i}.fna"), read_fasta(outdir / f"shard_{i}.faa")
-        ):
+    for fna, faa in zip(shard_fastas(outdir, "fna"), shard_fastas(outdir, "faa"), strict=True):
+        for (fid, nucleotide), (fid2, protein) in zip(read_fasta(fna), read_fasta(faa), strict=True):
             assert fid == fid2, "the .fna and .faa of a shard hold the same IDs in the same order"
+            assert fid not in sequences, "every frame is in exactly one shard"
             sequences[fid] = (nucleotide, protein)
     rows = read_tsv(outdir / "frames.tsv.gz")
     assert len(sequences) == len(rows), "every frame is in exactly one shard"
     return [f"{r['frame_id']}\t{sequences[r['frame_id']][0]}\t{sequences[r['frame_id']][1]}" for r in rows]
 
 
+def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> list[dict]:
+    """prepare's shards in `outdir` were filled in order, up to `shard_tokens` ESM-2 tokens (a frame
+    costs its protein plus 2): each shard's frames are one run of the frames table (shard numbers
+    never fall along it); no shard but a one-frame shard holds more than `shard_tokens`; each shard
+    but the last would have overflowed with the next frame; the shards table and the counts give
+    each shard's frames and tokens as its FASTAs hold them. Returns the shards table's rows."""
+    shards = read_shards(outdir / "shards.tsv")
+    n = len(shards)
+    assert n == counts["shards"] >= 1 and [row["shard"] for row in shards] == list(range(n))
+    assert [row["tokens"] for row in shards] == counts["shard_tokens"]
+    assert sorted(path.name for path in (outdir / "shards").iterdir()) == sorted(
+        f"shard_{i}.{suffix}" for i in range(n) for suffix in ("fna", "faa")
+    )
+    frames = read_tsv(outdir / "frames.tsv.gz")
+    shard_of = [int(f["shard"]) for f in frames]
+    tokens = [int(f["protein_length"]) + 2 for f in frames]
+    assert shard_of == sorted(shard_of), "shard numbers never fall along the frames table"
+    assert sum(row["frames"] for row in shards) == len(frames) == counts["frames"]
+    start = 0
+    for row, fna, faa in zip(shards, shard_fastas(outdir, "fna"), shard_fastas(outdir, "faa"), strict=True):
+        stop = start + row["frames"]
+        assert row["frames"] > 0 or n == 1, "only a sample without a frame has an empty shard"
+        assert shard_of[start:stop] == [row["shard"]] * row["frames"], "a shard's frames are one run of the table"
+        ids = [f["frame_id"] for f in frames[start:stop]]
+        proteins = read_fasta(faa)
+        assert [fid for fid, _ in read_fasta(fna)] == [fid for fid, _ in proteins] == ids
+        assert row["tokens"] == sum(tokens[start:stop]) == sum(len(protein) + 2 for _, protein in proteins)
+        assert row["tokens"] <= shard_tokens or row["frames"] == 1, "only a one-frame shard may be larger"
+        if stop < len(frames):
+            assert row["tokens"] + tokens[stop] > shard_tokens, "a shard is closed only when the next frame overflows"
+        start = stop
+    return shards
+
+
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
 def test_frames_equal_virnucpro(fixture, tmp_path):
     chunk_length = int(fixture.name.rsplit(".chunk", 1)[1].split(".")[0])
-    prepare_into(_input_of(fixture), tmp_path, 3, chunk_length=chunk_length)
+    counts = prepare_into(_input_of(fixture), tmp_path, 2000, chunk_length=chunk_length)
     expected = fixture.read_text().splitlines()[1:]
-    assert _frames_in_order(tmp_path, 3) == expected
+    assert _frames_in_order(tmp_path) == expected
+    shards = assert_filled_in_order(tmp_path, 2000, counts)
+    assert len(shards) > 1 or sum(counts["shard_tokens"]) <= 2000
 
 
 def test_quirk_fixture_exercises_the_quirks():
@@ -78,7 +114,10 @@ def test_short_last_chunk_quirk():
     ]
 
 
-def test_tables(tmp_path):
+# The "ok" record's 10 frames cost 101 or 102 tokens each, 1,014 in all: 2 a shard at 250 tokens,
+# one each when a frame alone overflows, 9 in the first shard of 1,013, all in one of 1,014.
+@pytest.mark.parametrize("shard_tokens, n_shards", [(50, 10), (250, 5), (1013, 2), (1014, 1)])
+def test_tables(tmp_path, shard_tokens, n_shards):
     fasta = tmp_path / "in.fa"
     fasta.write_text(
         ">empty\n\n>short\nACGTACGTAC\n>ok some description\n"
@@ -88,7 +127,9 @@ def test_tables(tmp_path):
         + "ACGT" * 25
         + "\n"
     )
-    counts = prepare_into(fasta, tmp_path / "out", 2, chunk_length=300, min_length=50, max_ambiguous_fraction=0.4)
+    counts = prepare_into(
+        fasta, tmp_path / "out", shard_tokens, chunk_length=300, min_length=50, max_ambiguous_fraction=0.4
+    )
     sequences = read_tsv(tmp_path / "out" / "sequences.tsv.gz")
     assert [(s["sequence_id"], s["status"]) for s in sequences] == [
         ("empty", "empty"),
@@ -103,19 +144,30 @@ def test_tables(tmp_path):
     assert int(ok["n_frames"]) == len(frames) == counts["frames"]
     assert {(f["chunk"], f["chunk_start"], f["chunk_end"]) for f in frames} <= {("1", "1", "300"), ("2", "301", "600")}
     assert all(f["sequence_id"] == "ok" and int(f["protein_length"]) > 0 for f in frames)
-    # Shards are balanced by ESM-2 tokens: no shard exceeds another by more than one frame.
-    assert max(counts["shard_tokens"]) - min(counts["shard_tokens"]) <= 102
+    assert len(assert_filled_in_order(tmp_path / "out", shard_tokens, counts)) == counts["shards"] == n_shards
+    assert sum(counts["shard_tokens"]) == sum(int(f["protein_length"]) + 2 for f in frames) == 1014
+
+
+def test_a_sample_without_a_frame_gets_one_empty_shard(tmp_path):
+    """Human mtDNA has no stop-free frame at 500 bp: one shard, empty, and a one-row shards table."""
+    counts = prepare_into(GENOMES / "human_mtDNA.fasta", tmp_path, 100, chunk_length=500)
+    assert (counts["frames"], counts["shards"], counts["shard_tokens"]) == (0, 1, [0])
+    assert (tmp_path / "shards.tsv").read_text() == "shard\tframes\ttokens\n0\t0\t0\n"
+    assert [path.read_bytes() for path in (*shard_fastas(tmp_path, "fna"), *shard_fastas(tmp_path, "faa"))] == [
+        b"",
+        b"",
+    ]
+    assert read_tsv(tmp_path / "frames.tsv.gz") == [] and len(read_tsv(tmp_path / "sequences.tsv.gz")) == 1
+    assert_filled_in_order(tmp_path, 100, counts)
 
 
 def _frames(tmp_path, text: str, **policy) -> dict[str, tuple[str, str]]:
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "in.fa").write_text(text)
     out = tmp_path / "out"
-    prepare_into(tmp_path / "in.fa", out, 1, **policy)
-    return {
-        fid: (nuc, prot)
-        for (fid, nuc), (_, prot) in zip(read_fasta(out / "shard_0.fna"), read_fasta(out / "shard_0.faa"))
-    }
+    prepare_into(tmp_path / "in.fa", out, **policy)
+    ((fna,), (faa,)) = shard_fastas(out, "fna"), shard_fastas(out, "faa")
+    return {fid: (nuc, prot) for (fid, nuc), (_, prot) in zip(read_fasta(fna), read_fasta(faa))}
 
 
 def test_nucleotide_slice_is_one_base_longer(tmp_path):
@@ -152,9 +204,11 @@ def test_compressed_inputs_give_the_same_outputs(tmp_path):
     ):
         path = tmp_path / name
         path.write_bytes(compress(data))
-        prepare_into(path, tmp_path / f"out_{name}", 2)
+        out = tmp_path / f"out_{name}"
+        assert prepare_into(path, out, 336)["shards"] == 2  # 4 frames of 168 tokens
+        shards = [*shard_fastas(out, "fna"), *shard_fastas(out, "faa")]
         outputs.append(
-            [(tmp_path / f"out_{name}" / f).read_bytes() for f in ("frames.tsv.gz", "shard_0.faa", "shard_1.fna")]
+            [(out / f).read_bytes() for f in ("frames.tsv.gz", "shards.tsv")] + [p.read_bytes() for p in shards]
         )
     assert all(o == outputs[0] for o in outputs)
 
@@ -163,9 +217,10 @@ def test_fastq_equals_fasta(tmp_path):
     records = [(f"read{i}", seq) for i, (_, seq) in enumerate(read_fasta_records(GENOMES / "phiX174.fasta", 300))]
     (tmp_path / "r.fa").write_text("".join(f">{i}\n{s}\n" for i, s in records))
     (tmp_path / "r.fq").write_text("".join(f"@{i}\n{s}\n+\n{'I' * len(s)}\n" for i, s in records))
-    prepare_into(tmp_path / "r.fa", tmp_path / "fa", 2, chunk_length=300)
-    prepare_into(tmp_path / "r.fq", tmp_path / "fq", 2, chunk_length=300)
-    assert (tmp_path / "fa" / "frames.tsv.gz").read_bytes() == (tmp_path / "fq" / "frames.tsv.gz").read_bytes()
+    assert prepare_into(tmp_path / "r.fa", tmp_path / "fa", 500, chunk_length=300)["shards"] > 1
+    prepare_into(tmp_path / "r.fq", tmp_path / "fq", 500, chunk_length=300)
+    for name in ("frames.tsv.gz", "shards.tsv", *(f"shards/{p.name}" for p in (tmp_path / "fa" / "shards").iterdir())):
+        assert (tmp_path / "fa" / name).read_bytes() == (tmp_path / "fq" / name).read_bytes(), name
 
 
 def read_fasta_records(path: Path, read_length: int):
@@ -211,7 +266,7 @@ def test_cli_logs_progress_lines(tmp_path):
     from reads import write_reads
 
     write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
-    command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", 2, "--progress-seconds", "0.000001")
+    command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", "--progress-seconds", "0.000001")
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     lines = re.findall(
@@ -231,7 +286,7 @@ def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
     reads = tmp_path / "reads.fa"
     reads.write_bytes(b"".join(b">r%d\n%s\n" % (i, genome[i * 150 : i * 150 + 150]) for i in range(20)))
-    command = prepare_command(reads, tmp_path / "out", 1, "--chunk-length", "500")
+    command = prepare_command(reads, tmp_path / "out", "--chunk-length", "500")
     logged = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(tmp_path / "prepare.log")]
     result = subprocess.run(logged + command, capture_output=True, text=True)
     assert result.returncode == 0
@@ -242,6 +297,6 @@ def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     ]
     assert warning in result.stderr and "reconciled" not in result.stderr  # warnings only
     failed = subprocess.run(
-        logged + prepare_command(tmp_path / "none.fa", tmp_path / "out", 1), capture_output=True, text=True
+        logged + prepare_command(tmp_path / "none.fa", tmp_path / "out"), capture_output=True, text=True
     )
     assert failed.returncode == 2 and failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1

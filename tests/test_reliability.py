@@ -36,7 +36,7 @@ def setup(workdir: Path) -> Path:
         workdir,
         samples="samples.tsv",
         chunk_length=500,
-        shards=1,
+        shard_tokens=10**9,  # one shard a sample
         embedding={"esm_token_budget": 1024, "dnabert_token_budget": 2048, "commit_seconds": 0},
     )
     return workdir
@@ -100,7 +100,7 @@ def outputs(workdir: Path) -> dict[str, bytes]:
 
 def embeddings(workdir: Path) -> dict[str, tuple[list, np.ndarray]]:
     found = {}
-    for path in sorted((workdir / "results").rglob("*.h5")):
+    for path in sorted((workdir / "results").glob("*/embeddings/*/*.h5")):
         with h5py.File(path) as h5:
             found[str(path.relative_to(workdir))] = (h5["ids"][()].tolist(), h5["embeddings"][()])
     return found
@@ -137,14 +137,15 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
 
 def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
-    from stages import prepare_into, prepared_files
+    from stages import prepare_into, prepared_files, shard_fastas
 
     from workflow_lib.errors import InputError
     from workflow_lib.reconcile import IDDigest, check_prepared
     from workflow_lib.tables import read_chunks
 
-    counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 2, chunk_length=300)
-    files = prepared_files(tmp_path, 2)
+    counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 900, chunk_length=300)
+    assert counts["shards"] == 2  # 16 frames of 101 or 102 tokens, 8 a shard
+    files = prepared_files(tmp_path)
     written = [IDDigest() for _ in range(2)]
     for chunk in read_chunks(files.frames, ["frame_id", "shard"]):
         for shard, ids in chunk.groupby("shard")["frame_id"]:
@@ -153,7 +154,7 @@ def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     with pytest.raises(InputError, match=r"sequences.tsv.gz: 1 rows for 2 input records"):
         check_prepared(files, written, 2)
 
-    faa = tmp_path / "shard_1.faa"
+    faa = shard_fastas(tmp_path, "faa")[1]
     lines = faa.read_text().splitlines(keepends=True)
     lost = lines[2][1:].strip()
     faa.write_text("".join(lines[:2] + lines[4:]))

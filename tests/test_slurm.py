@@ -106,7 +106,7 @@ def configured(workdir):
     sheet.write_text(header + "".join(r for r in rows if r.split("\t")[0] in SAMPLES))
     path = write_config(workdir)
     config = yaml.safe_load(path.read_text())
-    config["shards"] = 1
+    config["shard_tokens"] = 10**9  # one shard a sample
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -12,6 +12,7 @@ import yaml
 from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
 
 from workflow_lib.models import classifier
+from workflow_lib.plan import read_plan
 from workflow_lib.seqio import read_records
 
 
@@ -27,11 +28,15 @@ def test_tables_cover_every_record_and_frame(workflow_run):
         assert [f["frame_id"] for f in read_tsv(results / "frames.tsv")] == prepared
         for name in ("chunks.tsv", "viral.fasta", "prediction_results.txt", "prediction_results_highestscore.csv"):
             assert (results / name).exists()
+        shards = read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]
+        assert [s["shard"] for s in shards] == list(range(len(shards)))
+        assert sum(s["frames"] for s in shards) == len(prepared)
         for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
-            for shard in range(2):
-                with h5py.File(results / "embeddings" / model / f"shard_{shard}.h5") as h5:
+            for shard in shards:
+                with h5py.File(results / "embeddings" / model / f"shard_{shard['shard']}.h5") as h5:
                     ids = [i.decode() for i in h5["ids"][()]]
-                assert ids == [fid for fid, _ in read_fasta(results / "prepare" / f"shard_{shard}.{suffix}")]
+                fasta = results / "prepare" / "shards" / f"shard_{shard['shard']}.{suffix}"
+                assert len(ids) == shard["frames"] and ids == [fid for fid, _ in read_fasta(fasta)]
 
 
 @pytest.mark.slow
@@ -142,8 +147,9 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
-    assert jobs["check_models"] == 1 and jobs["predict"] == len(SAMPLES)
-    assert not {"embed", "prepare", "train"} & jobs.keys()
+    shards = sum(map(len, read_plan(workdir / "results" / "plan" / "shards.tsv").values()))
+    assert jobs["check_models"] == 1 and jobs["score"] == shards and jobs["predict"] == len(SAMPLES)
+    assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
 
 
 @pytest.mark.slow
@@ -192,27 +198,30 @@ def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp
 
 @pytest.mark.slow
 def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
-    """One 900 bp record (3 stop-free frames) over 4 shards leaves a shard empty: its embed jobs
-    ask for no GPU (the resource is decided once prepare has written the shard)."""
+    """A sample with no frame (its one record is too short) gets one empty shard: its embed jobs
+    ask for no GPU (the resource is decided once prepare has written the shard), while those of a
+    sample with frames ask for one."""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
-    (tmp_path / "samples.tsv").write_text(f"sample\tpath\none\t{tmp_path / 'one.fa'}\n")
+    (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\none\t{tmp_path / 'one.fa'}\nnone\t{tmp_path / 'none.fa'}\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), shards=4)
+    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
     command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     asked = {}
     for job in re.split(r"\n(?:local)?rule ", result.stdout + result.stderr)[1:]:
         if job.startswith("embed:"):
-            shard = re.search(r"model=(\w+), shard=(\d+)", job).groups()
-            asked[shard] = int(re.search(r"\bgpu=(\d+)", job).group(1))
+            sample, model = re.search(r"sample=(\w+), model=(\w+), shard=0", job).groups()
+            asked[sample, model] = int(re.search(r"\bgpu=(\d+)", job).group(1))
     frames = {
-        shard: len(read_fasta(tmp_path / "results" / "one" / "prepare" / f"shard_{shard}.faa")) for shard in "0123"
+        s: len(read_fasta(tmp_path / "results" / s / "prepare" / "shards" / "shard_0.faa")) for s in ("one", "none")
     }
-    assert len(asked) == 8 and 0 in frames.values() and any(frames.values())
-    assert asked == {(m, s): int(frames[s] > 0) for m in ("esm", "dnabert") for s in frames}
+    assert frames["one"] > 0 and frames["none"] == 0
+    assert asked == {(s, m): int(frames[s] > 0) for m in ("esm", "dnabert") for s in frames}
+    assert read_tsv(tmp_path / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 
 def test_the_workflow_runs_from_any_directory(tmp_path):
@@ -240,23 +249,53 @@ def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_pa
 
 @pytest.mark.slow
 def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
-    """outputs.keep_embeddings: false: each embedding goes once predict and train (a labelled
-    sample) have read it, each shard FASTA once its embed job is done; the run summary and the
-    figures need neither, and a second run has nothing to do."""
+    """outputs.keep_embeddings: false: each embedding and shard FASTA goes once its shard is
+    scored and train (a labelled sample) has read it; the run summary and the figures need
+    neither, and a second run has nothing to do."""
     write_inputs(tmp_path)
     sheet = tmp_path / "samples.tsv"
     sheet.write_text("".join(line for line in sheet.read_text().splitlines(True) if not line.startswith("gamma")))
-    config = write_config(tmp_path, outputs={"keep_embeddings": False})
+    config = write_config(tmp_path, outputs={"keep_embeddings": False})  # the default
     command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     results = tmp_path / "results"
     assert (results / "train" / "classifier.pt").is_file()
-    assert not list(results.glob("*/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shard_*"))
+    assert not list(results.glob("*/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
     samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
+    plan = read_plan(results / "plan" / "shards.tsv")
+    assert len(plan["reads"]) > 1
     for sample in samples:
-        assert len(list((results / sample / "embeddings").glob("*/shard_*.json"))) == 4  # 2 models, 2 shards
+        figures = {p.relative_to(results / sample / "embeddings") for p in (results / sample).glob("embeddings/*/*")}
+        assert figures == {Path(m) / f"shard_{s['shard']}.json" for m in ("esm", "dnabert") for s in plan[sample]}
         for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
             assert (results / sample / made).stat().st_size > 0
     dry = subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV)
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+
+
+@pytest.mark.slow
+def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
+    """The same samples and classifier in one shard each and in shards of 4,000 tokens (up to 4 a
+    sample): the same frames, the same frame and chunk scores within 1e-6, and the same calls."""
+    workdir, _ = workflow_run
+    plan = read_plan(workdir / "results" / "plan" / "shards.tsv")
+    assert max(map(len, plan.values())) >= 3
+    write_inputs(tmp_path)
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
+    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), shard_tokens=10**9)
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(len(shards) == 1 for shards in read_plan(tmp_path / "results" / "plan" / "shards.tsv").values())
+    for sample in SAMPLES:
+        sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
+        assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
+        for a, b in zip(sharded, whole):
+            assert abs(float(a["score_virus"]) - float(b["score_virus"])) <= 1e-6
+        sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, tmp_path))
+        assert [c["is_virus"] for c in sharded] == [c["is_virus"] for c in whole]
+        for a, b in zip(sharded, whole):
+            assert abs(float(a["max_score_virus"]) - float(b["max_score_virus"])) <= 1e-6
+        sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, tmp_path))
+        assert [s["call"] for s in sharded] == [s["call"] for s in whole]

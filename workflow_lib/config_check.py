@@ -13,6 +13,12 @@ from jsonschema import Draft202012Validator
 from .errors import InputError
 from .models.checkpoints import ESM2_MODELS, check_esm_layer, is_local, is_url
 
+# Keys of earlier versions, and what replaced them.
+REPLACED = {
+    ("shards",): "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its "
+    "tokens need); remove it, and set shard_tokens to change the size of a shard",
+}
+
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
     """(key path, message) for each violation of the schema, in key order."""
@@ -25,7 +31,7 @@ def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str
         path = list(error.path)
         if error.validator == "additionalProperties":
             unknown = sorted(set(error.instance) - set(error.schema["properties"]))
-            found += [([*path, key], "unknown key") for key in unknown]
+            found += [([*path, key], REPLACED.get((*path, key), "unknown key")) for key in unknown]
         elif error.validator in ("pattern", "not"):
             allowed = error.schema["description"].rstrip(".")
             found.append((path, f"{error.instance!r} is not allowed ({allowed})"))
@@ -47,8 +53,8 @@ def source_of(path: list, sources: list[tuple[str, dict]]) -> str:
 def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]]) -> None:
     """`sources`: where the values came from, the one that wins first (--config, then config files)."""
     problems = [
-        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; "
-        f"fix it (config/{Path(schema_path).name} describes every key)"
+        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}"
+        + ("" if tuple(path) in REPLACED else f"; fix it (config/{Path(schema_path).name} describes every key)")
         for path, message in schema_problems(config, schema_path)
     ]
     if problems:

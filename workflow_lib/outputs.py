@@ -5,6 +5,7 @@ import errno
 import gzip
 import io
 import os
+import shutil
 from pathlib import Path
 
 from .errors import InputError
@@ -52,6 +53,20 @@ def _refused(error: OSError, code: int | None, tmp: Path) -> bool:
     return (code in _FULL and (ours or not error.filename)) or (
         code in (errno.EROFS, errno.EACCES, errno.EPERM) and ours
     )
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike):
+    """Yield a new temporary directory beside `path`; it replaces `path` only if the block succeeds."""
+    path = Path(path)
+    tmp = _temporary_name(path)
+    try:
+        with atomic_path(path, tmp):
+            tmp.mkdir()
+            yield tmp
+            shutil.rmtree(path, ignore_errors=True)  # a directory is replaced only while empty
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,11 @@
-"""The predict stage: join each frame's two embeddings on prepare's frames table and classify.
-It writes the frames table (a score per frame), the chunks table (VirNucPro's call per chunk),
-the scoring JSON (the checkpoints with their SHA-256) and optionally VirNucPro's own tables.
-Calls per record are the call stage's (call.py), so that a new threshold needs no embeddings."""
+"""The predict stage: a sample's tables from its shards' scores (score.py), joined on prepare's
+frames table. It writes the frames table (a score per frame), the chunks table (VirNucPro's call
+per chunk), the scoring JSON (the checkpoints with their SHA-256) and optionally VirNucPro's own
+tables, a block of rows at a time. Calls per record are the call stage's (call.py), so that a new
+threshold needs no embeddings."""
 
 import contextlib
 import heapq
-import json
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -14,13 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import torch
 
-from . import checksums, h5store
 from .errors import InputError
-from .models import classifier
 from .outputs import atomic_open
 from .progress import Progress
+from .score import ShardScores
 from .tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
 from .translation import FRAME_NAMES
 
@@ -34,9 +32,8 @@ class ScoreFiles(NamedTuple):
     virnucpro: tuple[Path, Path] | None  # VirNucPro's prediction_results.txt and _highestscore.csv, or none
 
 
-# Frames read, scored and written at a time: the frames-table rows and one float32 block of their
-# features (32,768 x (768 + 2560) is 436 MB at production width), whatever the sample's size.
-SCORE_ROWS = 32768
+# Frames-table rows read and written at a time, with their scores, whatever the sample's size.
+TABLE_ROWS = 32768
 _FRAME_INDEX = {name: i for i, name in enumerate(FRAME_NAMES)}
 
 
@@ -112,58 +109,26 @@ class ListedFrames:
 
 
 def scored_blocks(
-    frames_path: str | Path, listed: ListedFrames, shards: list[h5store.FeatureBlocks], model, progress: Progress
+    frames_path: str | Path, listed: ListedFrames, shards: list[ShardScores], progress: Progress
 ) -> Iterator[pd.DataFrame]:
-    """prepare's frames table in blocks of SCORE_ROWS rows, each frame scored (frames-table columns):
-    a shard's rows in its files follow its frames in the table, so each block reads the next rows of
-    every shard it holds frames of, into one preallocated feature block."""
-    features = np.empty((SCORE_ROWS, model.input_dim), dtype=np.float32)
-    next_row = [0] * len(shards)
-    for block in read_chunks(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"], SCORE_ROWS):
+    """prepare's frames table in blocks of TABLE_ROWS rows, each frame with its scores (frames-table
+    columns): a shard's rows in its scores file follow its frames in the table."""
+    for block in read_chunks(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"], TABLE_ROWS):
         listed.check(block)
         frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
         scores = np.empty((len(block), 2), dtype=np.float32)
         for shard in np.unique(shard_of).tolist():
-            rows = np.flatnonzero(shard_of == shard)
             if not 0 <= shard < len(shards):
                 raise InputError(
-                    f"{frames_path}: frames of shard {shard}, but {len(shards)} shards were embedded; delete the "
+                    f"{frames_path}: frames of shard {shard}, but {len(shards)} shards were scored; delete the "
                     "sample's prepare outputs and run again"
                 )
-            start, stop = next_row[shard], next_row[shard] + rows.size
-            ids = shards[shard].read_rows(start, min(stop, shards[shard].n), features)
-            if ids != frame_ids[rows].tolist():
-                _mismatch(shards[shard], shard, start, ids, frame_ids[rows])
-            scores[rows] = classifier.scores(model, torch.from_numpy(features[: rows.size])).numpy()
-            next_row[shard] = stop
+            rows = np.flatnonzero(shard_of == shard)
+            scores[rows] = shards[shard].read(frame_ids[rows].tolist())
         progress.update(listed.rows)
         yield frame_table(block, scores)
-    for shard, (blocks, used) in enumerate(zip(shards, next_row)):
-        if used != blocks.n:
-            _mismatch(blocks, shard, used, [], [])
-
-
-def _mismatch(blocks: h5store.FeatureBlocks, shard: int, start: int, ids: list[str], expected) -> None:
-    if len(ids) < len(expected):
-        found = f"holds {blocks.n} frames where the frames table lists more"
-    elif len(ids) == len(expected) and ids:
-        i = next(i for i, (a, b) in enumerate(zip(ids, expected)) if a != b)
-        found = f"holds '{ids[i]}' at row {start + i} where the frames table lists '{expected[i]}'"
-    else:
-        found = f"holds {blocks.n} frames where the frames table lists {start}"
-    raise InputError(
-        f"{blocks.paths[1]}: the embeddings do not match shard {shard} of the frames table (it {found}); delete "
-        "the sample's embeddings and run again"
-    )
-
-
-def _checkpoint(attrs: dict) -> dict:
-    return {
-        "checkpoint": str(attrs["checkpoint"]),
-        "layer": int(attrs["layer"]),
-        "precision": str(attrs["precision"]),
-        "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
-    }
+    for shard in shards:
+        shard.finish()
 
 
 def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
@@ -235,28 +200,25 @@ def _chunk_id(line: str) -> str:
     return line.split("\t", 1)[0]
 
 
-def score(
+def write_tables(
     frames_path: str | Path,
     sequences_path: str | Path,
-    dnabert_files: list[str],
-    esm_files: list[str],
-    classifier_path: str | Path,
+    score_files: list[str],
     outputs: ScoreFiles,
     progress_seconds: float,
 ) -> dict:
-    """Score every frame of prepare's frames table (checked against its sequences table) from the
-    shards' embeddings; write `outputs` block by block, in frames-table order."""
-    model, _ = classifier.load(classifier_path)
+    """Every frame of prepare's frames table (checked against its sequences table) with its score from
+    the shards' scores files, in shard order; write `outputs` block by block, in frames-table order."""
     with contextlib.ExitStack() as stack:
-        shards = [stack.enter_context(h5store.FeatureBlocks(d, e)) for d, e in zip(dnabert_files, esm_files)]
-        made_with = _made_with(shards, model)
-        n_frames = sum(blocks.n for blocks in shards)
+        shards = [stack.enter_context(ShardScores(path, shard)) for shard, path in enumerate(score_files)]
+        made_with = _made_with(shards)
+        n_frames = sum(int(shard.attrs["frames"]) for shard in shards)
         progress = Progress(log, "frames", total=n_frames, interval=progress_seconds)
         listed = ListedFrames(frames_path, sequences_path)
         write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
         write_chunks = stack.enter_context(tsv_writer(outputs.chunks, CHUNKS))
         virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
-        scored = scored_blocks(frames_path, listed, shards, model, progress)
+        scored = scored_blocks(frames_path, listed, shards, progress)
         for frames in whole_groups(scored, ["sequence_id", "chunk"]):  # a chunk's frames in one block
             write_frames(frames)
             write_chunks(chunk_table(frames))
@@ -264,27 +226,18 @@ def score(
                 virnucpro.write(frames)
         listed.finish()
         log.info(progress.line(listed.rows))
-    made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
     scoring = {"checkpoints": made_with, "frames": listed.rows}
     write_json(scoring, outputs.scoring)
-    log.info("%d frames scored into %s and %s", listed.rows, outputs.frames, outputs.chunks)
+    log.info("%d frames of %d shards into %s and %s", listed.rows, len(shards), outputs.frames, outputs.chunks)
     return scoring
 
 
-def _made_with(shards: list[h5store.FeatureBlocks], model) -> dict[str, dict]:
-    """Each model's checkpoint, the same for every shard; features as wide as the classifier's input."""
-    made_with: dict[str, dict] = {}
-    for blocks in shards:
-        for name, path in zip(("dnabert", "esm"), blocks.paths):
-            used = _checkpoint(blocks.attrs[name])
-            if made_with.setdefault(name, used) != used:
-                raise InputError(
-                    f"{path}: made with {used} but shard 0 with {made_with[name]}; delete the sample's "
-                    "embeddings and run again"
-                )
-        if blocks.dim != model.input_dim:
+def _made_with(shards: list[ShardScores]) -> dict[str, dict]:
+    """The models and classifier that scored the shards: the same for every shard."""
+    for shard in shards[1:]:
+        if shard.checkpoints != shards[0].checkpoints:
             raise InputError(
-                f"{blocks.paths[0]} + {blocks.paths[1]}: {blocks.dim} features per frame but the classifier "
-                f"takes {model.input_dim}; use the classifier trained for these models"
+                f"{shard.path}: made with {shard.checkpoints} but {shards[0].path} with {shards[0].checkpoints}; "
+                "delete the sample's embeddings and scores and run again"
             )
-    return made_with
+    return shards[0].checkpoints

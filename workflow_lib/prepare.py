@@ -1,14 +1,18 @@
-"""The prepare stage: validate, chunk, translate in six frames, write token-balanced shards.
+"""The prepare stage: validate, chunk, translate in six frames, write shards of at most
+`shard_tokens` ESM-2 tokens (sharding.py).
 
 Outputs (written under temporary names and renamed at the end, then read back and reconciled
 with what was written; on a mismatch they are removed and the job fails):
-  per shard, a FASTA pair      kept frames, nucleotide (.fna) and protein (.faa), same IDs in the same order
+  the shards directory         per shard a FASTA pair of kept frames, nucleotide (.fna) and protein (.faa)
+  the shards table             sharding.SHARDS: a row per shard, its frames and tokens
   the frames table             tables.PREPARED_FRAMES: a row per kept frame, with its shard
   the sequences table          tables.PREPARED_SEQUENCES: a row per input record
 """
 
 import contextlib
+import itertools
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +20,11 @@ import numpy as np
 
 from .chunking import chunk_bounds
 from .errors import InputError
-from .outputs import atomic_open
+from .outputs import atomic_dir, atomic_open
 from .progress import Progress
 from .reconcile import IDDigest, check_prepared
 from .seqio import Batch, read_batches
-from .sharding import ShardBalancer
+from .sharding import SHARDS, ShardFiller, shard_fasta
 from .tables import PREPARED_FRAMES, PREPARED_SEQUENCES
 from .translation import FRAME_NAMES, Frames, base_codes, six_frames
 from .unique_ids import IDHashes, check_unique_ids
@@ -53,36 +57,32 @@ class Policy:
 
 @dataclass(frozen=True)
 class PreparedFiles:
-    """Where the prepare stage writes: per shard its (nucleotide, protein) FASTA pair; the tables."""
+    """Where the prepare stage writes: the shards directory and table, the frames and sequences tables."""
 
-    shards: list[tuple[Path, Path]]
+    shards: Path
+    shard_table: Path
     frames: Path
     sequences: Path
 
-    @classmethod
-    def of(cls, fna: list, faa: list, frames, sequences) -> "PreparedFiles":
-        if len(fna) != len(faa) or not fna:
-            raise InputError(f"give one nucleotide and one protein FASTA per shard, got {len(fna)} and {len(faa)}")
-        return cls([(Path(n), Path(a)) for n, a in zip(fna, faa)], Path(frames), Path(sequences))
-
-    def all(self) -> list[Path]:
-        return [*(p for pair in self.shards for p in pair), self.frames, self.sequences]
+    def shard_pairs(self, n: int) -> list[tuple[Path, Path]]:
+        """The (nucleotide, protein) FASTA pair of each of `n` shards."""
+        return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
 
 
-def prepare(input_path: str | Path, files: PreparedFiles, policy: Policy, progress_seconds: float) -> dict:
-    """Run the prepare stage on one input file into `files`; return the counts. A progress line
-    is logged every `progress_seconds`."""
+def prepare(
+    input_path: str | Path, files: PreparedFiles, policy: Policy, shard_tokens: int, progress_seconds: float
+) -> dict:
+    """Run the prepare stage on one input file into `files`, in shards of at most `shard_tokens`
+    ESM-2 tokens; return the counts. A progress line is logged every `progress_seconds`."""
     input_path = Path(input_path)
     with contextlib.ExitStack() as stack:
-        shard_files = [
-            (stack.enter_context(atomic_open(fna, "wb")), stack.enter_context(atomic_open(faa, "wb")))
-            for fna, faa in files.shards
-        ]
+        shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), shard_tokens)
+        stack.callback(shards.close)  # before the directory is renamed into place
         frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
         sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
         frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
         sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
-        writer = _Writer(shard_files, frames_table, sequences_table, policy)
+        writer = _Writer(shards, frames_table, sequences_table, policy)
         id_hashes = stack.enter_context(IDHashes(files.frames.parent))
         progress = Progress(log, "records", interval=progress_seconds)
         for batch in read_batches(input_path, BATCH_BASES):
@@ -90,20 +90,25 @@ def prepare(input_path: str | Path, files: PreparedFiles, policy: Policy, progre
             writer.write_batch(batch)
             progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
         check_unique_ids(input_path, id_hashes.repeated())
-        counts = dict(writer.counts, shard_tokens=writer.balancer.tokens)
+        rows = shards.filler.rows()
+        with atomic_open(files.shard_table) as table:
+            table.write("\t".join(SHARDS) + "\n" + "".join("%d\t%d\t%d\n" % row for row in rows))
+        counts = dict(writer.counts, shards=len(rows), shard_tokens=[tokens for _, _, tokens in rows])
         log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
     try:
-        check_prepared(files, writer.digests, counts["records"])
+        check_prepared(files, shards.digests, counts["records"])
     except InputError:
-        for path in files.all():
+        shutil.rmtree(files.shards, ignore_errors=True)
+        for path in (files.shard_table, files.frames, files.sequences):
             path.unlink(missing_ok=True)
         raise
     log.info(
-        "reconciled: %d records in %s, %d frames once each in %s and the shards",
+        "reconciled: %d records in %s, %d frames once each in %s and %d shards",
         counts["records"],
         files.sequences.name,
         counts["frames"],
         files.frames.name,
+        counts["shards"],
     )
     if counts["shorter_than_chunk"] > counts["records"] / 2:
         log.warning(
@@ -118,13 +123,42 @@ def prepare(input_path: str | Path, files: PreparedFiles, policy: Policy, progre
     return counts
 
 
+class _ShardFiles:
+    """The shards' FASTA pairs in `directory`, filled in turn (ShardFiller): a shard's files are
+    closed when the next shard's open, so one pair is open at a time; a digest of each shard's
+    frame IDs, to reconcile the files."""
+
+    def __init__(self, directory: Path, shard_tokens: int):
+        self.directory, self.filler = directory, ShardFiller(shard_tokens)
+        self.digests: list[IDDigest] = []
+        self.open: tuple = ()
+        self._next()  # a sample without a frame has one shard, empty
+
+    def _next(self) -> None:
+        self.close()
+        shard = len(self.digests)
+        self.open = tuple(open(shard_fasta(self.directory, shard, suffix), "wb") for suffix in ("fna", "faa"))
+        self.digests.append(IDDigest())
+
+    def write(self, shard: int, frame_ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes]) -> None:
+        while shard >= len(self.digests):
+            self._next()
+        fna, faa = self.open
+        fna.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, nucleotides)))
+        faa.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, proteins)))
+        self.digests[shard].update(frame_ids)
+
+    def close(self) -> None:
+        for handle in self.open:
+            handle.close()
+        self.open = ()
+
+
 class _Writer:
-    def __init__(self, shard_files, frames_table, sequences_table, policy: Policy):
-        self.shard_files, self.frames_table, self.sequences_table = shard_files, frames_table, sequences_table
+    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: Policy):
+        self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
         self.policy = policy
-        self.balancer = ShardBalancer(len(shard_files))
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
-        self.digests = [IDDigest() for _ in shard_files]  # of each shard's frame IDs, to reconcile the files
 
     def write_batch(self, batch: Batch) -> None:
         codes = base_codes(batch.buf)
@@ -194,26 +228,18 @@ class _Writer:
         return ambiguous, status
 
     def _write_frames(self, ids: list[bytes], frames, record_of_chunk, chunk_number, starts, ends) -> None:
-        """Each kept frame to the least-loaded shard's FASTA pair, and its row to the frames table."""
+        """Each kept frame to the shard being filled, and its row to the frames table."""
         chunk = frames.chunk
         records = [ids[r] for r in record_of_chunk[chunk].tolist()]
         numbers = chunk_number[chunk].tolist()
         names = [_FRAME_IDS[f] for f in frames.frame.tolist()]
         frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
-        shards = [self.balancer.assign(len(protein) + 2) for protein in frames.proteins]
-        fna = [[] for _ in self.shard_files]
-        faa = [[] for _ in self.shard_files]
-        in_shard = [[] for _ in self.shard_files]
-        for frame_id, shard, nucleotide, protein in zip(frame_ids, shards, frames.nucleotides, frames.proteins):
-            fna[shard].append(b">%s\n%s\n" % (frame_id, nucleotide))
-            faa[shard].append(b">%s\n%s\n" % (frame_id, protein))
-            in_shard[shard].append(frame_id)
-        for (fna_file, faa_file), fna_lines, faa_lines, digest, ids in zip(
-            self.shard_files, fna, faa, self.digests, in_shard
-        ):
-            fna_file.write(b"".join(fna_lines))
-            faa_file.write(b"".join(faa_lines))
-            digest.update(ids)
+        shards = [self.shards.filler.assign(len(protein) + 2) for protein in frames.proteins]  # BOS + EOS
+        start = 0
+        for shard, run in itertools.groupby(shards):  # shard numbers never fall: one run per shard
+            stop = start + len(list(run))
+            self.shards.write(shard, frame_ids[start:stop], frames.nucleotides[start:stop], frames.proteins[start:stop])
+            start = stop
         self.frames_table.write(
             b"".join(
                 [

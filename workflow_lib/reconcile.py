@@ -47,7 +47,7 @@ def fasta_ids(path: Path) -> Iterator[list[bytes]]:
 def check_prepared(files, written: list[IDDigest], records: int) -> None:
     """Fail, naming the file and the frames or records that differ, unless the outputs on disk
     (prepare.PreparedFiles) hold exactly what the writer wrote."""
-    frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shards
+    frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shard_pairs(len(written))
     in_table = [IDDigest() for _ in written]
     for chunk in read_chunks(frames_path, ["frame_id", "shard"]):
         for shard, ids in chunk.groupby("shard", sort=False)["frame_id"]:

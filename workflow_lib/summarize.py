@@ -56,6 +56,18 @@ def benchmark(path: str | Path) -> dict:
     return {"seconds": float(row["s"]), "max_rss_mb": _number(row["max_rss"])}
 
 
+def shard_jobs(files: list[str | Path]) -> dict:
+    """The benchmark files of one job per shard, in shard order: their seconds summed, the peak
+    memory, and each shard's."""
+    per_shard = [{"shard": i} | benchmark(path) for i, path in enumerate(files)]
+    rss = [s["max_rss_mb"] for s in per_shard if s["max_rss_mb"] is not None]
+    return {
+        "seconds": round(sum(s["seconds"] for s in per_shard), 4),
+        "max_rss_mb": max(rss, default=None),
+        "shards": per_shard,
+    }
+
+
 def _number(value) -> float | None:
     return None if value == "-" or pd.isna(value) else float(value)
 
@@ -123,20 +135,11 @@ def summarize(
 ) -> dict:
     """The summary of one sample from prepare's sequences table, the manifest.json of its calls,
     the embed jobs' figures files and the Snakemake benchmark files of its jobs. `embeddings` (the
-    figures files) and benchmarks["embed"] are per model, in shard order;
-    benchmarks["prepare"|"predict"] one file each."""
+    figures files) and benchmarks["embed"] are per model, in shard order, benchmarks["score"] in
+    shard order; benchmarks["prepare"|"predict"] one file each."""
     manifest = read_json(manifest)
     shards = [shard_figures(path, i) for model in embeddings for i, path in enumerate(embeddings[model])]
     versions = package_versions() | {"snakemake": snakemake_version}  # of the Snakemake running the workflow
-    embed_timings = {}
-    for model, files in benchmarks["embed"].items():
-        per_shard = [{"shard": i} | benchmark(path) for i, path in enumerate(files)]
-        rss = [s["max_rss_mb"] for s in per_shard if s["max_rss_mb"] is not None]
-        embed_timings[model] = {
-            "seconds": round(sum(s["seconds"] for s in per_shard), 4),
-            "max_rss_mb": max(rss, default=None),
-            "shards": per_shard,
-        }
     return {
         "sample": sample,
         "workflow_version": __version__,
@@ -147,7 +150,8 @@ def summarize(
         "counts": counts(read_chunks(prepared, PREPARED_COLUMNS), manifest),
         "timings": {
             "prepare": benchmark(benchmarks["prepare"]),
-            "embed": embed_timings,
+            "embed": {model: shard_jobs(files) for model, files in benchmarks["embed"].items()},
+            "score": shard_jobs(benchmarks["score"]),
             "predict": benchmark(benchmarks["predict"]),
         },
         "embedding_shards": [{k: v for k, v in s.items() if k != "versions"} for s in shards],

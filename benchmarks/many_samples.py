@@ -1,0 +1,125 @@
+"""Snakemake's own work with many samples: its process's CPU seconds (jobs left out) and the wall
+time of whole runs of N samples of 5 reads each, as a user's run goes (the checkpoint: every sample
+prepared, then the plan, then every shard's jobs), against the same jobs in a DAG known from the
+start (the same run in two invocations: the samples prepared and planned, then, the plan in place,
+the rest; their figures summed). Prints JSON.
+
+--mode real runs the real workflow (tiny models, a random classifier, the local profile). --mode
+swapped runs the real rules with each job's command swapped for one that only writes its outputs
+(prepare an empty shard), in a copy of the workflow: Snakemake's scheduling of the very same DAG,
+without the minutes the jobs themselves take; the output says which mode made it.
+
+    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 120
+    python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 100 400 1000
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from reads import write_reads
+from stages import ROOT
+from workflow_scale import models
+
+# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
+SWAPPED = (
+    '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
+    "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
+    '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
+)
+# Snakemake run in this process, so that RUSAGE_SELF is its own CPU and not its jobs'.
+OWN_CPU = (
+    "import atexit, json, resource, sys, time; start = time.perf_counter(); "
+    "atexit.register(lambda: print(json.dumps({'own_cpu_s': sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), "
+    "'seconds': time.perf_counter() - start}), file=sys.stderr)); "
+    "from snakemake.cli import main; sys.argv = ['snakemake', *sys.argv[1:]]; main()"
+)
+
+
+def swapped_workflow(folder: Path) -> Path:
+    """A copy of the workflow whose rules write their outputs and do nothing else (the plan is
+    real: the input functions read it)."""
+    copy = folder / "workflow"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
+    for rules in (copy / "rules").glob("*.smk"):
+        text = rules.read_text()
+        for rule in re.split(r"\n(?=(?:rule|checkpoint) )", text):
+            if rule.startswith("checkpoint plan:"):
+                continue
+            swapped = re.sub(r"(\n( +)shell:\n)(\2 +.*\n)+", rf"\1\2    {SWAPPED}\n", rule + "\n")
+            text = text.replace(rule, swapped[:-1])
+        rules.write_text(text)
+    return copy
+
+
+def snakemake(workflow: Path, run: Path, config: Path, *targets: str) -> dict:
+    """Its own CPU seconds, the wall seconds and the jobs of one invocation, as the profile runs it."""
+    command = [sys.executable, "-c", OWN_CPU, *targets, "--snakefile", str(workflow / "Snakefile")]
+    command += ["--directory", str(run), "--configfile", str(config), "--profile", str(workflow / "profiles" / "local")]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode:
+        raise SystemExit(f"the workflow failed:\n{result.stderr[-4000:]}")
+    figures = json.loads(result.stderr.strip().splitlines()[-1])
+    jobs = len(re.findall(r"^(?:local)?(?:rule|checkpoint) \w+:$", result.stdout + result.stderr, re.M))
+    return {key: round(value, 1) for key, value in figures.items()} | {"jobs": jobs}
+
+
+def run(workdir: Path, n: int, mode: str) -> dict:
+    folder = workdir / f"{mode}_{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = workdir / "inputs"
+    inputs.mkdir(exist_ok=True)
+    for i in range(n):
+        if not (inputs / f"s{i}.fa").exists():
+            write_reads(inputs / f"s{i}.fa", 5, 500, seed=i)
+    (folder / "samples.tsv").write_text("sample\tpath\n" + "".join(f"s{i}\t{inputs}/s{i}.fa\n" for i in range(n)))
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump({"samples": str(folder / "samples.tsv"), "models": models(workdir)}))
+    workflow = ROOT if mode == "real" else swapped_workflow(folder)
+    figures = {"samples": n}
+    # --notemp: the prepare outputs that the second invocation's jobs read stay (temp when outputs.keep_embeddings
+    # is false, they would go once the first invocation, with no job that reads them, ends)
+    two_phases = [("results/plan/shards.tsv", "--notemp"), ()]
+    for name, phases in (("checkpoint", [()]), ("known_from_start", two_phases)):
+        run_dir = folder / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir()
+        runs = [snakemake(workflow, run_dir, config, *targets) for targets in phases]
+        figures[name] = {key: round(sum(r[key] for r in runs), 1) for key in runs[0]}
+    figures["own_cpu_ratio"] = round(figures["checkpoint"]["own_cpu_s"] / figures["known_from_start"]["own_cpu_s"], 2)
+    figures["own_cpu_s_per_sample"] = round(figures["checkpoint"]["own_cpu_s"] / n, 3)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--mode", choices=("real", "swapped"), required=True)
+    parser.add_argument("--samples", type=int, nargs="+", default=[100])
+    args = parser.parse_args()
+    result = {
+        "benchmark": "many_samples",
+        "mode": args.mode
+        + ("" if args.mode == "real" else ": the real rules, each job's command swapped for one writing its outputs"),
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": [],
+    }
+    for n in args.samples:
+        result["runs"].append(run(args.workdir, n, args.mode))
+        print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

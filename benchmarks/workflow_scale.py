@@ -1,0 +1,187 @@
+"""The whole workflow at scale, its work sized by the job: one sample of N 500 bp reads (sampled
+from the bundled genomes) run by Snakemake with the local profile on this machine's cores, with
+tiny models (one-layer ESM-2 and DNABERT-S, so that 10^6 reads take minutes: the figures are the
+workflow's, not the models'), a random classifier, shards of --shard-tokens ESM-2 tokens and the
+config's default outputs.keep_embeddings (false). Prints JSON per read count: shards, jobs per
+rule, the embeddings on disk at their peak against all that were written (polled every 0.2 s),
+each rule's peak RSS and summed time (Snakemake's benchmark files), Snakemake's own CPU (its
+process alone) and the wall time.
+
+    python benchmarks/workflow_scale.py --workdir /tmp/workflow_scale --reads 250000 1000000 --shard-tokens 3000000
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+from reads import GENOMES, write_reads
+from stages import ROOT
+
+from workflow_lib import demo_models
+from workflow_lib.models import classifier
+
+ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
+DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def models(workdir: Path) -> dict:
+    """The tiny models and a random classifier of their width, built once in `workdir`."""
+    folder = workdir / "models"
+    if not (folder / "classifier.pt").exists():
+        esm = demo_models.build_esm(folder / "esm2_t1_small.pt", 0, ESM)
+        dnabert = demo_models.build_dnabert(folder / "dnabert_small", sorted(GENOMES.glob("*.fasta"))[:1], 0, DNABERT)
+        torch.manual_seed(0)
+        width = DNABERT["hidden_size"] + ESM["encoder_embed_dim"]
+        classifier.save(classifier.MLPClassifier(width).eval(), folder / "classifier.pt", chunk_length=500)
+        assert esm.exists() and dnabert.exists()
+    return {
+        "esm": {"checkpoint": str(folder / "esm2_t1_small.pt"), "layer": 1},
+        "dnabert": {"checkpoint": str(folder / "dnabert_small")},
+        "classifier": str(folder / "classifier.pt"),
+        "cache_dir": str(folder / "cache"),
+    }
+
+
+class Watch:
+    """Polls the run: the embeddings on disk (every file under results/*/embeddings, in progress
+    or finished), the largest size each finished file reached, and Snakemake's own CPU seconds."""
+
+    def __init__(self, run: Path, pid: int):
+        self.run, self.pid = run, pid
+        self.peak_bytes, self.peak_files, self.written = 0, 0, {}
+        self.own_cpu_s = 0.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+
+    def poll(self) -> None:
+        while not self.stop.wait(0.2):
+            sizes = {}
+            for path in self.run.glob("results/*/embeddings/**/*"):
+                try:
+                    if path.is_file() and not path.name.endswith(".json"):
+                        sizes[path] = path.stat().st_size
+                except FileNotFoundError:  # removed between the listing and the stat
+                    pass
+            total = sum(sizes.values())
+            if total > self.peak_bytes:
+                self.peak_bytes = total
+            self.peak_files = max(self.peak_files, sum(p.suffix == ".h5" for p in sizes))
+            for path, size in sizes.items():
+                if re.fullmatch(r"shard_\d+\.h5", path.name):
+                    self.written[path] = max(size, self.written.get(path, 0))
+            try:
+                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.own_cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+            except (FileNotFoundError, IndexError):
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def rule_figures(run: Path) -> dict:
+    """Per rule with a benchmark: jobs, summed seconds and the largest peak RSS (MB)."""
+    figures = {}
+    for rule in sorted(p.name for p in (run / "results" / "benchmarks").iterdir() if p.is_dir()):
+        rows = [pd.read_csv(f, sep="\t").iloc[-1] for f in (run / "results" / "benchmarks" / rule).rglob("*.tsv")]
+        rss = [float(r["max_rss"]) for r in rows if r["max_rss"] != "-"]
+        figures[rule] = {
+            "jobs": len(rows),
+            "seconds": round(sum(float(r["s"]) for r in rows), 1),
+            "peak_rss_mb": round(max(rss, default=0)),
+        }
+    return figures
+
+
+def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
+    folder = workdir / f"reads_{reads}"
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "reads.fa").exists():
+        write_reads(folder / "reads.fa", reads, 500, seed=1)
+    (folder / "samples.tsv").write_text(f"sample\tpath\nreads\t{folder / 'reads.fa'}\n")
+    config = {
+        "samples": str(folder / "samples.tsv"),
+        "chunk_length": 500,
+        "shard_tokens": shard_tokens,
+        "models": models(workdir),
+        "embedding": {"esm_token_budget": 16384, "dnabert_token_budget": 16384},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    run_dir = folder / "run"
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    run_dir.mkdir()
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(run_dir)]
+    command += ["--configfile", str(folder / "config.yaml"), "--profile", str(ROOT / "profiles" / "local")]
+    command += ["--cores", str(cores)]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }  # rules call `python`
+    start = time.perf_counter()
+    with open(folder / "snakemake.log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        watch = Watch(run_dir, process.pid)
+        process.wait()
+    seconds = time.perf_counter() - start
+    watch.close()
+    if process.returncode:
+        raise SystemExit(f"the workflow failed: see {folder / 'snakemake.log'}")
+    output = (folder / "snakemake.log").read_text()
+    jobs = Counter(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", output, re.M))
+    shards = pd.read_csv(run_dir / "results" / "plan" / "shards.tsv", sep="\t")
+    written = sum(watch.written.values())
+    largest = max(watch.written.values(), default=0)
+    return {
+        "reads": reads,
+        "frames": int(shards["frames"].sum()),
+        "shards": len(shards),
+        "shard_tokens": shard_tokens,
+        "jobs": dict(jobs),
+        "embeddings": {
+            "written_mb": round(written / 1e6, 1),
+            "peak_on_disk_mb": round(watch.peak_bytes / 1e6, 1),
+            "peak_files_on_disk": watch.peak_files,
+            "peak_in_largest_shard_files": round(watch.peak_bytes / max(largest, 1), 2),
+            "left_after_run": len(list(run_dir.glob("results/*/embeddings/*/*.h5"))),
+        },
+        "rules": rule_figures(run_dir),
+        "snakemake_own_cpu_s": round(watch.own_cpu_s, 1),
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--reads", type=int, nargs="+", default=[250_000, 1_000_000])
+    parser.add_argument("--shard-tokens", type=int, default=3_000_000)
+    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    result = {
+        "benchmark": "workflow_scale",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": [],
+    }
+    for reads in args.reads:
+        result["runs"].append(run(args.workdir, reads, args.shard_tokens, args.cores))
+        print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)  # as each finishes
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The run's plan: every sample's shards, from the shards tables that prepare wrote, in one table."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.plan import write_plan
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--sample", nargs=2, action="append", required=True, metavar=("NAME", "SHARDS_TABLE"), help="once per sample"
+    )
+    parser.add_argument("--output", required=True, help="the plan to write (TSV)")
+    args = parser.parse_args()
+    setup_logging()
+    shards = write_plan([tuple(pair) for pair in args.sample], args.output)
+    logging.getLogger("workflow").info("%d shards of %d samples planned in %s", shards, len(args.sample), args.output)
+
+
+if __name__ == "__main__":
+    run_cli(main)

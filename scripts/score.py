@@ -1,0 +1,30 @@
+"""Score one shard's frames with the classifier, from its DNABERT-S and ESM-2 embeddings."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.score import score_shard
+from workflow_lib.threads import add_threads_argument, use_threads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dnabert", required=True, help="the shard's DNABERT-S embeddings (HDF5)")
+    parser.add_argument("--esm", required=True, help="the shard's ESM-2 embeddings (HDF5)")
+    parser.add_argument("--classifier", required=True)
+    parser.add_argument("--output", required=True, help="the shard's scores file to write (HDF5)")
+    add_progress_argument(parser)
+    add_threads_argument(parser)
+    args = parser.parse_args()
+    setup_logging()
+    use_threads(args.threads)
+    score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds)
+
+
+if __name__ == "__main__":
+    run_cli(main)
