@@ -125,7 +125,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, storage: str) -> dict:
     classifier.save(classifier.MLPClassifier(sum(WIDTH.values())), root / "classifier.pt")
     script = ROOT / "scripts"
     out.mkdir(exist_ok=True)
-    scores, jobs = [out / f"scores_{i}.h5" for i in range(shards)], []
+    scores, jobs = [out / f"scores_{i}.npz" for i in range(shards)], []
     for dnabert, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores):
         score = [sys.executable, script / "score.py", "--dnabert", dnabert, "--esm", esm, "--output", path]
         score += ["--classifier", root / "classifier.pt", "--progress-seconds", DEFAULTS["progress_seconds"]]

@@ -162,7 +162,7 @@ def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifi
     from workflow_lib.score import score_shard
 
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
-    scores = [outdir / "scores" / f"shard_{shard}.h5" for shard in range(len(dnabert_files))]
+    scores = [outdir / "scores" / f"shard_{shard}.npz" for shard in range(len(dnabert_files))]
     for dnabert, esm, path in zip(dnabert_files, esm_files, scores, strict=True):
         score_shard(dnabert, esm, classifier_path, path, DEFAULTS["progress_seconds"])
     virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")

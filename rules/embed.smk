@@ -53,7 +53,7 @@ rule score:
         classifier=classifier_file(),
         check=MODEL_CHECK,
     output:
-        scores="results/{sample}/scores/shard_{shard}.h5",
+        scores="results/{sample}/scores/shard_{shard}.npz",
     log:
         "logs/score/{sample}/{shard}.log",
     benchmark:

@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--dnabert", required=True, help="the shard's DNABERT-S embeddings (HDF5)")
     parser.add_argument("--esm", required=True, help="the shard's ESM-2 embeddings (HDF5)")
     parser.add_argument("--classifier", required=True)
-    parser.add_argument("--output", required=True, help="the shard's scores file to write (HDF5)")
+    parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
     add_progress_argument(parser)
     add_threads_argument(parser)
     args = parser.parse_args()

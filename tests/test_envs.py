@@ -17,11 +17,11 @@ OPTIONAL = {"flash_attn"}  # used on CUDA when installed (workflow_lib/models/va
 
 
 def rules_envs_scripts() -> list[tuple[str, str, str]]:
-    """(rule, env file, script name) of every rule that runs a script."""
+    """(rule, env file, script name) of every rule (checkpoints too) that runs a script."""
     found = []
     for smk in sorted((ROOT / "rules").glob("*.smk")):
-        blocks = (b.lstrip() for b in re.split(r"\n(?= *rule )", smk.read_text()))  # rules in `if` blocks too
-        for block in (b for b in blocks if b.startswith("rule ")):
+        blocks = (b.lstrip() for b in re.split(r"\n(?= *(?:rule|checkpoint) )", smk.read_text()))  # in `if` too
+        for block in (b for b in blocks if b.startswith(("rule ", "checkpoint "))):
             rule = block.split()[1].rstrip(":")
             env = re.search(r'conda:\s*"\.\./(envs/[\w.]+)"', block)
             script = re.search(r'script\("(\w+)"\)', block)
@@ -95,7 +95,7 @@ def test_environment_pins_agree_with_requirements():
 
 
 # Jobs that need no GPU model: many per sample, so they should start fast and not load torch.
-TORCH_FREE = ("prepare", "call", "summarize", "plot_sample", "overview", "plot_training")
+TORCH_FREE = ("prepare", "plan", "predict", "call", "summarize", "plot_sample", "overview", "plot_training")
 
 
 def test_jobs_without_models_do_not_import_torch():

@@ -23,7 +23,7 @@ SHARD_TOKENS = 336  # the sample's 4 frames (phiX174's) cost 168 tokens each: 2 
 
 def scores_files(outdir: Path, n: int) -> list[str]:
     """The scores file of each of `n` shards, as score_into writes them into `outdir`."""
-    return [str(outdir / "scores" / f"shard_{shard}.h5") for shard in range(n)]
+    return [str(outdir / "scores" / f"shard_{shard}.npz") for shard in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def rewrite(out: Path, *parts: tuple[str, slice]) -> str:
     return str(out)
 
 
-MISMATCH = r"scores/shard_{}\.h5: the scores do not match shard {} of the frames table \(it {}\); delete the sample's"
+MISMATCH = r"scores/shard_{}\.npz: the scores do not match shard {} of the frames table \(it {}\); delete the sample's"
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
     root, files = sample
     ids, embeddings, attrs = h5store.read(files["esm"][1])
     h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
-    with pytest.raises(InputError, match=r"scores/shard_1\.h5: made with .*'0123'.* but \S+scores/shard_0\.h5 with"):
+    with pytest.raises(InputError, match=r"scores/shard_1\.npz: made with .*'0123'.* but \S+scores/shard_0\.npz with"):
         score_into(
             root / "prepare",
             files["dnabert"],
@@ -193,8 +193,6 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
 def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     """score logs a shard's frames scored, predict the sample's frames tabled, with rate and ETA
     block by block, then a final line; so do their CLIs, whose outputs are those of the stages."""
-    import h5py
-
     import workflow_lib.predict
     import workflow_lib.score
     from workflow_lib.predict import ScoreFiles
@@ -207,7 +205,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(workflow_lib.predict, "TABLE_ROWS", 1)
     outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
     with caplog.at_level("INFO", logger="workflow"):
-        args = (files["dnabert"][0], files["esm"][0], root / "classifier.pt", tmp_path / "shard_0.h5")
+        args = (files["dnabert"][0], files["esm"][0], root / "classifier.pt", tmp_path / "shard_0.npz")
         workflow_lib.score.score_shard(*args, 1e-6)
         workflow_lib.predict.write_tables(
             prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, outputs, 1e-6
@@ -218,12 +216,13 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
 
     score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--dnabert", files["dnabert"][0]]
     score_command += ["--esm", files["esm"][0], "--classifier", str(root / "classifier.pt")]
-    score_command += ["--output", str(tmp_path / "cli_shard_0.h5"), "--progress-seconds", "0.000001", "--threads", "1"]
+    score_command += ["--output", str(tmp_path / "cli_shard_0.npz"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(score_command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert re.search(rf"INFO {shard_frames:,} frames of {shard_frames:,}, [\d.,]+/s, scored into ", result.stderr)
-    with h5py.File(tmp_path / "cli_shard_0.h5") as cli, h5py.File(scores[0]) as stage:
-        assert np.array_equal(cli["scores"][()], stage["scores"][()]) and dict(cli.attrs) == dict(stage.attrs)
+    with np.load(tmp_path / "cli_shard_0.npz") as cli, np.load(scores[0]) as stage:
+        assert cli.files == stage.files == ["scores", "ids_blake2b", "checkpoints"]
+        assert all(np.array_equal(cli[name], stage[name]) for name in cli.files)
 
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]
     command += ["--prepared-frames", str(prepared / "frames.tsv.gz")]

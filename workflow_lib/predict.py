@@ -6,8 +6,10 @@ threshold needs no embeddings."""
 
 import contextlib
 import heapq
+import json
 import logging
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -18,7 +20,7 @@ import pandas as pd
 from .errors import InputError
 from .outputs import atomic_open
 from .progress import Progress
-from .score import ShardScores
+from .reconcile import IDDigest
 from .tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
 from .translation import FRAME_NAMES
 
@@ -108,27 +110,104 @@ class ListedFrames:
         )
 
 
+class ShardScores:
+    """The shards' scores files (score.py), read in shard order as the frames table asks for them:
+    a shard's file is loaded at its first frame and let go at the first frame of a later shard
+    (shard numbers never fall along the frames table), so that memory holds one shard's scores.
+    Each shard's frame IDs are digested as they are matched, and checked when it is let go."""
+
+    def __init__(self, paths: list[str | Path]):
+        self.paths = [Path(p) for p in paths]
+        self.shard, self.next_row = -1, 0
+        self.scores = np.empty((0, 2), dtype=np.float32)
+        self.checkpoints: dict | None = None  # every shard's must be the first's
+        self.frames = sum(map(_rows, self.paths))
+
+    def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
+        """The scores of the next len(frame_ids) frames of `shard` (this shard or a later one), which
+        the frames table names `frame_ids`."""
+        while self.shard < shard:
+            self._next()
+        start, stop = self.next_row, self.next_row + len(frame_ids)
+        if stop > len(self.scores):
+            self._disagree(f"holds {len(self.scores)} frames where the frames table lists more")
+        self.digest.update([i.encode() for i in frame_ids])
+        self.next_row = stop
+        return self.scores[start:stop]
+
+    def finish(self) -> None:
+        """Check the shard being read and every shard after it (they can only be empty)."""
+        while self.shard < len(self.paths) - 1:
+            self._next()
+        self._check()
+
+    def _next(self) -> None:
+        if self.shard >= 0:
+            self._check()
+        self.shard += 1
+        path = self.paths[self.shard]
+        try:
+            with np.load(path) as data:
+                self.scores, self.expected = data["scores"], str(data["ids_blake2b"])
+                checkpoints = json.loads(str(data["checkpoints"]))
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+            raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+        if self.checkpoints is None:
+            self.checkpoints = checkpoints
+        elif checkpoints != self.checkpoints:
+            raise InputError(
+                f"{path}: made with {checkpoints} but {self.paths[0]} with {self.checkpoints}; delete the "
+                "sample's embeddings and scores and run again"
+            )
+        self.next_row, self.digest = 0, IDDigest()
+
+    def _check(self) -> None:
+        if self.next_row != len(self.scores):
+            self._disagree(f"holds {len(self.scores)} frames where the frames table lists {self.next_row}")
+        if self.digest.hash.hexdigest() != self.expected:
+            self._disagree("was made from other frames than the frames table lists")
+
+    def _disagree(self, what: str) -> None:
+        raise InputError(
+            f"{self.paths[self.shard]}: the scores do not match shard {self.shard} of the frames table (it "
+            f"{what}); delete the sample's prepare outputs and run again"
+        )
+
+
+def _rows(path: Path) -> int:
+    """The frames of a scores file, from the header of its scores array (the array is not read)."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("scores.npy") as member:
+            version = np.lib.format.read_magic(member)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return header(member)[0][0]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+
+
 def scored_blocks(
-    frames_path: str | Path, listed: ListedFrames, shards: list[ShardScores], progress: Progress
+    frames_path: str | Path, listed: ListedFrames, shards: ShardScores, progress: Progress
 ) -> Iterator[pd.DataFrame]:
     """prepare's frames table in blocks of TABLE_ROWS rows, each frame with its scores (frames-table
-    columns): a shard's rows in its scores file follow its frames in the table."""
+    columns), read from the shards' scores files in turn."""
     for block in read_chunks(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"], TABLE_ROWS):
         listed.check(block)
         frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
         scores = np.empty((len(block), 2), dtype=np.float32)
         for shard in np.unique(shard_of).tolist():
-            if not 0 <= shard < len(shards):
-                raise InputError(
-                    f"{frames_path}: frames of shard {shard}, but {len(shards)} shards were scored; delete the "
-                    "sample's prepare outputs and run again"
-                )
+            if shard >= len(shards.paths):
+                _unlike_the_shards(frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored")
+            if shard < max(shards.shard, 0):
+                _unlike_the_shards(frames_path, f"frames of shard {shard} after those of shard {shards.shard}")
             rows = np.flatnonzero(shard_of == shard)
-            scores[rows] = shards[shard].read(frame_ids[rows].tolist())
+            scores[rows] = shards.read(shard, frame_ids[rows].tolist())
         progress.update(listed.rows)
         yield frame_table(block, scores)
-    for shard in shards:
-        shard.finish()
+    shards.finish()
+
+
+def _unlike_the_shards(frames_path: str | Path, what: str) -> None:
+    raise InputError(f"{frames_path}: {what}; delete the sample's prepare outputs and run again")
 
 
 def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
@@ -209,35 +288,21 @@ def write_tables(
 ) -> dict:
     """Every frame of prepare's frames table (checked against its sequences table) with its score from
     the shards' scores files, in shard order; write `outputs` block by block, in frames-table order."""
+    shards = ShardScores(score_files)
+    progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
+    listed = ListedFrames(frames_path, sequences_path)
     with contextlib.ExitStack() as stack:
-        shards = [stack.enter_context(ShardScores(path, shard)) for shard, path in enumerate(score_files)]
-        made_with = _made_with(shards)
-        n_frames = sum(int(shard.attrs["frames"]) for shard in shards)
-        progress = Progress(log, "frames", total=n_frames, interval=progress_seconds)
-        listed = ListedFrames(frames_path, sequences_path)
         write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
         write_chunks = stack.enter_context(tsv_writer(outputs.chunks, CHUNKS))
         virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
-        scored = scored_blocks(frames_path, listed, shards, progress)
-        for frames in whole_groups(scored, ["sequence_id", "chunk"]):  # a chunk's frames in one block
-            write_frames(frames)
+        for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
+            write_frames(frames)  # a chunk's frames in one block
             write_chunks(chunk_table(frames))
             if virnucpro:
                 virnucpro.write(frames)
         listed.finish()
         log.info(progress.line(listed.rows))
-    scoring = {"checkpoints": made_with, "frames": listed.rows}
+    scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
     write_json(scoring, outputs.scoring)
-    log.info("%d frames of %d shards into %s and %s", listed.rows, len(shards), outputs.frames, outputs.chunks)
+    log.info("%d frames of %d shards into %s and %s", listed.rows, len(score_files), outputs.frames, outputs.chunks)
     return scoring
-
-
-def _made_with(shards: list[ShardScores]) -> dict[str, dict]:
-    """The models and classifier that scored the shards: the same for every shard."""
-    for shard in shards[1:]:
-        if shard.checkpoints != shards[0].checkpoints:
-            raise InputError(
-                f"{shard.path}: made with {shard.checkpoints} but {shards[0].path} with {shards[0].checkpoints}; "
-                "delete the sample's embeddings and scores and run again"
-            )
-    return shards[0].checkpoints

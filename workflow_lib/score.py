@@ -2,16 +2,16 @@
 embeddings files exist, so that they can go (outputs.keep_embeddings: false) long before the
 sample's last shard is embedded.
 
-A shard's scores file (HDF5): dataset `scores` ([N, 2] float32: others, virus; the shard FASTA's
-order); attributes `frames` (N), `ids_blake2b` (the digest of its frame IDs in order: predict checks
-it against prepare's frames table) and `checkpoints` (JSON: each embedding model's checkpoint,
-layer, precision and SHA-256, and the classifier's path and SHA-256). 8 bytes a frame."""
+A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
+([N, 2] float32: others, virus; the shard FASTA's order), `ids_blake2b` (the digest of its frame IDs
+in order: predict checks it against prepare's frames table) and `checkpoints` (JSON: each embedding
+model's checkpoint, layer, precision and SHA-256, and the classifier's path and SHA-256). 8 bytes a
+frame: a shard's scores are held whole, bounded by shard_tokens."""
 
 import json
 import logging
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 
@@ -42,14 +42,13 @@ def score_shard(
         made_with = _made_with(blocks, model)
         made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
         progress = Progress(log, "frames", total=blocks.n, interval=progress_seconds)
-        digest = IDDigest()
-        with atomic_path(output) as tmp, h5py.File(tmp, "w") as handle:
-            scores = handle.create_dataset("scores", shape=(blocks.n, 2), dtype=np.float32)
-            for rows, ids, features in blocks:
-                scores[rows] = classifier.scores(model, torch.from_numpy(features)).numpy()
-                digest.update([i.encode() for i in ids])
-                progress.update(rows.stop)
-            handle.attrs.update(frames=blocks.n, ids_blake2b=digest.hash.hexdigest(), checkpoints=json.dumps(made_with))
+        digest, scores = IDDigest(), np.empty((blocks.n, 2), dtype=np.float32)
+        for rows, ids, features in blocks:
+            scores[rows] = classifier.scores(model, torch.from_numpy(features)).numpy()
+            digest.update([i.encode() for i in ids])
+            progress.update(rows.stop)
+    with atomic_path(output) as tmp, open(tmp, "wb") as handle:  # a file object: savez adds no suffix
+        np.savez(handle, scores=scores, ids_blake2b=digest.hash.hexdigest(), checkpoints=json.dumps(made_with))
     log.info(progress.line(blocks.n, f"scored into {output}"))
     return blocks.n
 
@@ -70,47 +69,3 @@ def _made_with(blocks: h5store.FeatureBlocks, model) -> dict[str, dict]:
         }
         for name, attrs in blocks.attrs.items()
     }
-
-
-class ShardScores:
-    """A scores file read in order, a run of rows at a time, its frame IDs digested as they are
-    matched to prepare's frames table. Use as a context manager."""
-
-    def __init__(self, path: str | Path, shard: int):
-        self.path, self.shard = Path(path), shard
-        try:
-            self.handle = h5py.File(path, "r")
-            self.scores = self.handle["scores"]
-            self.attrs = dict(self.handle.attrs)
-            self.checkpoints = json.loads(self.attrs["checkpoints"])
-        except (OSError, KeyError, ValueError) as error:
-            raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
-        self.next_row, self.digest = 0, IDDigest()
-
-    def __enter__(self) -> "ShardScores":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.handle.close()
-
-    def read(self, frame_ids: list[str]) -> np.ndarray:
-        """The scores of the next len(frame_ids) frames, which the frames table names `frame_ids`."""
-        start, stop = self.next_row, self.next_row + len(frame_ids)
-        if stop > self.scores.shape[0]:
-            self._disagree(f"holds {self.scores.shape[0]} frames where the frames table lists more")
-        self.digest.update([i.encode() for i in frame_ids])
-        self.next_row = stop
-        return self.scores[start:stop]
-
-    def finish(self) -> None:
-        """Fail unless every row was read, for the very frames the scores were made from."""
-        if self.next_row != self.scores.shape[0]:
-            self._disagree(f"holds {self.scores.shape[0]} frames where the frames table lists {self.next_row}")
-        if self.digest.hash.hexdigest() != self.attrs["ids_blake2b"]:
-            self._disagree("was made from other frames than the frames table lists")
-
-    def _disagree(self, what: str) -> None:
-        raise InputError(
-            f"{self.path}: the scores do not match shard {self.shard} of the frames table (it {what}); delete the "
-            "sample's prepare outputs and run again"
-        )
