@@ -93,6 +93,10 @@ class Watch:
         self.thread.join()
 
 
+def size_mb(paths) -> float:
+    return round(sum(p.stat().st_size for p in paths if p.is_file()) / 1e6, 1)
+
+
 def rule_figures(run: Path) -> dict:
     """Per rule with a benchmark: jobs, summed seconds and the largest peak RSS (MB)."""
     figures = {}
@@ -145,6 +149,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
     shards = pd.read_csv(run_dir / "results" / "plan" / "shards.tsv", sep="\t")
     written = sum(watch.written.values())
     largest = max(watch.written.values(), default=0)
+    sample = run_dir / "results" / "reads"
     return {
         "reads": reads,
         "frames": int(shards["frames"].sum()),
@@ -157,6 +162,11 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
             "peak_files_on_disk": watch.peak_files,
             "peak_in_largest_shard_files": round(watch.peak_bytes / max(largest, 1), 2),
             "left_after_run": len(list(run_dir.glob("results/*/embeddings/*/*.h5"))),
+        },
+        "disk_after_run_mb": {
+            "tables_and_fasta": size_mb(p for p in sample.iterdir() if p.is_file()),
+            "prepare": size_mb(sample.joinpath("prepare").rglob("*")),
+            "scores": size_mb(sample.joinpath("scores").rglob("*")),
         },
         "rules": rule_figures(run_dir),
         "snakemake_own_cpu_s": round(watch.own_cpu_s, 1),

@@ -276,7 +276,8 @@ def by_input(floor, per_gb, names=None):
         if names is None:
             size_mb = input.size_mb
         else:
-            files = [f for name in names for f in _as_list(getattr(input, name))]
+            # an input not known yet (behind the plan checkpoint) counts as none until it is
+            files = [f for name in names for f in _as_list(getattr(input, name, []))]
             size_mb = (
                 sum(os.path.getsize(f) for f in files if not os.path.isdir(f)) / 1024**2
             )
@@ -352,14 +353,11 @@ def shard_embeddings_of(model):
     return expand(rules.embed.output.embeddings, model=model, allow_missing=True)
 
 
-def spent_shard_fasta(wildcards):
-    """With outputs.keep_embeddings: false, the shell words that remove the shard's FASTA pair once
-    it is scored (its embeddings, temp, go too): nothing embeds it again in this run."""
-    if config["outputs"]["keep_embeddings"]:
-        return ""
+def shard_fasta_pair(wildcards):
+    """The shard's FASTA pair, which the score job removes once the shard is scored when the
+    embeddings are not kept (`remove_shard_fasta`)."""
     shards = expand(rules.prepare.output.shards, sample=wildcards.sample)[0]
-    pair = [shard_fasta_of(shards, int(wildcards.shard), s) for s in ("fna", "faa")]
-    return " && rm -f " + " ".join(shlex.quote(str(p)) for p in pair)
+    return [shard_fasta_of(shards, int(wildcards.shard), s) for s in ("fna", "faa")]
 
 
 def shard_figures(sample, model):

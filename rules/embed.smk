@@ -45,7 +45,9 @@ rule embed:
 
 
 # A shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings: false its
-# embeddings (temp) go right after, and so does its FASTA pair (removed here).
+# embeddings (temp) go right after, and so does its FASTA pair (removed by the job: Snakemake would
+# remove prepare's shards directory only after the sample's last embed job). Whether to remove it
+# is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
 rule score:
     input:
         dnabert=shard_embeddings_of("dnabert"),
@@ -68,11 +70,13 @@ rule score:
         mem_mb=2000,
         runtime=by_input(10, 2, ["dnabert", "esm"]),
         progress_seconds=runtime(config["progress_seconds"]),
+        remove_shard_fasta=runtime(not config["outputs"]["keep_embeddings"]),
     params:
         logged=RUN_LOGGED,
         script=script("score"),
-        spent=spent_shard_fasta,
+        shard_fasta=shard_fasta_pair,
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
         "--classifier {input.classifier:q} --output {output.scores:q} "
-        "--progress-seconds {resources.progress_seconds} --threads {threads}{params.spent}"
+        "--shard-fasta {params.shard_fasta:q} --remove-shard-fasta {resources.remove_shard_fasta} "
+        "--progress-seconds {resources.progress_seconds} --threads {threads}"

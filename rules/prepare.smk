@@ -39,10 +39,13 @@ rule prepare:
 
 # The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards,
 # and the jobs of every shard join the DAG at once (a checkpoint per sample would cost Snakemake
-# time quadratic in the samples). A local rule: it only concatenates small tables.
+# time quadratic in the samples). It waits for the model check too, so that a wrong classifier
+# stops the run before any embedding, and a dry run shows the check. A local rule: it only
+# concatenates small tables.
 checkpoint plan:
     input:
         shard_tables=expand(rules.prepare.output.shard_table, sample=samples.index),
+        check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the plan
     output:
         plan="results/plan/shards.tsv",
     log:

@@ -18,12 +18,25 @@ def main() -> None:
     parser.add_argument("--esm", required=True, help="the shard's ESM-2 embeddings (HDF5)")
     parser.add_argument("--classifier", required=True)
     parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
+    parser.add_argument("--shard-fasta", nargs=2, metavar=("FNA", "FAA"), help="the shard's FASTA pair")
+    parser.add_argument(
+        "--remove-shard-fasta",
+        type=str.lower,
+        choices=("true", "false"),
+        default="false",
+        help="remove the --shard-fasta pair once the shard is scored (when its embeddings are not kept)",
+    )
     add_progress_argument(parser)
     add_threads_argument(parser)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
+    if args.remove_shard_fasta == "true" and not args.shard_fasta:
+        parser.error("--remove-shard-fasta true needs --shard-fasta")
     score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds)
+    if args.remove_shard_fasta == "true":
+        for path in args.shard_fasta:
+            Path(path).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

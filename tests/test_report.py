@@ -46,6 +46,7 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     for key in ("esm_token_budget", "dnabert_token_budget", "num_workers", "prefetch_factor", "commit_seconds"):
         del run_config["embedding"][key]
     del run_config["embedding"]["expandable_segments"]
+    del run_config["embedding"]["assumed_tokens_per_s"]
     for sample in SAMPLES:
         results = workdir / "results" / sample
         summary = json.loads((results / "run_summary.json").read_text())
