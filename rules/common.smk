@@ -240,12 +240,12 @@ def embed_runtime(wildcards, input):
     """Minutes: 10 to start, plus 1.5 times the shard's ESM-2 tokens at the assumed rate of this
     model on this device (embedding.assumed_tokens_per_s), whatever the sample's size.
     """
+    shard = planned_shard(wildcards, input)
     rates = config["embedding"]["assumed_tokens_per_s"][wildcards.model]
-    cpu = config["embedding"]["device"] == "cpu" or not embed_gpus(wildcards, input)
-    seconds = (
-        planned_shard(wildcards, input)["tokens"] / rates["cpu" if cpu else "cuda"]
+    cpu = config["embedding"]["device"] == "cpu" or not shard["frames"]
+    return int(
+        10 + 1.5 * shard["tokens"] / rates["cpu" if cpu else "cuda"] / 60 + 0.999
     )
-    return int(10 + 1.5 * seconds / 60 + 0.999)
 
 
 def embed_priority(wildcards):
