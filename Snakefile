@@ -15,10 +15,6 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# found beside this Snakefile wherever the run's directory is (--directory DIR, or cd DIR)
-configfile: f"{workflow.basedir}/config/config.yaml"
-
-
 report: "report/workflow.rst"
 
 

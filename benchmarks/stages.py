@@ -52,9 +52,9 @@ def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None
     return prepare(input_path, prepared_files(outdir), policy(**settings), tokens, DEFAULTS["progress_seconds"])
 
 
-def prepare_command(input_path: Path, outdir: Path, *options: str) -> list[str]:
+def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
     """scripts/prepare.py into `outdir`, with the config's defaults unless `options` give others."""
-    files = prepared_files(outdir)
+    files, options = prepared_files(outdir), tuple(map(str, options))
     given = {option for option in options if option.startswith("--")}
     command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(input_path)]
     command += ["--shards", str(files.shards), "--shard-table", str(files.shard_table)]

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import yaml
 from snakemake import __version__ as snakemake_version
-from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without installing
 
 from workflow_lib.config_check import (
     check_config,
+    check_yaml,
     check_classifier_file,
     check_model_choice,
+    check_training_labels,
     recorded_differences,
     read_samples,
     source_of,
@@ -26,6 +27,26 @@ from workflow_lib.plan import read_plan
 from workflow_lib.scheduler import keep_one_timer
 from workflow_lib.sharding import FASTA_SUFFIX, read_shards
 from workflow_lib.sharding import shard_fasta as shard_fasta_of
+
+
+def refuse(error):
+    """A config or sheet error: its lines alone (Snakemake would dress them as a crash in this
+    file: a WorkflowError and a frame)."""
+    print(error, file=sys.stderr)
+    sys.exit(1)
+
+
+# found beside the workflow wherever the run's directory is (--directory DIR, or cd DIR); read by
+# Snakemake, which would not name the file or the line of a syntax error (nor for --configfile)
+DEFAULT_CONFIG = f"{workflow.basedir}/config/config.yaml"
+try:
+    check_yaml(DEFAULT_CONFIG)
+except InputError as error:
+    refuse(error)
+
+
+configfile: DEFAULT_CONFIG
+
 
 # Snakemake's own CPU would grow with the square of the samples (workflow_lib/scheduler.py).
 keep_one_timer()
@@ -49,19 +70,14 @@ try:
     )
     validate(config, schema="../config/schema.yaml")  # fills in the defaults
     check_model_choice(config, config_sources)
+    check_training_labels(samples, config["samples"])
     LABELLED = bool((samples["label"] != "").any())
-    check_classifier_file(config, config_sources, None, LABELLED)
+    # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
+    # on the default config, whose classifier a checkout lacks)
+    if workflow.is_main_process and workflow.check_envvars:
+        check_classifier_file(config, config_sources, LABELLED)
 except InputError as error:
-    raise WorkflowError(str(error)) from None  # Snakemake prints it without a traceback
-
-
-onstart:
-    # before the first job of a run (not for --lint, -n or --report): results exist, so Snakemake
-    # would not miss a classifier that is gone
-    try:
-        check_classifier_file(config, config_sources, MODEL_CHECK, LABELLED)
-    except InputError as error:
-        raise WorkflowError(str(error)) from None
+    refuse(error)
 
 
 if workflow.is_main_process:  # once, not in every cluster job
@@ -190,6 +206,7 @@ def check_models_args(wildcards, input):
         cache_dir=models["cache_dir"],
         chunk_length=config["chunk_length"],
         classifier=input.classifier,  # none when this workflow trains it
+        classifier_chunk_length=models["classifier_chunk_length"],
     )
 
 

@@ -19,11 +19,22 @@ def main() -> None:
     parser.add_argument("--classifier", help="classifier file to check (left out when the workflow trains it)")
     parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
     parser.add_argument("--chunk-length", type=int, required=True, help="the run's chunk length in bp")
+    parser.add_argument(
+        "--classifier-chunk-length", type=int, help="what the classifier was made for, when the file does not say"
+    )
     parser.add_argument("--output", required=True, help="JSON report")
     args = parser.parse_args()
     setup_logging()
     checkpoints = {"esm": args.esm, "dnabert": args.dnabert}
-    check_models(checkpoints, args.esm_layer, args.classifier, args.cache_dir, args.output, args.chunk_length)
+    check_models(
+        checkpoints,
+        args.esm_layer,
+        args.classifier,
+        args.cache_dir,
+        args.output,
+        args.chunk_length,
+        args.classifier_chunk_length,
+    )
 
 
 if __name__ == "__main__":

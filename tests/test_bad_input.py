@@ -369,7 +369,7 @@ def dry_run(workdir: Path, sheet: str | None, config: str = "", *args: str) -> l
     )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    assert "Traceback" not in output
+    assert not any(crash in output for crash in ("Traceback", "WorkflowError", 'File "'))  # the lines alone
     return output.splitlines()
 
 
@@ -406,6 +406,75 @@ def test_missing_samples_sheet(tmp_path):
         f"{tmp_path / 'config.yaml'}: samples: samples.tsv: no such file; "
         "give the path of the samples sheet (a TSV with columns sample and path)"
     ) in dry_run(tmp_path, None)
+
+
+def test_samples_sheet_lines_that_cannot_be_samples(tmp_path):
+    """A comment line is skipped (its number still counts); a directory as a sample's path is named."""
+    (tmp_path / "reads").mkdir()
+    sheet = f"sample\tpath\n# from the sequencing core\nphix\t{PHIX}\n  # a note\nreads\treads\n"
+    assert [line for line in dry_run(tmp_path, sheet) if line.startswith("samples.tsv")] == [
+        "samples.tsv: line 5: sample 'reads': reads: a directory; give the sample's FASTA or FASTQ file (gzipped "
+        "or not), one sample per line"
+    ]
+
+
+@pytest.mark.parametrize("sheet", ["sample\tpath\n", "sample\tpath\n# nothing yet\n\n", ""])
+def test_empty_samples_sheet(tmp_path, sheet):
+    assert "samples.tsv: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ" in (
+        dry_run(tmp_path, sheet)
+    )
+
+
+def test_training_sheet_of_one_class(tmp_path):
+    """Caught at start-up, not after every labelled sample is embedded."""
+    sheet = f"sample\tpath\tlabel\nphix\t{PHIX}\tvirus\nlambda\t{LAMBDA_PATH}\tvirus\n"
+    assert (
+        "samples.tsv: every labelled sample is 'virus'; the train target needs samples of both classes: label at "
+        "least one sample 'other', or remove the labels"
+    ) in dry_run(tmp_path, sheet)
+
+
+def test_missing_classifier_says_what_to_do(tmp_path):
+    """The default config on a fresh checkout: one line, before any job, not a MissingInputException."""
+    lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n")
+    assert (
+        f"{ROOT / 'config' / 'config.yaml'}: models.classifier: models/500_model.pth: no such file; download "
+        "VirNucPro's https://github.com/Li-Jing-1997/VirNucPro/raw/main/500_model.pth there or set "
+        "models.classifier to that URL"
+    ) in "\n".join(lines)
+    assert not any("MissingInput" in line for line in lines)
+
+
+@pytest.mark.parametrize("made_for", ["train", "stated"])
+def test_classifier_for_other_chunks_is_refused_whatever_its_name(tmp_path, made_for):
+    """A classifier made for 300 bp chunks, renamed 500_model.pth, with chunk_length 500: refused
+    at start-up, before any job; so is one whose config statement says 300."""
+    from workflow_lib.models import classifier
+
+    (tmp_path / "models").mkdir()
+    metadata = {"chunk_length": 300} if made_for == "train" else {}
+    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "models" / "500_model.pth", **metadata)
+    config = "chunk_length: 500\n" + ("" if made_for == "train" else "models:\n  classifier_chunk_length: 300\n")
+    lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n", config)
+    how = "recorded in the file by the train target" if made_for == "train" else f"stated in {tmp_path}/config.yaml"
+    assert (
+        f"models/500_model.pth: this classifier was made for 300 bp chunks ({how}) but chunk_length is 500; set "
+        "chunk_length to 300, or use a classifier for 500 bp chunks "
+        "(https://github.com/Li-Jing-1997/VirNucPro/raw/main/500_model.pth)"
+    ) in lines
+    assert not any(line.startswith(("rule ", "localrule ", "checkpoint ")) for line in lines)  # no job planned
+
+
+def test_config_yaml_syntax_error_names_file_and_line(tmp_path):
+    from workflow_lib.config_check import check_yaml
+
+    (tmp_path / "c.yaml").write_text("chunk_length: 500\nmodels:\n\tcache_dir: x\n")
+    with pytest.raises(InputError) as error:
+        check_yaml(tmp_path / "c.yaml")
+    assert str(error.value) == (
+        f"{tmp_path / 'c.yaml'}: line 3, column 1: not valid YAML: found character '\\t' that cannot start any "
+        "token (indent with spaces: YAML allows no tabs); fix it"
+    )
 
 
 FIX = "; fix it (config/schema.yaml describes every key)"

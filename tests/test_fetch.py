@@ -42,7 +42,7 @@ def sources(demo_models, tmp_path_factory) -> dict:
     """What the server serves: files by URL path, and the Hub repository's files."""
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("classifier") / "classifier.pt"
-    classifier.save(classifier.MLPClassifier(48 + 320), path)
+    classifier.save(classifier.MLPClassifier(48 + 320), path, chunk_length=500)
     esm = demo_models["esm"]
     repo = {p.name: p.read_bytes() for p in demo_models["dnabert"].iterdir()}
     return {

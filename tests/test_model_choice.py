@@ -40,7 +40,8 @@ def test_named_esm2_model_and_layer_are_checked_at_start_up(tmp_path, esm, expec
 def test_650m_with_its_last_layer_is_accepted(tmp_path):
     (tmp_path / "samples.tsv").write_text(SHEET)
     config = tmp_path / "config.yaml"
-    (tmp_path / "classifier.pt").write_bytes(b"")  # checked by the model-check job, not at start-up
+    # its chunk length is checked at start-up, its input size by the model-check job
+    classifier.save(classifier.MLPClassifier(8), tmp_path / "classifier.pt", chunk_length=500)
     config.write_text(
         "samples: samples.tsv\nmodels:\n  esm:\n    checkpoint: esm2_t33_650M_UR50D\n    layer: 33\n"
         "  classifier: classifier.pt\n"
@@ -61,7 +62,7 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     dnabert_dim = 48  # the demo DNABERT-S stands in for the real one (768): no download here
     path = tmp_path / "for_3b.pt"
     checkpoints = {"esm": "esm2_t33_650M_UR50D", "dnabert": str(demo_models["dnabert"])}
-    classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path)
+    classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path, chunk_length=500)
     with pytest.raises(InputError) as error:
         check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert str(error.value) == (
@@ -70,6 +71,6 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
         "or train one"
     )
     assert not (tmp_path / "m.json").exists()
-    classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path)
+    classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path, chunk_length=500)
     report = check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert report["esm"]["dim"] == 1280 and report["classifier"]["input_dim"] == 1328

@@ -15,7 +15,7 @@ from helpers import DATA
 
 from workflow_lib import demo_models
 from workflow_lib.errors import InputError
-from workflow_lib.models import classifier, dnabert, esm, varlen
+from workflow_lib.models import classifier, classifier_chunks, dnabert, esm, varlen
 from workflow_lib.models.checkpoints import is_local
 from workflow_lib.packing import greedy_batches, pack
 
@@ -351,9 +351,32 @@ def test_virnucpro_pickled_classifier(tmp_path):
     assert metadata == {"format": "virnucpro-pickle", "input_dim": 40}
     io = torch.load(tmp_path / "io.pt", weights_only=True)
     assert torch.allclose(classifier.scores(model, io["x"]), io["scores"], atol=1e-6)
-    classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 500)  # its name says 500 bp chunks
-    with pytest.raises(InputError, match="made for 500 bp chunks but chunk_length is 300"):
-        classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 300)
+    # its name says nothing: a file that is not one of VirNucPro's published ones must be stated
+    with pytest.raises(InputError, match="cannot tell which chunk length .* set models.classifier_chunk_length"):
+        classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 500)
+    classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 300, stated=300)
+    with pytest.raises(InputError, match=r"made for 300 bp chunks \(stated in config\) but chunk_length is 500"):
+        classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 500, stated=300)
+
+
+def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
+    """VirNucPro's files are recognised by content, as git records them (`git hash-object`)."""
+    script = tmp_path / "save.py"
+    script.write_text(VIRNUCPRO_SAVE)
+    published = tmp_path / "300_model.pth"
+    subprocess.run([sys.executable, str(script), str(published), str(tmp_path / "io.pt")], check=True)
+    blob = subprocess.run(["git", "hash-object", str(published)], capture_output=True, text=True, check=True)
+    assert classifier_chunks.git_blob_id(published) == blob.stdout.strip()
+    known = {blob.stdout.strip(): 300}  # as VIRNUCPRO_BLOBS holds the published files' ids
+    renamed = tmp_path / "500_model.pth"
+    published.rename(renamed)
+    assert classifier_chunks.made_for(renamed, known)[0] == 300
+    with pytest.raises(InputError, match=r"500_model.pth: this classifier was made for 300 bp chunks \(VirNucPro's"):
+        classifier_chunks.check_chunk_length(renamed, 500, None, known=known)
+    with pytest.raises(InputError, match="models.classifier_chunk_length is 500, but .* made for 300 bp chunks"):
+        classifier_chunks.check_chunk_length(renamed, 500, 500, known=known)
+    classifier_chunks.check_chunk_length(renamed, 300, None, known=known)
+    assert set(classifier_chunks.VIRNUCPRO_BLOBS.values()) == {300, 500}
 
 
 def test_own_classifier_format_round_trip(tmp_path):
@@ -367,7 +390,8 @@ def test_own_classifier_format_round_trip(tmp_path):
     with pytest.raises(InputError, match=r"takes 20 features but the configured models give 8 \(DNABERT-S\) \+ 64"):
         classifier.check_fits(tmp_path / "c.pt", 8, 64, 500)
     classifier.check_fits(tmp_path / "c.pt", 8, 12, 500)
-    with pytest.raises(InputError, match="made for 500 bp chunks but chunk_length is 300; set chunk_length to 500"):
+    assert classifier_chunks.recorded_metadata(tmp_path / "c.pt")["chunk_length"] == 500  # read without torch
+    with pytest.raises(InputError, match="made for 500 bp chunks .* but chunk_length is 300; set chunk_length to 500"):
         classifier.check_fits(tmp_path / "c.pt", 8, 12, 300)
 
 
@@ -389,8 +413,10 @@ def test_pickle_that_runs_code_is_refused(demo_models, tmp_path, kind):
     payload = _Payload()
     payload.marker = tmp_path / "pwned"
     if kind == "classifier":
-        torch.save({"format": classifier.FORMAT, "state_dict": payload}, tmp_path / "evil.pth")
+        torch.save({"format": classifier.FORMAT, "state_dict": payload, "chunk_length": 300}, tmp_path / "evil.pth")
         load, message = lambda: classifier.load(tmp_path / "evil.pth"), "VirNucPro or workflow classifier"
+        # the start-up check reads its metadata without building anything in it
+        assert classifier_chunks.made_for(tmp_path / "evil.pth")[0] == 300 and not payload.marker.exists()
     elif kind == "esm":
         torch.save({"cfg": {}, "model": payload}, tmp_path / "esm2_evil.pt")
         load, message = lambda: esm.load(str(tmp_path / "esm2_evil.pt")), "fair-esm ESM-2 checkpoint"

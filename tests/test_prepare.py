@@ -12,6 +12,7 @@ from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 from stages import prepare_command, prepare_into, shard_fastas
 
 from workflow_lib.chunking import chunk_bounds
+from workflow_lib.prepare import short_records_advice
 from workflow_lib.seqio import read_records
 from workflow_lib.sharding import read_shards
 
@@ -280,6 +281,26 @@ def test_cli_logs_progress_lines(tmp_path):
     assert bad.returncode == 2 and "--progress-seconds: expected a positive number of seconds, got 0" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    "lengths, chunk_length, advice",
+    [
+        ([400] * 9 + [350], 500, "chunk_length 300 with VirNucPro's 300 bp classifier fits them better"),
+        # at 300 already, the advice is not 300 again
+        (
+            [150] * 9 + [100],
+            300,
+            "no published classifier is made for chunks this short: train one at chunk_length 150",
+        ),
+    ],
+    ids=["longer_than_300", "shorter_than_300"],
+)
+def test_advice_for_short_records_fits_them(lengths, chunk_length, advice):
+    histogram = np.bincount(lengths, minlength=chunk_length)
+    text = short_records_advice(histogram, 12)
+    assert text.startswith(f"10 of 12 records are shorter than chunk_length {chunk_length} (median {lengths[0]} bp")
+    assert advice in text and "chunk_length 300 with" not in text.replace(advice, "")
+
+
 def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     """150 bp reads at chunk_length 500 are scored, but the job warns, and its warning reaches the
     console through the rules' wrapper (scripts/run_logged.sh), as does a failed job's error line."""
@@ -290,7 +311,7 @@ def test_reads_shorter_than_the_chunk_length_are_warned_about(tmp_path):
     logged = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(tmp_path / "prepare.log")]
     result = subprocess.run(logged + command, capture_output=True, text=True)
     assert result.returncode == 0
-    warning = f"{reads}: 20 of 20 records are shorter than chunk_length 500"
+    warning = f"{reads}: 20 of 20 records are shorter than chunk_length 500 (median 150 bp, 10th percentile 150 bp)"
     assert warning in (tmp_path / "prepare.log").read_text()
     assert [line for line in result.stderr.splitlines() if "WARNING" in line] == [
         line for line in (tmp_path / "prepare.log").read_text().splitlines() if "WARNING" in line

@@ -84,7 +84,8 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     even under a profile that retries (profiles/local)."""
     write_inputs(tmp_path)
     torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt")  # DNABERT-S 768 + ESM-2 3B 2560
+    # DNABERT-S 768 + ESM-2 3B 2560
+    classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt", chunk_length=300)
     config = write_config(tmp_path, classifier=str(tmp_path / "virnucpro_sized.pt"))
     command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
     result = subprocess.run(
@@ -228,7 +229,7 @@ def test_the_workflow_runs_from_any_directory(tmp_path):
     """From a directory with no copy of config/: the defaults are found beside the Snakefile."""
     write_inputs(tmp_path)
     torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "500_model.pth")
+    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "500_model.pth", chunk_length=500)
     command = [*SNAKEMAKE[:5], "-n", "--cores", "1", "--config", f"samples={tmp_path / 'samples.tsv'}"]
     command += [f"models={{classifier: {tmp_path / '500_model.pth'}}}"]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path)

@@ -18,6 +18,7 @@ def check_models(
     cache_dir: str,
     output: str | Path,
     chunk_length: int,
+    classifier_chunk_length: int | None = None,
 ) -> dict:
     """`checkpoints`: per embedding model ("esm", "dnabert"), its checkpoint. Writes the report
     (sizes and file checksums, which embed jobs reuse) to `output` (JSON)."""
@@ -32,7 +33,7 @@ def check_models(
     report["esm"]["layer"] = esm_layer
     esm_dim, dnabert_dim = report["esm"]["dim"], report["dnabert"]["dim"]
     if classifier_path:
-        classifier.check_fits(classifier_path, dnabert_dim, esm_dim, chunk_length)
+        classifier.check_fits(classifier_path, dnabert_dim, esm_dim, chunk_length, classifier_chunk_length)
         report["classifier"] = {
             "path": str(classifier_path),
             "input_dim": dnabert_dim + esm_dim,

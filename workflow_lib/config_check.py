@@ -1,6 +1,7 @@
 """The config and the samples sheet, checked at start-up: one line per problem, naming the file
 (or --config), the key or the sheet's line, and what to do; never a schema dump."""
 
+import io
 import json
 import os
 from collections.abc import Mapping
@@ -11,13 +12,26 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .errors import InputError
-from .models.checkpoints import ESM2_MODELS, check_esm_layer, is_local, is_url
+from .models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
+from .models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
 
 # Keys of earlier versions, and what replaced them.
 REPLACED = {
     ("shards",): "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its "
     "tokens need); remove it, and set shard_tokens to change the size of a shard",
 }
+
+
+def check_yaml(path: str | Path) -> None:
+    """A config file that YAML can read; else one line with the file, the line and the column."""
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        tab = " (indent with spaces: YAML allows no tabs)" if "\t" in str(error) else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it") from None
 
 
 def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
@@ -75,28 +89,45 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
     check_esm_layer(checkpoint, layer, ESM2_MODELS[checkpoint][0], source_of(["models", "esm", "layer"], sources))
 
 
-def check_classifier_file(
-    config: Mapping, sources: list[tuple[str, dict]], checked: str | None, labelled: bool
-) -> None:
-    """The classifier must be there, or be made by this run: the train target's output when the
-    samples sheet labels samples to learn from, or a URL that fetch_models downloads. With
-    `checked` (the model check's report, when a run is about to start jobs), a missing one is
-    reported once results exist: Snakemake reports a missing input only for a job it is about to
-    run, and jobs whose outputs exist would go on from tables made by another classifier."""
-    classifier = config["models"]["classifier"]
+def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
+    """At start-up: the classifier is there, or this run makes it (the train target's output when
+    the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
+    is there was made for chunk_length (its input size is the model check's, which needs torch)."""
+    models, chunk_length = config["models"], config["chunk_length"]
+    classifier = models["classifier"]
     trained = classifier == config["train"]["classifier"]
-    if is_url(classifier) or (trained and labelled) or os.path.isfile(classifier):
+    if trained and labelled:
         return
+    path = classifier_path(classifier, models["cache_dir"])
+    if os.path.isfile(path):
+        stated_in = source_of(["models", "classifier_chunk_length"], sources)
+        check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
+        return
+    if is_url(classifier):
+        return  # fetch_models downloads it; the model check reads it then
     where = f"{source_of(['models', 'classifier'], sources)}: models.classifier: {classifier}: no such file"
     if trained:
         raise InputError(
             f"{where}, and the samples sheet labels no sample for the train target to make it from; label "
             "samples virus or other, or point models.classifier at a classifier file"
         )
-    if checked and os.path.isfile(checked):
+    published = VIRNUCPRO_URL.format(chunk_length) if chunk_length in (300, 500) else None
+    fetch = f"download VirNucPro's {published} there or set models.classifier to that URL, " if published else ""
+    raise InputError(
+        f"{where}; {fetch}point models.classifier at a classifier written by the train target, or label samples "
+        "virus and other in the samples sheet to train one"
+    )
+
+
+def check_training_labels(samples: pd.DataFrame, sheet: str) -> None:
+    """A sheet that labels samples labels both classes: the train target needs both (found here,
+    not after all their embedding)."""
+    labels = set(samples["label"]) - {""}
+    if labels and labels != {"virus", "other"}:
+        missing = ({"virus", "other"} - labels).pop()
         raise InputError(
-            f"{where}; give VirNucPro's 500_model.pth or 300_model.pth, a classifier written by the train "
-            "target, or an http(s) URL"
+            f"{sheet}: every labelled sample is {labels.pop()!r}; the train target needs samples of both classes: "
+            f"label at least one sample {missing!r}, or remove the labels"
         )
 
 
@@ -119,6 +150,19 @@ def recorded_differences(config: Mapping, recorded: str) -> list[str]:
     return differences
 
 
+def _unreadable(path: str) -> str:
+    """What keeps a sample's path from being read, and what to do; '' when nothing does."""
+    if os.path.isdir(path):
+        return "a directory; give the sample's FASTA or FASTQ file (gzipped or not), one sample per line"
+    if not os.path.isfile(path):
+        return f"no such file; fix the path (a relative path starts in {os.getcwd()})"
+    try:
+        open(path, "rb").close()
+    except OSError as error:
+        return f"cannot be read ({error.strerror}); fix its permissions"
+    return ""
+
+
 def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
     """The samples sheet, indexed by sample; `named_in` says where its path was given."""
     if not os.path.isfile(sheet):
@@ -126,8 +170,17 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
             f"{named_in}: samples: {sheet}: no such file; "
             "give the path of the samples sheet (a TSV with columns sample and path)"
         )
+    # a comment line (its first character that is not a space is '#') is read as a blank line, so
+    # that a line's number stays its index + 2
     try:
-        samples = pd.read_csv(sheet, sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
+        lines = Path(sheet).read_text(encoding="utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        raise InputError(f"{sheet}: not a text file; give a tab-separated table (UTF-8)") from None
+    text = "".join("\n" if line.lstrip().startswith("#") else line for line in lines)
+    try:
+        samples = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        samples = pd.DataFrame(columns=["sample", "path"])
     except pd.errors.ParserError as error:
         raise InputError(f"{sheet}: {str(error).strip()}; give a tab-separated table") from None
     samples = samples[samples.ne("").any(axis=1)]  # blank lines go; the index keeps line = index + 2
@@ -151,12 +204,11 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
                 f"{sheet}: line {line}: sample {name!r} is also on line {first_line[name]}; "
                 "give every sample a unique name"
             )
-        elif path and not os.path.isfile(path):
-            problems.append(
-                f"{sheet}: line {line}: sample {name!r}: {path}: no such file; fix the path "
-                f"(a relative path starts in {os.getcwd()})"
-            )
+        elif path and (problem := _unreadable(path)):
+            problems.append(f"{sheet}: line {line}: sample {name!r}: {path}: {problem}")
         first_line.setdefault(name, line)
+    if not problems and samples.empty:
+        problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
     if problems:
         raise InputError("\n".join(problems))
     samples = samples.set_index("sample", drop=False)

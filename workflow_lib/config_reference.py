@@ -17,6 +17,7 @@ def _allowed(schema: dict) -> str:
     if "const" in schema:
         return f"`{schema['const']}`"
     kind = schema.get("type", "")
+    kind = " or ".join(kind) if isinstance(kind, list) else kind  # e.g. integer or null
     if kind == "object":
         return "file name: SHA-256" if "additionalProperties" in schema else "mapping"
     bounds = [

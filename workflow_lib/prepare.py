@@ -111,16 +111,27 @@ def prepare(
         counts["shards"],
     )
     if counts["shorter_than_chunk"] > counts["records"] / 2:
-        log.warning(
-            "%s: %d of %d records are shorter than chunk_length %d: each is scored as one short chunk, unlike "
-            "the chunks the classifier learned from; for such reads use chunk_length 300 and VirNucPro's 300 bp "
-            "classifier",
-            input_path,
-            counts["shorter_than_chunk"],
-            counts["records"],
-            policy.chunk_length,
-        )
+        log.warning("%s: %s", input_path, short_records_advice(writer.short_lengths, counts["records"]))
     return counts
+
+
+def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
+    """The warning for inputs mostly shorter than a chunk: their lengths, what becomes of them, and
+    what fits them. `short_lengths[n]`: the records of n bp, for n below chunk_length."""
+    chunk_length, short = short_lengths.size, int(short_lengths.sum())
+    cumulative = np.cumsum(short_lengths)
+    tenth, median = (int(np.searchsorted(cumulative, q * short)) for q in (0.1, 0.5))
+    advice = (
+        "chunk_length 300 with VirNucPro's 300 bp classifier fits them better"
+        if chunk_length > 300 and median >= 300
+        else f"no published classifier is made for chunks this short: train one at chunk_length {median} (the "
+        "train target), or read their scores with care"
+    )
+    return (
+        f"{short:,} of {records:,} records are shorter than chunk_length {chunk_length} (median {median} bp, 10th "
+        f"percentile {tenth} bp); as in VirNucPro, each is scored as one chunk of its own length, shorter than the "
+        f"chunks the classifier learned from, so their scores are less reliable; {advice}"
+    )
 
 
 class _ShardFiles:
@@ -159,6 +170,7 @@ class _Writer:
         self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
         self.policy = policy
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
+        self.short_lengths = np.zeros(policy.chunk_length, dtype=np.int64)  # records by length, below a chunk
 
     def write_batch(self, batch: Batch) -> None:
         codes = base_codes(batch.buf)
@@ -186,7 +198,9 @@ class _Writer:
             )
         )
         self.counts["records"] += len(batch.ids)
-        self.counts["shorter_than_chunk"] += int((usable[usable > 0] < self.policy.chunk_length).sum())
+        short = usable[(usable > 0) & (usable < self.policy.chunk_length)]
+        self.short_lengths += np.bincount(short, minlength=self.policy.chunk_length)
+        self.counts["shorter_than_chunk"] += short.size
         self.counts["chunks"] += int(record_of_chunk.size)
         self.counts["frames"] += len(frames.proteins)
 

@@ -31,6 +31,7 @@ LABELS = {"other": 0, "virus": 1}
 # Whole sequences are held out when each class has at least this many; with fewer, one sequence
 # would be too large a share of its class, and chunks are held out instead.
 MIN_SEQUENCES_PER_CLASS = 10
+FEW_FRAMES = 1000  # of a class: fewer, and the train job warns
 SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.scores' batch, 55 MB at production width
 
 
@@ -101,6 +102,14 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
     y = np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
+    if np.bincount(y).min() < FEW_FRAMES:
+        log.warning(
+            "training on %d virus and %d other frames: with fewer than %d of a class the classifier will hardly "
+            "generalise (VirNucPro trained on hundreds of thousands); label more sequences",
+            (y == 1).sum(),
+            (y == 0).sum(),
+            FEW_FRAMES,
+        )
     chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
     sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
     return Examples(x, y, chunk, sequence)

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import InputError
 from .checkpoints import load_weights
+from .classifier_chunks import check_chunk_length
 
 FORMAT = "virnucpro-mlp/1"
 HIDDEN_DIM = 512
@@ -99,10 +100,9 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
     return model.eval(), metadata
 
 
-def check_fits(path: str | Path, dnabert_dim: int, esm_dim: int, chunk_length: int) -> None:
+def check_fits(path: str | Path, dnabert_dim: int, esm_dim: int, chunk_length: int, stated: int | None = None) -> None:
     """Fail early, before any embedding job, when the classifier cannot take these embeddings or
-    was made for another chunk length (recorded by the train target; VirNucPro's files say it in
-    their names, 300_model.pth and 500_model.pth)."""
+    was made for other chunks (`stated`: models.classifier_chunk_length; classifier_chunks)."""
     _, metadata = load(path)
     if metadata["input_dim"] != dnabert_dim + esm_dim:
         raise InputError(
@@ -110,14 +110,7 @@ def check_fits(path: str | Path, dnabert_dim: int, esm_dim: int, chunk_length: i
             f"{dnabert_dim} (DNABERT-S) + {esm_dim} (ESM-2) = {dnabert_dim + esm_dim}; use the classifier "
             "trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) or train one"
         )
-    made_for = metadata.get("chunk_length")
-    if made_for is None and metadata["format"] == "virnucpro-pickle":
-        made_for = {"300_model.pth": 300, "500_model.pth": 500}.get(Path(path).name)
-    if made_for is not None and int(made_for) != chunk_length:
-        raise InputError(
-            f"{path}: this classifier was made for {made_for} bp chunks but chunk_length is {chunk_length}; "
-            f"set chunk_length to {made_for}, or use the classifier for {chunk_length} bp chunks"
-        )
+    check_chunk_length(path, chunk_length, stated)
 
 
 @torch.inference_mode()
