@@ -2,6 +2,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from workflow_lib.config_check import (
     read_samples,
     source_of,
 )
+from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import read_plan
@@ -78,6 +80,19 @@ try:
         check_classifier_file(config, config_sources, LABELLED)
 except InputError as error:
     refuse(error)
+
+
+onstart:
+    # a cluster job that can never start is cancelled with its reason, not waited for
+    if workflow.non_local_exec and shutil.which("squeue"):
+        PendingWatch(config["pending_check_seconds"]).start()
+
+
+onerror:
+    # a cluster job's error line is in its log, not on this console (scripts/run_logged.sh)
+    if workflow.non_local_exec:
+        for line in failed_job_reasons(log):
+            print(f"failed: {line}", file=sys.stderr)
 
 
 if workflow.is_main_process:  # once, not in every cluster job
@@ -395,6 +410,7 @@ def prediction_outputs():
 # not in the run summary's config.
 RUNTIME_SETTINGS = {
     "progress_seconds": None,
+    "pending_check_seconds": None,
     "embedding": (
         "esm_token_budget",
         "dnabert_token_budget",

@@ -140,6 +140,7 @@ rule overview:
             category="Overview",
             labels={"item": "samples, models and settings"},
         ),
+        table="results/report/samples.tsv",
         recorded=RECORDED,
     log:
         "logs/overview.log",
@@ -156,7 +157,7 @@ rule overview:
         script=script("overview"),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --summaries {input.summaries:q} --output {output.page:q} "
-        "--recorded {output.recorded:q}"
+        "--table {output.table:q} --recorded {output.recorded:q}"
 
 
 rule plot_training:

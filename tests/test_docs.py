@@ -43,6 +43,9 @@ def test_every_column_of_every_table_is_explained(workflow_run):
         assert f"`{name.split('/')[-1]}`" in outputs, name
         for column in header(results / name):
             assert f"`{column}`" in outputs, f"{name}: column {column} is not explained in README's Outputs"
+    assert "`results/report/samples.tsv`" in outputs
+    for column in header(workflow_run[0] / "results" / "report" / "samples.tsv"):
+        assert f"`{column}`" in outputs, f"samples.tsv: column {column} is not explained in README's Outputs"
     for name in ("manifest.json", "run_summary.json"):
         assert f"`{name}`" in outputs
         for key in json.loads((results / name).read_text()):

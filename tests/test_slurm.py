@@ -1,7 +1,8 @@
 """The workflow through a real SLURM cluster (tests/slurm/up.sh: Debian's slurm-wlm and munge, one
-node, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed jobs reach
-SLURM with --gpus=1, see the GPU it gave them and run side by side, CPU jobs get none, and the
-tables equal a local run. Each test bed has its own directory and free ports, and whatever it
+node of 4 CPUs, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed
+jobs reach SLURM with --gpus=1 and two CPUs, see the GPU it gave them and run side by side, CPU
+jobs get none, and the tables equal a local run; a failing job's error line and a job that can
+never start reach the console. Each test bed has its own directory and free ports, and whatever it
 started is stopped when the test ends, passed or failed: test runs side by side do not collide."""
 
 import contextlib
@@ -49,6 +50,7 @@ def slurm_cluster(base: Path):
     started, and none may be left running."""
     slurmctld, slurmd = free_ports(2)
     env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
+    env["NCPU"] = "4"  # two embed jobs of two CPUs side by side, on any machine
     try:
         started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
         assert started.returncode == 0, started.stdout + started.stderr
@@ -82,7 +84,7 @@ def test_two_test_beds_run_side_by_side(tmp_path):
             conf = Path(env["SLURM_CONF"]).read_text()
             ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
             state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
-            assert state.stdout.split() == ["idle", "idle"], state.stdout + state.stderr  # partitions main, gpu
+            assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
         assert len(ports) == len(set(ports)) == 4
         for name, env in (("a", a), ("b", b)):
             step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
@@ -118,7 +120,7 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     # the embed jobs' threads as under the SLURM profile: BLAS splits sums by thread count, and
     # embeddings made with other counts can differ in their last bit
     ran = subprocess.run(
-        SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local)), "--set-threads", "embed=1"],
+        SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local)), "--set-threads", "embed=2"],
         capture_output=True,
         text=True,
         env=ENV,
@@ -135,6 +137,7 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     gpu_jobs = [line for line in sbatch if "rule_embed_" in line]
     cpu_jobs = [line for line in sbatch if "rule_embed_" not in line]
     assert len(gpu_jobs) == 2 * len(SAMPLES) and all("--gpus=1" in line and "-p gpu" in line for line in gpu_jobs)
+    assert all("--cpus-per-task=2" in line for line in gpu_jobs)  # embed jobs of more than one CPU
     assert cpu_jobs and not any("--gpus" in line or "--gres" in line for line in cpu_jobs)
     print("GPU job:", gpu_jobs[0].strip(), "\nCPU job:", cpu_jobs[0].strip())
 
@@ -161,3 +164,52 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
             assert (slurm / "results" / sample / table).read_bytes() == (
                 local / "results" / sample / table
             ).read_bytes()
+
+
+def test_failures_reach_the_console(cluster, tmp_path):
+    """A failing job's one-line error reaches the console, not only its log; a job that no
+    partition can run (runtime beyond the partition's MaxTime) is cancelled with its reason
+    instead of pending for ever."""
+    profile = ["--profile", str(SLURM / "profile")]
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "protein.fa").write_text(">p\nMKVLAAGIVGLLLAAQPAMAQWERTYIPSDFGHKLCVNM\n")
+    (failing / "samples.tsv").write_text(f"sample\tpath\nbad\t{failing / 'protein.fa'}\n")
+    config = write_config(failing, classifier="classifier.pt", pending_check_seconds=2)
+    classifier_file(failing / "classifier.pt")
+    command = SNAKEMAKE[:5] + ["--directory", str(failing), "--configfile", str(config)] + profile
+    ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
+    output = ran.stdout + ran.stderr
+    reason = (failing / "logs" / "prepare" / "bad.log").read_text().splitlines()[-1]
+    assert ran.returncode != 0 and reason.startswith("error: ") and "protein" in reason, output[-3000:]
+    assert f"failed: logs/prepare/bad.log: {reason}" in output.splitlines()
+
+    pending = tmp_path / "pending"
+    pending.mkdir()
+    write_inputs(pending)
+    (pending / "samples.tsv").write_text(f"sample\tpath\nphix\t{next((pending / 'inputs').glob('phix.*'))}\n")
+    config = write_config(pending, classifier="classifier.pt", pending_check_seconds=2)
+    classifier_file(pending / "classifier.pt")
+    command = SNAKEMAKE[:5] + ["--directory", str(pending), "--configfile", str(config)] + profile
+    command += ["--set-resources", "prepare:slurm_partition=short"]  # 1 minute at most; prepare asks for 30 or more
+    ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode != 0, output[-3000:]
+    assert re.search(
+        r"^SLURM job \d+ \(rule prepare\) cannot start: PartitionTimeLimit: its runtime is longer than the "
+        r"partition allows; cancelled\. To run it, lower its rule's resources",
+        output,
+        re.M,
+    ), output[-3000:]
+    left = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%Z"], capture_output=True, text=True, env=cluster)
+    assert str(pending) not in left.stdout
+
+
+def classifier_file(path: Path) -> None:
+    """A classifier for the test models at chunk_length 300 (helpers.write_config's)."""
+    import torch
+
+    from workflow_lib.models import classifier
+
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), path, chunk_length=300)

@@ -40,6 +40,27 @@ def test_tables_cover_every_record_and_frame(workflow_run):
 
 
 @pytest.mark.slow
+def test_one_table_counts_every_sample(workflow_run):
+    """results/report/samples.tsv: per sample, its records, calls, chunks and viral bases, as its tables say."""
+    workdir, _ = workflow_run
+    table = {row["sample"]: row for row in read_tsv(workdir / "results" / "report" / "samples.tsv")}
+    assert sorted(table) == sorted(SAMPLES)
+    for sample in SAMPLES:
+        sequences = read_tsv(workdir / "results" / sample / "sequences.tsv")
+        virus = [s for s in sequences if s["call"] == "virus"]
+        expected = {
+            "records": len(sequences),
+            "bases": sum(int(s["length"]) for s in sequences),
+            **{call: sum(s["call"] == call for s in sequences) for call in ("virus", "other", "no_coding_frame")},
+            "chunks": sum(int(s["n_chunks"]) for s in sequences),
+            "chunks_scored": sum(int(s["n_chunks_scored"]) for s in sequences),
+            "viral_chunks": sum(int(s["n_viral_chunks"]) for s in sequences),
+            "viral_bases": sum(int(s["length"]) for s in virus),
+        }
+        assert {key: int(table[sample][key]) for key in expected} == expected, sample
+
+
+@pytest.mark.slow
 def test_reads_sample_is_called_per_read(workflow_run):
     workdir, _ = workflow_run
     calls = read_tsv(workdir / "results" / "reads" / "sequences.tsv")
@@ -210,18 +231,29 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
     config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
     command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
+    # once planned, a dry run under the SLURM profile shows what each embed job will ask for
+    planned = subprocess.run(command + ["--until", "plan"], capture_output=True, text=True, env=ENV)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    slurm = [*SNAKEMAKE[:5], "--directory", str(tmp_path), "--configfile", str(config), "-n"]
+    dry = subprocess.run(slurm + ["--profile", str(ROOT / "profiles" / "slurm")], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = [job for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr) if job.startswith("embed:")]
+    assert len(jobs) == 4 and all("<TBD>" not in re.search(r"resources: .*", job).group() for job in jobs)
+    for job in jobs:
+        assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
+        assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     asked = {}
-    for job in re.split(r"\n(?:local)?rule ", result.stdout + result.stderr)[1:]:
+    for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr + result.stdout + result.stderr)[1:]:
         if job.startswith("embed:"):
             sample, model = re.search(r"sample=(\w+), model=(\w+), shard=0", job).groups()
-            asked[sample, model] = int(re.search(r"\bgpu=(\d+)", job).group(1))
+            asked.setdefault((sample, model), set()).add(int(re.search(r"\bgpu=(\d+)", job).group(1)))
     frames = {
         s: len(read_fasta(tmp_path / "results" / s / "prepare" / "shards" / "shard_0.faa")) for s in ("one", "none")
     }
     assert frames["one"] > 0 and frames["none"] == 0
-    assert asked == {(s, m): int(frames[s] > 0) for m in ("esm", "dnabert") for s in frames}
+    assert asked == {(s, m): {int(frames[s] > 0)} for m in ("esm", "dnabert") for s in frames}  # dry run and run
     assert read_tsv(tmp_path / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 

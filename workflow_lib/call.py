@@ -131,12 +131,14 @@ def call(
         for table in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, BLOCK_ROWS):
             write(table)
             counts.update(table["call"].value_counts().to_dict())
+            viral = table[table["call"] == "virus"]
             totals.update(
                 records=len(table),
                 chunks=int(table["n_chunks"].sum()),
                 chunks_scored=int(table["n_chunks_scored"].sum()),
+                viral_chunks=int(table["n_viral_chunks"].sum()),
+                viral_bases=int(viral["length"].sum()),  # of the records called virus
             )
-            viral = table[table["call"] == "virus"]
             for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
                 yield sid.encode(), b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
 
@@ -147,7 +149,7 @@ def call(
         "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
         "checkpoints": scoring["checkpoints"],
         "counts": {
-            **{key: totals[key] for key in ("records", "chunks", "chunks_scored")},
+            **{key: totals[key] for key in ("records", "chunks", "chunks_scored", "viral_chunks", "viral_bases")},
             "frames": scoring["frames"],
             "calls": {call: int(n) for call, n in sorted(counts.items())},
         },

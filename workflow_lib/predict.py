@@ -190,7 +190,8 @@ def scored_blocks(
 ) -> Iterator[pd.DataFrame]:
     """prepare's frames table in blocks of TABLE_ROWS rows, each frame with its scores (frames-table
     columns), read from the shards' scores files in turn."""
-    for block in read_chunks(frames_path, ["frame_id", "sequence_id", "chunk", "frame", "shard"], TABLE_ROWS):
+    columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard"]
+    for block in read_chunks(frames_path, columns, TABLE_ROWS):
         listed.check(block)
         frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
         scores = np.empty((len(block), 2), dtype=np.float32)
@@ -211,17 +212,22 @@ def _unlike_the_shards(frames_path: str | Path, what: str) -> None:
 
 
 def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
-    table = frames[["frame_id", "sequence_id", "chunk", "frame"]].copy()
+    """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
+    table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
     table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
-    # torch.max picks the first maximum: a tie is 'others', as in VirNucPro.
-    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "others")
-    return table[list(FRAMES)]
+    # torch.max picks the first maximum: a tie is 'other' (VirNucPro's 'others'), as in VirNucPro.
+    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
+    return table
 
 
 def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
     grouped = frames.groupby(["sequence_id", "chunk"], sort=False)
     table = grouped.agg(
-        n_frames=("frame_id", "size"), max_score_other=("score_other", "max"), max_score_virus=("score_virus", "max")
+        chunk_start=("chunk_start", "first"),
+        chunk_end=("chunk_end", "first"),
+        n_frames=("frame_id", "size"),
+        max_score_other=("score_other", "max"),
+        max_score_virus=("score_virus", "max"),
     ).reset_index()
     table["is_virus"] = table["max_score_virus"] >= table["max_score_other"]  # VirNucPro's rule
     return table[list(CHUNKS)]
@@ -257,7 +263,7 @@ class VirNucProTables:
         """Frames in frames-table order, each chunk's frames in one call."""
         self.per_frame.write(
             "".join(
-                f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
+                f"{fid}\t{'virus' if prediction == 'virus' else 'others'}\t{other!s}\t{virus!s}\n"  # as VirNucPro
                 for fid, prediction, other, virus in zip(
                     frames["frame_id"],
                     frames["prediction"],

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 
 from .models.checkpoints import DEMO_FILES  # noqa: E402
 from .outputs import atomic_path  # noqa: E402
-from .tables import read_chunks, read_json, write_json  # noqa: E402
+from .tables import read_chunks, read_json, write_json, write_tsv  # noqa: E402
 
 
 class SampleTables(NamedTuple):
@@ -303,24 +303,32 @@ def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> 
     html_page(title, f"<p>{html.escape(note)}</p>\n{_table(table)}", path)
 
 
-def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path) -> None:
-    """One page across all samples, from their run summaries (what made the results, not the
-    config at hand): a banner when the demo models made them, a row per sample (records, bases,
-    calls, viral fraction), and per model and setting the values the samples were made with.
-    `recorded`: the RECORDED_SETTINGS of the results (JSON), for later runs to compare."""
-    runs = [read_json(p) for p in summaries]
+# results/report/samples.tsv: a row per sample
+SAMPLE_COUNTS = ("records", "bases", *CALLS, "chunks", "chunks_scored", "viral_chunks", "viral_bases")
+
+
+def samples_table(runs: list[dict]) -> pd.DataFrame:
+    """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
+    chunks scored and called viral, and the bases of the records called virus."""
     rows = []
     for run in runs:
-        calls = run["counts"]["calls"]
-        rows.append(
-            {
-                "sample": run["sample"],
-                "records": run["counts"]["records"],
-                "bases": run["counts"]["bases"],
-                **{call: calls.get(call, 0) for call in CALLS},
-                "viral fraction": calls.get("virus", 0) / max(run["counts"]["records"], 1),
-            }
-        )
+        counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALLS}}
+        rows.append({"sample": run["sample"], **{key: counts[key] for key in SAMPLE_COUNTS}})
+    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS])
+
+
+def overview(summaries: list[str | Path], path: str | Path, table: str | Path, recorded: str | Path) -> None:
+    """One page across all samples, from their run summaries (what made the results, not the
+    config at hand): a banner when the demo models made them, a row per sample (records, bases,
+    calls, viral fraction; also written as the TSV `table`), and per model and setting the values
+    the samples were made with. `recorded`: the RECORDED_SETTINGS of the results (JSON), for later
+    runs to compare."""
+    runs = [read_json(p) for p in summaries]
+    counts = samples_table(runs)
+    write_tsv(counts, table)
+    rows = counts[["sample", "records", "bases", *CALLS]].assign(
+        **{"viral fraction": counts["virus"] / counts["records"].clip(lower=1)}
+    )
     made_with = {}
     for run in runs:
         checkpoints, config = run["checkpoints"], run["config"]
@@ -369,7 +377,7 @@ def overview(summaries: list[str | Path], path: str | Path, recorded: str | Path
     )
     body = (
         f"{banner}<p>From the run summaries of {len(runs)} samples: what made these results.</p>\n"
-        f"{_table(pd.DataFrame(rows))}\n<h4>Models, settings and versions</h4>\n{_table(settings)}"
+        f"{_table(rows)}\n<h4>Models, settings and versions</h4>\n{_table(settings)}"
     )
     html_page("Overview", body, path)
     write_json({key: sorted({_setting(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}, recorded)

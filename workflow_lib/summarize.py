@@ -113,8 +113,7 @@ def counts(prepared: Iterable[pd.DataFrame], manifest: dict) -> dict:
     return {
         "records": records,
         "bases": bases,
-        "chunks": manifest["counts"]["chunks"],
-        "chunks_scored": manifest["counts"]["chunks_scored"],
+        **{key: manifest["counts"][key] for key in ("chunks", "chunks_scored", "viral_chunks", "viral_bases")},
         "frames": frames,
         "frames_per_record": round(frames / records, 4) if records else 0.0,
         "ambiguous_bases": ambiguous,

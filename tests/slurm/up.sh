@@ -14,7 +14,7 @@ set -euo pipefail
 BASE=${BASE:-${TMPDIR:-/tmp}/slurm-testbed}
 ACCOUNTING=${ACCOUNTING:-0}
 NODE=$(hostname -s)
-NCPU=$(nproc)
+NCPU=${NCPU:-$(nproc)}  # more than the machine has is allowed (config_overrides): jobs are not bound to cores
 MEM_MB=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 2048 ))   # 2 GiB headroom
 T0=$(date +%s.%N)
 
@@ -92,6 +92,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 $ACCT_CONF
 SchedulerType=sched/backfill
+SlurmdParameters=config_overrides
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
@@ -102,6 +103,7 @@ MailProg=/bin/true
 NodeName=$NODE CPUs=$NCPU RealMemory=$MEM_MB Gres=gpu:fake:2 State=UNKNOWN
 PartitionName=main Nodes=$NODE Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=1000
 PartitionName=gpu  Nodes=$NODE Default=NO  MaxTime=INFINITE State=UP DefMemPerCPU=1000
+PartitionName=short Nodes=$NODE Default=NO MaxTime=1 State=UP DefMemPerCPU=1000
 CONF
 
 cat > "$BASE/etc/gres.conf" <<CONF
