@@ -1,8 +1,10 @@
 """Attention over packed rows (varlen): each sequence of a row attends only to itself.
 
 Kernels, by device and precision:
-- CPU: one scaled_dot_product_attention per sequence, so that a sequence's embedding does not
-  depend on the batch it lands in (no padded shape reaches a kernel).
+- CPU: one scaled_dot_product_attention per sequence length, the sequences of that length
+  stacked [G, H, L, dh] (frames of one chunk length mostly share theirs), so that a sequence's
+  embedding does not depend on the batch it lands in: no padding reaches a kernel, and each
+  sequence's scores are its own rows of the same computation.
 - CUDA in half precision: the first fused kernel that passes a check against a float32
   per-sequence reference on this device: flash-attn's varlen kernel when it is installed (it
   also applies ALiBi slopes), PyTorch's own `varlen_attn` (torch >= 2.10, no ALiBi), or
@@ -44,6 +46,7 @@ class Layout:
         self.gather = (starts[:, None] + j[None, :]).clamp(max=n_tokens - 1)  # token of each slot
         self.scatter = self.seq * max_len + self.pos  # slot of each token
         self._block_mask = None
+        self._by_length = None
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
@@ -57,6 +60,16 @@ class Layout:
             )
         sums = torch.zeros(self.n_seqs, x.shape[1], dtype=torch.float64, device=x.device).index_add_(0, self.seq, x)
         return (sums / counts.clamp(min=1)[:, None]).float()
+
+    def by_length(self) -> list[tuple[int, torch.Tensor]]:
+        """(L, [G, L] token indices) for each length L: the G sequences of that length, computed once."""
+        if self._by_length is None:
+            starts, lengths = self.cu_seqlens[:-1].long(), self.lengths
+            self._by_length = [
+                (length, starts[lengths == length][:, None] + torch.arange(length, device=starts.device))
+                for length in lengths.unique().tolist()
+            ]
+        return self._by_length
 
     def block_mask(self):
         """FlexAttention's BlockMask of the row padded to FLEX_BLOCK: a token sees the tokens of its
@@ -106,6 +119,16 @@ def per_sequence_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None 
         qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [H, L, dh]
         bias = None if slopes is None else alibi_bias(slopes, end - start, q.dtype)
         out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(0, 1)
+    return out
+
+
+def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """per_sequence_attention with the sequences of one length in one call; q, k, v: [T, H, dh]."""
+    out = torch.empty_like(q)
+    for length, tokens in layout.by_length():
+        qs, ks, vs = (t[tokens].transpose(1, 2) for t in (q, k, v))  # [G, H, L, dh]
+        bias = None if slopes is None else alibi_bias(slopes, length, q.dtype)
+        out[tokens] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(1, 2)
     return out
 
 
@@ -189,7 +212,7 @@ def candidates(alibi: bool) -> list[tuple[str, object]]:
 
 
 PADDED = ("padded sdpa", None)
-PER_SEQUENCE = ("per-sequence sdpa", per_sequence_attention)
+GROUPED = ("sdpa by sequence length", grouped_attention)
 MIN_COSINE = 0.999  # against float32: what a correct half-precision kernel reaches with room to spare
 _chosen: dict[tuple, tuple[str, object]] = {}
 
@@ -235,7 +258,7 @@ def fused_kernel(q: torch.Tensor, alibi: bool, found: list[tuple[str, object]] |
 
 def _kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
     if not q.is_cuda:
-        return PER_SEQUENCE
+        return GROUPED
     if q.dtype in (torch.float16, torch.bfloat16):
         return fused_kernel(q, alibi)
     return PADDED
@@ -244,7 +267,7 @@ def _kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
 def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
     """The attention kernel that forwards on this device and dtype use (after the first forward)."""
     if device.type != "cuda":
-        return PER_SEQUENCE[0]
+        return GROUPED[0]
     return _chosen.get((str(device), dtype, alibi), PADDED)[0]
 
 

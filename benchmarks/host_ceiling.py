@@ -1,0 +1,188 @@
+"""The host ceiling of the embed job: how fast its host side goes when the model costs nothing.
+
+The production job (`embed_shard`: spawn loader workers reading, tokenising and packing the
+shard; the main process converting batches, storing results, writing HDF5 and committing) runs
+with a stand-in model: the real tokenizer and the production output width (ESM-2 3B 2560,
+DNABERT-S 768), and no compute (it hands back a block of zeros). Frames of 500 bp reads sampled
+from the bundled genomes, one shard per model; the rule's CPUs (3 threads) and loader workers (2).
+
+Where the time goes: the main process's shares (waiting for the loader, tensors from the
+loader's arrays, storing results, commits: HDF5 writes included), timed around those calls in
+the same run; the workers' (reading, tokenising, packing), timed in a second pass over the same
+shard in one process, as frames/s of one worker.
+
+Run it alone on a quiet machine (a busy one cut these rates by 4): prints JSON and writes it to --out.
+
+    python benchmarks/host_ceiling.py --out host.json --frames 60000
+"""
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+import esm as fair_esm
+import torch
+from reads import GENOMES, write_reads
+from stages import ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas
+
+from workflow_lib import demo_models, embed, h5store, loader, resume
+from workflow_lib.loader import ShardBatches, ShardIndex
+from workflow_lib.models import dnabert
+from workflow_lib.packing import PackedBatch
+from workflow_lib.threads import use_threads
+from workflow_lib.tokens import ESMTokens
+
+WIDTH = {"esm": 2560, "dnabert": 768}  # the production models'
+SUFFIX = {"esm": "faa", "dnabert": "fna"}
+READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
+
+
+class FreeEmbedder:
+    """The embedder interface with no model behind it: real tokens in, zeros of the right width out."""
+
+    layer, pooling, alibi = -1, "stand-in: none", False
+
+    def __init__(self, tokens, dim: int):
+        self.tokens, self.dim = tokens, dim
+        self.zeros = torch.zeros(1 << 16, dim)
+
+    def __call__(self, batch: PackedBatch) -> torch.Tensor:
+        return self.zeros[: len(batch.rows)]
+
+
+class Timers:
+    """Seconds spent in wrapped functions, by name."""
+
+    def __init__(self):
+        self.seconds = defaultdict(float)
+
+    def wrap(self, name: str, function):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+
+        return timed
+
+    @contextmanager
+    def patched(self, targets: dict):
+        """{name: (owner, attribute)}: each wrapped while the block runs."""
+        saved = {name: getattr(owner, attribute) for name, (owner, attribute) in targets.items()}
+        for name, (owner, attribute) in targets.items():
+            setattr(owner, attribute, self.wrap(name, saved[name]))
+        try:
+            yield self
+        finally:
+            for name, (owner, attribute) in targets.items():
+                setattr(owner, attribute, saved[name])
+
+
+def tokenizers(models: dict) -> dict:
+    """The real tokenizers: ESM-2's alphabet (fair-esm), the demo DNABERT-S's BPE tokenizer file."""
+    return {
+        "esm": ESMTokens.of(fair_esm.Alphabet.from_architecture("ESM-1b")),
+        "dnabert": dnabert.DNABERTTokens(Path(models["dnabert"]) / "tokenizer.json"),
+    }
+
+
+def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads: int, workers: int) -> dict:
+    """The production job with the stand-in model; its figures and the main process's shares."""
+    settings = embed_settings(model, checkpoint, num_workers=workers, progress_seconds=600)
+    use_threads(threads)
+    main = {
+        "tensors (loader arrays to torch)": (PackedBatch, "tensors"),
+        "check_finite": (embed, "check_finite"),
+        "writer.put (into the write buffer)": (h5store.Writer, "put"),
+        "writer.flush (HDF5 writes)": (h5store.Writer, "flush"),
+        "commits.commit (the resume log)": (resume.Commits, "commit"),
+    }
+    original = embed.build_embedder
+    embed.build_embedder = lambda settings, device, dtype: FreeEmbedder(tokens, WIDTH[model])
+    try:
+        with Timers().patched(main) as timers:
+            stats = embed_into(shard, output, settings)
+    finally:
+        embed.build_embedder = original
+    seconds = stats["seconds"]
+    shares = {name: round(s, 2) for name, s in timers.seconds.items()}
+    shares["waiting for the loader"] = stats["loader_wait_s"]
+    shares["the rest of the loop"] = round(seconds - sum(shares.values()), 2)
+    return {
+        "tokens_per_s": stats["tokens_per_s"],
+        "frames_per_s": round(ShardIndex.read(shard).ids.n / seconds),
+        "frames": ShardIndex.read(shard).ids.n,
+        "tokens": stats["n_tokens"],
+        "seconds": seconds,
+        "threads": threads,
+        "loader_workers": stats["num_workers"],
+        "fill": stats["fill"],
+        "main_process_s": shares,
+    }
+
+
+def worker_shares(shard: Path, tokens, budget: int) -> dict:
+    """One worker's work on the whole shard, in this process: seconds and frames/s of each step."""
+    index = ShardIndex.read(shard)
+    steps = {
+        "read": (loader.ShardBlocks, "read"),
+        "pack (greedy_batches, pack)": (loader, "pack"),
+        "greedy_batches": (loader, "greedy_batches"),
+    }
+    with Timers().patched(steps) as timers:
+        timed_tokens = timers.wrap("tokenise", tokens)
+        start = time.perf_counter()
+        for _ in ShardBatches(index, timed_tokens, budget):
+            pass
+        total = time.perf_counter() - start
+    timers.seconds["pack (greedy_batches, pack)"] += timers.seconds.pop("greedy_batches")
+    frames = len(index)
+    shares = {name: {"seconds": round(s, 2), "frames_per_s": round(frames / s)} for name, s in timers.seconds.items()}
+    return {"one_worker_frames_per_s": round(frames / total), "seconds": round(total, 2), "steps": shares}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="where the JSON goes")
+    parser.add_argument("--frames", type=int, default=60_000, help="frames per shard (at least 50,000)")
+    parser.add_argument("--threads", type=int, default=3, help="the rule's CPUs: embedding.num_workers + 1")
+    parser.add_argument("--workers", type=int, default=2, help="loader workers (the rule's default)")
+    parser.add_argument("--models", nargs="+", default=list(WIDTH), choices=list(WIDTH))
+    args = parser.parse_args()
+    result = {
+        "benchmark": "host_ceiling",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_reads(tmp / "reads.fa", round(args.frames * READS_PER_FRAME), 500, seed=1)
+        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
+        models = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
+        encoders = tokenizers(models)
+        for model in args.models:
+            source = shard_fastas(tmp / "prepared", SUFFIX[model])[0]
+            lines = source.read_bytes().split(b"\n")
+            if len(lines) // 2 < args.frames:
+                raise SystemExit(f"the reads gave {len(lines) // 2} frames, fewer than {args.frames}")
+            shard = tmp / f"{model}.{SUFFIX[model]}"
+            shard.write_bytes(b"\n".join(lines[: 2 * args.frames]) + b"\n")
+            figures = job(model, shard, models[model], encoders[model], tmp / f"{model}.h5", args.threads, args.workers)
+            budget = embed_settings(model, models[model]).token_budget
+            figures["worker"] = worker_shares(shard, encoders[model], budget)
+            result[model] = figures
+            print(json.dumps({model: figures}), flush=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
