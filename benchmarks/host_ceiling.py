@@ -11,9 +11,11 @@ loader's arrays, storing results, commits: HDF5 writes included), timed around t
 the same run; the workers' (reading, tokenising, packing), timed in a second pass over the same
 shard in one process, as frames/s of one worker.
 
-Run it alone on a quiet machine (a busy one cut these rates by 4): prints JSON and writes it to --out.
+With --one-layer, also the same job with 1-layer models (real attention, little else): the
+rate of the CPU path. Run it alone on a quiet machine (a busy one cut these rates by 4): prints JSON and
+writes it to --out.
 
-    python benchmarks/host_ceiling.py --out host.json --frames 60000
+    python benchmarks/host_ceiling.py --out host.json --frames 60000 --one-layer
 """
 
 import argparse
@@ -39,6 +41,11 @@ from workflow_lib.threads import use_threads
 from workflow_lib.tokens import ESMTokens
 
 WIDTH = {"esm": 2560, "dnabert": 768}  # the production models'
+# --one-layer: models with real attention and almost no other compute
+ONE_LAYER = {
+    "esm": {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 32, "encoder_attention_heads": 2},
+    "dnabert": {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 48, "intermediate_size": 96},
+}
 SUFFIX = {"esm": "faa", "dnabert": "fna"}
 READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
 
@@ -85,6 +92,24 @@ class Timers:
                 setattr(owner, attribute, saved[name])
 
 
+def marking_first_batch(open_loader, marks: dict):
+    """open_loader, noting when it opened and when its first batch came out."""
+
+    @contextmanager
+    def opened(*args, **kwargs):
+        marks["opened"] = time.monotonic()
+        with open_loader(*args, **kwargs) as batches:
+
+            def marked():
+                for batch in batches:
+                    marks.setdefault("first_batch", time.monotonic())
+                    yield batch
+
+            yield marked()
+
+    return opened
+
+
 def tokenizers(models: dict) -> dict:
     """The real tokenizers: ESM-2's alphabet (fair-esm), the demo DNABERT-S's BPE tokenizer file."""
     return {
@@ -94,7 +119,8 @@ def tokenizers(models: dict) -> dict:
 
 
 def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads: int, workers: int) -> dict:
-    """The production job with the stand-in model; its figures and the main process's shares."""
+    """The production job with the stand-in model (with the checkpoint's own model when `tokens`
+    is None); its figures and the main process's shares."""
     settings = embed_settings(model, checkpoint, num_workers=workers, progress_seconds=600)
     use_threads(threads)
     main = {
@@ -104,19 +130,25 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
         "writer.flush (HDF5 writes)": (h5store.Writer, "flush"),
         "commits.commit (the resume log)": (resume.Commits, "commit"),
     }
-    original = embed.build_embedder
-    embed.build_embedder = lambda settings, device, dtype: FreeEmbedder(tokens, WIDTH[model])
+    original, opener, marks = embed.build_embedder, embed.open_loader, {}
+    if tokens is not None:
+        embed.build_embedder = lambda settings, device, dtype: FreeEmbedder(tokens, WIDTH[model])
+    embed.open_loader = marking_first_batch(opener, marks)
     try:
         with Timers().patched(main) as timers:
             stats = embed_into(shard, output, settings)
     finally:
-        embed.build_embedder = original
+        embed.build_embedder, embed.open_loader = original, opener
     seconds = stats["seconds"]
+    startup = marks["first_batch"] - marks["opened"]
     shares = {name: round(s, 2) for name, s in timers.seconds.items()}
     shares["waiting for the loader"] = stats["loader_wait_s"]
     shares["the rest of the loop"] = round(seconds - sum(shares.values()), 2)
     return {
         "tokens_per_s": stats["tokens_per_s"],
+        # once the first batch is out: the loader's start-up (spawning workers, their imports) left out
+        "steady_tokens_per_s": round(stats["n_tokens"] / (seconds - startup)),
+        "loader_startup_s": round(startup, 2),
         "frames_per_s": round(ShardIndex.read(shard).ids.n / seconds),
         "frames": ShardIndex.read(shard).ids.n,
         "tokens": stats["n_tokens"],
@@ -148,6 +180,14 @@ def worker_shares(shard: Path, tokens, budget: int) -> dict:
     return {"one_worker_frames_per_s": round(frames / total), "seconds": round(total, 2), "steps": shares}
 
 
+def one_layer_model(model: str, folder: Path) -> Path:
+    if model == "esm":
+        return demo_models.build_esm(folder / "esm2_t1_small.pt", 0, ONE_LAYER["esm"])
+    return demo_models.build_dnabert(
+        folder / "dnabert_small", [GENOMES / "lambda_NC_001416.fasta"], 0, ONE_LAYER["dnabert"]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="where the JSON goes")
@@ -155,6 +195,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=3, help="the rule's CPUs: embedding.num_workers + 1")
     parser.add_argument("--workers", type=int, default=2, help="loader workers (the rule's default)")
     parser.add_argument("--models", nargs="+", default=list(WIDTH), choices=list(WIDTH))
+    parser.add_argument(
+        "--one-layer", action="store_true", help="also the job with 1-layer models of real attention (ONE_LAYER)"
+    )
     args = parser.parse_args()
     result = {
         "benchmark": "host_ceiling",
@@ -178,6 +221,12 @@ def main() -> None:
             figures = job(model, shard, models[model], encoders[model], tmp / f"{model}.h5", args.threads, args.workers)
             budget = embed_settings(model, models[model]).token_budget
             figures["worker"] = worker_shares(shard, encoders[model], budget)
+            if args.one_layer:
+                small = one_layer_model(model, tmp / "models")
+                figures["one_layer_model"] = job(
+                    model, shard, small, None, tmp / "small.h5", args.threads, args.workers
+                )
+                figures["one_layer_model"]["config"] = ONE_LAYER[model]
             result[model] = figures
             print(json.dumps({model: figures}), flush=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

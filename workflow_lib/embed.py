@@ -268,9 +268,10 @@ def run_batches(
         def store(results):
             nonlocal done
             for rows, pooled in results:
+                rows, values = np.asarray(rows), np.asarray(pooled)
                 fresh = ~committed[rows]  # a batch split after running out of memory may be partly committed
-                rows = np.asarray(rows)[fresh]
-                values = np.asarray(pooled)[fresh]
+                if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
+                    rows, values = rows[fresh], values[fresh]
                 with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
                     stored = values.astype(writer.dtype, copy=False)
                 check_finite(index.path, index.ids, rows, values, stored, writer.storage)

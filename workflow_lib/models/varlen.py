@@ -127,7 +127,9 @@ def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = Non
     out = torch.empty_like(q)
     for length, tokens in layout.by_length():
         qs, ks, vs = (t[tokens].transpose(1, 2) for t in (q, k, v))  # [G, H, L, dh]
-        bias = None if slopes is None else alibi_bias(slopes, length, q.dtype)
+        bias = None
+        if slopes is not None:  # laid out per sequence: broadcast over G, the CPU kernel was slower than per sequence
+            bias = alibi_bias(slopes, length, q.dtype).expand(len(tokens), -1, -1, -1).contiguous()
         out[tokens] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(1, 2)
     return out
 
