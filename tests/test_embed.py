@@ -265,15 +265,17 @@ def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path):
-    """SLURM preemption: the job exits promptly, leaves no loader worker and no output behind, and
-    commits what it had embedded so that a rerun resumes."""
+@pytest.mark.parametrize("signalled", ["main_process", "process_group"])
+def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_path, signalled):
+    """SLURM preemption or a time limit: the job exits promptly with the status of a SIGTERM,
+    leaves no loader worker and no output behind, and commits what it had embedded so that a rerun
+    resumes; also when SLURM signals every process of the job, the loader workers too."""
     output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
     shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
     # many small batches: a long job; a progress line after every batch: the frames embedded so far
     options = {"num_workers": 2, "token_budget": 64, "progress_seconds": 0.000001, "commit_seconds": 1}
     command = embed_command("esm", demo_models["esm"], shard, output, **options)
-    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     log = Lines(job.stderr)
     parts = tmp_path / ".e.h5.parts"
     # SIGTERM once frames were embedded since the last commit. Seen with the job stopped: a progress
@@ -298,7 +300,10 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
                 int(p)
                 for p in subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
             ]
-            job.send_signal(signal.SIGTERM)  # delivered when the job runs on
+            if signalled == "process_group":  # the workers, running, get it now; the main process on SIGCONT
+                os.killpg(job.pid, signal.SIGTERM)
+            else:
+                job.send_signal(signal.SIGTERM)  # delivered when the job runs on
         job.send_signal(signal.SIGCONT)
     assert len(workers) >= 2, "the loader workers did not start"
     assert job.wait(timeout=30) == 128 + signal.SIGTERM

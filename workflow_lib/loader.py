@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import operator
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,11 +166,15 @@ class ShardBatches(IterableDataset):
                     yield pack(first + batch, [encoded[i] for i in batch.tolist()], self.token_budget)
 
 
-def hide_gpus(_worker_id: int) -> None:
-    """Worker init: no CUDA in loader workers, and no thread pools inside them."""
+def init_worker(_worker_id: int) -> None:
+    """Worker init: no CUDA in loader workers, no thread pools inside them, and SIGTERM left to
+    the main process. SLURM signals every process of a job: a worker killed by it would make the
+    DataLoader raise over the main process's orderly stop (the final commit); the main process
+    shuts the workers down once it has committed."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(1)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _as_is(batch: PackedBatch) -> PackedBatch:
@@ -187,7 +192,7 @@ def open_loader(dataset: ShardBatches, num_workers: int, prefetch_factor: int) -
     errors and signals."""
     workers = dict(
         multiprocessing_context="spawn",  # fork after CUDA or tokenizer threads start is unsafe
-        worker_init_fn=hide_gpus,
+        worker_init_fn=init_worker,
         persistent_workers=True,
         prefetch_factor=prefetch_factor,
         timeout=WORKER_TIMEOUT_S,
