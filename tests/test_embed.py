@@ -555,3 +555,24 @@ def test_non_finite_embeddings_fail_the_job_at_their_batch(shard, demo_models, t
         )
     assert len(calls) == 2 and len(index) > 2  # failed at the poisoned batch, not at the end
     assert not (tmp_path / "e.h5").exists() and not list(tmp_path.glob(".e.h5.parts/output.tmp*"))
+
+
+@pytest.mark.parametrize(
+    "capability, arch_list, runs",
+    [
+        ((9, 0), ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], True),
+        ((8, 9), ["sm_80", "sm_86", "sm_90a"], True),  # sm_86's code runs on 8.9
+        ((7, 0), ["sm_75", "sm_80", "sm_90", "sm_100", "sm_120"], False),  # V100 under torch 2.11's CUDA 13 wheels
+        ((7, 0), ["sm_80", "compute_70"], True),  # PTX, compiled on the device
+        ((6, 1), ["sm_75", "compute_75"], False),
+    ],
+)
+def test_gpus_this_torch_has_no_kernels_for_are_refused_at_start(capability, arch_list, runs):
+    """Device-independent: the check that the embed job runs on a GPU before its first kernel."""
+    from workflow_lib.embed import check_gpu
+
+    if runs:
+        check_gpu("GPU", capability, arch_list, "13.0")
+    else:
+        with pytest.raises(InputError, match=rf"GPU \(compute capability {capability[0]}\.{capability[1]}\) is not"):
+            check_gpu("GPU", capability, arch_list, "13.0")

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import platform
+import re
 import signal
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from .tables import write_json
 
 log = logging.getLogger("workflow")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,34 @@ def select_device(name: str) -> torch.device:
 
 
 def select_precision(precision: str, device: torch.device) -> str:
-    """Half precision is for GPUs; on the CPU embeddings are always computed in float32."""
-    return precision if device.type == "cuda" else "fp32"
+    """Half precision is for GPUs; on the CPU embeddings are always computed in float32. A GPU
+    this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do."""
+    if device.type != "cuda":
+        return "fp32"
+    major, minor = torch.cuda.get_device_capability(device)
+    check_gpu(torch.cuda.get_device_name(device), (major, minor), torch.cuda.get_arch_list(), torch.version.cuda)
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise InputError(
+            f"{torch.cuda.get_device_name(device)} does not compute in bf16; set embedding.precision to fp16"
+        )
+    return precision
+
+
+def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:
+    """This torch build runs kernels on a GPU of `capability` when it holds code for it: a binary
+    for the same major version and a minor one no newer (sm_80 runs on 8.6), or PTX for an older
+    capability (compute_XY, compiled on the device). `arch_list`: torch.cuda.get_arch_list()."""
+    major, minor = capability
+    built = [(kind, int(m), int(n)) for kind, m, n in (_ARCH.match(a).groups() for a in arch_list if _ARCH.match(a))]
+    binaries = [(m, n) for kind, m, n in built if kind == "sm"]
+    ptx = [(m, n) for kind, m, n in built if kind == "compute"]
+    if any(m == major and n <= minor for m, n in binaries) or any((m, n) <= capability for m, n in ptx):
+        return
+    raise InputError(
+        f"{name} (compute capability {major}.{minor}) is not supported by this torch build (CUDA {cuda}, kernels "
+        f"for {', '.join(arch_list) or 'none'}); run the embed jobs on newer GPUs (slurm_extra --constraint or "
+        "gpu_model in the profile), install a torch build for this GPU, or set embedding.device to cpu"
+    )
 
 
 def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.dtype):
@@ -359,6 +387,8 @@ def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, prec
         "precision": precision,
         "storage": settings.storage,
         "device": device.type,
+        # a retry on another GPU model computes other last bits: it must not append to these rows
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "token_budget": settings.token_budget,
         "workflow_version": __version__,
     }
