@@ -28,11 +28,13 @@ Random weights: the figures measure kernels, numerics of the shapes and speed, n
 """
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +73,36 @@ TINY_ESM = {
 }
 TOKENIZER_GENOMES = sorted(GENOMES.glob("*.fasta"))
 log = logging.getLogger("workflow")
+
+
+class Record:
+    """The part's figures, written to `path` (atomically: a temporary file renamed) after every
+    step, so that a part cut off at any moment leaves a JSON holding all it measured. A step that
+    fails is named in the JSON (`failed_step`, `error`) and the part exits non-zero."""
+
+    def __init__(self, path: Path | None, figures: dict):
+        self.path, self.figures = path, figures
+        self.save()
+
+    def save(self) -> None:
+        if self.path:
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(json.dumps(self.figures, indent=2) + "\n")
+            tmp.replace(self.path)
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        log.info("step: %s", name)
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException as error:
+            text = " / ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
+            self.figures["failed_step"], self.figures["error"] = name, f"{type(error).__name__}: {text[:1000]}"
+            self.save()
+            raise
+        self.figures.setdefault("step_seconds", {})[name] = round(time.perf_counter() - start, 1)
+        self.save()
 
 
 def shapes(tiny: bool) -> dict:
@@ -210,23 +242,26 @@ def fixture_equivalence(device, precisions) -> dict:
     return figures
 
 
-def equivalence(args, workdir: Path, device) -> dict:
-    proteins_path, nucleotides_path = read_shards(workdir, args.reads)
+def equivalence(args, workdir: Path, device, result: dict, record: Record) -> None:
+    with record.step("frames"):
+        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
     proteins = [s.encode() for s in sequences(read_frames(proteins_path, args.equivalence_frames))]
     nucleotides = [s.encode() for s in sequences(read_frames(nucleotides_path, args.equivalence_frames))]
     rng = np.random.default_rng(1)
     nucleotides += [b"A", np.frombuffer(b"ACGT", dtype=np.uint8)[rng.integers(0, 4, 3000)].tobytes()]
     precisions = args.precisions.split(",")
-    result = {"esm": {}}
+    result["esm"] = {}
     for name, config in shapes(args.tiny)["esm"].items():
         if args.esm_shapes and name not in args.esm_shapes.split(","):
             continue
-        result["esm"][name] = esm_equivalence(config, proteins, device, args.budget, precisions)
-        log.info("equivalence: ESM-2 %s done", name)
-    directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
-    result["dnabert"] = dnabert_equivalence(directory, nucleotides, device, args.budget, precisions)
-    result["dnabert_fixture"] = fixture_equivalence(device, precisions)
-    return result
+        with record.step(f"ESM-2 {name}"):
+            result["esm"][name] = esm_equivalence(config, proteins, device, args.budget, precisions)
+    with record.step("DNABERT-S"):
+        shape = shapes(args.tiny)["dnabert"]
+        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape)
+        result["dnabert"] = dnabert_equivalence(directory, nucleotides, device, args.budget, precisions)
+    with record.step("DNABERT-S fixture"):
+        result["dnabert_fixture"] = fixture_equivalence(device, precisions)
 
 
 # ---------------------------------------------------------------- speed
@@ -265,84 +300,96 @@ def esm_tokens(proteins: list[str]) -> int:
     return sum(len(p) + 2 for p in proteins)
 
 
-def speed(args, workdir: Path, device) -> dict:
-    proteins_path, nucleotides_path = read_shards(workdir, args.reads)
-    shard = read_frames(proteins_path, args.frames)
-    config = shapes(args.tiny)["speed_esm"]
-    layers, dim = config["encoder_layers"], config["encoder_embed_dim"]
-    start = time.perf_counter()
-    checkpoint = esm_checkpoint(workdir, layers, dim, config["encoder_attention_heads"])
-    result = {"checkpoint_build_seconds": round(time.perf_counter() - start, 1)}
+def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
+    with record.step("frames and checkpoint"):
+        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
+        shard = read_frames(proteins_path, args.frames)
+        config = shapes(args.tiny)["speed_esm"]
+        layers, dim = config["encoder_layers"], config["encoder_embed_dim"]
+        start = time.perf_counter()
+        checkpoint = esm_checkpoint(workdir, layers, dim, config["encoder_attention_heads"])
+        result["checkpoint_build_seconds"] = round(time.perf_counter() - start, 1)
     common = {"device": device.type, "num_workers": args.workers, "precision": "fp16"}
-    free(device)
-    embeddings, stats = production_embed(
-        shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers, token_budget=args.budget,
-        **common,
-    )  # fmt: skip
-    flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
-    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
-    job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
-    job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
-    job["frames"] = len(embeddings)
-    job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
-    job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
-    job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
-    job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
-    job["profile"] = profiled_embed(
-        read_frames(proteins_path, args.profile_frames), workdir / "profiled.h5", model="esm",
-        checkpoint=str(checkpoint), layer=layers, token_budget=args.budget, **common,
-    )  # fmt: skip
-    result["embed_job"] = job
-    free(device)
+    with record.step("embed job, ESM-2"):
+        free(device)
+        embeddings, stats = production_embed(
+            shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers,
+            token_budget=args.budget, **common,
+        )  # fmt: skip
+        flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
+        peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
+        job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
+        job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
+        job["frames"] = len(embeddings)
+        job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
+        job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
+        job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
+        job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
+        result["embed_job"] = job
+    with record.step("embed job, ESM-2, profiled"):
+        job["profile"] = profiled_embed(
+            read_frames(proteins_path, args.profile_frames), workdir / "profiled.h5", model="esm",
+            checkpoint=str(checkpoint), layer=layers, token_budget=args.budget, **common,
+        )  # fmt: skip
+        free(device)
 
     # fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048)
-    model, alphabet = esm.load(str(checkpoint))
-    subset = sequences(read_frames(proteins_path, args.compare_frames))
-    half = copy.deepcopy(model).to(device=device, dtype=torch.float16 if device.type == "cuda" else torch.float32)
-    _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
-    del half
-    free(device)
-    fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": args.budget}
-    subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
-    _, seconds = fair_esm_embed(model.float().to(device), alphabet, subset, layers, 2048, device)
-    virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
-    del model
-    free(device)
-    result["fair_esm_fp16"] = fair | {"embed_job_over_it": round(stats["tokens_per_s"] / fair["tokens_per_s"], 2)}
-    result["virnucpro_fp32"] = virnucpro | {
-        "embed_job_over_it": round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
-    }
+    with record.step("fair-esm FP16"):
+        model, alphabet = esm.load(str(checkpoint))
+        subset = sequences(read_frames(proteins_path, args.compare_frames))
+        half = copy.deepcopy(model).to(device=device, dtype=torch.float16 if device.type == "cuda" else torch.float32)
+        _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
+        del half
+        free(device)
+        fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds)}
+        fair |= {
+            "toks_per_batch": args.budget,
+            "embed_job_over_it": round(stats["tokens_per_s"] / fair["tokens_per_s"], 2),
+        }
+        result["fair_esm_fp16"] = fair
+    with record.step("VirNucPro's settings, FP32"):
+        subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
+        _, seconds = fair_esm_embed(model.float().to(device), alphabet, subset, layers, 2048, device)
+        virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
+        virnucpro["embed_job_over_it"] = round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
+        result["virnucpro_fp32"] = virnucpro
+        del model
+        free(device)
 
-    directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
-    _, stats = production_embed(
-        read_frames(nucleotides_path, args.frames), workdir / "dnabert.h5", model="dnabert",
-        checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
-    )  # fmt: skip
-    result["dnabert_job"] = {
-        key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "attention", "fill", "peak_memory_bytes")
-    }
-    return result
+    with record.step("embed job, DNABERT-S"):
+        shape = shapes(args.tiny)["dnabert"]
+        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape)
+        _, stats = production_embed(
+            read_frames(nucleotides_path, args.frames), workdir / "dnabert.h5", model="dnabert",
+            checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
+        )  # fmt: skip
+        keys = ("tokens_per_s", "n_tokens", "seconds", "attention", "fill", "peak_memory_bytes")
+        result["dnabert_job"] = {key: stats[key] for key in keys}
 
 
 # ---------------------------------------------------------------- out of memory
 
 
-def out_of_memory(args, workdir: Path, device) -> dict:
-    proteins_path, _ = read_shards(workdir, args.reads)
-    shard = read_frames(proteins_path, args.frames)
-    config = shapes(args.tiny)["esm"]["t2" if args.tiny else "650M"]
-    layers = config["encoder_layers"]
-    checkpoint = esm_checkpoint(workdir, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
+def out_of_memory(args, workdir: Path, device, result: dict, record: Record) -> None:
+    with record.step("frames and checkpoint"):
+        proteins_path, _ = read_shards(workdir, args.reads)
+        shard = read_frames(proteins_path, args.frames)
+        config = shapes(args.tiny)["esm"]["t2" if args.tiny else "650M"]
+        layers = config["encoder_layers"]
+        checkpoint = esm_checkpoint(workdir, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
     settings = dict(model="esm", checkpoint=str(checkpoint), layer=layers, device=device.type, precision="fp16")
     settings |= {"token_budget": args.oom_budget, "num_workers": args.workers}
-    free(device)
-    free_run, free_stats = production_embed(shard, workdir / "free.h5", **settings)
-    result = {
-        "frames": len(free_run),
-        "token_budget": args.oom_budget,
-        "uncapped": {"oom_splits": free_stats["oom_splits"]},
-    }
-    result["uncapped"]["peak_memory_gib"] = round(free_stats["peak_memory_bytes"] / 2**30, 2)
+    with record.step("uncapped"):
+        free(device)
+        free_run, free_stats = production_embed(shard, workdir / "free.h5", **settings)
+        result |= {"frames": len(free_run), "token_budget": args.oom_budget}
+        result["uncapped"] = {"oom_splits": free_stats["oom_splits"]}
+        result["uncapped"]["peak_memory_gib"] = round(free_stats["peak_memory_bytes"] / 2**30, 2)
+    with record.step("capped"):
+        capped_run(device, config, layers, shard, workdir, settings, free_run, free_stats, result)
+
+
+def capped_run(device, config, layers, shard, workdir, settings, free_run, free_stats, result: dict) -> None:
     cap = None
     if device.type == "cuda":
         free(device)
@@ -365,13 +412,44 @@ def out_of_memory(args, workdir: Path, device) -> dict:
         "all_frames": bool(np.isfinite(capped).all() and len(capped) == len(free_run)),
     }
     result["capped_against_uncapped"] = agreement(capped, free_run)
-    return result
 
 
 # ---------------------------------------------------------------- whole workflow
 
 
-def workflow(args, workdir: Path, device) -> dict:
+def workflow(args, workdir: Path, device, result: dict, record: Record) -> None:
+    with record.step("models and reads"):
+        command, setup = workflow_setup(args, workdir)
+    with record.step("snakemake"):
+        start = time.perf_counter()
+        env = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        }  # rules call `python`
+        run = subprocess.run(command, capture_output=True, text=True, env=env)
+        seconds = time.perf_counter() - start
+        if run.returncode:
+            kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
+            if (workdir / "logs").is_dir():  # none when Snakemake stops before any job
+                shutil.copytree(workdir / "logs", kept, dirs_exist_ok=True)
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / "snakemake.stderr").write_text(run.stderr)
+            raise RuntimeError(f"the workflow failed (its logs are kept in {kept}): {run.stderr.strip()[-300:]}")
+    summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
+    result |= {
+        "reads": args.workflow_reads,
+        "shards": len(summary["timings"]["score"]["shards"]),
+        "setup_seconds": round(setup, 1),
+        "seconds": round(seconds, 1),
+        "reads_per_hour": round(args.workflow_reads / seconds * 3600),
+        "counts": summary["counts"],
+        "timings": summary["timings"],
+        "embedding_shards": summary["embedding_shards"],
+    }
+
+
+def workflow_setup(args, workdir: Path) -> tuple[list[str], float]:
+    """The models, reads and config of the workflow part; its Snakemake command and the seconds it took."""
     import yaml
 
     models = workdir / "models"
@@ -408,26 +486,7 @@ def workflow(args, workdir: Path, device) -> dict:
     cores = str(len(os.sched_getaffinity(0)))
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
     command += ["--configfile", str(workdir / "config.yaml"), "--cores", cores, "--resources", "gpu=1"]
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }  # rules call `python`
-    start = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if run.returncode:
-        return {"error": run.stderr[-4000:]}
-    summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
-    return {
-        "reads": args.workflow_reads,
-        "shards": len(summary["timings"]["score"]["shards"]),
-        "setup_seconds": round(setup, 1),
-        "seconds": round(seconds, 1),
-        "reads_per_hour": round(args.workflow_reads / seconds * 3600),
-        "counts": summary["counts"],
-        "timings": summary["timings"],
-        "embedding_shards": summary["embedding_shards"],
-    }
+    return command, setup
 
 
 PARTS = {"equivalence": equivalence, "speed": speed, "oom": out_of_memory, "workflow": workflow}
@@ -460,15 +519,19 @@ def main() -> None:
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    result = {"part": args.part, **machine(device), "date": time.strftime("%Y-%m-%d"), "tiny": args.tiny}
+    figures = {"part": args.part, **machine(device), "date": time.strftime("%Y-%m-%d"), "tiny": args.tiny}
+    figures[args.part] = {}
+    record = Record(args.out, figures)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as workdir:
-        result[args.part] = PARTS[args.part](args, Path(workdir), device)
-    result["part_seconds"] = round(time.perf_counter() - start, 1)
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            PARTS[args.part](args, Path(workdir), device, figures[args.part], record)
+    except Exception:
+        log.exception("step %r failed; the figures measured before it are in %s", figures.get("failed_step"), args.out)
+        sys.exit(1)
+    figures["part_seconds"] = round(time.perf_counter() - start, 1)
+    record.save()
+    print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

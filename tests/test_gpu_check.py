@@ -63,3 +63,34 @@ def test_workflow_part(tmp_path):
     figures = run_part("workflow", tmp_path)
     assert figures["counts"]["records"] == 200 and figures["reads_per_hour"] > 0
     assert {s["model"] for s in figures["embedding_shards"]} == {"esm", "dnabert"}
+
+
+def test_a_part_killed_midway_keeps_what_it_measured(tmp_path):
+    """The JSON is rewritten after every step: killed once its first model shape is measured, the
+    part leaves a file that parses and holds that shape's figures."""
+    out = tmp_path / "equivalence.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", "equivalence", "--device", "cpu"]
+    part = subprocess.Popen(
+        command + ["--tiny", *SMALL["equivalence"], "--out", str(out)], env=ENV, stderr=subprocess.PIPE, text=True
+    )
+    for line in part.stderr:  # the step after the first shape starts once that shape is saved
+        if "step: ESM-2 t3" in line:
+            part.kill()
+            break
+    part.wait(timeout=60)
+    figures = json.loads(out.read_text())
+    assert set(figures["equivalence"]["esm"]) == {"t2"} and "ESM-2 t2" in figures["step_seconds"]
+    assert "part_seconds" not in figures
+
+
+def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
+    out = tmp_path / "workflow.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", "workflow", "--device", "cpu"]
+    command += ["--tiny", *SMALL["workflow"], "--shard-tokens", "0", "--out", str(out)]  # the config check fails
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 1
+    figures = json.loads(out.read_text())
+    assert figures["failed_step"] == "snakemake" and "the workflow failed" in figures["error"]
+    assert (
+        "shard_tokens: 0 is less than the minimum of 1" in (tmp_path / "workflow_logs" / "snakemake.stderr").read_text()
+    )

@@ -193,6 +193,21 @@ def test_flex_attention_with_a_document_mask_is_per_sequence_attention(slopes):
 @pytest.fixture
 def fresh_kernel_choice(monkeypatch):
     monkeypatch.setattr(varlen, "_chosen", {})
+    monkeypatch.setattr(varlen, "_named", {})
+
+
+def test_a_kernel_choice_holds_for_its_head_shape_only(fresh_kernel_choice):
+    """A kernel checked on DNABERT-S's heads is checked again for a model with another head size
+    (Triton's kernels refuse head sizes below 16): the choice is not carried over."""
+
+    def needs_16(q, k, v, layout, slopes):
+        if q.shape[-1] < 16:
+            raise RuntimeError("head size below 16")
+        return varlen.per_sequence_attention(q, k, v, layout, slopes)
+
+    kernels = [("needs 16", needs_16), ("padded", varlen.padded_attention)]
+    assert varlen.fused_kernel(torch.randn(10, 12, 64), True, kernels)[0] == "needs 16"
+    assert varlen.fused_kernel(torch.randn(10, 2, 3), True, kernels)[0] == "padded"
 
 
 def test_fused_kernels_are_checked_against_float32_before_use(fresh_kernel_choice, caplog):

@@ -217,6 +217,7 @@ PADDED = ("padded sdpa", None)
 GROUPED = ("sdpa by sequence length", grouped_attention)
 MIN_COSINE = 0.999  # against float32: what a correct half-precision kernel reaches with room to spare
 _chosen: dict[tuple, tuple[str, object]] = {}
+_named: dict[tuple, tuple[str, object]] = {}  # the last choice per device, dtype and ALiBi: kernel_name's
 
 
 def check_kernel(kernel, q: torch.Tensor, alibi: bool) -> float:
@@ -236,7 +237,8 @@ def fused_kernel(q: torch.Tensor, alibi: bool, found: list[tuple[str, object]] |
     """The first fused kernel that runs and agrees with the float32 reference on this device
     and dtype, or PADDED. The choice is kept for the process only when every check ended: an
     out-of-memory error reaches the caller (the embed job halves the batch) with nothing kept."""
-    key = (str(q.device), q.dtype, alibi)
+    # the check depends on the heads and the head size too (Triton refuses head sizes below 16)
+    key = (str(q.device), q.dtype, alibi, tuple(q.shape[1:]))
     if key in _chosen:
         return _chosen[key]
     choice = PADDED
@@ -253,7 +255,7 @@ def fused_kernel(q: torch.Tensor, alibi: bool, found: list[tuple[str, object]] |
             choice = (name, kernel)
             break
         log.warning("attention: %s disagrees with the float32 reference (cosine %.6f); not used", name, cosine)
-    _chosen[key] = choice
+    _chosen[key] = _named[key[:3]] = choice
     log.info("attention on %s in %s%s: %s", q.device, q.dtype, " with ALiBi" if alibi else "", choice[0])
     return choice
 
@@ -270,7 +272,7 @@ def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
     """The attention kernel that forwards on this device and dtype use (after the first forward)."""
     if device.type != "cuda":
         return GROUPED[0]
-    return _chosen.get((str(device), dtype, alibi), PADDED)[0]
+    return _named.get((str(device), dtype, alibi), PADDED)[0]
 
 
 def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
