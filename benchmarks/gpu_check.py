@@ -321,6 +321,9 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
         job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
         job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
         job["frames"] = len(embeddings)
+        # tokens_per_s is the steady rate; the gap to the whole job's is start-up (workers, kernel check, compile)
+        job["startup_s"] = stats["startup_s"]
+        job["whole_job_tokens_per_s"] = round(stats["n_tokens"] / stats["seconds"])
         job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
         job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
         job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)

@@ -92,24 +92,6 @@ class Timers:
                 setattr(owner, attribute, saved[name])
 
 
-def marking_first_batch(open_loader, marks: dict):
-    """open_loader, noting when it opened and when its first batch came out."""
-
-    @contextmanager
-    def opened(*args, **kwargs):
-        marks["opened"] = time.monotonic()
-        with open_loader(*args, **kwargs) as batches:
-
-            def marked():
-                for batch in batches:
-                    marks.setdefault("first_batch", time.monotonic())
-                    yield batch
-
-            yield marked()
-
-    return opened
-
-
 def tokenizers(models: dict) -> dict:
     """The real tokenizers: ESM-2's alphabet (fair-esm), the demo DNABERT-S's BPE tokenizer file."""
     return {
@@ -130,25 +112,23 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
         "writer.flush (HDF5 writes)": (h5store.Writer, "flush"),
         "commits.commit (the resume log)": (resume.Commits, "commit"),
     }
-    original, opener, marks = embed.build_embedder, embed.open_loader, {}
+    original = embed.build_embedder
     if tokens is not None:
         embed.build_embedder = lambda settings, device, dtype: FreeEmbedder(tokens, WIDTH[model])
-    embed.open_loader = marking_first_batch(opener, marks)
     try:
         with Timers().patched(main) as timers:
             stats = embed_into(shard, output, settings)
     finally:
-        embed.build_embedder, embed.open_loader = original, opener
+        embed.build_embedder = original
     seconds = stats["seconds"]
-    startup = marks["first_batch"] - marks["opened"]
     shares = {name: round(s, 2) for name, s in timers.seconds.items()}
     shares["waiting for the loader"] = stats["loader_wait_s"]
     shares["the rest of the loop"] = round(seconds - sum(shares.values()), 2)
     return {
+        # the job's own rate: from the end of its first batch, the loader's start-up (spawning workers) left out
         "tokens_per_s": stats["tokens_per_s"],
-        # once the first batch is out: the loader's start-up (spawning workers, their imports) left out
-        "steady_tokens_per_s": round(stats["n_tokens"] / (seconds - startup)),
-        "loader_startup_s": round(startup, 2),
+        "startup_s": stats["startup_s"],
+        "whole_job_tokens_per_s": round(stats["n_tokens"] / seconds),
         "frames_per_s": round(ShardIndex.read(shard).ids.n / seconds),
         "frames": ShardIndex.read(shard).ids.n,
         "tokens": stats["n_tokens"],

@@ -144,14 +144,19 @@ def sigterm_exits():
 
 
 class Meter:
-    """Throughput figures of a job: tokens, packing fill, and time waiting for the loader."""
+    """Throughput figures of a job: tokens, packing fill, and time waiting for the loader. The
+    rate is the steady one, from the end of the first batch on: the loader's start-up (spawning
+    workers) and the first forward (a kernel check, a compile) are `startup_s`, apart."""
 
     def __init__(self):
         self.start = time.monotonic()
+        self.steady_from, self.tokens_before = None, 0
         self.tokens = self.slots = self.batches = 0
         self.loader_wait = 0.0
 
     def add(self, batch: PackedBatch) -> None:
+        if self.batches == 1 and self.steady_from is None:  # the first batch is done
+            self.steady_from, self.tokens_before = time.monotonic(), self.tokens
         self.tokens += batch.n_tokens
         self.slots += batch.slots
         self.batches += 1
@@ -160,12 +165,19 @@ class Meter:
     def elapsed(self) -> float:
         return max(time.monotonic() - self.start, 1e-9)
 
+    def rate(self) -> float:
+        """Tokens/s from the end of the first batch on (of the whole job when it had one batch)."""
+        if self.steady_from is None:
+            return self.tokens / self.elapsed
+        return (self.tokens - self.tokens_before) / max(time.monotonic() - self.steady_from, 1e-9)
+
     def figures(self, feed: DeviceFeed) -> dict:
         """The job's figures for the HDF5 attributes and the run summary."""
         seconds = self.elapsed
         return {
             "seconds": round(seconds, 3),
-            "tokens_per_s": round(self.tokens / seconds),
+            "startup_s": round((self.steady_from or time.monotonic()) - self.start, 3),
+            "tokens_per_s": round(self.rate()),
             "fill": round(self.tokens / max(self.slots, 1), 4),
             "batches": self.batches,
             "oom_splits": feed.splits,
@@ -175,7 +187,7 @@ class Meter:
 
     def summary(self, feed: DeviceFeed, depth: int | None = None) -> str:
         text = (
-            f"{self.tokens / self.elapsed:,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
+            f"{self.rate():,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
             f"loader wait {self.loader_wait:.1f} s of {self.elapsed:.1f} s, "
             f"peak memory {feed.peak_memory() / 2**30:.2f} GiB"
         )

@@ -28,6 +28,7 @@ PACKAGES = (
 # Figures of an embed job that the summary reports (workflow_lib/embed.py)
 SHARD_FIGURES = (
     "tokens_per_s",
+    "startup_s",
     "fill",
     "precision",
     "device",
