@@ -4,6 +4,7 @@ come as wheels from benchmarks/gpu_wheels.py), from the repository root:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     python3 benchmarks/gpu_check.py --part equivalence --out $OUT/equivalence.json   # ~3 min on an H100
+    python3 benchmarks/gpu_check.py --part model --out $OUT/model.json
     python3 benchmarks/gpu_check.py --part speed --out $OUT/speed.json
     python3 benchmarks/gpu_check.py --part oom --out $OUT/oom.json
     python3 benchmarks/gpu_check.py --part workflow --out $OUT/workflow.json
@@ -14,6 +15,10 @@ Parts:
                read-derived and edge proteins (1 residue, 1022 and 1100 residues, <mask>, X/B/Z/U/O);
                DNABERT-S's shape likewise against its own FP32 per-sequence forward; the shipped
                tiny DNABERT-S fixture against the public code's vectors; the attention kernels used.
+  model        the models alone (ESM-2 3B and DNABERT-S shapes, random weights made on the device, FP16)
+               on pre-packed batches of read-derived frames already on the device, a warm-up pass
+               left out, over a sweep of token budgets (16k to 131k): tokens/s, model FLOPs
+               utilisation, peak memory.
   speed        on the same frames of 500 bp reads: the production embed job (ESM-2 3B shape, layer
                36, FP16) with tokens/s, model FLOPs utilisation, peak memory, loader wait share and
                GPU busy share (profiler trace); fair-esm's own batching in FP16 and VirNucPro's
@@ -23,6 +28,8 @@ Parts:
   workflow     `snakemake --cores N --resources gpu=1` over 500 bp reads with 3B- and
                DNABERT-S-shaped random checkpoints built on the spot: reads per hour end to end.
 
+Each part rewrites its JSON after every step (`step_seconds`), so one cut off by a time limit keeps
+what it measured; a failing step is named in it (`failed_step`, `error`) and the part exits 1.
 `--device cpu --tiny` runs the same code on tiny shapes (tests/test_gpu_check.py), so it cannot rot.
 Random weights: the figures measure kernels, numerics of the shapes and speed, not biology.
 """
@@ -54,6 +61,7 @@ from embed_throughput import (
     production_embed,
     read_frames,
     sequences,
+    sync,
 )
 from reads import GENOMES, write_reads
 from stages import ONE_SHARD, prepare_into, shard_fastas
@@ -66,7 +74,8 @@ from workflow_lib.packing import greedy_batches, pack
 from workflow_lib.tokens import ESMTokens
 
 ROOT = Path(__file__).resolve().parents[1]
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense FP16/BF16 tensor cores
+# dense FP16/BF16 tensor cores, by device name (the first that the name holds)
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 TINY_ESM = {
     "t2": {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True},
     "t3": {"encoder_layers": 3, "encoder_embed_dim": 96, "encoder_attention_heads": 6, "token_dropout": True},
@@ -370,6 +379,97 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
         result["dnabert_job"] = {key: stats[key] for key in keys}
 
 
+# ---------------------------------------------------------------- the model alone
+
+
+def random_on(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
+    """`module` (built on the meta device) with random weights made on `device`: no host copy."""
+    module = module.to_empty(device=device)
+    generator = torch.Generator(device).manual_seed(0)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0, 0.02, generator=generator)
+    return module.to(dtype).eval()
+
+
+def esm_alone(config: dict, device, dtype) -> esm.ESMEmbedder:
+    layers, dim, heads = config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
+    with torch.device("meta"):
+        model = fair_esm.ESM2(layers, dim, heads, "ESM-1b", True)
+    model = random_on(model, device, dtype)
+    half = dim // heads // 2
+    inv_freq = 1.0 / 10000 ** (torch.arange(half, device=device, dtype=torch.float32) * 2 / (dim // heads))
+    model.layers[0].self_attn.rot_emb.inv_freq = inv_freq  # a buffer: to_empty left it unset
+    return esm.ESMEmbedder(model, model.alphabet, layers, device, dtype)
+
+
+def dnabert_alone(config: dict, directory: Path, device, dtype) -> dnabert.DNABERTEmbedder:
+    with torch.device("meta"):
+        model = dnabert.DNABERT(config)
+    model = random_on(model, device, dtype)
+    model.slopes = torch.tensor(dnabert.alibi_slopes(config["num_attention_heads"]), device=device)
+    return dnabert.DNABERTEmbedder(model, dnabert.DNABERTTokens(directory / "tokenizer.json"), device, dtype)
+
+
+def flop_per_token(model: str, config: dict) -> int:
+    """The GEMMs' FLOPs a token (attention adds about 1% at these lengths)."""
+    if model == "esm":
+        return 24 * config["encoder_embed_dim"] ** 2 * config["encoder_layers"]  # q, k, v, out, fc1, fc2 (4d)
+    d, inner = config["hidden_size"], config["intermediate_size"]
+    return 2 * (4 * d * d + 3 * d * inner) * config["num_hidden_layers"]  # Wqkv, out, gated MLP
+
+
+def model_alone(args, workdir: Path, device, result: dict, record: Record) -> None:
+    """The model alone on pre-packed batches of read-derived frames already on the device, a
+    warm-up pass (kernel check, compile) left out, over a sweep of token budgets."""
+    with record.step("frames"):
+        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
+        frames = {"esm": read_frames(proteins_path, args.frames), "dnabert": read_frames(nucleotides_path, args.frames)}
+        shape = shapes(args.tiny)
+        tokenizer_dir = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape["dnabert"])
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
+    for model, config in (("esm", shape["speed_esm"]), ("dnabert", shape["dnabert"])):
+        with record.step(f"{model}: model"):
+            free(device)
+            if model == "esm":
+                embedder = esm_alone(config, device, dtype)
+            else:
+                embedder = dnabert_alone(config, tokenizer_dir, device, dtype)
+            encoded = embedder.tokens([s.encode() for s in sequences(frames[model])])
+            lengths = np.array([len(e) for e in encoded])
+            result[model] = {"frames": len(encoded), "gflop_per_token": round(flop_per_token(model, config) / 1e9, 3)}
+            result[model]["budgets"] = {}
+        for budget in args.sweep:
+            with record.step(f"{model}: budget {budget}"):
+                batches = [
+                    pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors()
+                    for rows in greedy_batches(lengths, budget)
+                ]
+                batches = [b._replace(tokens=b.tokens.to(device), cu_seqlens=b.cu_seqlens.to(device)) for b in batches]
+                embedder(batches[0])  # warm-up: the kernel check, a compile
+                sync(device)
+                free(device)
+                start = time.perf_counter()
+                for batch in batches:
+                    embedder(batch)
+                sync(device)
+                seconds = time.perf_counter() - start
+                rate = sum(b.n_tokens for b in batches) / seconds
+                result[model]["budgets"][str(budget)] = {
+                    "tokens_per_s": round(rate),
+                    "batches": len(batches),
+                    "mfu": round(rate * flop_per_token(model, config) / (peak * 1e12), 3) if peak else None,
+                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                    if device.type == "cuda"
+                    else None,
+                    "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+                }
+                del batches
+        del embedder
+        free(device)
+
+
 # ---------------------------------------------------------------- out of memory
 
 
@@ -492,7 +592,7 @@ def workflow_setup(args, workdir: Path) -> tuple[list[str], float]:
     return command, setup
 
 
-PARTS = {"equivalence": equivalence, "speed": speed, "oom": out_of_memory, "workflow": workflow}
+PARTS = {"equivalence": equivalence, "model": model_alone, "speed": speed, "oom": out_of_memory, "workflow": workflow}
 
 
 def main() -> None:
@@ -513,6 +613,9 @@ def main() -> None:
     parser.add_argument("--dnabert-budget", type=int, default=65536, help="DNABERT-S token budget")
     parser.add_argument("--oom-budget", type=int, default=65536, help="token budget of the out-of-memory part")
     parser.add_argument("--workers", type=int, default=4, help="loader workers of the embed jobs")
+    parser.add_argument(
+        "--sweep", type=int, nargs="+", default=[16384, 32768, 65536, 131072], help="token budgets of the model part"
+    )
     parser.add_argument("--workflow-reads", type=int, default=100_000)
     parser.add_argument(
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"

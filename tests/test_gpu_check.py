@@ -11,6 +11,7 @@ pytestmark = pytest.mark.slow  # each part runs the benchmark script: seconds to
 
 SMALL = {
     "equivalence": ["--reads", "300", "--equivalence-frames", "30", "--budget", "2048"],
+    "model": ["--reads", "300", "--frames", "100", "--sweep", "1024", "4096"],
     "speed": ["--reads", "300", "--frames", "100", "--profile-frames", "50", "--compare-frames", "50"]
     + ["--virnucpro-frames", "30", "--budget", "2048", "--dnabert-budget", "2048", "--workers", "1"],
     "oom": ["--reads", "300", "--frames", "100", "--oom-budget", "2048", "--workers", "1"],
@@ -41,10 +42,20 @@ def test_equivalence_part(tmp_path):
     assert figures["dnabert_fixture"]["fp32"]["max_abs_diff"] < 1e-5
 
 
+def test_model_part(tmp_path):
+    """The models alone, warm-up excluded, over the token-budget sweep: every step's figures."""
+    figures = run_part("model", tmp_path)
+    for model in ("esm", "dnabert"):
+        assert figures[model]["frames"] == 100 and set(figures[model]["budgets"]) == {"1024", "4096"}
+        for run in figures[model]["budgets"].values():
+            assert run["tokens_per_s"] > 0 and run["batches"] >= 1 and run["mfu"] is None  # no peak for a CPU
+
+
 def test_speed_part(tmp_path):
     figures = run_part("speed", tmp_path)
     job = figures["embed_job"]
     assert job["frames"] == 100 and job["tokens_per_s"] > 0 and 0 <= job["loader_wait_share"] < 1
+    assert job["startup_s"] > 0 and job["whole_job_tokens_per_s"] > 0
     assert job["profile"]["frames"] == 50 and job["mfu"] is None  # no peak figure for a CPU
     for baseline in ("fair_esm_fp16", "virnucpro_fp32"):
         assert figures[baseline]["tokens_per_s"] > 0 and figures[baseline]["embed_job_over_it"] > 0
