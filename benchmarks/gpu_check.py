@@ -68,7 +68,7 @@ from stages import ONE_SHARD, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
 from workflow_lib.device_feed import DeviceFeed
-from workflow_lib.embed import PRECISIONS
+from workflow_lib.embed import PRECISIONS, set_allocator_conf
 from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.packing import greedy_batches, pack
 from workflow_lib.tokens import ESMTokens
@@ -622,6 +622,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    set_allocator_conf("expandable_segments:True")  # as the embed job sets it: before anything starts CUDA
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")

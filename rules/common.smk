@@ -231,6 +231,12 @@ def offline_env():
     return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
 
 
+def compile_cache():
+    """Where the embed jobs keep compiled kernels: shared, so that one job's compile serves the rest."""
+    embedding = config["embedding"]
+    return embedding["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
+
+
 def shard_fasta(wildcards, input):
     """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
     return shard_fasta_of(
@@ -418,6 +424,7 @@ RUNTIME_SETTINGS = {
         "prefetch_factor",
         "commit_seconds",
         "expandable_segments",
+        "compile_cache_dir",
         "assumed_tokens_per_s",
     ),
 }

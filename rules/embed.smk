@@ -28,6 +28,7 @@ rule embed:
         prefetch_factor=runtime(config["embedding"]["prefetch_factor"]),
         commit_seconds=runtime(config["embedding"]["commit_seconds"]),
         expandable_segments=runtime(config["embedding"]["expandable_segments"]),
+        compile_cache=runtime(compile_cache()),
     params:
         logged=RUN_LOGGED,
         script=script("embed"),
@@ -35,7 +36,9 @@ rule embed:
         settings=embed_args,
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} --threads {threads} "
+        "bash {params.logged:q} {log:q} env {params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
+        "TRITON_CACHE_DIR={resources.compile_cache:q}/triton "
+        "python {params.script:q} {params.settings} --threads {threads} "
         "--token-budget {resources.token_budget} --num-workers {resources.num_workers} "
         "--prefetch-factor {resources.prefetch_factor} "
         "--commit-seconds {resources.commit_seconds} "

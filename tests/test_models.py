@@ -196,6 +196,22 @@ def fresh_kernel_choice(monkeypatch):
     monkeypatch.setattr(varlen, "_named", {})
 
 
+def test_a_fused_kernel_failing_later_gives_way_to_the_padded_path(fresh_kernel_choice, monkeypatch, caplog):
+    """A compile that fails for a new row shape mid-shard: the batch goes through the padded path
+    and so do later ones; the job goes on."""
+
+    def compile_fails(q, k, v, layout, slopes):
+        raise RuntimeError("triton compile failed for a row of 96 tokens")
+
+    monkeypatch.setattr(varlen, "_kernel", lambda q, alibi: ("flex_attention", compile_fails))
+    layout = varlen.Layout(torch.tensor([0, 40, 96], dtype=torch.int32), 56, 96)
+    q, k, v = torch.randn(3, 96, 4, 8)
+    out = varlen.attention(q, k, v, layout)
+    assert torch.allclose(out, varlen.per_sequence_attention(q, k, v, layout), atol=1e-6)
+    assert "attention: flex_attention failed on a batch (triton compile failed" in caplog.text
+    assert varlen._chosen[("cpu", torch.float32, False, (4, 8))] == varlen.PADDED
+
+
 def test_a_kernel_choice_holds_for_its_head_shape_only(fresh_kernel_choice):
     """A kernel checked on DNABERT-S's heads is checked again for a model with another head size
     (Triton's kernels refuse head sizes below 16): the choice is not carried over."""

@@ -147,7 +147,7 @@ def snakemake_dry_run(workdir: Path, config: Path, tmp_path: Path, **changes) ->
 def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_path):
     workdir, config = workflow_run
     runtime = {"esm_token_budget": 1024, "dnabert_token_budget": 4096, "num_workers": 1, "prefetch_factor": 4}
-    runtime |= {"commit_seconds": 5, "expandable_segments": False}
+    runtime |= {"commit_seconds": 5, "expandable_segments": False, "compile_cache_dir": str(tmp_path / "kernels")}
     output, jobs = snakemake_dry_run(workdir, config, tmp_path, progress_seconds=7, embedding=runtime)
     assert "Nothing to be done" in output and jobs == {}
 

@@ -276,6 +276,19 @@ def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
 
 
 def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """Block-diagonal attention of packed q, k, v [T, H, dh] (scale 1/sqrt(dh)), ALiBi when slopes are given."""
-    _, kernel = _kernel(q, slopes is not None)
-    return (kernel or padded_attention)(q, k, v, layout, slopes)
+    """Block-diagonal attention of packed q, k, v [T, H, dh] (scale 1/sqrt(dh)), ALiBi when slopes are given.
+    A fused kernel that fails later (a compile for a new shape) gives way to the padded path for
+    the rest of the job instead of ending it; running out of memory is the caller's to handle."""
+    name, kernel = _kernel(q, slopes is not None)
+    if kernel is None or (name, kernel) == GROUPED:
+        return (kernel or padded_attention)(q, k, v, layout, slopes)
+    try:
+        return kernel(q, k, v, layout, slopes)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:  # noqa: BLE001 - compile and launch errors take many forms
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        log.warning("attention: %s failed on a batch (%s); the padded path is used from now on", name, lines[0])
+        key = (str(q.device), q.dtype, slopes is not None, tuple(q.shape[1:]))
+        _chosen[key] = _named[key[:3]] = PADDED
+        return padded_attention(q, k, v, layout, slopes)
