@@ -182,15 +182,26 @@ def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
     raise InputError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
 
 
-def load(checkpoint: str, cache_dir: str | None = None) -> tuple[DNABERT, DNABERTTokens]:
-    directory = resolve(checkpoint, cache_dir)
-    model = DNABERT(_hf_config(directory))
+def load(
+    checkpoint: str,
+    cache_dir: str | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[DNABERT, DNABERTTokens]:
+    """The model with its weights in `dtype` on `device`, built in place as esm.load builds ESM-2
+    (on the meta device, each checkpoint tensor converted once)."""
+    device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
+    config = _hf_config(directory)
+    with torch.device("meta"):
+        model = DNABERT(config)
+    model.slopes = torch.tensor(alibi_slopes(config["num_attention_heads"]), dtype=torch.float32)
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
     wanted = model.state_dict().keys()
     missing = [k for k in wanted if k not in state]
     if missing:
         raise InputError(f"{directory}: not a DNABERT-S checkpoint, missing weights {missing[:3]}")
-    model.load_state_dict({k: state[k] for k in wanted})  # the pooler and MLM head are not needed
+    # the pooler and MLM head are not needed
+    model.load_state_dict({k: state[k].to(device=device, dtype=dtype) for k in wanted}, assign=True)
     return model.eval(), DNABERTTokens(directory / "tokenizer.json")
 
 
@@ -200,7 +211,7 @@ def embedder(
     """VirNucPro embeds with the last hidden state: `layer` must be None."""
     if layer is not None:
         raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
-    model, tokens = load(checkpoint, cache_dir)
+    model, tokens = load(checkpoint, cache_dir, device, dtype)
     return DNABERTEmbedder(model, tokens, device, dtype)
 
 

@@ -21,6 +21,7 @@ from .checkpoints import ESM2_MODELS, check_esm_layer, is_local, load_weights, n
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
+CONTACT_HEAD = ("contact_head.regression.weight", "contact_head.regression.bias")  # in the regression file
 
 
 def _torch_load(path: Path):
@@ -99,18 +100,42 @@ def regression_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}-contact-regression.pt")
 
 
-def load(checkpoint: str, cache_dir: str | None = None) -> tuple[esm.ESM2, esm.Alphabet]:
-    """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt path.
+def load(
+    checkpoint: str,
+    cache_dir: str | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[esm.ESM2, esm.Alphabet]:
+    """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt
+    path, its weights in `dtype` on `device`.
 
-    Not fair-esm's load_model_and_alphabet_hub, which downloads what is missing and unpickles
-    with weights_only=False. A local checkpoint may have `<stem>-contact-regression.pt` beside
-    it, as fair-esm's own files do; the contact head is not used for embeddings, so it is optional.
+    Built in place: fair-esm's ESM-2 is made on the meta device (no weights, no random init), and
+    each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on `device`. So a
+    GPU job in half precision never holds a float32 copy on the host (ESM-2 3B: 11.4 GB), and a
+    CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which downloads what is
+    missing and unpickles with weights_only=False. A local checkpoint may have
+    `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
+    used for embeddings, so it is optional.
     """
-    path = resolve(checkpoint, cache_dir)
+    device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     data = _local_data(path)
-    regression = _torch_load(regression_path(path)) if regression_path(path).exists() else None
-    # "esm2" selects fair-esm's ESM-2 builder whatever the file is called.
-    model, alphabet = esm.pretrained.load_model_and_alphabet_core("esm2", data, regression)
+    if regression_path(path).exists():
+        data["model"].update(_torch_load(regression_path(path))["model"])
+    with torch.device("meta"):
+        # "esm2" selects fair-esm's ESM-2 builder whatever the file is called
+        model, alphabet, state = esm.pretrained._load_model_and_alphabet_core_v2(data)
+    parameters, built = dict(model.named_parameters()).keys(), model.state_dict()
+    wrong = (set(built) - set(state) - set(CONTACT_HEAD)) | (set(state) - set(built))
+    if wrong:
+        raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint of its own config (keys {sorted(wrong)[:3]})")
+    # buffers (the rotary frequencies) as fair-esm's float32 model holds them: the file's values, in float32
+    state = {
+        name: tensor.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
+        for name, tensor in state.items()
+    }
+    model.load_state_dict(state, strict=False, assign=True)
+    if any(p.is_meta for p in model.contact_head.parameters()):  # no regression file: unused, left empty
+        model.contact_head.to_empty(device=device)
     return model.eval(), alphabet
 
 
@@ -118,7 +143,7 @@ def embedder(
     checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
 ) -> "ESMEmbedder":
     """The embedder of `layer` (None: the last, as VirNucPro)."""
-    model, alphabet = load(checkpoint, cache_dir)
+    model, alphabet = load(checkpoint, cache_dir, device, dtype)
     return ESMEmbedder(model, alphabet, model.num_layers if layer is None else layer, device, dtype, name=checkpoint)
 
 
