@@ -127,7 +127,7 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
     return {
         # the job's own rate: from the end of its first batch, the loader's start-up (spawning workers) left out
         "tokens_per_s": stats["tokens_per_s"],
-        "startup_s": stats["startup_s"],
+        "startup_s": stats.get("startup_s"),  # None from code before it was reported
         "whole_job_tokens_per_s": round(stats["n_tokens"] / seconds),
         "frames_per_s": round(ShardIndex.read(shard).ids.n / seconds),
         "frames": ShardIndex.read(shard).ids.n,
@@ -142,6 +142,7 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
 
 def worker_shares(shard: Path, tokens, budget: int) -> dict:
     """One worker's work on the whole shard, in this process: seconds and frames/s of each step."""
+    loader.init_worker(0)  # one thread, as in a worker (the tokenizer would use every core here)
     index = ShardIndex.read(shard)
     steps = {
         "read": (loader.ShardBlocks, "read"),
