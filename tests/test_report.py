@@ -42,11 +42,12 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     run_config = merged(
         yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), yaml.safe_load(config.read_text())
     )
-    del run_config["progress_seconds"]  # settings that cannot change results are not recorded
+    # settings that cannot change results are not recorded
+    del run_config["progress_seconds"], run_config["pending_check_seconds"]
     for key in ("esm_token_budget", "dnabert_token_budget", "num_workers", "prefetch_factor", "commit_seconds"):
         del run_config["embedding"][key]
-    del run_config["embedding"]["expandable_segments"]
-    del run_config["embedding"]["assumed_tokens_per_s"]
+    for key in ("expandable_segments", "assumed_tokens_per_s", "compile_cache_dir"):
+        del run_config["embedding"][key]
     for sample in SAMPLES:
         results = workdir / "results" / sample
         summary = json.loads((results / "run_summary.json").read_text())

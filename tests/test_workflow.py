@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -307,6 +308,24 @@ def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
 
 
+FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
+
+
+def frame_scores(workdir: Path, sample: str) -> dict[str, float]:
+    """Each frame's virus score from the sample's scores files, by the frame IDs of its shards."""
+    scores = {}
+    for shard in read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]:
+        ids = [
+            fid
+            for fid, _ in read_fasta(
+                workdir / "results" / sample / "prepare" / "shards" / f"shard_{shard['shard']}.fna"
+            )
+        ]
+        values = np.load(workdir / "results" / sample / "scores" / f"shard_{shard['shard']}.npz")["scores"][:, 1]
+        scores.update(zip(ids, values.astype(float).tolist()))
+    return scores
+
+
 @pytest.mark.slow
 def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     """The same samples and classifier in one shard each and in shards of 4,000 tokens (up to 4 a
@@ -324,11 +343,17 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     for sample in SAMPLES:
         sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
         assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
-        for a, b in zip(sharded, whole):
-            assert abs(float(a["score_virus"]) - float(b["score_virus"])) <= 1e-6
+        # the scores as the score jobs wrote them (float32): the tables print 6 digits, whose
+        # rounding alone can put two scores 1e-7 apart 1e-6 apart
+        sharded, whole = (frame_scores(d, sample) for d in (workdir, tmp_path))
+        assert sharded.keys() == whole.keys()
+        assert max(abs(sharded[f] - whole[f]) for f in sharded) <= 1e-6
+        chunks = {f[:-2] for f in sharded}  # VirNucPro's chunk key
+        for scores in (sharded, whole):
+            for chunk in chunks:
+                scores[chunk] = max(scores[f"{chunk}{frame}"] for frame in FRAMES if f"{chunk}{frame}" in scores)
+        assert max(abs(sharded[c] - whole[c]) for c in chunks) <= 1e-6
         sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, tmp_path))
         assert [c["is_virus"] for c in sharded] == [c["is_virus"] for c in whole]
-        for a, b in zip(sharded, whole):
-            assert abs(float(a["max_score_virus"]) - float(b["max_score_virus"])) <= 1e-6
         sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, tmp_path))
         assert [s["call"] for s in sharded] == [s["call"] for s in whole]
