@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import DNABERTTokens
 from . import varlen
-from .checkpoints import is_local, load_weights, not_fetched
+from .checkpoints import is_local, load_weights, not_fetched, uninitialised
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -189,12 +189,11 @@ def load(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[DNABERT, DNABERTTokens]:
     """The model with its weights in `dtype` on `device`, built in place as esm.load builds ESM-2
-    (on the meta device, each checkpoint tensor converted once)."""
+    (parameters uninitialised, each checkpoint tensor converted once)."""
     device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     config = _hf_config(directory)
-    with torch.device("meta"):
+    with uninitialised():
         model = DNABERT(config)
-    model.slopes = torch.tensor(alibi_slopes(config["num_attention_heads"]), dtype=torch.float32)
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
     wanted = model.state_dict().keys()
     missing = [k for k in wanted if k not in state]

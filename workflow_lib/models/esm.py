@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import ESMTokens
 from . import varlen
-from .checkpoints import ESM2_MODELS, check_esm_layer, is_local, load_weights, not_fetched
+from .checkpoints import ESM2_MODELS, check_esm_layer, is_local, load_weights, not_fetched, uninitialised
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -109,10 +109,10 @@ def load(
     """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt
     path, its weights in `dtype` on `device`.
 
-    Built in place: fair-esm's ESM-2 is made on the meta device (no weights, no random init), and
-    each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on `device`. So a
-    GPU job in half precision never holds a float32 copy on the host (ESM-2 3B: 11.4 GB), and a
-    CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which downloads what is
+    Built in place: fair-esm's ESM-2 is made with its parameters uninitialised (never written, so
+    not held), and each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on
+    `device`. So a GPU job in half precision never holds a float32 copy on the host (ESM-2 3B:
+    11.4 GB), and a CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which downloads what is
     missing and unpickles with weights_only=False. A local checkpoint may have
     `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
     used for embeddings, so it is optional.
@@ -121,8 +121,7 @@ def load(
     data = _local_data(path)
     if regression_path(path).exists():
         data["model"].update(_torch_load(regression_path(path))["model"])
-    with torch.device("meta"):
-        # "esm2" selects fair-esm's ESM-2 builder whatever the file is called
+    with uninitialised():  # fair-esm's ESM-2 builder, whatever the file is called
         model, alphabet, state = esm.pretrained._load_model_and_alphabet_core_v2(data)
     parameters, built = dict(model.named_parameters()).keys(), model.state_dict()
     wrong = (set(built) - set(state) - set(CONTACT_HEAD)) | (set(state) - set(built))
@@ -133,9 +132,9 @@ def load(
         name: tensor.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
         for name, tensor in state.items()
     }
-    model.load_state_dict(state, strict=False, assign=True)
-    if any(p.is_meta for p in model.contact_head.parameters()):  # no regression file: unused, left empty
-        model.contact_head.to_empty(device=device)
+    model.load_state_dict(
+        state, strict=False, assign=True
+    )  # without a regression file the contact head stays unset: unused
     return model.eval(), alphabet
 
 
