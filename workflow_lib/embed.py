@@ -198,7 +198,13 @@ def embed_shard(
     input_path: str | Path, output_path: str | Path, figures_path: str | Path, settings: EmbedSettings
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
-    count) also go to `figures_path` (JSON), for the run summary to read without the embeddings."""
+    count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
+    A SIGTERM at any moment ends the job through its normal exits (its status says so)."""
+    with sigterm_exits():
+        return _embed_shard(input_path, output_path, figures_path, settings)
+
+
+def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
     index = ShardIndex.read(input_path)
@@ -291,10 +297,16 @@ def run_batches(
     meter = Meter()  # embedding only: loading the model is load_seconds
 
     def commit():
-        rows, values = writer.flush()
-        commits.commit(rows, values, row_tokens[rows])
+        # SIGTERM is held back until the commit is written: raised inside it, rows taken from the
+        # writer would reach neither the commit log nor the final commit
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            rows, values = writer.flush()
+            commits.commit(rows, values, row_tokens[rows])
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
-    with sigterm_exits(), open_loader(dataset, workers, settings.prefetch_factor) as batches:
+    with open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
         def next_batch():
             waited = time.monotonic()

@@ -1,0 +1,128 @@
+"""SIGTERM to an embed job's whole process group (as SLURM sends it at a time limit or preemption,
+loader workers included), again and again at random moments. Each stopped job must end with the
+status of a SIGTERM after a final commit that holds every frame it had embedded, and the job run
+again must resume from those frames and give embeddings equal to the bit to an uninterrupted run.
+Prints JSON.
+
+    python benchmarks/sigterm_stress.py --runs 20
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+from reads import GENOMES, write_reads
+from stages import ONE_SHARD, embed_command, prepare_into, shard_fastas
+
+from workflow_lib import demo_models
+
+STOPPED = re.compile(r"stopped after ([\d,]+) of [\d,]+ frames; they are committed")
+
+
+def committed_rows(output: Path) -> int:
+    rows = 0
+    for part in output.parent.glob(f".{output.name}.parts/part_*.npz"):
+        with np.load(part) as data:
+            rows += len(data["rows"])
+    return rows
+
+
+def embeddings(output: Path) -> tuple[np.ndarray, dict]:
+    with h5py.File(output) as h5:
+        return h5["embeddings"][()], dict(h5.attrs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--frames", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0, help="of the moments the signals are sent")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    options = {"num_workers": 2, "threads": 3, "token_budget": 256, "commit_seconds": 0.5, "progress_seconds": 600}
+    result = {
+        "benchmark": "sigterm_stress",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
+        "date": time.strftime("%Y-%m-%d"),
+        "options": options,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_reads(tmp / "reads.fa", round(args.frames * 2.6), 500, seed=1)
+        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
+        lines = shard_fastas(tmp / "prepared", "faa")[0].read_bytes().split(b"\n")[: 2 * args.frames]
+        shard = tmp / "shard.faa"
+        shard.write_bytes(b"\n".join(lines) + b"\n")
+        model = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)["esm"]
+        start = time.monotonic()
+        subprocess.run(
+            embed_command("esm", model, shard, tmp / "reference.h5", **options), check=True, capture_output=True
+        )
+        duration = time.monotonic() - start
+        reference, _ = embeddings(tmp / "reference.h5")
+        result["uninterrupted_seconds"] = round(duration, 1)
+        for run in range(args.runs):
+            output = tmp / f"run_{run}.h5"
+            command = embed_command("esm", model, shard, output, **options)
+            job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            delay = rng.uniform(0.2, 1.0) * duration  # from before the model is loaded to about the end
+            try:
+                job.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGTERM)
+            status, log = job.wait(timeout=120), job.stderr.read()
+            stopped = STOPPED.search(log)
+            figures = {"signal_after_s": round(delay, 2), "status": status}
+            if status == 0:
+                figures["outcome"] = "finished before the signal"
+                got, attrs = embeddings(output)
+            elif status == -signal.SIGTERM:  # before the job set its handler, or after it let it go
+                finished = output.exists()
+                figures["outcome"] = "finished, signalled as it exited" if finished else "stopped while starting"
+                figures["rows_committed"] = committed_rows(output)
+                if not finished:
+                    subprocess.run(command, check=True, capture_output=True)
+                got, attrs = embeddings(output)
+            else:
+                done = int(stopped[1].replace(",", "")) if stopped else None
+                figures |= {"frames_done": done, "rows_committed": committed_rows(output)}
+                figures["final_commit_holds_all"] = done is not None and figures["rows_committed"] == done
+                resumed = subprocess.run(command, capture_output=True, text=True)
+                if resumed.returncode:
+                    figures["outcome"] = "stopped, resume failed"
+                    figures["resume_error"] = resumed.stderr.strip().splitlines()[-1:]
+                    result["runs"].append(figures)
+                    continue
+                got, attrs = embeddings(output)
+                figures["resumed_frames"] = int(attrs["resumed_frames"])
+                figures["outcome"] = "stopped, resumed"
+            figures["equal_to_the_bit"] = bool(np.array_equal(got, reference))
+            result["runs"].append(figures)
+            print(json.dumps(figures), flush=True)
+    stopped = [r for r in result["runs"] if r["status"] == 128 + signal.SIGTERM]
+    result["summary"] = {
+        "runs": len(result["runs"]),
+        "stopped_while_starting": sum(r["outcome"] == "stopped while starting" for r in result["runs"]),
+        "finished_signalled_as_it_exited": sum(r["outcome"].startswith("finished,") for r in result["runs"]),
+        "stopped_with_the_status_of_sigterm": len(stopped),
+        "other_status": sum(r["status"] not in (0, -signal.SIGTERM, 128 + signal.SIGTERM) for r in result["runs"]),
+        "final_commit_holds_all": sum(bool(r.get("final_commit_holds_all")) for r in stopped),
+        "resumed_from_the_commit": sum(r.get("resumed_frames") == r.get("rows_committed") for r in stopped),
+        "equal_to_the_bit": sum(bool(r.get("equal_to_the_bit")) for r in result["runs"]),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
