@@ -17,10 +17,11 @@ rule embed:
     conda:
         "../envs/embed.yaml"
     threads: embed_threads
-    # memory: the model, built in place (benchmarks/model_load.py: a GPU job in half precision holds
-    # the memory-mapped checkpoint's pages, 5.7 GB for ESM-2 3B, and no float32 copy; a CPU job its
-    # float32 weights besides, 11.4 GB), the loader workers' batches, and one shard's counters (6
-    # bytes a frame, bounded by shard_tokens)
+    # memory: the model, built in place (benchmarks/model_load.py, measured on the 650M shape: a
+    # half-precision load holds the memory-mapped checkpoint's pages and the converted weights, a
+    # GPU job only the pages, 5.7 GB for ESM-2 3B by the same count; a CPU job its float32 weights
+    # besides, 11.4 GB), the loader workers' batches, and one shard's counters (6 bytes a frame,
+    # bounded by shard_tokens)
     resources:
         gpu=embed_gpus,
         mem_mb=16000,

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 _FAILED_LOG = re.compile(r"^\s*log: (.+) \(check log file\(s\) for error details\)$", re.M)
@@ -70,7 +71,6 @@ class PendingWatch:
 
     def __init__(self, interval: float, workdir: str | None = None):
         self.interval, self.workdir = interval, os.path.realpath(workdir or os.getcwd())
-        self.stopped = threading.Event()
         self.cancelled: set[str] = set()
 
     def start(self) -> "PendingWatch":
@@ -78,7 +78,8 @@ class PendingWatch:
         return self
 
     def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
+        while True:
+            time.sleep(self.interval)
             self.check()
 
     def check(self) -> list[str]:

@@ -32,8 +32,7 @@ def compare(ours: str | Path, virnucpro: str | Path) -> dict:
     theirs = _read(virnucpro / "prediction_results.txt", ["Sequence_ID", "Prediction", "score1", "score2"])
     joined = frames.merge(theirs, left_on="frame_id", right_on="Sequence_ID", how="outer", indicator=True)
     both = joined[joined["_merge"] == "both"]
-    # frames.tsv says `other` where VirNucPro says `others`
-    differ = both[both["prediction"].replace("other", "others") != both["Prediction"]]
+    differ = both[both["prediction"] != both["Prediction"]]
     score_diff = np.abs(both["score_virus"].astype(float) - both["score2"].astype(float))
 
     chunk_of = frames.assign(Modified_ID=frames["frame_id"].str[:-2])  # VirNucPro's chunk key

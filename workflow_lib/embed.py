@@ -105,7 +105,7 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
     for the same major version and a minor one no newer (sm_80 runs on 8.6), or PTX for an older
     capability (compute_XY, compiled on the device). `arch_list`: torch.cuda.get_arch_list()."""
     major, minor = capability
-    built = [(kind, int(m), int(n)) for kind, m, n in (_ARCH.match(a).groups() for a in arch_list if _ARCH.match(a))]
+    built = [(match[1], int(match[2]), int(match[3])) for match in map(_ARCH.match, arch_list) if match]
     binaries = [(m, n) for kind, m, n in built if kind == "sm"]
     ptx = [(m, n) for kind, m, n in built if kind == "compute"]
     if any(m == major and n <= minor for m, n in binaries) or any((m, n) <= capability for m, n in ptx):

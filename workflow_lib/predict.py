@@ -215,8 +215,8 @@ def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
     """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
     table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
     table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
-    # torch.max picks the first maximum: a tie is 'other' (VirNucPro's 'others'), as in VirNucPro.
-    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
+    # torch.max picks the first maximum: a tie is 'others', as in VirNucPro (and design.md's contract).
+    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "others")
     return table
 
 
@@ -263,7 +263,7 @@ class VirNucProTables:
         """Frames in frames-table order, each chunk's frames in one call."""
         self.per_frame.write(
             "".join(
-                f"{fid}\t{'virus' if prediction == 'virus' else 'others'}\t{other!s}\t{virus!s}\n"  # as VirNucPro
+                f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
                 for fid, prediction, other, virus in zip(
                     frames["frame_id"],
                     frames["prediction"],

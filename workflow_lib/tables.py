@@ -17,15 +17,16 @@ PREPARED_FRAMES = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end
 PREPARED_SEQUENCES = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
 # predict: frames.tsv and chunks.tsv; call: sequences.tsv
 FRAMES = ("frame_id", "sequence_id", "chunk", "frame", "score_other", "score_virus", "prediction")
+# chunk_start and chunk_end last: the contract's columns (docs/design.md) keep their places
 CHUNKS = (
     "sequence_id",
     "chunk",
-    "chunk_start",
-    "chunk_end",
     "n_frames",
     "max_score_other",
     "max_score_virus",
     "is_virus",
+    "chunk_start",
+    "chunk_end",
 )
 SEQUENCES = (
     "sequence_id",

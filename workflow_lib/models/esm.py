@@ -112,10 +112,10 @@ def load(
     Built in place: fair-esm's ESM-2 is made with its parameters uninitialised (never written, so
     not held), and each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on
     `device`. So a GPU job in half precision never holds a float32 copy on the host (ESM-2 3B:
-    11.4 GB), and a CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which downloads what is
-    missing and unpickles with weights_only=False. A local checkpoint may have
+    11.4 GB), and a CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which
+    downloads what is missing and unpickles with weights_only=False. A local checkpoint may have
     `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
-    used for embeddings, so it is optional.
+    used for embeddings, so it is optional (without it, its parameters stay unset).
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     data = _local_data(path)
@@ -132,9 +132,7 @@ def load(
         name: tensor.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
         for name, tensor in state.items()
     }
-    model.load_state_dict(
-        state, strict=False, assign=True
-    )  # without a regression file the contact head stays unset: unused
+    model.load_state_dict(state, strict=False, assign=True)
     return model.eval(), alphabet
 
 
