@@ -100,14 +100,18 @@ def production_embed(shard: Path, output: Path, **settings) -> tuple[np.ndarray,
 
 
 def esm_checkpoint(directory: Path, layers: int, dim: int, heads: int) -> Path:
-    """A random ESM-2 checkpoint of this shape in fair-esm's format (float16, as published)."""
+    """A random ESM-2 checkpoint of this shape in fair-esm's format (float16, as published), the one
+    already in `directory` if there is one (written whole or not at all: 3B-shaped takes minutes)."""
+    path = Path(directory) / f"esm2_t{layers}_{dim}x{heads}_random.pt"
+    if path.exists():
+        return path
     config = {
         "encoder_layers": layers,
         "encoder_embed_dim": dim,
         "encoder_attention_heads": heads,
         "token_dropout": True,
     }
-    return demo_models.build_esm(directory / f"esm2_t{layers}_random.pt", 0, config, dtype=torch.float16)
+    return demo_models.build_esm(path, 0, config, dtype=torch.float16)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -316,7 +316,7 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
         config = shapes(args.tiny)["speed_esm"]
         layers, dim = config["encoder_layers"], config["encoder_embed_dim"]
         start = time.perf_counter()
-        checkpoint = esm_checkpoint(workdir, layers, dim, config["encoder_attention_heads"])
+        checkpoint = esm_checkpoint(args.models, layers, dim, config["encoder_attention_heads"])
         result["checkpoint_build_seconds"] = round(time.perf_counter() - start, 1)
     common = {"device": device.type, "num_workers": args.workers, "precision": "fp16"}
     with record.step("embed job, ESM-2"):
@@ -347,9 +347,9 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
 
     # fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048)
     with record.step("fair-esm FP16"):
-        model, alphabet = esm.load(str(checkpoint))
+        model, alphabet = esm.load(str(checkpoint), device=device)  # built on the device: no host copy
         subset = sequences(read_frames(proteins_path, args.compare_frames))
-        half = copy.deepcopy(model).to(device=device, dtype=torch.float16 if device.type == "cuda" else torch.float32)
+        half = copy.deepcopy(model).to(dtype=torch.float16 if device.type == "cuda" else torch.float32)
         _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
         del half
         free(device)
@@ -361,7 +361,7 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
         result["fair_esm_fp16"] = fair
     with record.step("VirNucPro's settings, FP32"):
         subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
-        _, seconds = fair_esm_embed(model.float().to(device), alphabet, subset, layers, 2048, device)
+        _, seconds = fair_esm_embed(model, alphabet, subset, layers, 2048, device)
         virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
         virnucpro["embed_job_over_it"] = round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
         result["virnucpro_fp32"] = virnucpro
@@ -479,7 +479,7 @@ def out_of_memory(args, workdir: Path, device, result: dict, record: Record) -> 
         shard = read_frames(proteins_path, args.frames)
         config = shapes(args.tiny)["esm"]["t2" if args.tiny else "650M"]
         layers = config["encoder_layers"]
-        checkpoint = esm_checkpoint(workdir, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
+        checkpoint = esm_checkpoint(args.models, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
     settings = dict(model="esm", checkpoint=str(checkpoint), layer=layers, device=device.type, precision="fp16")
     settings |= {"token_budget": args.oom_budget, "num_workers": args.workers}
     with record.step("uncapped"):
@@ -560,7 +560,7 @@ def workflow_setup(args, workdir: Path) -> tuple[list[str], float]:
     config = shapes(args.tiny)["speed_esm"]
     start = time.perf_counter()
     checkpoint = esm_checkpoint(
-        models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
+        args.models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
     )
     directory = demo_models.build_dnabert(models / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
     torch.manual_seed(0)
@@ -601,6 +601,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON file to write (the figures are printed too)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny model shapes (the CPU dry run)")
+    parser.add_argument(
+        "--models",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "gpu_check_models",
+        help="where the random ESM-2 checkpoints are made once for all parts (3B-shaped: 5.7 GB, minutes to make)",
+    )
     parser.add_argument("--reads", type=int, default=60_000, help="500 bp reads whose frames are embedded")
     parser.add_argument("--frames", type=int, default=20_000, help="frames for the embed job (speed, oom)")
     parser.add_argument("--equivalence-frames", type=int, default=200, help="read-derived frames for equivalence")
@@ -621,6 +627,7 @@ def main() -> None:
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"
     )
     args = parser.parse_args()
+    args.models.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     set_allocator_conf("expandable_segments:True")  # as the embed job sets it: before anything starts CUDA
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")

@@ -2,6 +2,7 @@
 defaults (from config/schema.yaml) unless given, and a stage's files lie in one directory under
 the names the rules give them."""
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -71,6 +72,17 @@ def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
     return command + list(options)
 
 
+@functools.cache
+def model_check(model: str, checkpoint: str, cache_dir: str | None = None) -> dict:
+    """What a run's model check records of a checkpoint's files (their SHA-256 among them), once a
+    process: embed jobs given it hash nothing (ESM-2 3B's 5.7 GB take seconds). A file changed
+    since is hashed again by the job (checksums.describe compares size and time)."""
+    from workflow_lib import checksums
+    from workflow_lib.models import embedding_model
+
+    return checksums.describe(embedding_model(model).checkpoint_files(checkpoint, cache_dir))
+
+
 def embed_settings(model: str, checkpoint, **settings):
     """EmbedSettings with the config's defaults, on the CPU, unless `settings` give others."""
     from workflow_lib.embed import EmbedSettings
@@ -90,10 +102,11 @@ def embed_settings(model: str, checkpoint, **settings):
         "prefetch_factor": embedding["prefetch_factor"],
         "expandable_segments": embedding["expandable_segments"],
         "commit_seconds": embedding["commit_seconds"],
-        "known_checksums": None,
         "progress_seconds": DEFAULTS["progress_seconds"],
-    }
-    return EmbedSettings(**(values | settings))
+    } | settings
+    if "known_checksums" not in settings:  # as a run's model check gives every embed job
+        values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
+    return EmbedSettings(**values)
 
 
 def embed_into(shard: Path, output: Path, settings) -> dict:
@@ -114,8 +127,6 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
     """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
     script's options, `_` for `-`) give others. A model check of this model's files is written
     beside the output, as the check_models job writes it, unless `model_check` names another."""
-    from workflow_lib import checksums
-    from workflow_lib.models import embedding_model
     from workflow_lib.tables import write_json
 
     output, embedding = Path(output), DEFAULTS["embedding"]
@@ -139,8 +150,8 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
         "progress_seconds": DEFAULTS["progress_seconds"],
     } | options
     if "model_check" not in options and not Path(values["model_check"]).exists():
-        files = embedding_model(model).checkpoint_files(str(checkpoint), str(values["cache_dir"]))
-        write_json({model: {"files": checksums.describe(files)}}, values["model_check"])
+        files = model_check(model, str(checkpoint), str(values["cache_dir"]))
+        write_json({model: {"files": files}}, values["model_check"])
     command = [sys.executable, str(ROOT / "scripts" / "embed.py")]
     for key, value in values.items():
         command += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]

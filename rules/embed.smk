@@ -17,11 +17,10 @@ rule embed:
     conda:
         "../envs/embed.yaml"
     threads: embed_threads
-    # memory: the model, built in place (benchmarks/model_load.py, measured on the 650M shape: a
-    # half-precision load holds the memory-mapped checkpoint's pages and the converted weights, a
-    # GPU job only the pages, 5.7 GB for ESM-2 3B by the same count; a CPU job its float32 weights
-    # besides, 11.4 GB), the loader workers' batches, and one shard's counters (6 bytes a frame,
-    # bounded by shard_tokens)
+    # memory: the model, built in place, each checkpoint tensor's file pages handed back once it is
+    # converted (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32,
+    # 6.0 GB in a half dtype on the host; a GPU job's weights go to the GPU), the loader workers'
+    # batches, and one shard's counters (6 bytes a frame, bounded by shard_tokens)
     resources:
         gpu=embed_gpus,
         mem_mb=16000,

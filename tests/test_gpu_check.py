@@ -19,10 +19,17 @@ SMALL = {
 }
 
 
+def gpu_check(part: str, tmp_path) -> list[str]:
+    """The part's command on the CPU, tiny shapes, its checkpoints made under tmp_path."""
+    script = str(ROOT / "benchmarks" / "gpu_check.py")
+    return [sys.executable, script, "--part", part, "--device", "cpu", "--tiny", "--models", str(tmp_path / "models")]
+
+
 def run_part(part: str, tmp_path) -> dict:
     out = tmp_path / f"{part}.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", part, "--device", "cpu", "--tiny"]
-    result = subprocess.run(command + SMALL[part] + ["--out", str(out)], capture_output=True, text=True, env=ENV)
+    result = subprocess.run(
+        gpu_check(part, tmp_path) + SMALL[part] + ["--out", str(out)], capture_output=True, text=True, env=ENV
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert figures["part"] == part and figures["device"] == "cpu" and figures["tiny"]
@@ -80,9 +87,11 @@ def test_a_part_killed_midway_keeps_what_it_measured(tmp_path):
     """The JSON is rewritten after every step: killed once its first model shape is measured, the
     part leaves a file that parses and holds that shape's figures."""
     out = tmp_path / "equivalence.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", "equivalence", "--device", "cpu"]
     part = subprocess.Popen(
-        command + ["--tiny", *SMALL["equivalence"], "--out", str(out)], env=ENV, stderr=subprocess.PIPE, text=True
+        gpu_check("equivalence", tmp_path) + [*SMALL["equivalence"], "--out", str(out)],
+        env=ENV,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     for line in part.stderr:  # the step after the first shape starts once that shape is saved
         if "step: ESM-2 t3" in line:
@@ -96,8 +105,8 @@ def test_a_part_killed_midway_keeps_what_it_measured(tmp_path):
 
 def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
     out = tmp_path / "workflow.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", "workflow", "--device", "cpu"]
-    command += ["--tiny", *SMALL["workflow"], "--shard-tokens", "0", "--out", str(out)]  # the config check fails
+    command = gpu_check("workflow", tmp_path) + SMALL["workflow"]
+    command += ["--shard-tokens", "0", "--out", str(out)]  # the config check fails
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 1
     figures = json.loads(out.read_text())

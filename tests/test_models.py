@@ -6,6 +6,7 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import esm as fair_esm
 import numpy as np
@@ -15,7 +16,7 @@ from helpers import DATA
 
 from workflow_lib import demo_models
 from workflow_lib.errors import InputError
-from workflow_lib.models import classifier, classifier_chunks, dnabert, esm, varlen
+from workflow_lib.models import checkpoints, classifier, classifier_chunks, dnabert, esm, varlen
 from workflow_lib.models.checkpoints import is_local
 from workflow_lib.packing import greedy_batches, pack
 
@@ -190,6 +191,26 @@ def test_flex_attention_with_a_document_mask_is_per_sequence_attention(slopes):
     assert (varlen._flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
 
 
+def test_flex_attention_compiles_once_for_every_row_length(monkeypatch):
+    """The compiled kernel's guards (Dynamo's, whatever the backend: eager here, Inductor on CUDA)
+    hold for rows of one 128-token block and of many, so a job compiles FlexAttention once, at its
+    first batch, never again in the middle of its shard."""
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(flex_attention, dynamic=True, backend="eager")
+    monkeypatch.setattr(varlen, "_flex_kernel", lambda device: compiled)
+    slopes = torch.tensor([0.5, 0.25, 2**-0.5])
+    for lengths in ([150, 100], [300, 200, 100], [90], [3], [500, 400, 300, 200, 1]):
+        q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
+        expected = varlen.per_sequence_attention(q, k, v, layout, slopes)
+        assert (varlen._flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+
+
 @pytest.fixture
 def fresh_kernel_choice(monkeypatch):
     monkeypatch.setattr(varlen, "_chosen", {})
@@ -336,6 +357,34 @@ def test_dnabert_loads_prefixed_checkpoint_with_heads(tmp_path):
     a, _ = dnabert.load(str(DATA / "dnabert_s_tiny"))
     b, _ = dnabert.load(str(directory))
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def resident_kib(path) -> int:
+    """Kilobytes of `path`'s pages resident in this process's mappings of it."""
+    kib, mapping = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef":  # a mapping's first line: address range ... path
+            mapping = line.endswith(str(path))
+        elif mapping and line.startswith("Rss:"):
+            kib += int(line.split()[1])
+    return kib
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pages are handed back on Linux only")
+def test_a_checkpoint_converted_in_place_hands_its_pages_back(tmp_path):
+    """The models are converted from memory-mapped checkpoints tensor by tensor, each tensor's file
+    pages handed back once converted: they would sit beside the whole converted model (ESM-2 3B in
+    float32: 5.7 GB of pages). Tied tensors (one storage, two names) still convert right."""
+    generator = torch.Generator().manual_seed(0)
+    state = {f"w{i}": torch.randn(512, 1024, generator=generator).half() for i in range(64)}  # 64 MiB
+    state["tied"] = state["w0"]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    mapped = torch.load(tmp_path / "checkpoint.pt", weights_only=True, mmap=True)
+    out = checkpoints.converted(mapped, lambda _, t: t.float())
+    assert resident_kib(tmp_path / "checkpoint.pt") < 1024
+    assert all(torch.equal(out[name], state[name].float()) for name in state)
+    same = checkpoints.converted({"w1": out["w1"]}, lambda _, t: t)  # nothing new made: nothing handed back
+    assert same["w1"] is out["w1"] and torch.equal(out["w1"], state["w1"].float())
 
 
 def test_checkpoint_kinds():

@@ -2,7 +2,11 @@
 and loading pickled checkpoints without running code from them."""
 
 import contextlib
+import ctypes
+import functools
+import mmap
 import re
+import sys
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
@@ -107,3 +111,35 @@ def uninitialised():
 
 def _unchanged(tensor, *args, **kwargs):
     return tensor
+
+
+def converted(state: dict, convert) -> dict:
+    """{name: convert(name, tensor)}, one tensor at a time, the pages of each source tensor handed
+    back to the kernel once it is converted into a new one. Else a memory-mapped checkpoint's pages
+    stay resident beside the converted model until the load ends (ESM-2 3B built in float32 on the
+    CPU: 5.7 GB of file pages beside 11.4 GB of weights)."""
+    out = {}
+    for name, tensor in state.items():
+        out[name] = convert(name, tensor)
+        if tensor.device.type == "cpu" and out[name].data_ptr() != tensor.data_ptr():
+            _page_out(tensor.data_ptr(), tensor.nbytes)
+    return out
+
+
+# Linux >= 5.4: reclaim the pages now. Contents are kept (file pages are read again, anonymous ones
+# swapped in), so a tensor sharing them (tied weights) still reads right; elsewhere a no-op.
+MADV_PAGEOUT = 21
+
+
+def _page_out(address: int, size: int) -> None:
+    start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: the edges may hold other tensors
+    end = (address + size) // mmap.PAGESIZE * mmap.PAGESIZE
+    if sys.platform == "linux" and end > start:
+        _madvise()(start, end - start, MADV_PAGEOUT)  # an older kernel answers EINVAL: nothing is released
+
+
+@functools.cache
+def _madvise():
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return madvise

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import DNABERTTokens
 from . import varlen
-from .checkpoints import is_local, load_weights, not_fetched, uninitialised
+from .checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -199,8 +199,8 @@ def load(
     missing = [k for k in wanted if k not in state]
     if missing:
         raise InputError(f"{directory}: not a DNABERT-S checkpoint, missing weights {missing[:3]}")
-    # the pooler and MLM head are not needed
-    model.load_state_dict({k: state[k].to(device=device, dtype=dtype) for k in wanted}, assign=True)
+    state = {k: state[k] for k in wanted}  # the pooler and MLM head are not needed
+    model.load_state_dict(converted(state, lambda _, t: t.to(device=device, dtype=dtype)), assign=True)
     return model.eval(), DNABERTTokens(directory / "tokenizer.json")
 
 

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..packing import PackedBatch
 from ..tokens import ESMTokens
 from . import varlen
-from .checkpoints import ESM2_MODELS, check_esm_layer, is_local, load_weights, not_fetched, uninitialised
+from .checkpoints import ESM2_MODELS, check_esm_layer, converted, is_local, load_weights, not_fetched, uninitialised
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -128,10 +128,9 @@ def load(
     if wrong:
         raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint of its own config (keys {sorted(wrong)[:3]})")
     # buffers (the rotary frequencies) as fair-esm's float32 model holds them: the file's values, in float32
-    state = {
-        name: tensor.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
-        for name, tensor in state.items()
-    }
+    state = converted(
+        state, lambda name, t: t.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
+    )
     model.load_state_dict(state, strict=False, assign=True)
     return model.eval(), alphabet
 

@@ -77,7 +77,9 @@ class Layout:
         if self._block_mask is None:
             from torch.nn.attention.flex_attention import BlockMask
 
-            n_blocks = -(-self.n_tokens // FLEX_BLOCK)
+            # two blocks at least: dynamic shapes keep sizes of 1 static, so a one-block row would
+            # compile the kernel a second time, in the middle of a job
+            n_blocks = max(2, -(-self.n_tokens // FLEX_BLOCK))
             padded = n_blocks * FLEX_BLOCK
             doc = F.pad(self.seq, (0, padded - self.n_tokens), value=self.n_seqs)
             first, last = doc.view(n_blocks, FLEX_BLOCK)[:, 0], doc.view(n_blocks, FLEX_BLOCK)[:, -1]
