@@ -183,11 +183,14 @@ def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifi
 
 
 def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
-    """The call stage on predict's tables in `outdir`, with the config's threshold; its files into `outdir`."""
+    """The call stage on predict's tables in `outdir`, with the config's settings; its files into `outdir`."""
     from workflow_lib.call import CallFiles, call
+    from workflow_lib.regions import RegionSettings
 
     outdir = Path(outdir)
-    outputs = CallFiles(outdir / "sequences.tsv", outdir / "viral.fasta", outdir / "manifest.json")
+    names = ("sequences.tsv", "viral.fasta", "regions.tsv", "regions.fasta", "manifest.json")
+    outputs = CallFiles(*(outdir / name for name in names))
     threshold = DEFAULTS["predict"]["min_viral_fraction"]
+    regions = RegionSettings(**DEFAULTS["regions"])
     sequences = Path(prepare_dir) / "sequences.tsv.gz"
-    return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold)
+    return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold, regions)

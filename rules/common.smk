@@ -10,7 +10,10 @@ import yaml
 from snakemake import __version__ as snakemake_version
 from snakemake.utils import validate
 
-sys.path.insert(0, workflow.basedir)  # workflow_lib, from a checkout without installing
+# The checkout's root, from this file: workflow.basedir is the host workflow's folder when another
+# workflow uses this one as a module.
+ROOT = str(Path(str(workflow.current_basedir)).parent)
+sys.path.insert(0, ROOT)  # workflow_lib, from a checkout without installing
 
 from workflow_lib.config_check import (
     check_config,
@@ -40,7 +43,7 @@ def refuse(error):
 
 # found beside the workflow wherever the run's directory is (--directory DIR, or cd DIR); read by
 # Snakemake, which would not name the file or the line of a syntax error (nor for --configfile)
-DEFAULT_CONFIG = f"{workflow.basedir}/config/config.yaml"
+DEFAULT_CONFIG = f"{ROOT}/config/config.yaml"
 try:
     check_yaml(DEFAULT_CONFIG)
 except InputError as error:
@@ -64,10 +67,10 @@ config_sources = [("--config", workflow.config_settings.config)] + [
     )
 ]
 try:
-    check_config(config, f"{workflow.basedir}/config/schema.yaml", config_sources)
+    check_config(config, f"{ROOT}/config/schema.yaml", config_sources)
     samples = read_samples(
         config["samples"],
-        f"{workflow.basedir}/config/samples.schema.yaml",
+        f"{ROOT}/config/samples.schema.yaml",
         source_of(["samples"], config_sources),
     )
     validate(config, schema="../config/schema.yaml")  # fills in the defaults
@@ -107,7 +110,7 @@ MODELS = ("esm", "dnabert")
 EMBED_PRIORITY = 1_000_000
 PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 # The demo DNABERT-S tokenizer is trained on this bundled genome, wherever the workflow runs.
-DEMO_TOKENIZER_GENOME = f"{workflow.basedir}/resources/genomes/lambda_NC_001416.fasta"
+DEMO_TOKENIZER_GENOME = f"{ROOT}/resources/genomes/lambda_NC_001416.fasta"
 
 
 wildcard_constraints:
@@ -118,7 +121,7 @@ wildcard_constraints:
 
 # Jobs run through this wrapper: all output in the job's log; its error line, or its warnings, on
 # the console.
-RUN_LOGGED = f"{workflow.basedir}/scripts/run_logged.sh"
+RUN_LOGGED = f"{ROOT}/scripts/run_logged.sh"
 
 
 # The job group of a sample's summarize and plot_sample, for cluster runs (a local run ignores
@@ -133,7 +136,7 @@ REPORT_TABLES = {
 
 
 def script(name):
-    return f"{workflow.basedir}/scripts/{name}.py"
+    return f"{ROOT}/scripts/{name}.py"
 
 
 def cli(**options):

@@ -64,6 +64,8 @@ rule call:
             labels={"item": "sequences table (download)"},
         ),
         viral="results/{sample}/viral.fasta",
+        regions="results/{sample}/regions.tsv",
+        regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
     log:
         "logs/call/{sample}.log",
@@ -79,8 +81,13 @@ rule call:
     params:
         logged=RUN_LOGGED,
         script=script("call"),
-        settings=cli(min_viral_fraction=config["predict"]["min_viral_fraction"]),
+        settings=cli(
+            min_viral_fraction=config["predict"]["min_viral_fraction"],
+            region_max_gap=config["regions"]["max_gap"],
+            region_min_length=config["regions"]["min_length"],
+        ),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --prepared-sequences {input.prepared_sequences:q} "
         "--chunks {input.chunks:q} --scoring {input.scoring:q} --input {input.reads:q} "
-        "--sequences {output.sequences:q} --viral {output.viral:q} --manifest {output.manifest:q} {params.settings}"
+        "--sequences {output.sequences:q} --viral {output.viral:q} --regions {output.regions:q} "
+        "--regions-fasta {output.regions_fasta:q} --manifest {output.manifest:q} {params.settings}"

@@ -55,6 +55,7 @@ rule plot_sample:
         frames=rules.predict.output.frames,
         chunks=rules.predict.output.chunks,
         sequences=rules.call.output.sequences,
+        regions=rules.call.output.regions,
         prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
         summary=rules.summarize.output.summary,
@@ -79,6 +80,13 @@ rule plot_sample:
             category="Predictions",
             subcategory="{sample}",
             labels={"item": "top sequences along their length"},
+        ),
+        top_regions=report(
+            "results/{sample}/report/top_regions.png",
+            caption="../report/top_regions.rst",
+            category="Predictions",
+            subcategory="{sample}",
+            labels={"item": "strongest viral regions along their records"},
         ),
         table=report(
             "results/{sample}/report/sequences.html",
@@ -123,10 +131,11 @@ rule plot_sample:
         ),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
-        "--frames {input.frames:q} --chunks {input.chunks:q} --sequences {input.sequences:q} "
+        "--frames {input.frames:q} --chunks {input.chunks:q} --sequences {input.sequences:q} --regions {input.regions:q} "
         "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
         "--summary {input.summary:q} --scores-out {output.scores:q} --calls-out {output.calls:q} "
-        "--top-sequences-out {output.top_sequences:q} --table-out {output.table:q} --input-out {output.input:q} "
+        "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
+        "--table-out {output.table:q} --input-out {output.input:q} "
         "--throughput-out {output.throughput:q} {params.settings}"
 
 

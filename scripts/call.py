@@ -1,4 +1,5 @@
-"""Call each input record of a sample from its scored chunks: sequences table, viral FASTA, manifest."""
+"""Call each input record of a sample from its scored chunks: sequences table, viral FASTA, viral regions
+(table and FASTA), manifest."""
 
 import argparse
 import sys
@@ -9,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from workflow_lib.call import CallFiles, call
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import setup_logging
+from workflow_lib.regions import RegionSettings
 
 
 def main() -> None:
@@ -19,12 +21,17 @@ def main() -> None:
     parser.add_argument("--input", required=True, help="the sample's input file (for the viral FASTA)")
     parser.add_argument("--sequences", required=True, help="the sequences table to write (a call per record)")
     parser.add_argument("--viral", required=True, help="the FASTA of viral records to write")
+    parser.add_argument("--regions", required=True, help="the table of viral regions inside records to write")
+    parser.add_argument("--regions-fasta", required=True, help="the FASTA of those regions to write")
     parser.add_argument("--manifest", required=True, help="the JSON to write: checkpoints and counts")
     parser.add_argument("--min-viral-fraction", type=float, required=True)
+    parser.add_argument("--region-max-gap", type=int, required=True, help="bp between viral chunks within a region")
+    parser.add_argument("--region-min-length", type=int, required=True, help="bp: shorter runs are no region")
     args = parser.parse_args()
     setup_logging()
-    outputs = CallFiles(Path(args.sequences), Path(args.viral), Path(args.manifest))
-    call(args.prepared_sequences, args.chunks, args.scoring, args.input, outputs, args.min_viral_fraction)
+    outputs = CallFiles(*map(Path, (args.sequences, args.viral, args.regions, args.regions_fasta, args.manifest)))
+    regions = RegionSettings(args.region_max_gap, args.region_min_length)
+    call(args.prepared_sequences, args.chunks, args.scoring, args.input, outputs, args.min_viral_fraction, regions)
 
 
 if __name__ == "__main__":

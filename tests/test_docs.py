@@ -37,7 +37,7 @@ def header(path) -> list[str]:
 def test_every_column_of_every_table_is_explained(workflow_run):
     outputs = section("Outputs")
     results = workflow_run[0] / "results" / "gamma"
-    tables = ["frames.tsv", "chunks.tsv", "sequences.tsv", "prediction_results.txt"]
+    tables = ["frames.tsv", "chunks.tsv", "sequences.tsv", "regions.tsv", "prediction_results.txt"]
     tables += ["prediction_results_highestscore.csv", "prepare/frames.tsv.gz", "prepare/sequences.tsv.gz"]
     for name in tables:
         assert f"`{name.split('/')[-1]}`" in outputs, name

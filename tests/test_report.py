@@ -125,8 +125,10 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
             "n_chunks_scored": [3, 1, 0],
             "max_score_virus": [0.9, 0.2, float("nan")],
             "call": ["virus", "other", "no_coding_frame"],
+            "n_regions": [1, 0, 0],
         }
     )
+    regions = pd.DataFrame({"sequence_id": ["contig$1"], "start": [1], "end": [600]})
     chunks = pd.DataFrame(
         {
             "sequence_id": ["contig$1"] * 3 + ["read2"],
@@ -156,7 +158,7 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
         out.mkdir()
         report.plot_scores(report.Histogram(report.SCORE_BINS).add(frames["score_virus"]), stats.scores, out / "s.png")
         report.plot_calls(stats.calls, out / "calls.png")
-        report.plot_top_sequences(stats.top, chunks, positions, out / "top.png")
+        report.plot_top_sequences(stats.top, chunks, positions, regions, out / "top.png")
         report.plot_input(report.input_stats(lambda: [prepared[:1], prepared[1:]]), counts, out / "input.png")
         report.plot_throughput(shards, out / "throughput.png")
         report.training_report(tmp_path / "metrics.json", out / "roc.png", out / "metrics.html")

@@ -1,6 +1,7 @@
 """The call stage: from the scored chunks, a call per input record against the threshold (the
-sequences table, every input record), its viral records as FASTA, and a manifest (the
-checkpoints and the reconciled counts). It needs no embeddings: a new threshold reruns only this."""
+sequences table, every input record), its viral records as FASTA, the viral regions inside
+records (table and FASTA), and a manifest (the checkpoints and the reconciled counts). It needs
+no embeddings: a new threshold reruns only this."""
 
 import logging
 from collections import Counter
@@ -14,16 +15,20 @@ import pandas as pd
 from . import __version__
 from .errors import InputError
 from .outputs import atomic_open
+from .regions import REGIONS, RegionSettings, regions_table
 from .seqio import read_batches
 from .tables import CHUNK_ROWS, SEQUENCES, read_chunks, read_json, tsv_writer, whole_groups, write_json
 
 log = logging.getLogger("workflow")
 BLOCK_ROWS = CHUNK_ROWS  # records called at a time
+COUNTED = ("records", "chunks", "chunks_scored", "viral_chunks", "viral_bases", "regions", "region_bases")
 
 
 class CallFiles(NamedTuple):
     sequences: Path  # the sequences table
     viral: Path  # FASTA
+    regions: Path  # the regions table
+    regions_fasta: Path
     manifest: Path  # JSON
 
 
@@ -37,6 +42,8 @@ def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_vira
     table["call"] = np.select(
         [~scored, table["viral_fraction"] >= min_viral_fraction], ["no_coding_frame", "virus"], "other"
     )
+    table["n_regions"] = table["n_regions"].fillna(0).astype(int)
+    table["viral_extent"] = np.select([table["call"] == "virus", table["n_regions"] > 0], ["whole", "regions"], "none")
     return table[list(SEQUENCES)]
 
 
@@ -49,40 +56,50 @@ PER_SEQUENCE = {
 }
 
 
-def scored_sequences(chunks_path: str | Path, rows: int) -> Iterator[pd.DataFrame]:
-    """predict's chunks table summed per record (indexed by sequence_id), in blocks, in its order."""
+def scored_sequences(chunks_path: str | Path, rows: int, regions: RegionSettings) -> Iterator[tuple]:
+    """predict's chunks table summed per record (indexed by sequence_id) and the records' regions,
+    in blocks, in its order."""
     for chunks in whole_groups(read_chunks(chunks_path, rows=rows), ["sequence_id"]):
-        yield chunks.groupby("sequence_id", sort=False).agg(**PER_SEQUENCE)
+        per_sequence = chunks.groupby("sequence_id", sort=False).agg(**PER_SEQUENCE)
+        found = regions_table(chunks, regions)
+        per_sequence["n_regions"] = found.groupby("sequence_id").size().reindex(per_sequence.index, fill_value=0)
+        yield per_sequence, found
 
 
 def sequence_tables(
-    prepared_sequences: str | Path, chunks_path: str | Path, min_viral_fraction: float, rows: int
-) -> Iterator[pd.DataFrame]:
-    """The sequences table in blocks of prepare's: predict scored the records in prepare's order,
-    so each block's scored records come next in the chunks table."""
-    scored = scored_sequences(chunks_path, rows)
+    prepared_sequences: str | Path,
+    chunks_path: str | Path,
+    min_viral_fraction: float,
+    regions: RegionSettings,
+    rows: int,
+) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+    """The sequences table in blocks of prepare's, with the regions of each block's records: predict
+    scored the records in prepare's order, so each block's scored records come next in the chunks table."""
+    scored = scored_sequences(chunks_path, rows, regions)
     # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
     # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
-    waiting = pd.DataFrame(
-        {"n_chunks_scored": [], "n_viral_chunks": [], "max_score_virus": [], "mean_score_virus": []},
-        index=pd.Index([], dtype=object, name="sequence_id"),
-    ).astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64"})
+    columns = ["n_chunks_scored", "n_viral_chunks", "max_score_virus", "mean_score_virus", "n_regions"]
+    waiting = pd.DataFrame({c: [] for c in columns}, index=pd.Index([], dtype=object, name="sequence_id"))
+    waiting = waiting.astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64", "n_regions": "int64"})
+    found = pd.DataFrame(columns=list(REGIONS))
     for sequences in read_chunks(prepared_sequences, rows=rows):
         listed = pd.Index(sequences["sequence_id"])
         while waiting.empty or waiting.index[-1] in listed:  # read on until past this block
             more = next(scored, None)
             if more is None:
                 break
-            waiting = pd.concat([waiting, more])
+            waiting = pd.concat([waiting, more[0]])
+            found = more[1] if found.empty else pd.concat([found, more[1]], ignore_index=True)
         position = listed.get_indexer(waiting.index)
         here = np.flatnonzero(position < 0)
         here = int(here[0]) if here.size else len(waiting)
         backwards = np.flatnonzero(np.diff(position[:here]) <= 0)  # repeated, or before the one above it
         if backwards.size:
             _disagree(chunks_path, prepared_sequences, waiting.index[backwards[0] + 1])
-        yield sequence_table(sequences, waiting.iloc[:here], min_viral_fraction)
-        waiting = waiting.iloc[here:]
-    left = waiting if not waiting.empty else next(scored, None)
+        mine = found["sequence_id"].isin(waiting.index[:here]).to_numpy()  # a prefix: both are in record order
+        yield sequence_table(sequences, waiting.iloc[:here], min_viral_fraction), found[mine]
+        waiting, found = waiting.iloc[here:], found[~mine]
+    left = waiting if not waiting.empty else next(scored, (None,))[0]
     if left is not None:
         _disagree(chunks_path, prepared_sequences, left.index[0])
 
@@ -94,21 +111,28 @@ def _disagree(chunks_path, sequences_path, record) -> None:
     )
 
 
-def write_viral_fasta(input_path: str | Path, viral: Iterator[tuple[bytes, bytes]], handle) -> None:
-    """The records called virus, as in the input (soft-masking kept), their scores added to the
-    header. `viral`: (record ID, header suffix) of each, in input order, read alongside the input."""
-    wanted = next(viral, None)
+# A piece of an input record for a FASTA file: the whole record under its own header and `suffix`
+# (name None), or bases start..end (1-based, inclusive) under `name`.
+Piece = tuple  # (handle, name: bytes | None, suffix: bytes, start: int | None, end: int | None)
+
+
+def write_pieces(input_path: str | Path, wanted: Iterator[tuple[bytes, list[Piece]]]) -> None:
+    """Write each record's pieces (soft-masking kept), reading the input alongside. `wanted`:
+    (record ID, its pieces) of each record that has some, in input order."""
+    record = next(wanted, None)
     for batch in read_batches(input_path, keep_case=True):
         offsets = batch.offsets()
         for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
-            if wanted is not None and record_id == wanted[0]:
+            if record is not None and record_id == record[0]:
                 seq = batch.buf[offsets[i] : offsets[i + 1]]
-                wrapped = b"\n".join(seq[j : j + 60] for j in range(0, len(seq), 60))
-                handle.write(b">%s%s\n%s\n" % (header, wanted[1], wrapped))
-                wanted = next(viral, None)
-    if wanted is not None:
+                for handle, name, suffix, start, end in record[1]:
+                    part = seq if name is None else seq[start - 1 : end]
+                    wrapped = b"\n".join(part[j : j + 60] for j in range(0, len(part), 60))
+                    handle.write(b">%s%s\n%s\n" % (header if name is None else name, suffix, wrapped))
+                record = next(wanted, None)
+    if record is not None:
         raise InputError(
-            f"{input_path}: no record '{wanted[0].decode()}' where prepare found it; the input changed after "
+            f"{input_path}: no record '{record[0].decode()}' where prepare found it; the input changed after "
             "prepare: run the sample again"
         )
 
@@ -120,16 +144,18 @@ def call(
     input_path: str | Path,
     outputs: CallFiles,
     min_viral_fraction: float,
+    regions: RegionSettings,
 ) -> dict:
-    """A call per input record from its scored chunks (predict's chunks table and scoring JSON);
-    write the sequences table, the viral FASTA and the manifest, block by block. Returns the count
-    of each call."""
+    """A call per input record from its scored chunks (predict's chunks table and scoring JSON), and
+    the viral regions inside records; write the sequences and regions tables, the viral and regions
+    FASTA and the manifest, block by block. Returns the count of each call."""
     scoring = read_json(scoring_path)
     counts, totals = Counter(), Counter()
 
-    def viral_records(write) -> Iterator[tuple[bytes, bytes]]:
-        for table in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, BLOCK_ROWS):
+    def pieces(write, write_regions, viral_fasta, regions_fasta) -> Iterator[tuple[bytes, list[Piece]]]:
+        for table, found in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS):
             write(table)
+            write_regions(found)
             counts.update(table["call"].value_counts().to_dict())
             viral = table[table["call"] == "virus"]
             totals.update(
@@ -138,18 +164,36 @@ def call(
                 chunks_scored=int(table["n_chunks_scored"].sum()),
                 viral_chunks=int(table["n_viral_chunks"].sum()),
                 viral_bases=int(viral["length"].sum()),  # of the records called virus
+                regions=len(found),
+                region_bases=int(found["length"].sum()),
             )
+            by_record = {}
             for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
-                yield sid.encode(), b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
+                suffix = b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
+                by_record[sid] = [(viral_fasta, None, suffix, None, None)]
+            for r in found.itertuples(index=False):
+                name = b"%s|region_%d" % (r.sequence_id.encode(), r.region)
+                suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
+                    r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
+                )  # fmt: skip
+                by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
+            for sid in table["sequence_id"]:  # input order
+                if sid in by_record:
+                    yield sid.encode(), by_record[sid]
 
-    with tsv_writer(outputs.sequences, SEQUENCES) as write, atomic_open(outputs.viral, "wb") as fasta:
-        write_viral_fasta(input_path, viral_records(write), fasta)
+    with (
+        tsv_writer(outputs.sequences, SEQUENCES) as write,
+        tsv_writer(outputs.regions, REGIONS) as write_regions,
+        atomic_open(outputs.viral, "wb") as viral_fasta,
+        atomic_open(outputs.regions_fasta, "wb") as regions_fasta,
+    ):
+        write_pieces(input_path, pieces(write, write_regions, viral_fasta, regions_fasta))
     manifest = {
         "workflow_version": __version__,
         "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
         "checkpoints": scoring["checkpoints"],
         "counts": {
-            **{key: totals[key] for key in ("records", "chunks", "chunks_scored", "viral_chunks", "viral_bases")},
+            **{key: totals[key] for key in COUNTED},
             "frames": scoring["frames"],
             "calls": {call: int(n) for call, n in sorted(counts.items())},
         },

@@ -1,8 +1,8 @@
 """The figures and tables of the Snakemake report: an overview of all samples built from their run
 summaries; per sample, virus-score distributions, calls, the top-scoring sequences chunk by
-chunk, input statistics and embedding throughput; for the `train` target, the validation ROC
-curve and metrics. PNGs are deterministic: fixed sizes, no timestamps or software names in their
-metadata.
+chunk, the records with the strongest viral regions, input statistics and embedding throughput;
+for the `train` target, the validation ROC curve and metrics. PNGs are deterministic: fixed
+sizes, no timestamps or software names in their metadata.
 
 A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
 bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
@@ -32,6 +32,7 @@ class SampleTables(NamedTuple):
     frames: Path  # predict's frames table
     chunks: Path  # predict's chunks table
     sequences: Path  # call's sequences table
+    regions: Path  # call's regions table
     prepared_frames: Path  # prepare's frames table (chunk positions)
     prepared_sequences: Path  # prepare's sequences table (input statistics)
     summary: Path  # the run summary (counts, embedding figures)
@@ -41,6 +42,7 @@ class SampleFigures(NamedTuple):
     scores: Path  # PNG: score distributions
     calls: Path  # PNG: sequences per call
     top_sequences: Path  # PNG: the top sequences chunk by chunk
+    top_regions: Path  # PNG: the records with the strongest regions, chunk by chunk, regions marked
     table: Path  # HTML: the top sequences table
     input: Path  # PNG: input statistics
     throughput: Path  # PNG: embedding figures per shard
@@ -158,11 +160,20 @@ def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
     return pd.concat(parts or [pd.DataFrame(columns=columns)]).drop_duplicates(["sequence_id", "chunk"])
 
 
-def chunks_of(chunks: str | Path, ids: set[str]) -> pd.DataFrame:
-    """The rows of predict's chunks table for the sequences `ids`, in table order, read in slices."""
-    columns = ["sequence_id", "chunk", "max_score_virus", "is_virus"]
-    parts = [part[part["sequence_id"].isin(ids)] for part in read_chunks(chunks, columns)]
-    return pd.concat(parts or [pd.DataFrame(columns=columns)])
+def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
+    """The rows of a table of this workflow for the sequences `ids`, in table order, read in slices
+    (a table holding only its header gives one empty block)."""
+    return pd.concat(part[part["sequence_id"].isin(ids)] for part in read_chunks(table, columns))
+
+
+def strongest_regions(regions: str | Path, n: int) -> list[str]:
+    """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
+    read block by block."""
+    best = None
+    for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
+        best = block if best is None else pd.concat([best, block])
+        best = best.sort_values(["mean_score_virus", "length"], ascending=False, kind="stable").head(n)
+    return [] if best is None else list(dict.fromkeys(best["sequence_id"]))
 
 
 def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -170,10 +181,17 @@ def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
     return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
 
 
-def plot_top_sequences(top: pd.DataFrame, chunks: pd.DataFrame, positions: pd.DataFrame, path: str | Path) -> None:
-    """Per-chunk max_score_virus along each of the `top` sequences (the highest-scoring with a
-    scored chunk, best first): one segment per scored chunk from its start to its end (bp), red
-    when the chunk is called viral. `chunks` and `positions` need hold only those sequences."""
+def plot_top_sequences(
+    top: pd.DataFrame,
+    chunks: pd.DataFrame,
+    positions: pd.DataFrame,
+    regions: pd.DataFrame,
+    path: str | Path,
+    empty: str = "no sequence has a scored chunk",
+) -> None:
+    """Per-chunk max_score_virus along each of the `top` sequences, in their order: one segment
+    per scored chunk from its start to its end (bp), red when the chunk is called viral, and the
+    sequence's viral regions shaded. `chunks`, `positions` and `regions` need hold only those sequences."""
     scored = chunks.merge(positions, on=["sequence_id", "chunk"], how="left")
     columns = min(max(len(top), 1), 3)
     rows = max(1, -(-len(top) // columns))
@@ -186,21 +204,31 @@ def plot_top_sequences(top: pd.DataFrame, chunks: pd.DataFrame, positions: pd.Da
         own = scored[scored["sequence_id"] == record["sequence_id"]]
         colors = np.where(own["is_virus"], CALLS["virus"], CALLS["other"])
         starts, ends = own["chunk_start"] / scale, own["chunk_end"] / scale
+        for _, region in regions[regions["sequence_id"] == record["sequence_id"]].iterrows():
+            ax.axvspan(region["start"] / scale, region["end"] / scale, color=CALLS["virus"], alpha=0.12, linewidth=0)
         ax.hlines(own["max_score_virus"], starts, ends, colors=colors, linewidth=2.5)
         ax.scatter((starts + ends) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
         ax.axhline(0.5, color="black", linestyle=":", linewidth=0.8)
         name = record["sequence_id"] if len(record["sequence_id"]) <= 40 else record["sequence_id"][:37] + "..."
-        ax.set_title(f"{_text(name)} ({record['call']})", fontsize=9)
+        ax.set_title(f"{_text(name)} ({record['call']}, {record['n_regions']} regions)", fontsize=9)
         ax.set(xlim=(0, record["length"] / scale), ylim=(-0.03, 1.03))
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.tick_params(labelsize=8)
     for ax in axes.flat[len(top) :]:
         ax.axis("off")
     if len(top) == 0:
-        axes.flat[0].text(0.5, 0.5, "no sequence has a scored chunk", ha="center", va="center")
-    figure.supxlabel(f"position in the sequence ({unit})", fontsize=9)
+        axes.flat[0].text(0.5, 0.5, empty, ha="center", va="center")
+    figure.supxlabel(f"position in the sequence ({unit}); viral regions shaded", fontsize=9)
     figure.supylabel("chunk virus score", fontsize=9)
     save(figure, path)
+
+
+def plot_tracks(tables: SampleTables, top: pd.DataFrame, path: str | Path, empty: str) -> None:
+    """The score tracks of the sequences `top` (rows of the sequences table), from the sample's tables."""
+    ids = set(top["sequence_id"])
+    chunks = rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"])
+    regions = rows_of(tables.regions, ids, ["sequence_id", "start", "end"])
+    plot_top_sequences(top, chunks, chunk_positions(tables.prepared_frames, ids), regions, path, empty)
 
 
 class InputStats(NamedTuple):
@@ -304,12 +332,15 @@ def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> 
 
 
 # results/report/samples.tsv: a row per sample
-SAMPLE_COUNTS = ("records", "bases", *CALLS, "chunks", "chunks_scored", "viral_chunks", "viral_bases")
+SAMPLE_COUNTS = (
+    "records", "bases", *CALLS, "chunks", "chunks_scored", "viral_chunks", "viral_bases", "regions", "region_bases"
+)  # fmt: skip
 
 
 def samples_table(runs: list[dict]) -> pd.DataFrame:
     """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
-    chunks scored and called viral, and the bases of the records called virus."""
+    chunks scored and called viral, the bases of the records called virus, and the viral regions
+    inside records and their bases."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALLS}}
@@ -326,7 +357,7 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     runs = [read_json(p) for p in summaries]
     counts = samples_table(runs)
     write_tsv(counts, table)
-    rows = counts[["sample", "records", "bases", *CALLS]].assign(
+    rows = counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
         **{"viral fraction": counts["virus"] / counts["records"].clip(lower=1)}
     )
     made_with = {}
@@ -411,9 +442,10 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, top
     sequences = sequence_stats(read_chunks(tables.sequences), top, rows)
     plot_scores(frame_scores, sequences.scores, figures.scores)
     plot_calls(sequences.calls, figures.calls)
-    best = set(sequences.top["sequence_id"])
-    positions = chunk_positions(tables.prepared_frames, best)
-    plot_top_sequences(sequences.top, chunks_of(tables.chunks, best), positions, figures.top_sequences)
+    plot_tracks(tables, sequences.top, figures.top_sequences, "no sequence has a scored chunk")
+    strongest = strongest_regions(tables.regions, top)
+    records = rows_of(tables.sequences, set(strongest)).set_index("sequence_id").loc[strongest].reset_index()
+    plot_tracks(tables, records, figures.top_regions, "no viral region inside a record")
     shown = sequences.shown
     html_table(
         shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],

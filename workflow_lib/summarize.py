@@ -115,6 +115,7 @@ def counts(prepared: Iterable[pd.DataFrame], manifest: dict) -> dict:
         "records": records,
         "bases": bases,
         **{key: manifest["counts"][key] for key in ("chunks", "chunks_scored", "viral_chunks", "viral_bases")},
+        **{key: manifest["counts"][key] for key in ("regions", "region_bases")},
         "frames": frames,
         "frames_per_record": round(frames / records, 4) if records else 0.0,
         "ambiguous_bases": ambiguous,

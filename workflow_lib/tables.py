@@ -39,6 +39,8 @@ SEQUENCES = (
     "mean_score_virus",
     "call",
     "status",
+    "n_regions",  # viral regions inside the record (regions.tsv)
+    "viral_extent",  # whole (called virus), regions (not called, but holds regions), or none
 )
 FLOAT = "%.6g"
 # NA in a score column marks a record with no scored chunk; nowhere else is NA a missing value.

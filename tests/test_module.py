@@ -1,0 +1,109 @@
+"""This workflow used as a Snakemake module by a host workflow in another folder, as the README shows:
+the demo run through it, with a chimera record whose inserted phage must come out as a viral region."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from helpers import ENV, GENOMES, ROOT, read_tsv
+from stages import DEFAULTS
+
+from workflow_lib.regions import RegionSettings, record_regions, regions_table
+from workflow_lib.seqio import read_records
+
+DEMO_SAMPLES = {
+    "lambda": ("lambda_NC_001416.fasta", "virus"),
+    "T4": ("phage_T4_NC_000866.fasta", "virus"),
+    "ecoli": ("ecoli_536_NC_008253_first200kb.fasta", "other"),
+    "corynebacterium": ("corynebacterium_diphtheriae_100kb.fasta", "other"),
+    "chr17": ("human_chr17_part_softmasked.fasta", "other"),
+}
+INSERT_AT = 100_000  # where phage lambda goes into the E. coli piece
+
+
+def sequence(name: str) -> str:
+    ((_, _, bases),) = read_records(GENOMES / name)
+    return bases.decode()
+
+
+def overlaps_the_insert(start: int, end: int, insert: tuple[int, int]) -> bool:
+    """At least 90% of the shorter of the region and the insert lies in both."""
+    overlap = min(end, insert[1]) - max(start, insert[0]) + 1
+    return overlap >= 0.9 * min(end - start + 1, insert[1] - insert[0] + 1)
+
+
+@pytest.mark.slow
+def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(tmp_path):
+    """The host folder holds its Snakefile, config and samples only; the module is this checkout, by
+    path. The demo's classifier is trained in the run on the labelled demo genomes, E. coli and
+    lambda among them. With the tiny random models it separates the chunks it was trained on, not
+    shifted ones: in the chimera, whose E. coli chunks after the insert are cut at other places, it
+    calls a 6 kb run of E. coli viral (measured). So the run is asserted on its plumbing and on
+    finding the insert; that no region falls on the bacterial parts is asserted on the chimera's own
+    chunks (the run's coordinates) with known scores: viral inside the insert, every third missed,
+    two stray viral chunks in E. coli."""
+    host = tmp_path / "host"
+    (host / "config").mkdir(parents=True)
+    (host / "Snakefile").write_text(
+        textwrap.dedent(f"""\
+            configfile: "config/config.yaml"
+
+
+            module virnucpro:
+                snakefile:
+                    "{ROOT / "Snakefile"}"
+                config:
+                    config
+
+
+            use rule * from virnucpro
+            """)
+    )
+    ecoli, phage = sequence(DEMO_SAMPLES["ecoli"][0]), sequence(DEMO_SAMPLES["lambda"][0])
+    chimera = ecoli[:INSERT_AT] + phage + ecoli[INSERT_AT:]
+    insert = (INSERT_AT + 1, INSERT_AT + len(phage))  # 1-based, inclusive
+    (host / "chimera.fa").write_text(f">chimera E. coli 536 1-200000 with lambda at {INSERT_AT}\n{chimera}\n")
+    rows = [f"{name}\t{GENOMES / path}\t{label}\n" for name, (path, label) in DEMO_SAMPLES.items()]
+    (host / "config" / "samples.tsv").write_text("sample\tpath\tlabel\n" + "".join(rows) + "chimera\tchimera.fa\t\n")
+    config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
+    (host / "config" / "config.yaml").write_text(yaml.safe_dump(config | {"samples": "config/samples.tsv"}))
+
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=2"],
+        cwd=host,
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    results = host / "results"
+    settings = RegionSettings(**DEFAULTS["regions"])
+    chunks = pd.read_csv(results / "chimera" / "chunks.tsv", sep="\t")
+    regions = pd.read_csv(results / "chimera" / "regions.tsv", sep="\t")
+    pd.testing.assert_frame_equal(regions, regions_table(chunks, settings), check_exact=False, atol=1e-6)
+    assert any(overlaps_the_insert(start, end, insert) for start, end in zip(regions["start"], regions["end"]))
+    (record,) = read_tsv(results / "chimera" / "sequences.tsv")
+    assert record["call"] == "other" and record["viral_extent"] == "regions"  # lambda is a fifth of it
+    assert int(record["n_regions"]) == len(regions)
+    fasta = list(read_records(results / "chimera" / "regions.fasta"))
+    assert [name for name, _, _ in fasta] == [f"chimera|region_{n}" for n in regions["region"]]
+    for (_, _, bases), start, end in zip(fasta, regions["start"], regions["end"]):
+        assert bases.decode() == chimera[start - 1 : end]
+    (lam,) = read_tsv(results / "lambda" / "sequences.tsv")
+    assert lam["call"] == "virus" and lam["viral_extent"] == "whole"
+    assert (results / "chimera" / "report" / "top_regions.png").stat().st_size > 0
+    counts = {row["sample"]: row for row in read_tsv(results / "report" / "samples.tsv")}
+    assert counts["chimera"]["regions"] == str(len(regions))
+
+    inside = ((chunks["chunk_start"] + chunks["chunk_end"]) / 2).between(*insert).to_numpy()
+    known = inside.copy()
+    known[np.flatnonzero(inside)[::3]] = False  # every third viral chunk missed
+    known[np.flatnonzero(~inside)[[10, 150]]] = True  # two stray viral chunks in E. coli
+    chunks = chunks.assign(is_virus=known, max_score_virus=np.where(known, 0.9, 0.1))
+    found = record_regions(chunks, settings)
+    assert found and all(overlaps_the_insert(start, end, insert) for _, start, end, *_ in found), (found, insert)
