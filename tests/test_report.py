@@ -274,6 +274,7 @@ FIGURES = [
     "virus score distributions",
     "calls",
     "top sequences along their length",
+    "strongest viral regions along their records",
     "input statistics",
     "throughput per shard",
     "validation ROC curve",
