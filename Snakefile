@@ -4,11 +4,11 @@
 #   shard -> embed (DNABERT-S on nucleotides, ESM-2 on proteins; one GPU job per shard and model)
 #   embeddings -> predict (VirNucPro's MLP) -> tables
 #
-# Results land in results/{sample}/: frames.tsv, chunks.tsv, sequences.tsv, viral.fasta and
-# VirNucPro's prediction_results*.txt/.csv, run_summary.json (versions, checkpoints, config, timings,
-# counts) and the report's figures in report/; intermediate files in results/{sample}/prepare/ and
-# results/{sample}/embeddings/; logs in logs/{rule}/. The `train` target writes a classifier
-# from samples labelled virus/other. See README.md.
+# Results land in results/{sample}/: frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, the viral
+# regions inside records (regions.tsv, regions.fasta) and VirNucPro's prediction_results*.txt/.csv,
+# run_summary.json (versions, checkpoints, config, timings, counts) and the report's figures in
+# report/; intermediate files in results/{sample}/prepare/ and results/{sample}/embeddings/; logs in
+# logs/{rule}/. The `train` target writes a classifier from samples labelled virus/other. See README.md.
 
 from snakemake.utils import min_version
 

@@ -27,7 +27,7 @@ case "${1:-}" in
         echo
         echo "Demo finished in $(($(date +%s) - start)) s (tiny demo models: the calls carry no biological meaning)."
         echo "Report (open in a browser): results/report.html"
-        echo "Per sample: results/<sample>/frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, run_summary.json, prediction_results*.txt|csv"
+        echo "Per sample: results/<sample>/frames.tsv, chunks.tsv, sequences.tsv, viral.fasta, regions.tsv, regions.fasta, run_summary.json, prediction_results*.txt|csv"
         for table in results/*/sequences.tsv; do
             calls=$(tail -n +2 "$table" | cut -f9 | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')
             echo "  $table: ${calls%, }"
