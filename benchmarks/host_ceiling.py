@@ -5,10 +5,12 @@ shard; the main process converting batches, storing results, writing HDF5 and co
 with a stand-in model: the real tokenizer and the production output width (ESM-2 3B 2560,
 DNABERT-S 768), and no compute (it hands back a block of zeros). Frames of 500 bp reads sampled
 from the bundled genomes, one shard per model; the rule's CPUs (3 threads) and loader workers (2).
+DNABERT-S's workers read the tokens that its tokenize job made first, as in the workflow (that
+job's own rate is reported apart, as `tokenize_job`).
 
 Where the time goes: the main process's shares (waiting for the loader, tensors from the
 loader's arrays, storing results, commits: HDF5 writes included), timed around those calls in
-the same run; the workers' (reading, tokenising, packing), timed in a second pass over the same
+the same run; the workers' (reading, tokenising or reading tokens, packing), timed in a second pass over the same
 shard in one process, as frames/s of one worker.
 
 With --one-layer, also the same job with 1-layer models (real attention, little else): the
@@ -31,12 +33,13 @@ from pathlib import Path
 import esm as fair_esm
 import torch
 from reads import GENOMES, write_reads
-from stages import ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas
+from stages import ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas, tokenize_into
 
 from workflow_lib import demo_models, embed, h5store, loader, resume
 from workflow_lib.loader import ShardBatches, ShardIndex
 from workflow_lib.models import dnabert
 from workflow_lib.packing import PackedBatch
+from workflow_lib.stored_tokens import StoredTokens
 from workflow_lib.threads import use_threads
 from workflow_lib.tokens import ESMTokens
 
@@ -100,9 +103,12 @@ def tokenizers(models: dict) -> dict:
     }
 
 
-def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads: int, workers: int) -> dict:
+def job(
+    model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads: int, workers: int, stored=None
+) -> dict:
     """The production job with the stand-in model (with the checkpoint's own model when `tokens`
-    is None); its figures and the main process's shares."""
+    is None), reading the tokenize job's file `stored` if given; its figures and the main
+    process's shares."""
     settings = embed_settings(model, checkpoint, num_workers=workers, progress_seconds=600)
     use_threads(threads)
     main = {
@@ -117,7 +123,7 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
         embed.build_embedder = lambda settings, device, dtype: FreeEmbedder(tokens, WIDTH[model])
     try:
         with Timers().patched(main) as timers:
-            stats = embed_into(shard, output, settings)
+            stats = embed_into(shard, output, settings, stored)
     finally:
         embed.build_embedder = original
     seconds = stats["seconds"]
@@ -140,10 +146,13 @@ def job(model: str, shard: Path, checkpoint: Path, tokens, output: Path, threads
     }
 
 
-def worker_shares(shard: Path, tokens, budget: int) -> dict:
-    """One worker's work on the whole shard, in this process: seconds and frames/s of each step."""
+def worker_shares(shard: Path, tokens, budget: int, stored=None) -> dict:
+    """One worker's work on the whole shard, in this process: seconds and frames/s of each step
+    (reading the tokenize job's file `stored` instead of tokenising, if given)."""
     loader.init_worker(0)  # one thread, as in a worker (the tokenizer would use every core here)
     index = ShardIndex.read(shard)
+    if stored is not None:
+        stored = StoredTokens(stored, index.blocks.size)
     steps = {
         "read": (loader.ShardBlocks, "read"),
         "pack (greedy_batches, pack)": (loader, "pack"),
@@ -151,14 +160,23 @@ def worker_shares(shard: Path, tokens, budget: int) -> dict:
     }
     with Timers().patched(steps) as timers:
         timed_tokens = timers.wrap("tokenise", tokens)
+        timed_stored = stored and timers.wrap("read the stored tokens", stored)
         start = time.perf_counter()
-        for _ in ShardBatches(index, timed_tokens, budget):
+        for _ in ShardBatches(index, timed_tokens, budget, stored=timed_stored):
             pass
         total = time.perf_counter() - start
     timers.seconds["pack (greedy_batches, pack)"] += timers.seconds.pop("greedy_batches")
     frames = len(index)
     shares = {name: {"seconds": round(s, 2), "frames_per_s": round(frames / s)} for name, s in timers.seconds.items()}
     return {"one_worker_frames_per_s": round(frames / total), "seconds": round(total, 2), "steps": shares}
+
+
+def tokenized(shard: Path, checkpoint: Path, output: Path) -> tuple[Path, dict]:
+    """The tokenize job on the shard: its file and its rate."""
+    start = time.perf_counter()
+    n_tokens = tokenize_into(shard, checkpoint, output)
+    seconds = time.perf_counter() - start
+    return output, {"tokens": n_tokens, "seconds": round(seconds, 2), "tokens_per_s": round(n_tokens / seconds)}
 
 
 def one_layer_model(model: str, folder: Path) -> Path:
@@ -199,14 +217,18 @@ def main() -> None:
                 raise SystemExit(f"the reads gave {len(lines) // 2} frames, fewer than {args.frames}")
             shard = tmp / f"{model}.{SUFFIX[model]}"
             shard.write_bytes(b"\n".join(lines[: 2 * args.frames]) + b"\n")
-            figures = job(model, shard, models[model], encoders[model], tmp / f"{model}.h5", args.threads, args.workers)
+            figures, stored = {}, None
+            if model == "dnabert":  # as the workflow runs it: tokenised by the tokenize job first
+                stored, figures["tokenize_job"] = tokenized(shard, models[model], tmp / "tokens.h5")
+            run = (tmp / f"{model}.h5", args.threads, args.workers, stored)
+            figures |= job(model, shard, models[model], encoders[model], *run)
             budget = embed_settings(model, models[model]).token_budget
-            figures["worker"] = worker_shares(shard, encoders[model], budget)
+            figures["worker"] = worker_shares(shard, encoders[model], budget, stored)
             if args.one_layer:
                 small = one_layer_model(model, tmp / "models")
-                figures["one_layer_model"] = job(
-                    model, shard, small, None, tmp / "small.h5", args.threads, args.workers
-                )
+                if stored is not None:  # its own tokenizer
+                    stored, _ = tokenized(shard, small, tmp / "small_tokens.h5")
+                figures["one_layer_model"] = job(model, shard, small, None, tmp / "small.h5", *run[1:3], stored)
                 figures["one_layer_model"]["config"] = ONE_LAYER[model]
             result[model] = figures
             print(json.dumps({model: figures}), flush=True)

@@ -109,11 +109,18 @@ def embed_settings(model: str, checkpoint, **settings):
     return EmbedSettings(**values)
 
 
-def embed_into(shard: Path, output: Path, settings) -> dict:
-    """The embed stage, its figures JSON beside the HDF5 output."""
+def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) -> dict:
+    """The embed stage, its figures JSON beside the HDF5 output; `tokens`: the tokenize stage's file."""
     from workflow_lib.embed import embed_shard
 
-    return embed_shard(shard, output, Path(output).with_suffix(".json"), settings)
+    return embed_shard(shard, output, Path(output).with_suffix(".json"), settings, tokens)
+
+
+def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
+    """The tokenize stage (DNABERT-S) on one shard's nucleotides, with a model check of its files."""
+    from workflow_lib.stored_tokens import tokenize_shard
+
+    return tokenize_shard(str(checkpoint), None, model_check("dnabert", str(checkpoint)), shard, output)
 
 
 def train_settings(**settings):

@@ -247,6 +247,25 @@ def shard_fasta(wildcards, input):
     )
 
 
+def nucleotide_shard(wildcards, input):
+    return shard_fasta_of(input.shards, int(wildcards.shard), FASTA_SUFFIX["dnabert"])
+
+
+def stored_tokens(wildcards):
+    """The DNABERT-S embed job's tokens, made by the tokenize job (none for ESM-2)."""
+    if wildcards.model != "dnabert":
+        return []
+    return expand(
+        rules.tokenize.output.tokens, sample=wildcards.sample, shard=wildcards.shard
+    )
+
+
+def tokenize_runtime(wildcards):
+    """Minutes: 2, plus the shard's tokens (its ESM-2 count: about as many) at 500,000 a second (a
+    core tokenises 2.25 M), whatever the sample's size."""
+    return int(2 + planned_shard(wildcards)["tokens"] / 500_000 / 60 + 0.999)
+
+
 def embed_args(wildcards):
     """What the embeddings depend on. Settings that cannot change them (token budget, loader,
     commits, progress) are resources of the embed rule instead (see `runtime`).
@@ -267,21 +286,25 @@ def embed_args(wildcards):
     )
 
 
-def planned_shard(wildcards, input):
-    """The embed job's shard: its frames and ESM-2 tokens, from the sample's shards table."""
-    return read_shards(input.shard_table)[int(wildcards.shard)]
+def planned_shard(wildcards):
+    """The job's shard: its frames and ESM-2 tokens, from the sample's shards table. Not from the
+    job's input: Snakemake defers a resource that reads its input until every input exists, and
+    the DNABERT-S embed job's tokens do not before its tokenize job (a dry run would show <TBD>).
+    """
+    table = expand(rules.prepare.output.shard_table, sample=wildcards.sample)[0]
+    return read_shards(table)[int(wildcards.shard)]
 
 
-def embed_gpus(wildcards, input):
+def embed_gpus(wildcards):
     """One GPU, or none for a shard with no frames."""
-    return 1 if planned_shard(wildcards, input)["frames"] else 0
+    return 1 if planned_shard(wildcards)["frames"] else 0
 
 
-def embed_runtime(wildcards, input):
+def embed_runtime(wildcards):
     """Minutes: 10 to start, plus 1.5 times the shard's ESM-2 tokens at the assumed rate of this
     model on this device (embedding.assumed_tokens_per_s), whatever the sample's size.
     """
-    shard = planned_shard(wildcards, input)
+    shard = planned_shard(wildcards)
     rates = config["embedding"]["assumed_tokens_per_s"][wildcards.model]
     cpu = config["embedding"]["device"] == "cpu" or not shard["frames"]
     return int(

@@ -1,9 +1,47 @@
+# A shard's DNABERT-S tokens, made once in a CPU job: the BPE tokenizer was the DNABERT-S embed
+# job's host limit (docs/performance.md), whose loader workers now only read them. Temp: removed
+# once the shard's DNABERT-S embeddings exist.
+rule tokenize:
+    input:
+        shards=rules.prepare.output.shards,
+        shard_table=rules.prepare.output.shard_table,
+        models=model_files(),
+        check=ancient(MODEL_CHECK),
+    output:
+        tokens=temp("results/{sample}/tokens/shard_{shard}.h5"),
+    log:
+        "logs/tokenize/{sample}/{shard}.log",
+    benchmark:
+        "results/benchmarks/tokenize/{sample}/{shard}.tsv"
+    priority: embed_priority
+    conda:
+        "../envs/embed.yaml"
+    threads: 1
+    # one block of records and its tokens at a time, whatever the shard's size
+    resources:
+        mem_mb=2000,
+        runtime=tokenize_runtime,
+    params:
+        logged=RUN_LOGGED,
+        script=script("tokenize_shard"),
+        fasta=nucleotide_shard,
+        settings=cli(
+            checkpoint=config["models"]["dnabert"]["checkpoint"],
+            cache_dir=config["models"]["cache_dir"],
+        ),
+        env=offline_env(),
+    shell:
+        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} "
+        "--model-check {input.check:q} --input {params.fasta:q} --output {output.tokens:q}"
+
+
 rule embed:
     input:
         shards=rules.prepare.output.shards,
         shard_table=rules.prepare.output.shard_table,
         models=model_files(),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
+        tokens=stored_tokens,
     output:
         embeddings=embeddings_path(
             "results/{sample}/embeddings/{model}/shard_{shard}.h5"
@@ -36,6 +74,7 @@ rule embed:
         logged=RUN_LOGGED,
         script=script("embed"),
         fasta=shard_fasta,
+        tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
         settings=embed_args,
         env=offline_env(),
     shell:
@@ -47,7 +86,7 @@ rule embed:
         "--commit-seconds {resources.commit_seconds} "
         "--expandable-segments {resources.expandable_segments} "
         "--progress-seconds {resources.progress_seconds} --model-check {input.check:q} "
-        "--input {params.fasta:q} --output {output.embeddings:q} --figures {output.figures:q}"
+        "--input {params.fasta:q} {params.tokens} --output {output.embeddings:q} --figures {output.figures:q}"
 
 
 # A shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings: false its

@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="fair-esm name or .pt path; Hugging Face id or directory")
     parser.add_argument("--layer", type=int, help="ESM-2 only (left out: the last layer)")
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
+    parser.add_argument("--tokens", help="DNABERT-S: the shard's tokens from the tokenize job (else tokenised here)")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument(
         "--figures", required=True, help="JSON file to write the job's figures to (HDF5 attributes, frames)"
@@ -81,7 +82,7 @@ def main() -> None:
         known_checksums(args.model_check, args.model),
         args.progress_seconds,
     )
-    embed_shard(args.input, args.output, args.figures, settings)
+    embed_shard(args.input, args.output, args.figures, settings, args.tokens)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -22,7 +23,7 @@ import pytest
 import torch
 from helpers import ROOT, alive
 from reads import write_reads
-from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into
+from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into, tokenize_into
 
 import workflow_lib.loader
 from workflow_lib.device_feed import DeviceFeed
@@ -31,7 +32,8 @@ from workflow_lib.errors import InputError
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import esm
 from workflow_lib.packing import greedy_batches, pack
-from workflow_lib.tokens import ESMTokens
+from workflow_lib.stored_tokens import StoredTokens
+from workflow_lib.tokens import DNABERTTokens, ESMTokens
 
 CPU = torch.device("cpu")
 GENOMES = ROOT / "resources" / "genomes"
@@ -103,6 +105,29 @@ def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_pat
     assert workers[0] == alone[0] == list(ShardIndex.read(path).ids)
     assert np.array_equal(workers[1], alone[1])
     assert workers[2]["num_workers"] == 3 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
+
+
+def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_models, tmp_path, monkeypatch):
+    """The tokenize job's file holds, block by block, what the DNABERT-S tokenizer gives; the embed
+    job reading it (loader workers too) writes the same embeddings to the bit; a tokens file of
+    another shard is refused."""
+    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 13)
+    path, tokens_path = shard / "shard_0.fna", tmp_path / "tokens.h5"
+    n_tokens = tokenize_into(path, demo_models["dnabert"], tokens_path)
+    index = ShardIndex.read(path)
+    tokenizer = DNABERTTokens(Path(demo_models["dnabert"]) / "tokenizer.json")
+    stored = StoredTokens(tokens_path, index.blocks.size)
+    assert len(index.blocks) > 2
+    for b in range(len(index.blocks)):
+        assert all(np.array_equal(s, t) for s, t in zip(stored(b), tokenizer(index.blocks.read(b)), strict=True))
+    settings = embed_settings("dnabert", demo_models["dnabert"], token_budget=500, num_workers=2)
+    embed_into(path, tmp_path / "tokenised.h5", settings)
+    stats = embed_into(path, tmp_path / "read.h5", settings, tokens_path)
+    assert stats["n_tokens"] == n_tokens
+    with h5py.File(tmp_path / "tokenised.h5") as a, h5py.File(tmp_path / "read.h5") as b:
+        assert np.array_equal(a["embeddings"][()], b["embeddings"][()])
+    with pytest.raises(InputError, match="tokens of another shard or tokenizer than .*shard_1.fna; delete it"):
+        embed_into(shard / "shard_1.fna", tmp_path / "other.h5", settings, tokens_path)
 
 
 def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_path, monkeypatch):

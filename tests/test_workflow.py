@@ -240,9 +240,11 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
     dry = subprocess.run(slurm + ["--profile", str(ROOT / "profiles" / "slurm")], capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr[-3000:]
     jobs = [job for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr) if job.startswith("embed:")]
-    assert len(jobs) == 4 and all("<TBD>" not in re.search(r"resources: .*", job).group() for job in jobs)
+    assert len(jobs) == 4
     for job in jobs:
         assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
+        # decided before the job's inputs all exist (a DNABERT-S job's tokens come from its tokenize
+        # job); only Snakemake's own disk_mb, from the input sizes, waits for them
         assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]

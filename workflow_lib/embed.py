@@ -31,6 +31,7 @@ from .models import embedding_model, varlen
 from .packing import PackedBatch
 from .progress import Progress
 from .resume import Commits
+from .stored_tokens import StoredTokens
 from .tables import write_json
 
 log = logging.getLogger("workflow")
@@ -195,16 +196,22 @@ class Meter:
 
 
 def embed_shard(
-    input_path: str | Path, output_path: str | Path, figures_path: str | Path, settings: EmbedSettings
+    input_path: str | Path,
+    output_path: str | Path,
+    figures_path: str | Path,
+    settings: EmbedSettings,
+    tokens_path: str | Path | None = None,
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
-    A SIGTERM at any moment ends the job through its normal exits (its status says so)."""
+    `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
+    instead of tokenising. A SIGTERM at any moment ends the job through its normal exits (its
+    status says so)."""
     with sigterm_exits():
-        return _embed_shard(input_path, output_path, figures_path, settings)
+        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path)
 
 
-def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings) -> dict:
+def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings, tokens_path) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
     index = ShardIndex.read(input_path)
@@ -231,6 +238,7 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings)
         os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )
     digests = checkpoint_digests(settings)
+    stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
     load_seconds = time.monotonic() - loading
 
     # what the job holds per frame (the IDs stay in the shard file): 6 bytes with `committed`
@@ -245,7 +253,7 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings)
         if committed.any():
             log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
         feed = DeviceFeed(embedder, device)
-        dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed)
+        dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
         meter = run_batches(index, dataset, feed, commits, writer, written, row_tokens, workers, settings)
         check_complete(input_path, index, written)
         stats = {

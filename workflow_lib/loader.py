@@ -136,7 +136,8 @@ def _not_a_shard(path: Path) -> InputError:
 
 class ShardBatches(IterableDataset):
     """Packed batches of a shard. With several workers, worker w takes blocks w, w + W, ...;
-    `encode` turns a block's sequences (bytes) into their models' token arrays, BOS/EOS included.
+    `encode` turns a block's sequences (bytes) into their models' token arrays, BOS/EOS included,
+    unless `stored` gives block b's arrays itself (stored_tokens.StoredTokens: tokenised beforehand).
 
     Batches whose rows are all `done` (committed by an interrupted run) are left out; the others
     are the same batches as in a run from zero, so their results are the same to the bit."""
@@ -147,8 +148,9 @@ class ShardBatches(IterableDataset):
         encode: Callable[[list[bytes]], list[np.ndarray]],
         token_budget: int,
         done: np.ndarray | None = None,
+        stored: Callable[[int], list[np.ndarray]] | None = None,
     ):
-        self.blocks, self.encode, self.token_budget = index.blocks, encode, token_budget
+        self.blocks, self.encode, self.token_budget, self.stored = index.blocks, encode, token_budget, stored
         self.done = np.zeros(len(index), dtype=bool) if done is None else done
 
     def __iter__(self) -> Iterator[PackedBatch]:
@@ -159,7 +161,7 @@ class ShardBatches(IterableDataset):
             done = self.done[first : first + self.blocks.size]
             if done.all():
                 continue
-            encoded = self.encode(self.blocks.read(b))
+            encoded = self.stored(b) if self.stored else self.encode(self.blocks.read(b))
             lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             for batch in greedy_batches(lengths, self.token_budget):
                 if not done[batch].all():

@@ -1,0 +1,31 @@
+"""Tokenise one shard's nucleotides for DNABERT-S, for its embed job to read instead of tokenising."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workflow_lib.check_models import known_checksums
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import setup_logging
+from workflow_lib.stored_tokens import tokenize_shard
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="DNABERT-S: Hugging Face id or directory")
+    parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
+    parser.add_argument(
+        "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
+    )
+    parser.add_argument("--input", required=True, help="the shard's nucleotide FASTA from prepare")
+    parser.add_argument("--output", required=True, help="the tokens file to write (HDF5)")
+    args = parser.parse_args()
+    setup_logging()
+    known = known_checksums(args.model_check, "dnabert")
+    tokenize_shard(args.checkpoint, args.cache_dir, known, args.input, args.output)
+
+
+if __name__ == "__main__":
+    run_cli(main)
