@@ -159,12 +159,9 @@ def sample_input(wildcards):
     return samples.loc[wildcards.sample, "path"]
 
 
-def model_files():
+def model_files(models=MODELS):
     """Local model checkpoints (files or directories) as inputs, so that the workflow can build them."""
-    checkpoints = (
-        config["models"]["esm"]["checkpoint"],
-        config["models"]["dnabert"]["checkpoint"],
-    )
+    checkpoints = (config["models"][model]["checkpoint"] for model in models)
     return [c for c in checkpoints if is_local(c)]
 
 

@@ -5,7 +5,7 @@ rule tokenize:
     input:
         shards=rules.prepare.output.shards,
         shard_table=rules.prepare.output.shard_table,
-        models=model_files(),
+        models=model_files(["dnabert"]),
         check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/{sample}/tokens/shard_{shard}.h5"),

@@ -177,9 +177,9 @@ def call(
                     r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
                 )  # fmt: skip
                 by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
-            for sid in table["sequence_id"]:  # input order
-                if sid in by_record:
-                    yield sid.encode(), by_record[sid]
+            listed = table["sequence_id"]
+            for sid in listed[listed.isin(by_record.keys())]:  # input order
+                yield sid.encode(), by_record[sid]
 
     with (
         tsv_writer(outputs.sequences, SEQUENCES) as write,

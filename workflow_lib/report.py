@@ -109,22 +109,26 @@ class SequenceStats(NamedTuple):
     calls: Counter  # sequences per call
     top: pd.DataFrame  # the `top` highest-scoring sequences with a scored chunk
     shown: pd.DataFrame  # the `rows` highest-scoring sequences, scored or not (the HTML table)
+    picked: pd.DataFrame  # the rows of the sequences asked for by ID, in table order
 
     @property
     def total(self) -> int:
         return sum(self.calls.values())
 
 
-def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int) -> SequenceStats:
+def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> SequenceStats:
+    """`ids`: sequences whose rows to keep as well (`picked`)."""
     scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
-    empty = None
+    empty, picked = None, []
     for block in blocks:
         empty = block.head(0)
         scores.add(block["max_score_virus"].dropna())
         calls.update(block["call"].value_counts().to_dict())
         best.add(block[block["n_chunks_scored"] > 0])
         shown.add(block)
-    return SequenceStats(scores, calls, *(t.rows if t.rows is not None else empty for t in (best, shown)))
+        picked.append(block[block["sequence_id"].isin(ids)])
+    kept = (t.rows if t.rows is not None else empty for t in (best, shown))
+    return SequenceStats(scores, calls, *kept, pd.concat(picked) if picked else empty)
 
 
 def plot_scores(frame_scores: Histogram, sequence_scores: Histogram, path: str | Path) -> None:
@@ -221,14 +225,6 @@ def plot_top_sequences(
     figure.supxlabel(f"position in the sequence ({unit}); viral regions shaded", fontsize=9)
     figure.supylabel("chunk virus score", fontsize=9)
     save(figure, path)
-
-
-def plot_tracks(tables: SampleTables, top: pd.DataFrame, path: str | Path, empty: str) -> None:
-    """The score tracks of the sequences `top` (rows of the sequences table), from the sample's tables."""
-    ids = set(top["sequence_id"])
-    chunks = rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"])
-    regions = rows_of(tables.regions, ids, ["sequence_id", "start", "end"])
-    plot_top_sequences(top, chunks, chunk_positions(tables.prepared_frames, ids), regions, path, empty)
 
 
 class InputStats(NamedTuple):
@@ -439,13 +435,20 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, top
     frame_scores = Histogram(SCORE_BINS)
     for block in read_chunks(tables.frames, ["score_virus"]):
         frame_scores.add(block["score_virus"])
-    sequences = sequence_stats(read_chunks(tables.sequences), top, rows)
+    strongest = strongest_regions(tables.regions, top)
+    sequences = sequence_stats(read_chunks(tables.sequences), top, rows, set(strongest))
     plot_scores(frame_scores, sequences.scores, figures.scores)
     plot_calls(sequences.calls, figures.calls)
-    plot_tracks(tables, sequences.top, figures.top_sequences, "no sequence has a scored chunk")
-    strongest = strongest_regions(tables.regions, top)
-    records = rows_of(tables.sequences, set(strongest)).set_index("sequence_id").loc[strongest].reset_index()
-    plot_tracks(tables, records, figures.top_regions, "no viral region inside a record")
+    # the chunks, positions and regions of both track figures' sequences, each table read once
+    ids = set(sequences.top["sequence_id"]) | set(strongest)
+    tracks = (
+        rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
+        chunk_positions(tables.prepared_frames, ids),
+        rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    )
+    plot_top_sequences(sequences.top, *tracks, figures.top_sequences)
+    records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
+    plot_top_sequences(records, *tracks, figures.top_regions, "no viral region inside a record")
     shown = sequences.shown
     html_table(
         shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
