@@ -78,7 +78,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     for key in ("fill", "tokens_per_s", "loader_wait_s", "peak_memory_bytes", "attention", "num_workers"):
         assert key in attrs
     assert attrs["precision"] == "fp32" and attrs["checkpoint"] == str(demo_models[model])
-    assert attrs["attention"] == "sdpa by sequence length" and stats["batches"] > 1
+    assert attrs["attention"] == "per-sequence sdpa" and stats["batches"] > 1
     versions = json.loads(attrs["versions"])  # the software and device that made the embeddings
     assert versions["python"] == platform.python_version() and versions["torch"] == torch.__version__
     for package in ("fair-esm", "numpy", "h5py", "tokenizers"):
