@@ -4,11 +4,16 @@ for the conftest.py there); fixtures live in conftest.py."""
 
 import bz2
 import gzip
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+import h5py
+import numpy as np
+import pandas as pd
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +23,92 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # stages.py: the stages outside the workflow, as tests run them
 
 from workflow_lib.seqio import read_records  # noqa: E402 - after the path insert
+
+# How far the floats of two runs of the same frames may lie apart (another sharding, a rerun, a
+# resumed job). Packing moves float32 rounding: torch splits GELU over threads where the batch's size
+# says (1.2e-7 in DNABERT-S embeddings; a trained classifier amplified such rounding to 6.2e-6 in
+# scores). And on this project's 2-core development VM, 3 of about 8 full test runs had one ESM-2 job
+# whose first batch came out 1.1e-5 to 2.0e-5 off in its later sequences, never reproduced in 450
+# other jobs (docs/design.md). A frame scored against another frame's features is ~0.1 off.
+EMBEDDING_TOLERANCE, SCORE_TOLERANCE = 1e-4, 1e-3
+
+
+def run_results(workdir: Path) -> dict[str, Path]:
+    """The files of a run's results/ that its inputs and config decide: not the benchmarks, the run
+    summary, the throughput plot and the embed jobs' figures (run times), nor the model check (model
+    files' paths and times)."""
+    results = workdir / "results"
+
+    def decided(path: Path) -> bool:
+        parts = set(path.relative_to(results).parts)
+        if "embeddings" in parts:
+            return path.suffix == ".h5"
+        return path.name not in {"run_summary.json", "throughput.png"} and not {"benchmarks", "checks"} & parts
+
+    return {str(p.relative_to(results)): p for p in sorted(results.rglob("*")) if p.is_file() and decided(p)}
+
+
+def assert_same_results(a: Path, b: Path) -> None:
+    """Two runs of the same inputs and config wrote the same results: the same files; the same
+    bytes where no float is written; tables, JSON, arrays and the classifier equal but for floats
+    within SCORE_TOLERANCE, embeddings within EMBEDDING_TOLERANCE; figures and pages present (their
+    pixels and digits follow the floats)."""
+    left, right = run_results(a), run_results(b)
+    assert left.keys() == right.keys()
+    for name, path in left.items():
+        other = right[name]
+        if path.suffix in (".png", ".html"):
+            continue
+        if path.suffix == ".h5":
+            with h5py.File(path) as x, h5py.File(other) as y:
+                assert x["ids"][()].tolist() == y["ids"][()].tolist(), name
+                assert np.abs(x["embeddings"][()] - y["embeddings"][()]).max(initial=0) <= EMBEDDING_TOLERANCE, name
+        elif path.suffix in (".tsv", ".txt", ".csv"):
+            x, y = (pd.read_csv(p, sep="\t", na_values=["NA"], keep_default_na=False) for p in (path, other))
+            assert list(x.columns) == list(y.columns) and len(x) == len(y), name
+            for column in x.columns:
+                if x[column].dtype.kind == "f":
+                    close = np.allclose(x[column], y[column], rtol=0, atol=SCORE_TOLERANCE, equal_nan=True)
+                    assert close, (name, column)
+                else:
+                    assert x[column].tolist() == y[column].tolist(), (name, column)
+        elif path.suffix == ".json":
+            _assert_close(json.loads(path.read_text()), json.loads(other.read_text()), name)
+        elif path.suffix in (".npz", ".pt"):
+            load = np.load if path.suffix == ".npz" else lambda p: torch.load(p, weights_only=True)
+            _assert_close(_plain(load(path)), _plain(load(other)), name)
+        else:
+            assert path.read_bytes() == other.read_bytes(), name
+
+
+def _plain(value):
+    """Arrays and tensors as nested lists, an npz file as a dict: what _assert_close compares."""
+    if isinstance(value, (np.lib.npyio.NpzFile, dict)):
+        return {k: _plain(value[k]) for k in value}
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return np.asarray(value).tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _assert_close(x, y, where: str) -> None:
+    """Equal but for floats within SCORE_TOLERANCE. The SHA-256 of a file the run wrote (the trained
+    classifier, under results/) follows that file's floats, so it is not compared."""
+    if isinstance(x, dict):
+        assert isinstance(y, dict) and x.keys() == y.keys(), where
+        written = str(x.get("path", "")).startswith("results/")
+        for key in x:
+            if not (key == "sha256" and written):
+                _assert_close(x[key], y[key], f"{where}: {key}")
+    elif isinstance(x, list):
+        assert isinstance(y, list) and len(x) == len(y), where
+        for u, v in zip(x, y):
+            _assert_close(u, v, where)
+    elif isinstance(x, float):
+        assert abs(x - y) <= SCORE_TOLERANCE, where
+    else:
+        assert x == y, where
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:

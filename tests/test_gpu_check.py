@@ -42,7 +42,7 @@ def test_equivalence_part(tmp_path):
         runs = figures["esm"][shape]["runs"]
         assert set(runs) == {f"{p}, rotary in {r}" for p in ("fp16", "bf16") for r in ("model dtype", "float32")}
         for run in runs.values():
-            assert run["min_cosine"] > 0.999 and run["attention"] == "per-sequence sdpa"
+            assert run["min_cosine"] > 0.999 and run["attention"] == "sdpa by sequence length"
             assert set(run["edge"]) == {"1 residue", "1022 residues", "1100 residues", "X/B/Z/U/O", "<mask>"}
     assert figures["dnabert"]["max_tokens"] > 512  # past DNABERT-S's ALiBi starting size
     assert all(run["min_cosine"] > 0.999 for run in figures["dnabert"]["runs"].values())

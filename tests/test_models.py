@@ -256,7 +256,7 @@ def test_fused_kernels_are_checked_against_float32_before_use(fresh_kernel_choic
         assert (name, kernel) == ("flex_attention", varlen._flex)
     if importlib.util.find_spec("torch.nn.attention.varlen"):
         assert "attention: torch varlen_attn does not run here" in caplog.text
-    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "per-sequence sdpa"  # what CPU forwards use
+    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "sdpa by sequence length"  # what CPU forwards use
 
 
 def test_a_wrong_or_failing_kernel_is_not_used(fresh_kernel_choice, caplog):
@@ -292,12 +292,13 @@ def test_out_of_memory_in_the_check_is_reported_and_nothing_is_kept(fresh_kernel
     assert len(calls) == 2
 
 
-@pytest.mark.parametrize("kernel", ["per-sequence", "padded", "flex"])
+@pytest.mark.parametrize("kernel", ["per-sequence", "by length", "padded", "flex"])
 def test_every_attention_kernel_reproduces_the_public_dnabert_s_code(kernel, monkeypatch):
     """The tiny DNABERT-S fixture's reference vectors (public model code) through each kernel the
     embed job may run, ALiBi included: the fused kernel of CUDA runs here in its eager form."""
     kernels = {
         "per-sequence": varlen.per_sequence_attention,
+        "by length": varlen.grouped_attention,
         "padded": varlen.padded_attention,
         "flex": varlen._flex,
     }

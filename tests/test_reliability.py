@@ -1,5 +1,5 @@
 """Interrupted and repeated runs of the whole workflow: an embed job killed mid-shard is retried
-by the profile and resumes from its last commit; the same inputs and config give the same bytes."""
+by the profile and resumes from its last commit; the same inputs and config give the same results."""
 
 import os
 import shutil
@@ -10,10 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-import h5py
-import numpy as np
 import pytest
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, write_config
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, write_config
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from reads import write_reads  # noqa: E402
@@ -24,7 +22,7 @@ KILLED = "results/reads/embeddings/esm/shard_0.h5"  # the embed job that the fau
 def setup(workdir: Path) -> Path:
     """A virus and another genome to train on, and 4,000 sampled reads: a shard of ~1,600 frames,
     committed after every batch, so that a kill lands mid-shard. Paths are relative to the
-    working directory, so that two runs can be compared byte for byte."""
+    working directory, so that two runs can be compared file for file."""
     workdir.mkdir()
     shutil.copy(GENOMES / "phiX174.fasta", workdir / "phix.fa")
     shutil.copy(GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta", workdir / "plasmid.fa")
@@ -85,41 +83,13 @@ def runs(tmp_path_factory):
     return first, second, killed_run, result, killed
 
 
-def outputs(workdir: Path) -> dict[str, bytes]:
-    """Every result file but those that hold run times (benchmarks, the embeddings with their
-    figures, the run summary and its throughput plot) and the model check (it records the model
-    files' paths and modification times). Embeddings are compared by `same_embeddings`."""
-    results = workdir / "results"
-    timed = {"run_summary.json", "throughput.png"}
-    return {
-        str(p.relative_to(results)): p.read_bytes()
-        for p in sorted(results.rglob("*"))
-        if p.is_file() and p.name not in timed and not {"benchmarks", "checks", "embeddings"} & set(p.parts)
-    }
-
-
-def embeddings(workdir: Path) -> dict[str, tuple[list, np.ndarray]]:
-    found = {}
-    for path in sorted((workdir / "results").glob("*/embeddings/*/*.h5")):
-        with h5py.File(path) as h5:
-            found[str(path.relative_to(workdir))] = (h5["ids"][()].tolist(), h5["embeddings"][()])
-    return found
-
-
-def same_embeddings(a: Path, b: Path) -> bool:
-    left, right = embeddings(a), embeddings(b)
-    return left.keys() == right.keys() and all(
-        left[k][0] == right[k][0] and np.array_equal(left[k][1], right[k][1]) for k in left
-    )
-
-
 @pytest.mark.slow
-def test_same_inputs_and_config_give_byte_identical_results(runs):
+def test_same_inputs_and_config_give_the_same_results(runs):
     first, second, *_ = runs
-    assert outputs(first) == outputs(second)
+    assert_same_results(first, second)
     expected = {"reads/sequences.tsv", "reads/frames.tsv", "train/classifier.pt", "reads/manifest.json"}
-    assert expected | {"reads/report/scores.png", "train/roc.png"} <= outputs(first).keys()
-    assert same_embeddings(first, second)
+    expected |= {"reads/report/scores.png", "train/roc.png", "reads/embeddings/esm/shard_0.h5"}
+    assert expected <= run_results(first).keys()
 
 
 @pytest.mark.slow
@@ -131,7 +101,7 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
     log = (killed_run / "logs" / "embed" / "reads" / "esm_0.log").read_text()
     committed, total = (int(n) for n in log.split("resuming: ")[1].split(" frames")[0].split(" of "))
     assert 10 <= committed < total
-    assert outputs(killed_run) == outputs(first) and same_embeddings(killed_run, first)
+    assert_same_results(killed_run, first)
     assert not list(killed_run.rglob(".*.parts"))
 
 

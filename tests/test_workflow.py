@@ -10,7 +10,18 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_fasta, read_tsv, write_config, write_inputs
+from helpers import (
+    EMBEDDING_TOLERANCE,
+    ENV,
+    ROOT,
+    SAMPLES,
+    SCORE_TOLERANCE,
+    SNAKEMAKE,
+    read_fasta,
+    read_tsv,
+    write_config,
+    write_inputs,
+)
 
 from workflow_lib import h5store
 from workflow_lib.models import classifier
@@ -336,20 +347,11 @@ def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.nda
     return embeddings
 
 
-# How far float32 rounding may move results between batchings (docs/design.md). No kernel, CPU or
-# GPU, is invariant to a batch's size: torch splits an elementwise op (GELU) over threads at element
-# counts that vary with the batch, the two sides of a split rounding differently (2.4e-7 in DNABERT-S
-# embeddings, none on one thread), and the CPU's attention by length blocks by group size (1e-6); a
-# trained classifier amplified that to 6.2e-6 in one test run's scores and 9e-8 in another's. A
-# frame scored against another frame's features would be ~0.1 off.
-EMBEDDING_TOLERANCE, SCORE_TOLERANCE = 1e-5, 1e-4
-
-
 @pytest.mark.slow
 def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     """The same samples and classifier in one shard each and in shards of 4,000 tokens (up to 4 a
-    sample): the same frames, embeddings and frame and chunk scores equal but for float32 rounding,
-    and the same calls."""
+    sample): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
+    (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls."""
     workdir, _ = workflow_run
     plan = read_plan(workdir / "results" / "plan" / "shards.tsv")
     assert max(map(len, plan.values())) >= 3

@@ -1,9 +1,10 @@
 """Attention over packed rows (varlen): each sequence of a row attends only to itself.
 
 Kernels, by device and precision:
-- CPU: one scaled_dot_product_attention per sequence, so that a sequence's embedding does not
-  depend on the batch it lands in (no padded shape reaches a kernel; docs/design.md says why not
-  one call per sequence length).
+- CPU: one scaled_dot_product_attention per sequence length, the sequences of that length
+  stacked [G, H, L, dh] (frames of one chunk length mostly share theirs), so that a sequence's
+  embedding does not depend on the batch it lands in: no padding reaches a kernel, and each
+  sequence's scores are its own rows of the same computation.
 - CUDA in half precision: the first fused kernel that passes a check against a float32
   per-sequence reference on this device: flash-attn's varlen kernel when it is installed (it
   also applies ALiBi slopes), PyTorch's own `varlen_attn` (torch >= 2.10, no ALiBi), or
@@ -45,6 +46,7 @@ class Layout:
         self.gather = (starts[:, None] + j[None, :]).clamp(max=n_tokens - 1)  # token of each slot
         self.scatter = self.seq * max_len + self.pos  # slot of each token
         self._block_mask = None
+        self._by_length = None
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
@@ -58,6 +60,15 @@ class Layout:
             )
         sums = torch.zeros(self.n_seqs, x.shape[1], dtype=torch.float64, device=x.device).index_add_(0, self.seq, x)
         return (sums / counts.clamp(min=1)[:, None]).float()
+
+    def by_length(self) -> list[tuple[int, int, int]]:
+        """(L, first token, G) for each run of G consecutive sequences of length L, computed once.
+        A packed batch is sorted by length (packing.greedy_batches), so a length is one run."""
+        if self._by_length is None:
+            lengths, counts = torch.unique_consecutive(self.lengths.cpu(), return_counts=True)
+            firsts = torch.cat((torch.zeros(1, dtype=torch.long), (lengths * counts).cumsum(0)[:-1]))
+            self._by_length = list(zip(lengths.tolist(), firsts.tolist(), counts.tolist()))
+        return self._by_length
 
     def block_mask(self):
         """FlexAttention's BlockMask of the row padded to FLEX_BLOCK: a token sees the tokens of its
@@ -109,6 +120,18 @@ def per_sequence_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None 
         qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [H, L, dh]
         bias = None if slopes is None else alibi_bias(slopes, end - start, q.dtype)
         out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(0, 1)
+    return out
+
+
+def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """per_sequence_attention with the sequences of one length in one call; q, k, v: [T, H, dh]."""
+    out = torch.empty_like(q)
+    for length, first, g in layout.by_length():
+        run = slice(first, first + g * length)
+        qs, ks, vs = (t[run].unflatten(0, (g, length)).transpose(1, 2) for t in (q, k, v))  # [G, H, L, dh], views
+        # ALiBi broadcast over G: as fast as a bias laid out per sequence, without its copy
+        bias = None if slopes is None else alibi_bias(slopes, length, q.dtype).expand(g, -1, -1, -1)
+        out[run] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(1, 2).flatten(0, 1)
     return out
 
 
@@ -192,7 +215,7 @@ def candidates(alibi: bool) -> list[tuple[str, object]]:
 
 
 PADDED = ("padded sdpa", None)
-PER_SEQUENCE = ("per-sequence sdpa", per_sequence_attention)
+GROUPED = ("sdpa by sequence length", grouped_attention)
 MIN_COSINE = 0.999  # against float32: what a correct half-precision kernel reaches with room to spare
 _chosen: dict[tuple, tuple[str, object]] = {}
 _named: dict[tuple, tuple[str, object]] = {}  # the last choice per device, dtype and ALiBi: kernel_name's
@@ -240,7 +263,7 @@ def fused_kernel(q: torch.Tensor, alibi: bool, found: list[tuple[str, object]] |
 
 def _kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
     if not q.is_cuda:
-        return PER_SEQUENCE
+        return GROUPED
     if q.dtype in (torch.float16, torch.bfloat16):
         return fused_kernel(q, alibi)
     return PADDED
@@ -249,7 +272,7 @@ def _kernel(q: torch.Tensor, alibi: bool) -> tuple[str, object]:
 def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
     """The attention kernel that forwards on this device and dtype use (after the first forward)."""
     if device.type != "cuda":
-        return PER_SEQUENCE[0]
+        return GROUPED[0]
     return _named.get((str(device), dtype, alibi), PADDED)[0]
 
 
@@ -258,7 +281,7 @@ def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> to
     A fused kernel that fails later (a compile for a new shape) gives way to the padded path for
     the rest of the job instead of ending it; running out of memory is the caller's to handle."""
     name, kernel = _kernel(q, slopes is not None)
-    if kernel is None or (name, kernel) == PER_SEQUENCE:
+    if kernel is None or (name, kernel) == GROUPED:
         return (kernel or padded_attention)(q, k, v, layout, slopes)
     try:
         return kernel(q, k, v, layout, slopes)
