@@ -1,4 +1,4 @@
-"""This workflow used as a Snakemake module by a host workflow in another folder, as the README shows:
+"""This workflow used as a Snakemake module by a host workflow in another folder, as docs/module.md shows:
 the demo run through it, with a chimera record whose inserted phage must come out as a viral region."""
 
 import subprocess
