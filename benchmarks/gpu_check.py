@@ -2,7 +2,7 @@
 writing one JSON of figures. On the GPU machine (no network; fair-esm, snakemake and biopython
 come as wheels from benchmarks/gpu_wheels.py), from the repository root:
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
     python3 benchmarks/gpu_check.py --part equivalence --out $OUT/equivalence.json   # ~3 min on an H100
     python3 benchmarks/gpu_check.py --part model --out $OUT/model.json
     python3 benchmarks/gpu_check.py --part speed --out $OUT/speed.json

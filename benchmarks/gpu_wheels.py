@@ -5,7 +5,7 @@ environment, less the packages the machine's image already has. Run here (with t
 
     .venv/bin/python benchmarks/gpu_wheels.py .whl
     # there:
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 """
 
 import argparse

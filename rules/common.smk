@@ -13,7 +13,8 @@ from snakemake.utils import validate
 # The checkout's root, from this file: workflow.basedir is the host workflow's folder when another
 # workflow uses this one as a module.
 ROOT = str(Path(str(workflow.current_basedir)).parent)
-sys.path.insert(0, ROOT)  # workflow_lib, from a checkout without installing
+# workflow_lib, from a checkout without installing (jobs: scripts/run_logged.sh)
+sys.path.insert(0, ROOT)
 
 from workflow_lib.config_check import (
     check_config,

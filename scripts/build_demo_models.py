@@ -1,10 +1,7 @@
 """Build the tiny seeded demo models (ESM-2 checkpoint, DNABERT-S directory) in their real formats."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.demo_models import build
 from workflow_lib.errors import run_cli

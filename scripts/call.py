@@ -2,10 +2,7 @@
 (table and FASTA), manifest."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.call import CallFiles, call
 from workflow_lib.errors import run_cli

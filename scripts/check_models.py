@@ -1,10 +1,6 @@
 """Check the configured models before any embedding job: ESM-2 layer, sizes, classifier input size."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.check_models import check_models
 from workflow_lib.errors import run_cli

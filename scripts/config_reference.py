@@ -2,10 +2,7 @@
 config-reference markers), or print it."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.config_reference import markdown, update_readme
 

@@ -1,10 +1,6 @@
 """Embed one shard FASTA with ESM-2 (proteins, .faa) or DNABERT-S (nucleotides, .fna) into HDF5."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.check_models import known_checksums
 from workflow_lib.embed import PRECISIONS, EmbedSettings, embed_shard

@@ -4,10 +4,6 @@ jobs then load them from there with no network. FAIR_ESM_URL and HF_ENDPOINT cho
 import argparse
 import logging
 import re
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.fetch_models import fetch_models

@@ -1,10 +1,6 @@
 """Write the report's overview of all samples (HTML) and their counts (TSV) from their run summaries."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.report import overview

@@ -1,10 +1,7 @@
 """Draw a sample's report figures (PNG) and its table of top-scoring sequences (HTML)."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.report import SampleFigures, SampleTables, sample_report

@@ -1,10 +1,6 @@
 """Draw the trained classifier's validation ROC curve (PNG) and its metrics table (HTML)."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.report import training_report

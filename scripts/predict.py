@@ -1,10 +1,7 @@
 """A sample's frames and chunks tables and scoring JSON, from its shards' scores files."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.predict import ScoreFiles, write_tables

@@ -1,10 +1,7 @@
 """Validate, chunk and six-frame translate one input file into shards of at most --shard-tokens ESM-2 tokens."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.prepare import Policy, PreparedFiles, prepare

@@ -4,6 +4,9 @@
 # its warnings. Neither then hides in a log file.
 log=$1
 shift
+# The scripts import workflow_lib from this checkout in any environment (a conda env of --sdm conda
+# has it not installed).
+export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 if "$@" >"$log" 2>&1; then
     grep -h ' WARNING ' "$log" >&2 || true
 else

@@ -1,10 +1,7 @@
 """Score one shard's frames with the classifier, from its DNABERT-S and ESM-2 embeddings."""
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import add_progress_argument, setup_logging

@@ -3,10 +3,6 @@ figures per shard) as JSON."""
 
 import argparse
 import json
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.summarize import summarize

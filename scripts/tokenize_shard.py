@@ -1,10 +1,6 @@
 """Tokenise one shard's nucleotides for DNABERT-S, for its embed job to read instead of tokenising."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.check_models import known_checksums
 from workflow_lib.errors import run_cli

@@ -1,10 +1,6 @@
 """Train VirNucPro's classifier on the embeddings of samples labelled 'virus' or 'other'."""
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import add_progress_argument, setup_logging
