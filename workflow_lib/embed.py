@@ -218,9 +218,8 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
     # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
     device = select_device(settings.device) if len(index) else torch.device("cpu")
     precision = select_precision(settings.precision, device)
-    dtype = PRECISIONS[precision]
     loading = time.monotonic()
-    embedder = build_embedder(settings, device, dtype)
+    embedder = build_embedder(settings, device, PRECISIONS[precision])
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
     workers = min(settings.num_workers, len(index.blocks)) if len(index.blocks) > 1 else 0
     log.info(
@@ -241,129 +240,135 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
     stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
     load_seconds = time.monotonic() - loading
 
-    # what the job holds per frame (the IDs stay in the shard file): 6 bytes with `committed`
-    row_tokens = np.zeros(len(index), dtype=np.int32)
-    written = np.zeros(len(index), dtype=np.uint8)  # times each row was written
     fingerprint = _fingerprint(settings, index, digests, precision, device)
-    commits = Commits(output_path, fingerprint, settings.commit_seconds)
-    commits.open()
-    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
-        committed = commits.replay(writer.write, row_tokens)
-        written[committed] = 1
-        if committed.any():
-            log.info("resuming: %d of %d frames were committed by an interrupted run", committed.sum(), len(index))
+    rows = ShardRows(index, Commits(output_path, fingerprint, settings.commit_seconds))
+    rows.commits.open()
+    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=rows.commits.scratch) as writer:
+        rows.writer = writer
+        committed = rows.resume()
         feed = DeviceFeed(embedder, device)
         dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
-        meter = run_batches(index, dataset, feed, commits, writer, written, row_tokens, workers, settings)
-        check_complete(input_path, index, written)
+        meter = run_batches(dataset, feed, rows, workers, settings)
+        check_complete(input_path, index, rows.written)
         stats = {
-            "model": settings.model,
-            "checkpoint": settings.checkpoint,
-            "layer": int(embedder.layer),
-            "dim": int(embedder.dim),
-            "precision": precision,
-            "pooling": embedder.pooling,
-            "n_tokens": int(row_tokens.sum()),
-            "workflow_version": __version__,
-            "checkpoint_sha256": json.dumps(digests, sort_keys=True),
-            "device": str(device),
-            "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+            **_attributes(settings, embedder, device, precision, digests),
+            "n_tokens": int(rows.tokens.sum()),
             "load_seconds": round(load_seconds, 3),
             **meter.figures(feed),
-            "token_budget": settings.token_budget,
             "num_workers": workers,
-            "prefetch_factor": settings.prefetch_factor,
             "resumed_frames": int(committed.sum()),
-            "versions": json.dumps(versions(device)),
         }
         writer.attrs = stats
-    stats = {**stats, "storage": settings.storage}
-    write_json({**stats, "frames": len(index)}, figures_path)
-    commits.remove()
+    write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
+    rows.commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
-    return stats
+    return {**stats, "storage": settings.storage}
 
 
-def run_batches(
-    index: ShardIndex,
-    dataset: ShardBatches,
-    feed: DeviceFeed,
-    commits: Commits,
-    writer: h5store.Writer,
-    written: np.ndarray,
-    row_tokens: np.ndarray,
-    workers: int,
-    settings: EmbedSettings,
-) -> "Meter":
-    """Embed every batch of `dataset` (the shard of `index`) into `writer` (counting each row's
-    writes in `written` and its tokens in `row_tokens`), each batch checked finite; what the
-    writer holds is written and committed when a commit is due or the writer is full. A SIGTERM
-    or Ctrl-C commits what is done and leaves. Returns the meter."""
-    committed = dataset.done
-    done = int(committed.sum())
-    progress = Progress(log, "frames", total=len(written), interval=settings.progress_seconds, done_before=done)
-    meter = Meter()  # embedding only: loading the model is load_seconds
+def _attributes(settings: EmbedSettings, embedder, device: torch.device, precision: str, digests: dict) -> dict:
+    """What made the embeddings, for the HDF5 attributes (the job's figures join them)."""
+    return {
+        "model": settings.model,
+        "checkpoint": settings.checkpoint,
+        "layer": int(embedder.layer),
+        "dim": int(embedder.dim),
+        "precision": precision,
+        "pooling": embedder.pooling,
+        "workflow_version": __version__,
+        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
+        "device": str(device),
+        "attention": varlen.kernel_name(device, PRECISIONS[precision], embedder.alibi),
+        "token_budget": settings.token_budget,
+        "prefetch_factor": settings.prefetch_factor,
+        "versions": json.dumps(versions(device)),
+    }
 
-    def commit():
+
+class ShardRows:
+    """Where a shard's embedded rows go: checked finite, into the HDF5 writer, counted (each row
+    must be written exactly once: `written`; its tokens: `tokens`), and committed for a killed job
+    to resume from. What the job holds per frame is these 6 bytes (the IDs stay in the shard file)."""
+
+    def __init__(self, index: ShardIndex, commits: Commits):
+        self.index, self.commits, self.writer = index, commits, None
+        self.tokens = np.zeros(len(index), dtype=np.int32)
+        self.written = np.zeros(len(index), dtype=np.uint8)
+        self.committed = np.zeros(len(index), dtype=bool)
+        self.done = 0
+
+    def resume(self) -> np.ndarray:
+        """Replay an interrupted run's commits into the writer; the rows they hold."""
+        self.committed = self.commits.replay(self.writer.write, self.tokens)
+        self.written[self.committed] = 1
+        self.done = int(self.committed.sum())
+        if self.done:
+            log.info("resuming: %d of %d frames were committed by an interrupted run", self.done, len(self.index))
+        return self.committed
+
+    def store(self, results) -> None:
+        for rows, pooled in results:
+            rows, values = np.asarray(rows), np.asarray(pooled)
+            fresh = ~self.committed[rows]  # a batch split after running out of memory may be partly committed
+            if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
+                rows, values = rows[fresh], values[fresh]
+            with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
+                stored = values.astype(self.writer.dtype, copy=False)
+            check_finite(self.index.path, self.index.ids, rows, values, stored, self.writer.storage)
+            self.writer.put(rows, stored)
+            self.written[rows] += 1
+            self.done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
+
+    def commit(self) -> None:
         # SIGTERM is held back until the commit is written: raised inside it, rows taken from the
         # writer would reach neither the commit log nor the final commit
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
-            rows, values = writer.flush()
-            commits.commit(rows, values, row_tokens[rows])
+            rows, values = self.writer.flush()
+            self.commits.commit(rows, values, self.tokens[rows])
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
+
+def run_batches(dataset: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
+    """Embed every batch of `dataset` into `rows`, the GPU computing one batch while the host sends
+    the next; what the writer holds is committed when a commit is due or the writer is full. A
+    SIGTERM or Ctrl-C commits what is done and leaves. Returns the meter."""
+    total = len(rows.written)
+    progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
+    meter = Meter()  # embedding only: loading the model is load_seconds
     with open_loader(dataset, workers, settings.prefetch_factor) as batches:
 
-        def next_batch():
+        def send():
             waited = time.monotonic()
             batch = next(batches, None)
             meter.loader_wait += time.monotonic() - waited
             if batch is None:
                 return None
-            row_tokens[batch.rows] = np.diff(batch.cu_seqlens)
-            return batch.tensors(pin=feed.cuda)
-
-        def store(results):
-            nonlocal done
-            for rows, pooled in results:
-                rows, values = np.asarray(rows), np.asarray(pooled)
-                fresh = ~committed[rows]  # a batch split after running out of memory may be partly committed
-                if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
-                    rows, values = rows[fresh], values[fresh]
-                with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
-                    stored = values.astype(writer.dtype, copy=False)
-                check_finite(index.path, index.ids, rows, values, stored, writer.storage)
-                writer.put(rows, stored)
-                written[rows] += 1
-                done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
+            rows.tokens[batch.rows] = np.diff(batch.cu_seqlens)
+            return feed.send(batch.tensors(pin=feed.cuda))
 
         try:
-            batch = next_batch()
-            sent = feed.send(batch) if batch is not None else None
+            sent = send()
             while sent is not None:
                 meter.add(sent[0])
                 results = feed.compute(*sent)
-                # the GPU runs this batch's kernels while the host fetches and sends the next one
-                first = next(results, None)
-                batch = next_batch()
-                sent = feed.send(batch) if batch is not None else None
-                store([first] if first is not None else [])
-                store(results)
-                if commits.due() or writer.full():
-                    commit()
+                first = next(results, None)  # the GPU runs this batch while the host sends the next
+                sent = send()
+                rows.store([first] if first is not None else [])
+                rows.store(results)
+                if rows.commits.due() or rows.writer.full():
+                    rows.commit()
                 if progress.due():
-                    log.info(progress.line(done, meter.summary(feed, queue_depth(batches))))
-            store(feed.flush())
-            commit()
+                    log.info(progress.line(rows.done, meter.summary(feed, queue_depth(batches))))
+            rows.store(feed.flush())
+            rows.commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
-            commit()
+            rows.commit()
             log.warning(
-                "stopped after %d of %d frames; they are committed: run the job again to resume", done, len(written)
+                "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
             )
             raise
-    log.info(progress.line(done, meter.summary(feed)))
+    log.info(progress.line(rows.done, meter.summary(feed)))
     return meter
 
 
