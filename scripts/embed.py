@@ -62,23 +62,26 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
-    settings = EmbedSettings(
-        args.model,
-        args.checkpoint,
-        args.layer,
-        args.device,
-        args.precision,
-        args.storage,
-        args.token_budget,
-        args.cache_dir,
-        default_num_workers(args.threads) if args.num_workers == "auto" else args.num_workers,
-        args.prefetch_factor,
-        args.expandable_segments,
-        args.commit_seconds,
-        known_checksums(args.model_check, args.model),
-        args.progress_seconds,
+    embed_shard(args.input, args.output, args.figures, settings(args), args.tokens)
+
+
+def settings(args: argparse.Namespace) -> EmbedSettings:
+    return EmbedSettings(
+        model=args.model,
+        checkpoint=args.checkpoint,
+        layer=args.layer,
+        device=args.device,
+        precision=args.precision,
+        storage=args.storage,
+        token_budget=args.token_budget,
+        cache_dir=args.cache_dir,
+        num_workers=default_num_workers(args.threads) if args.num_workers == "auto" else args.num_workers,
+        prefetch_factor=args.prefetch_factor,
+        expandable_segments=args.expandable_segments,
+        commit_seconds=args.commit_seconds,
+        known_checksums=known_checksums(args.model_check, args.model),
+        progress_seconds=args.progress_seconds,
     )
-    embed_shard(args.input, args.output, args.figures, settings, args.tokens)
 
 
 if __name__ == "__main__":

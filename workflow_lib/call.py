@@ -137,6 +137,38 @@ def write_pieces(input_path: str | Path, wanted: Iterator[tuple[bytes, list[Piec
         )
 
 
+def count(table: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Counter) -> None:
+    """Add a block of the sequences table and its regions to the calls and totals of the manifest."""
+    counts.update(table["call"].value_counts().to_dict())
+    viral = table[table["call"] == "virus"]
+    totals.update(
+        records=len(table),
+        chunks=int(table["n_chunks"].sum()),
+        chunks_scored=int(table["n_chunks_scored"].sum()),
+        viral_chunks=int(table["n_viral_chunks"].sum()),
+        viral_bases=int(viral["length"].sum()),  # of the records called virus
+        regions=len(found),
+        region_bases=int(found["length"].sum()),
+    )
+
+
+def fasta_pieces(table: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta) -> dict[str, list[Piece]]:
+    """{record: the pieces of it to write}: the whole record to the viral FASTA when it is called
+    virus, each of its regions to the regions FASTA, with their headers' suffixes."""
+    viral = table[table["call"] == "virus"]
+    by_record = {}
+    for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
+        suffix = b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
+        by_record[sid] = [(viral_fasta, None, suffix, None, None)]
+    for r in found.itertuples(index=False):
+        name = b"%s|region_%d" % (r.sequence_id.encode(), r.region)
+        suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
+            r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
+        )  # fmt: skip
+        by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
+    return by_record
+
+
 def call(
     prepared_sequences: str | Path,
     chunks_path: str | Path,
@@ -156,27 +188,8 @@ def call(
         for table, found in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS):
             write(table)
             write_regions(found)
-            counts.update(table["call"].value_counts().to_dict())
-            viral = table[table["call"] == "virus"]
-            totals.update(
-                records=len(table),
-                chunks=int(table["n_chunks"].sum()),
-                chunks_scored=int(table["n_chunks_scored"].sum()),
-                viral_chunks=int(table["n_viral_chunks"].sum()),
-                viral_bases=int(viral["length"].sum()),  # of the records called virus
-                regions=len(found),
-                region_bases=int(found["length"].sum()),
-            )
-            by_record = {}
-            for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
-                suffix = b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
-                by_record[sid] = [(viral_fasta, None, suffix, None, None)]
-            for r in found.itertuples(index=False):
-                name = b"%s|region_%d" % (r.sequence_id.encode(), r.region)
-                suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
-                    r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
-                )  # fmt: skip
-                by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
+            count(table, found, counts, totals)
+            by_record = fasta_pieces(table, found, viral_fasta, regions_fasta)
             listed = table["sequence_id"]
             for sid in listed[listed.isin(by_record.keys())]:  # input order
                 yield sid.encode(), by_record[sid]

@@ -344,6 +344,28 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS])
 
 
+def made_by(run: dict) -> dict:
+    """{what: its value} of what made a sample's results, from its run summary: models, classifier,
+    precision and device, settings and versions."""
+    checkpoints, config, shards = run["checkpoints"], run["config"], run["embedding_shards"]
+    versions = {
+        f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
+        for v in run["versions"]["embed"].values()
+    }
+    return {
+        "ESM-2": f"{checkpoints['esm']['checkpoint']}, layer {checkpoints['esm']['layer']}",
+        "DNABERT-S": checkpoints["dnabert"]["checkpoint"],
+        "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
+        "precision, device, attention": ", ".join(
+            sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})
+        ),
+        "chunk_length": config["chunk_length"],
+        "predict.min_viral_fraction": config["predict"]["min_viral_fraction"],
+        "workflow version": run["workflow_version"],
+        "torch, fair-esm, CUDA, device": ", ".join(sorted(versions)),
+    }
+
+
 def overview(summaries: list[str | Path], path: str | Path, table: str | Path, recorded: str | Path) -> None:
     """One page across all samples, from their run summaries (what made the results, not the
     config at hand): a banner when the demo models made them, a row per sample (records, bases,
@@ -358,28 +380,7 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     )
     made_with = {}
     for run in runs:
-        checkpoints, config = run["checkpoints"], run["config"]
-        shards = run["embedding_shards"]
-        values = {
-            "ESM-2": f"{checkpoints['esm']['checkpoint']}, layer {checkpoints['esm']['layer']}",
-            "DNABERT-S": checkpoints["dnabert"]["checkpoint"],
-            "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
-            "precision, device, attention": ", ".join(
-                sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})
-            ),
-            "chunk_length": config["chunk_length"],
-            "predict.min_viral_fraction": config["predict"]["min_viral_fraction"],
-            "workflow version": run["workflow_version"],
-            "torch, fair-esm, CUDA, device": ", ".join(
-                sorted(
-                    {
-                        f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
-                        for v in run["versions"]["embed"].values()
-                    }
-                )
-            ),
-        }
-        for key, value in values.items():
+        for key, value in made_by(run).items():
             made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
     demo = sorted(
         {

@@ -202,6 +202,22 @@ class Fit:
     history: dict
 
 
+def _epoch(model, optimizer, data: tuple[torch.Tensor, torch.Tensor], batches, weight, on_step) -> float:
+    """One epoch of SGD over `batches` (row indices of the features and labels in `data`); its mean
+    training loss. `on_step(share of the epoch done)` after every batch."""
+    (x, y), total, seen = data, 0.0, 0
+    model.train()
+    for step, batch in enumerate(batches, 1):
+        if len(batch) >= 2:  # BatchNorm needs two rows in training mode
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
+            loss.backward()
+            optimizer.step()
+            total, seen = total + loss.item() * len(batch), seen + len(batch)
+        on_step(step / len(batches))
+    return total / max(seen, 1)
+
+
 def fit(
     model: classifier.MLPClassifier,
     training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -220,25 +236,18 @@ def fit(
     history = {"train_loss": [], "validation_loss": []}
     # Checked after every batch: the first line comes after one interval even when epochs are long.
     progress, status = Progress(log, "epochs", total=settings.epochs, interval=progress_seconds), "epoch 1 running"
-    starts = range(0, len(rows), settings.batch_size)
     for epoch in range(1, settings.epochs + 1):
-        model.train()
-        permutation = torch.randperm(len(rows), generator=generator)
-        total, seen = 0.0, 0
-        for step, start in enumerate(starts, 1):
-            batch = rows[permutation[start : start + settings.batch_size]]
-            if len(batch) >= 2:  # BatchNorm needs two rows in training mode
-                optimizer.zero_grad()
-                loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
-                loss.backward()
-                optimizer.step()
-                total, seen = total + loss.item() * len(batch), seen + len(batch)
-            progress.update(epoch - 1 + step / len(starts), status)
+        batches = rows[torch.randperm(len(rows), generator=generator)].split(settings.batch_size)
+
+        def step(done: float, epoch: int = epoch, status: str = status) -> None:
+            progress.update(epoch - 1 + done, status)
+
+        train_loss = _epoch(model, optimizer, (x, y), batches, weight, step)
         scheduler.step()
         model.eval()
         with torch.no_grad():
             loss = float(F.cross_entropy(model(x_val), y_val, weight=weight))
-        history["train_loss"].append(total / max(seen, 1))
+        history["train_loss"].append(train_loss)
         history["validation_loss"].append(loss)
         if loss < best_loss:
             best_loss, best_epoch, stale = loss, epoch, 0

@@ -143,6 +143,16 @@ def six_frames(
     n_from = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
     n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
+    proteins, nucleotides = _cut(buf, (fwd, forward_table), (rev, reverse_table), reverse, p_from, p_to, n_from, n_to)
+    if ambiguous == "drop" and any_ambiguous:
+        proteins = [p.replace(_DROPPED, b"") for p in proteins]
+    return Frames(chunk, frame, proteins, nucleotides)
+
+
+def _cut(buf: bytes, forward, reverse_codons, reverse, p_from, p_to, n_from, n_to) -> tuple[list, list]:
+    """Each kept frame's protein (codon indices p_from:p_to, stride 3, translated by its strand's
+    table) and nucleotides (buf[n_from:n_to], reversed and complemented on the reverse strand)."""
+    (fwd, forward_table), (rev, reverse_table) = forward, reverse_codons
     proteins, nucleotides = [], []
     for is_reverse, p0, p1, n0, n1 in zip(
         reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist()
@@ -153,9 +163,7 @@ def six_frames(
         else:
             proteins.append(fwd[p0:p1:3].tobytes().translate(forward_table))
             nucleotides.append(buf[n0:n1])
-    if ambiguous == "drop" and any_ambiguous:
-        proteins = [p.replace(_DROPPED, b"") for p in proteins]
-    return Frames(chunk, frame, proteins, nucleotides)
+    return proteins, nucleotides
 
 
 def _reduce_in_frames(
