@@ -52,6 +52,9 @@ rule embed:
     benchmark:
         "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
     priority: embed_priority
+    # the one job retried (a preemption, a lost node): it resumes from its last commit; any other
+    # job's failure would only repeat
+    retries: 2
     conda:
         "../envs/embed.yaml"
     threads: embed_threads
@@ -106,7 +109,6 @@ rule score:
     benchmark:
         "results/benchmarks/score/{sample}/{shard}.tsv"
     priority: PRIORITY["score"]
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     threads: 1

@@ -29,7 +29,6 @@ rule check_models:
         MODEL_CHECK,
     log:
         "logs/check_models.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     localrule: True
     conda:
         "../envs/embed.yaml"
@@ -51,7 +50,6 @@ rule build_demo_models:
         dnabert=directory("resources/demo_models/dnabert_s_demo"),
     log:
         "logs/build_demo_models.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     localrule: True
     conda:
         "../envs/embed.yaml"

@@ -28,7 +28,6 @@ rule predict:
         "logs/predict/{sample}.log",
     benchmark:
         "results/benchmarks/predict/{sample}.tsv"
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -69,7 +68,6 @@ rule call:
         manifest="results/{sample}/manifest.json",
     log:
         "logs/call/{sample}.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     threads: 1

@@ -10,7 +10,6 @@ rule prepare:
         "logs/prepare/{sample}.log",
     benchmark:
         "results/benchmarks/prepare/{sample}.tsv"
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     threads: 1

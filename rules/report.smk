@@ -23,7 +23,6 @@ rule summarize:
         ),
     log:
         "logs/summarize/{sample}.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     group:
         SAMPLE_REPORT_GROUP
     conda:
@@ -111,7 +110,6 @@ rule plot_sample:
         ),
     log:
         "logs/plot_sample/{sample}.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     group:
         SAMPLE_REPORT_GROUP
     conda:
@@ -153,7 +151,6 @@ rule overview:
         recorded=RECORDED,
     log:
         "logs/overview.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     # the run summaries only: a few kB a sample
@@ -188,7 +185,6 @@ rule plot_training:
         ),
     log:
         "logs/plot_training.log",
-    retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
     conda:
         "../envs/cpu.yaml"
     # one metrics.json: its size does not grow with the input

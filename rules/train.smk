@@ -12,7 +12,6 @@ if LABELLED:
             "logs/train.log",
         benchmark:
             "results/benchmarks/train.tsv"
-        retries: 0  # deterministic: a failure would fail again (only embed jobs are retried)
         conda:
             "../envs/cpu.yaml"
         threads: 1

@@ -41,7 +41,7 @@ def setup(workdir: Path) -> Path:
 
 
 def snakemake(workdir: Path) -> subprocess.CompletedProcess:
-    """The workflow with its local profile (profiles/local, which retries a failed job once)."""
+    """The workflow with its local profile (the embed rule retries a failed job)."""
     command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
     command += ["--profile", str(ROOT / "profiles" / "local")]
     return subprocess.run(command, capture_output=True, text=True, env=ENV)

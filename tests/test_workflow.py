@@ -115,7 +115,7 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
 @pytest.mark.slow
 def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
-    even under a profile that retries (profiles/local)."""
+    (only embed jobs are retried), also under a profile (profiles/local)."""
     write_inputs(tmp_path)
     torch.manual_seed(0)
     # DNABERT-S 768 + ESM-2 3B 2560
