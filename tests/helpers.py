@@ -28,7 +28,7 @@ from workflow_lib.seqio import read_records  # noqa: E402 - after the path inser
 # resumed job). Packing moves float32 rounding: torch splits GELU over threads where the batch's size
 # says (1.2e-7 in DNABERT-S embeddings; a trained classifier amplified such rounding to 6.2e-6 in
 # scores). And on this project's 2-core development VM, 3 of about 8 full test runs had one ESM-2 job
-# whose first batch came out 1.1e-5 to 2.0e-5 off in its later sequences, never reproduced in 450
+# whose first batch came out 1.1e-5 to 2.0e-5 off in its later sequences, never reproduced in about 350
 # other jobs (docs/design.md). A frame scored against another frame's features is ~0.1 off.
 EMBEDDING_TOLERANCE, SCORE_TOLERANCE = 1e-4, 1e-3
 

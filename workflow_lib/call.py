@@ -137,10 +137,10 @@ def write_pieces(input_path: str | Path, wanted: Iterator[tuple[bytes, list[Piec
         )
 
 
-def count(table: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Counter) -> None:
-    """Add a block of the sequences table and its regions to the calls and totals of the manifest."""
+def count(table: pd.DataFrame, viral: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Counter) -> None:
+    """Add a block of the sequences table (`viral`: its rows called virus) and its regions to the
+    calls and totals of the manifest."""
     counts.update(table["call"].value_counts().to_dict())
-    viral = table[table["call"] == "virus"]
     totals.update(
         records=len(table),
         chunks=int(table["n_chunks"].sum()),
@@ -152,10 +152,9 @@ def count(table: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Cou
     )
 
 
-def fasta_pieces(table: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta) -> dict[str, list[Piece]]:
-    """{record: the pieces of it to write}: the whole record to the viral FASTA when it is called
-    virus, each of its regions to the regions FASTA, with their headers' suffixes."""
-    viral = table[table["call"] == "virus"]
+def fasta_pieces(viral: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta) -> dict[str, list[Piece]]:
+    """{record: the pieces of it to write}: each record called virus (the rows `viral`) whole to the
+    viral FASTA, each region to the regions FASTA, with their headers' suffixes."""
     by_record = {}
     for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
         suffix = b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
@@ -188,8 +187,9 @@ def call(
         for table, found in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS):
             write(table)
             write_regions(found)
-            count(table, found, counts, totals)
-            by_record = fasta_pieces(table, found, viral_fasta, regions_fasta)
+            viral = table[table["call"] == "virus"]
+            count(table, viral, found, counts, totals)
+            by_record = fasta_pieces(viral, found, viral_fasta, regions_fasta)
             listed = table["sequence_id"]
             for sid in listed[listed.isin(by_record.keys())]:  # input order
                 yield sid.encode(), by_record[sid]

@@ -240,11 +240,10 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
     stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
     load_seconds = time.monotonic() - loading
 
-    fingerprint = _fingerprint(settings, index, digests, precision, device)
-    rows = ShardRows(index, Commits(output_path, fingerprint, settings.commit_seconds))
-    rows.commits.open()
-    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=rows.commits.scratch) as writer:
-        rows.writer = writer
+    commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
+    commits.open()
+    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
+        rows = ShardRows(index, commits, writer)
         committed = rows.resume()
         feed = DeviceFeed(embedder, device)
         dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
@@ -260,7 +259,7 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
         }
         writer.attrs = stats
     write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
-    rows.commits.remove()
+    commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
     return {**stats, "storage": settings.storage}
 
@@ -289,8 +288,8 @@ class ShardRows:
     must be written exactly once: `written`; its tokens: `tokens`), and committed for a killed job
     to resume from. What the job holds per frame is these 6 bytes (the IDs stay in the shard file)."""
 
-    def __init__(self, index: ShardIndex, commits: Commits):
-        self.index, self.commits, self.writer = index, commits, None
+    def __init__(self, index: ShardIndex, commits: Commits, writer: h5store.Writer):
+        self.index, self.commits, self.writer = index, commits, writer
         self.tokens = np.zeros(len(index), dtype=np.int32)
         self.written = np.zeros(len(index), dtype=np.uint8)
         self.committed = np.zeros(len(index), dtype=bool)

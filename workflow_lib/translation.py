@@ -143,16 +143,19 @@ def six_frames(
     n_from = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
     n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
-    proteins, nucleotides = _cut(buf, (fwd, forward_table), (rev, reverse_table), reverse, p_from, p_to, n_from, n_to)
+    strands = ((fwd, forward_table), (rev, reverse_table))
+    proteins, nucleotides = _cut(buf, strands, reverse, (p_from, p_to), (n_from, n_to))
     if ambiguous == "drop" and any_ambiguous:
         proteins = [p.replace(_DROPPED, b"") for p in proteins]
     return Frames(chunk, frame, proteins, nucleotides)
 
 
-def _cut(buf: bytes, forward, reverse_codons, reverse, p_from, p_to, n_from, n_to) -> tuple[list, list]:
-    """Each kept frame's protein (codon indices p_from:p_to, stride 3, translated by its strand's
-    table) and nucleotides (buf[n_from:n_to], reversed and complemented on the reverse strand)."""
-    (fwd, forward_table), (rev, reverse_table) = forward, reverse_codons
+def _cut(buf: bytes, strands, reverse: np.ndarray, protein_span, nucleotide_span) -> tuple[list, list]:
+    """Each kept frame's protein (its strand's codon indices p_from:p_to, stride 3, translated by
+    that strand's table; `strands`: (codons, table) forward, then reverse) and nucleotides
+    (buf[n_from:n_to], reversed and complemented on the reverse strand)."""
+    (fwd, forward_table), (rev, reverse_table) = strands
+    (p_from, p_to), (n_from, n_to) = protein_span, nucleotide_span
     proteins, nucleotides = [], []
     for is_reverse, p0, p1, n0, n1 in zip(
         reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist()
