@@ -118,7 +118,8 @@ def main() -> None:
     summarize += ["--benchmark-prepare", str(folder / "benchmark_prepare.tsv")]
     summarize += ["--benchmark-score", str(folder / "benchmark_predict.tsv")]
     summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--output", str(out / "summary.json")]
-    plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s", "--top", "12", "--table-rows", "500"]
+    plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s"]
+    plot += ["--top-sequences", "12", "--table-rows", "500"]
     for name in ("frames", "chunks", "sequences", "prepared_frames", "prepared_sequences"):
         plot += [f"--{name.replace('_', '-')}", str(folder / f"{name}.{'tsv.gz' if 'prepared' in name else 'tsv'}")]
     plot += ["--summary", str(folder / "run_summary.json")]

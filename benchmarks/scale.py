@@ -172,7 +172,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, storage: str) -> dict:
     plot += ["--prepared-frames", prepared / "frames.tsv.gz", "--prepared-sequences", prepared / "sequences.tsv.gz"]
     for name in ("scores", "calls", "top_sequences", "input", "throughput"):
         plot += [f"--{name.replace('_', '-')}-out", out / f"{name}.png"]
-    plot += ["--table-out", out / "table.html", "--top", DEFAULTS["report"]["top_sequences"]]
+    plot += ["--table-out", out / "table.html", "--top-sequences", DEFAULTS["report"]["top_sequences"]]
     plot += ["--table-rows", DEFAULTS["report"]["table_rows"]]
     figures["plot_sample"] = measured(plot)
     return figures

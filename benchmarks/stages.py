@@ -2,8 +2,10 @@
 defaults (from config/schema.yaml) unless given, and a stage's files lie in one directory under
 the names the rules give them."""
 
+import dataclasses
 import functools
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -24,16 +26,11 @@ DEFAULTS = config_defaults()
 ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
 
 
-def policy(**settings):
-    from workflow_lib.prepare import Policy
+def prepare_settings(**settings):
+    """PrepareSettings with the config's defaults unless `settings` give others."""
+    from workflow_lib.settings import PrepareSettings, from_config
 
-    values = {
-        "chunk_length": DEFAULTS["chunk_length"],
-        "ambiguous_codons": DEFAULTS["translation"]["ambiguous_codons"],
-        "min_length": DEFAULTS["input"]["min_length"],
-        "max_ambiguous_fraction": DEFAULTS["input"]["max_ambiguous_fraction"],
-    }
-    return Policy(**(values | settings))
+    return from_config(PrepareSettings, DEFAULTS, **settings)
 
 
 def prepared_files(outdir: Path):
@@ -46,29 +43,25 @@ def prepared_files(outdir: Path):
 
 
 def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
-    """The prepare stage into `outdir`; `settings`: those of its Policy to change."""
+    """The prepare stage into `outdir`; `settings`: those of PrepareSettings to change."""
     from workflow_lib.prepare import prepare
 
-    tokens = shard_tokens or DEFAULTS["shard_tokens"]
-    return prepare(input_path, prepared_files(outdir), policy(**settings), tokens, DEFAULTS["progress_seconds"])
+    tokens = {"shard_tokens": shard_tokens} if shard_tokens else {}
+    return prepare(input_path, prepared_files(outdir), prepare_settings(**settings | tokens))
 
 
 def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
     """scripts/prepare.py into `outdir`, with the config's defaults unless `options` give others."""
     files, options = prepared_files(outdir), tuple(map(str, options))
+    from workflow_lib.settings import cli
+
     given = {option for option in options if option.startswith("--")}
     command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(input_path)]
     command += ["--shards", str(files.shards), "--shard-table", str(files.shard_table)]
     command += ["--frames", str(files.frames), "--sequences", str(files.sequences)]
-    defaults = {
-        "--chunk-length": DEFAULTS["chunk_length"],
-        "--ambiguous-codons": DEFAULTS["translation"]["ambiguous_codons"],
-        "--min-length": DEFAULTS["input"]["min_length"],
-        "--max-ambiguous-fraction": DEFAULTS["input"]["max_ambiguous_fraction"],
-        "--shard-tokens": DEFAULTS["shard_tokens"],
-        "--progress-seconds": DEFAULTS["progress_seconds"],
-    }
-    command += [str(word) for option, value in defaults.items() if option not in given for word in (option, value)]
+    defaults = shlex.split(cli(**dataclasses.asdict(prepare_settings())))
+    for option, value in zip(defaults[::2], defaults[1::2]):
+        command += [] if option in given else [option, value]
     return command + list(options)
 
 
@@ -85,28 +78,13 @@ def model_check(model: str, checkpoint: str, cache_dir: str | None = None) -> di
 
 def embed_settings(model: str, checkpoint, **settings):
     """EmbedSettings with the config's defaults, on the CPU, unless `settings` give others."""
-    from workflow_lib.embed import EmbedSettings
-    from workflow_lib.loader import default_num_workers
+    from workflow_lib.settings import EmbedSettings, from_config
 
-    embedding = DEFAULTS["embedding"]
-    values = {
-        "model": model,
-        "checkpoint": str(checkpoint),
-        "layer": None,
-        "device": "cpu",
-        "precision": embedding["precision"],
-        "storage": embedding["storage"],
-        "token_budget": embedding[f"{model}_token_budget"],
-        "cache_dir": None,
-        "num_workers": default_num_workers(len(os.sched_getaffinity(0))),
-        "prefetch_factor": embedding["prefetch_factor"],
-        "expandable_segments": embedding["expandable_segments"],
-        "commit_seconds": embedding["commit_seconds"],
-        "progress_seconds": DEFAULTS["progress_seconds"],
-    } | settings
+    values = {"checkpoint": str(checkpoint), "layer": None, "cache_dir": None, "device": "cpu"}
+    values |= {"threads": len(os.sched_getaffinity(0))} | settings
     if "known_checksums" not in settings:  # as a run's model check gives every embed job
         values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
-    return EmbedSettings(**values)
+    return from_config(EmbedSettings, DEFAULTS, model=model, **values)
 
 
 def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) -> dict:
@@ -124,45 +102,29 @@ def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
 
 
 def train_settings(**settings):
-    from workflow_lib.train import TrainSettings
+    """TrainSettings with the config's defaults unless `settings` give others."""
+    from workflow_lib.settings import TrainSettings, from_config
 
-    values = {k: v for k, v in DEFAULTS["train"].items() if k != "classifier"}
-    return TrainSettings(**(values | settings))
+    return from_config(TrainSettings, DEFAULTS, **{"threads": 1} | settings)
 
 
 def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) -> list[str]:
     """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
     script's options, `_` for `-`) give others. A model check of this model's files is written
     beside the output, as the check_models job writes it, unless `model_check` names another."""
+    from workflow_lib.settings import cli
     from workflow_lib.tables import write_json
 
-    output, embedding = Path(output), DEFAULTS["embedding"]
-    values = {
-        "model": model,
-        "checkpoint": checkpoint,
-        "input": shard,
-        "output": output,
-        "figures": output.with_suffix(".json"),
-        "model_check": output.with_name(f"{output.stem}.models.json"),
-        "cache_dir": DEFAULTS["models"]["cache_dir"],
-        "device": "cpu",
-        "precision": embedding["precision"],
-        "storage": embedding["storage"],
-        "token_budget": embedding[f"{model}_token_budget"],
-        "threads": len(os.sched_getaffinity(0)),
-        "num_workers": embedding["num_workers"],
-        "prefetch_factor": embedding["prefetch_factor"],
-        "expandable_segments": embedding["expandable_segments"],
-        "commit_seconds": embedding["commit_seconds"],
-        "progress_seconds": DEFAULTS["progress_seconds"],
-    } | options
+    output = Path(output)
+    defaults = embed_settings(model, checkpoint, cache_dir=DEFAULTS["models"]["cache_dir"], known_checksums=None)
+    values = {k: v for k, v in dataclasses.asdict(defaults).items() if k != "known_checksums"}
+    values |= {"num_workers": DEFAULTS["embedding"]["num_workers"], "input": shard, "output": output}
+    values |= {"figures": output.with_suffix(".json"), "model_check": output.with_name(f"{output.stem}.models.json")}
+    values |= options
     if "model_check" not in options and not Path(values["model_check"]).exists():
         files = model_check(model, str(checkpoint), str(values["cache_dir"]))
         write_json({model: {"files": files}}, values["model_check"])
-    command = [sys.executable, str(ROOT / "scripts" / "embed.py")]
-    for key, value in values.items():
-        command += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
-    return command
+    return [sys.executable, str(ROOT / "scripts" / "embed.py"), *shlex.split(cli(**values))]
 
 
 def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:

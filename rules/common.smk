@@ -1,3 +1,5 @@
+import copy
+import functools
 import json
 import os
 import re
@@ -31,6 +33,21 @@ from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import read_plan
 from workflow_lib.scheduler import keep_one_timer
+from workflow_lib.settings import (
+    CallSettings,
+    CheckModelsSettings,
+    EmbedSettings,
+    FetchSettings,
+    PlotSampleSettings,
+    PredictSettings,
+    PrepareSettings,
+    ScoreSettings,
+    TokenizeSettings,
+    TrainSettings,
+    cli,
+    options,
+    tuning_keys,
+)
 from workflow_lib.sharding import FASTA_SUFFIX, read_shards
 from workflow_lib.sharding import shard_fasta as shard_fasta_of
 
@@ -140,20 +157,20 @@ def script(name):
     return f"{ROOT}/scripts/{name}.py"
 
 
-def cli(**options):
-    """The one builder of a script's command-line options, every value quoted for the shell:
-    key_name=value gives --key-name value; a tuple, several values; a list, the option once per
-    item; True/False, true/false; None leaves the option out."""
-    words = []
-    for key, value in options.items():
-        for item in (
-            value if isinstance(value, list) else [] if value is None else [value]
-        ):
-            words.append(f"--{key.replace('_', '-')}")
-            for part in item if isinstance(item, tuple) else (item,):
-                text = str(part).lower() if isinstance(part, bool) else str(part)
-                words.append(shlex.quote(text))
-    return " ".join(words)
+def settings_of(declaration):
+    """params: the stage's declared settings that can change its results, as options from the
+    config. Snakemake compares params: a change reruns the job."""
+    return lambda wildcards: options(
+        declaration, config, results=True, model=wildcards.get("model")
+    )
+
+
+def tuning_of(declaration):
+    """A resource: the stage's declared settings that cannot change its results, as options from
+    the config. Snakemake never compares resources: a change reruns nothing."""
+    return lambda wildcards: options(
+        declaration, config, results=False, model=wildcards.get("model")
+    )
 
 
 def sample_input(wildcards):
@@ -201,29 +218,10 @@ def fetched_classifier():
     return [classifier_file()] if is_url(config["models"]["classifier"]) else []
 
 
-def fetch_models_args(wildcards):
-    models = config["models"]
-    return cli(
-        esm=models["esm"]["checkpoint"],
-        dnabert=models["dnabert"]["checkpoint"],
-        cache_dir=models["cache_dir"],
-        checksum=[f"{name}={sha}" for name, sha in models["checksums"].items()],
-        # not the classifier this workflow trains
-        classifier=models["classifier"] if classifier_to_check() else None,
-    )
-
-
-def check_models_args(wildcards, input):
-    models = config["models"]
-    return cli(
-        esm=models["esm"]["checkpoint"],
-        esm_layer=models["esm"]["layer"],
-        dnabert=models["dnabert"]["checkpoint"],
-        cache_dir=models["cache_dir"],
-        chunk_length=config["chunk_length"],
-        classifier=input.classifier,  # none when this workflow trains it
-        classifier_chunk_length=models["classifier_chunk_length"],
-    )
+def classifier_to_fetch(wildcards):
+    """fetch_models' --classifier: none when this workflow trains it."""
+    classifier = config["models"]["classifier"]
+    return cli(classifier=classifier if classifier_to_check() else None)
 
 
 def offline_env():
@@ -264,26 +262,6 @@ def tokenize_runtime(wildcards):
     return int(2 + planned_shard(wildcards)["tokens"] / 500_000 / 60 + 0.999)
 
 
-def embed_args(wildcards):
-    """What the embeddings depend on. Settings that cannot change them (token budget, loader,
-    commits, progress) are resources of the embed rule instead (see `runtime`).
-    """
-    models = config["models"]
-    return cli(
-        model=wildcards.model,
-        **{
-            "checkpoint": models[wildcards.model]["checkpoint"]
-        },  # a Snakemake keyword as a name
-        layer=models[wildcards.model].get(
-            "layer"
-        ),  # ESM-2's; DNABERT-S embeds with its last
-        device=config["embedding"]["device"],
-        precision=config["embedding"]["precision"],
-        **{"storage": config["embedding"]["storage"]},  # a Snakemake keyword as a name
-        cache_dir=models["cache_dir"],
-    )
-
-
 def planned_shard(wildcards):
     """The job's shard: its frames and ESM-2 tokens, from the sample's shards table. Not from the
     job's input: Snakemake defers a resource that reads its input until every input exists, and
@@ -313,10 +291,6 @@ def embed_runtime(wildcards):
 def embed_priority(wildcards):
     trains = trains_here() and samples.loc[wildcards.sample, "label"] != ""
     return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.shard))
-
-
-def token_budget(wildcards):
-    return config["embedding"][f"{wildcards.model}_token_budget"]
 
 
 def runtime(value):
@@ -436,34 +410,21 @@ def prediction_outputs():
     return expand([*rules.predict.output, *rules.call.output], sample=samples.index)
 
 
-# Settings that cannot change any result: job resources, not params (a change reruns nothing), and
-# not in the run summary's config.
-RUNTIME_SETTINGS = {
-    "progress_seconds": None,
-    "pending_check_seconds": None,
-    "embedding": (
-        "esm_token_budget",
-        "dnabert_token_budget",
-        "num_workers",
-        "prefetch_factor",
-        "commit_seconds",
-        "expandable_segments",
-        "compile_cache_dir",
-        "assumed_tokens_per_s",
-    ),
+# Settings that cannot change any result (a change reruns nothing), left out of the run summary's
+# config: the stages' declared tuning, and what only the rules read.
+RUNTIME_SETTINGS = tuning_keys() | {
+    "pending_check_seconds",
+    "embedding.compile_cache_dir",
+    "embedding.assumed_tokens_per_s",
 }
 
 
 def result_config():
     """The config less RUNTIME_SETTINGS: every setting the results depend on."""
-    kept = {
-        k: v
-        for k, v in config.items()
-        if k not in RUNTIME_SETTINGS or RUNTIME_SETTINGS[k]
-    }
-    for section, keys in RUNTIME_SETTINGS.items():
-        if keys:
-            kept[section] = {k: v for k, v in config[section].items() if k not in keys}
+    kept = copy.deepcopy(config)
+    for key in RUNTIME_SETTINGS:
+        *sections, name = key.split(".")
+        functools.reduce(dict.get, sections, kept).pop(name, None)
     return kept
 
 

@@ -25,10 +25,7 @@ rule tokenize:
         logged=RUN_LOGGED,
         script=script("tokenize_shard"),
         fasta=nucleotide_shard,
-        settings=cli(
-            checkpoint=config["models"]["dnabert"]["checkpoint"],
-            cache_dir=config["models"]["cache_dir"],
-        ),
+        settings=settings_of(TokenizeSettings),
         env=offline_env(),
     shell:
         "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} "
@@ -66,29 +63,20 @@ rule embed:
         gpu=embed_gpus,
         mem_mb=16000,
         runtime=embed_runtime,
-        token_budget=token_budget,
-        progress_seconds=runtime(config["progress_seconds"]),
-        num_workers=runtime(config["embedding"]["num_workers"]),
-        prefetch_factor=runtime(config["embedding"]["prefetch_factor"]),
-        commit_seconds=runtime(config["embedding"]["commit_seconds"]),
-        expandable_segments=runtime(config["embedding"]["expandable_segments"]),
+        tuning=tuning_of(EmbedSettings),
         compile_cache=runtime(compile_cache()),
     params:
         logged=RUN_LOGGED,
         script=script("embed"),
         fasta=shard_fasta,
         tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
-        settings=embed_args,
+        settings=settings_of(EmbedSettings),
         env=offline_env(),
     shell:
         "bash {params.logged:q} {log:q} env {params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
         "TRITON_CACHE_DIR={resources.compile_cache:q}/triton "
-        "python {params.script:q} {params.settings} --threads {threads} "
-        "--token-budget {resources.token_budget} --num-workers {resources.num_workers} "
-        "--prefetch-factor {resources.prefetch_factor} "
-        "--commit-seconds {resources.commit_seconds} "
-        "--expandable-segments {resources.expandable_segments} "
-        "--progress-seconds {resources.progress_seconds} --model-check {input.check:q} "
+        "python {params.script:q} --model {wildcards.model} {params.settings} {resources.tuning} "
+        "--threads {threads} --model-check {input.check:q} "
         "--input {params.fasta:q} {params.tokens} --output {output.embeddings:q} --figures {output.figures:q}"
 
 
@@ -116,7 +104,7 @@ rule score:
     resources:
         mem_mb=2000,
         runtime=by_input(10, 2, ["dnabert", "esm"]),
-        progress_seconds=runtime(config["progress_seconds"]),
+        tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=runtime(not config["outputs"]["keep_embeddings"]),
     params:
         logged=RUN_LOGGED,
@@ -126,4 +114,4 @@ rule score:
         "bash {params.logged:q} {log:q} python {params.script:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
         "--classifier {input.classifier:q} --output {output.scores:q} "
         "--shard-fasta {params.shard_fasta:q} --remove-shard-fasta {resources.remove_shard_fasta} "
-        "--progress-seconds {resources.progress_seconds} --threads {threads}"
+        "{resources.tuning} --threads {threads}"

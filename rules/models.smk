@@ -10,14 +10,15 @@ rule fetch_models:
     conda:
         "../envs/embed.yaml"
     resources:
-        progress_seconds=runtime(config["progress_seconds"]),
+        tuning=tuning_of(FetchSettings),
     params:
         logged=RUN_LOGGED,
         script=script("fetch_models"),
-        settings=fetch_models_args,
+        settings=settings_of(FetchSettings),
+        classifier=classifier_to_fetch,
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} {params.settings} "
-        "--progress-seconds {resources.progress_seconds}"
+        "bash {params.logged:q} {log:q} python {params.script:q} {params.settings} {params.classifier} "
+        "{resources.tuning}"
 
 
 rule check_models:
@@ -35,10 +36,12 @@ rule check_models:
     params:
         logged=RUN_LOGGED,
         script=script("check_models"),
-        settings=check_models_args,
+        settings=settings_of(CheckModelsSettings),
+        classifier=lambda wildcards, input: cli(classifier=input.classifier or None),
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} --output {output:q}"
+        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} "
+        "{params.classifier} --output {output:q}"
 
 
 rule build_demo_models:

@@ -36,7 +36,7 @@ rule predict:
     resources:
         mem_mb=2000,
         runtime=by_input(30, 10),
-        progress_seconds=runtime(config["progress_seconds"]),
+        tuning=tuning_of(PredictSettings),
     params:
         logged=RUN_LOGGED,
         script=script("predict"),
@@ -44,8 +44,7 @@ rule predict:
         "bash {params.logged:q} {log:q} python {params.script:q} --prepared-frames {input.prepared_frames:q} "
         "--prepared-sequences {input.prepared_sequences:q} --scores {input.scores:q} "
         "--frames {output.frames:q} --chunks {output.chunks:q} "
-        "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} "
-        "--progress-seconds {resources.progress_seconds}"
+        "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {resources.tuning}"
 
 
 rule call:
@@ -79,11 +78,7 @@ rule call:
     params:
         logged=RUN_LOGGED,
         script=script("call"),
-        settings=cli(
-            min_viral_fraction=config["predict"]["min_viral_fraction"],
-            region_max_gap=config["regions"]["max_gap"],
-            region_min_length=config["regions"]["min_length"],
-        ),
+        settings=settings_of(CallSettings),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --prepared-sequences {input.prepared_sequences:q} "
         "--chunks {input.chunks:q} --scoring {input.scoring:q} --input {input.reads:q} "

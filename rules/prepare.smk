@@ -19,21 +19,15 @@ rule prepare:
     resources:
         mem_mb=2000,
         runtime=by_input(30, 4),
-        progress_seconds=runtime(config["progress_seconds"]),
+        tuning=tuning_of(PrepareSettings),
     params:
         logged=RUN_LOGGED,
         script=script("prepare"),
-        settings=cli(
-            chunk_length=config["chunk_length"],
-            ambiguous_codons=config["translation"]["ambiguous_codons"],
-            min_length=config["input"]["min_length"],
-            max_ambiguous_fraction=config["input"]["max_ambiguous_fraction"],
-            shard_tokens=config["shard_tokens"],
-        ),
+        settings=settings_of(PrepareSettings),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --shards {output.shards:q} "
         "--shard-table {output.shard_table:q} --frames {output.frames:q} --sequences {output.sequences:q} {params.settings} "
-        "--progress-seconds {resources.progress_seconds}"
+        "{resources.tuning}"
 
 
 # The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards,

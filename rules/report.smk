@@ -123,10 +123,7 @@ rule plot_sample:
     params:
         logged=RUN_LOGGED,
         script=script("plot_sample"),
-        settings=cli(
-            top=config["report"]["top_sequences"],
-            table_rows=config["report"]["table_rows"],
-        ),
+        settings=settings_of(PlotSampleSettings),
     shell:
         "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
         "--frames {input.frames:q} --chunks {input.chunks:q} --sequences {input.sequences:q} --regions {input.regions:q} "

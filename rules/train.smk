@@ -21,20 +21,16 @@ if LABELLED:
         resources:
             mem_mb=by_input(4000, 3 * 1024, ["esm", "dnabert"]),
             runtime=by_input(120, 10),
-            progress_seconds=runtime(config["progress_seconds"]),
+            tuning=tuning_of(TrainSettings),
         params:
             logged=RUN_LOGGED,
             script=script("train"),
             shards=labelled_shards,
-            # every train setting but the output path, and the chunk length the classifier is for
-            settings=cli(
-                **{k: v for k, v in config["train"].items() if k != "classifier"},
-                chunk_length=config["chunk_length"],
-            ),
+            settings=settings_of(TrainSettings),
         shell:
             "bash {params.logged:q} {log:q} python {params.script:q} {params.shards} {params.settings} "
             "--output {output.classifier:q} --metrics {output.metrics:q} "
-            "--progress-seconds {resources.progress_seconds} --threads {threads}"
+            "{resources.tuning} --threads {threads}"
 
 else:
 

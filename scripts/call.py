@@ -8,6 +8,7 @@ from workflow_lib.call import CallFiles, call
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import setup_logging
 from workflow_lib.regions import RegionSettings
+from workflow_lib.settings import CallSettings, add_arguments, from_arguments
 
 
 def main() -> None:
@@ -21,14 +22,13 @@ def main() -> None:
     parser.add_argument("--regions", required=True, help="the table of viral regions inside records to write")
     parser.add_argument("--regions-fasta", required=True, help="the FASTA of those regions to write")
     parser.add_argument("--manifest", required=True, help="the JSON to write: checkpoints and counts")
-    parser.add_argument("--min-viral-fraction", type=float, required=True)
-    parser.add_argument("--region-max-gap", type=int, required=True, help="bp between viral chunks within a region")
-    parser.add_argument("--region-min-length", type=int, required=True, help="bp: shorter runs are no region")
+    add_arguments(parser, CallSettings)
     args = parser.parse_args()
     setup_logging()
     outputs = CallFiles(*map(Path, (args.sequences, args.viral, args.regions, args.regions_fasta, args.manifest)))
-    regions = RegionSettings(args.region_max_gap, args.region_min_length)
-    call(args.prepared_sequences, args.chunks, args.scoring, args.input, outputs, args.min_viral_fraction, regions)
+    settings = from_arguments(CallSettings, args)
+    regions = RegionSettings(settings.region_max_gap, settings.region_min_length)
+    call(args.prepared_sequences, args.chunks, args.scoring, args.input, outputs, settings.min_viral_fraction, regions)
 
 
 if __name__ == "__main__":

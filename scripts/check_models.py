@@ -5,31 +5,24 @@ import argparse
 from workflow_lib.check_models import check_models
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import setup_logging
+from workflow_lib.settings import CheckModelsSettings, add_arguments, from_arguments
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--esm", required=True, help="fair-esm name or .pt path")
-    parser.add_argument("--esm-layer", type=int, required=True)
-    parser.add_argument("--dnabert", required=True, help="Hugging Face id or directory")
-    parser.add_argument("--classifier", help="classifier file to check (left out when the workflow trains it)")
-    parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
-    parser.add_argument("--chunk-length", type=int, required=True, help="the run's chunk length in bp")
-    parser.add_argument(
-        "--classifier-chunk-length", type=int, help="what the classifier was made for, when the file does not say"
-    )
     parser.add_argument("--output", required=True, help="JSON report")
+    add_arguments(parser, CheckModelsSettings)
     args = parser.parse_args()
     setup_logging()
-    checkpoints = {"esm": args.esm, "dnabert": args.dnabert}
+    settings = from_arguments(CheckModelsSettings, args)
     check_models(
-        checkpoints,
-        args.esm_layer,
-        args.classifier,
-        args.cache_dir,
+        {"esm": settings.esm, "dnabert": settings.dnabert},
+        settings.esm_layer,
+        settings.classifier,
+        settings.cache_dir,
         args.output,
-        args.chunk_length,
-        args.classifier_chunk_length,
+        settings.chunk_length,
+        settings.classifier_chunk_length,
     )
 
 

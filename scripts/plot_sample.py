@@ -5,6 +5,7 @@ from pathlib import Path
 
 from workflow_lib.errors import run_cli
 from workflow_lib.report import SampleFigures, SampleTables, sample_report
+from workflow_lib.settings import PlotSampleSettings, add_arguments, from_arguments
 
 
 def main() -> None:
@@ -14,12 +15,12 @@ def main() -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", required=True, help=f"the sample's {name} (read)")
     for name in SampleFigures._fields:
         parser.add_argument(f"--{name.replace('_', '-')}-out", required=True, help=f"the {name} figure (written)")
-    parser.add_argument("--top", type=int, required=True, help="sequences plotted chunk by chunk")
-    parser.add_argument("--table-rows", type=int, required=True, help="rows of the HTML table of sequences")
-    args = vars(parser.parse_args())
+    add_arguments(parser, PlotSampleSettings)
+    parsed = parser.parse_args()
+    settings, args = from_arguments(PlotSampleSettings, parsed), vars(parsed)
     tables = SampleTables(*(Path(args[name]) for name in SampleTables._fields))
     figures = SampleFigures(*(Path(args[f"{name}_out"]) for name in SampleFigures._fields))
-    sample_report(args["sample"], tables, figures, args["top"], args["table_rows"])
+    sample_report(args["sample"], tables, figures, settings.top_sequences, settings.table_rows)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ from pathlib import Path
 
 from workflow_lib.errors import run_cli
 from workflow_lib.predict import ScoreFiles, write_tables
-from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.progress import setup_logging
+from workflow_lib.settings import PredictSettings, add_arguments
 
 
 def main() -> None:
@@ -23,7 +24,7 @@ def main() -> None:
         metavar="PATH",
         help="VirNucPro's prediction_results.txt and prediction_results_highestscore.csv to write (none: not written)",
     )
-    add_progress_argument(parser)
+    add_arguments(parser, PredictSettings)
     args = parser.parse_args()
     if len(args.virnucpro) not in (0, 2):
         parser.error("--virnucpro takes two paths (its per-frame and per-chunk tables) or none")

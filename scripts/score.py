@@ -4,9 +4,10 @@ import argparse
 from pathlib import Path
 
 from workflow_lib.errors import run_cli
-from workflow_lib.progress import add_progress_argument, setup_logging
+from workflow_lib.progress import setup_logging
 from workflow_lib.score import score_shard
-from workflow_lib.threads import add_threads_argument, use_threads
+from workflow_lib.settings import ScoreSettings, add_arguments
+from workflow_lib.threads import use_threads
 
 
 def main() -> None:
@@ -16,22 +17,14 @@ def main() -> None:
     parser.add_argument("--classifier", required=True)
     parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
     parser.add_argument("--shard-fasta", nargs=2, metavar=("FNA", "FAA"), help="the shard's FASTA pair")
-    parser.add_argument(
-        "--remove-shard-fasta",
-        type=str.lower,
-        choices=("true", "false"),
-        default="false",
-        help="remove the --shard-fasta pair once the shard is scored (when its embeddings are not kept)",
-    )
-    add_progress_argument(parser)
-    add_threads_argument(parser)
+    add_arguments(parser, ScoreSettings)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
-    if args.remove_shard_fasta == "true" and not args.shard_fasta:
+    if args.remove_shard_fasta and not args.shard_fasta:
         parser.error("--remove-shard-fasta true needs --shard-fasta")
     score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds)
-    if args.remove_shard_fasta == "true":
+    if args.remove_shard_fasta:
         for path in args.shard_fasta:
             Path(path).unlink(missing_ok=True)
 

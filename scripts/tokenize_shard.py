@@ -5,18 +5,18 @@ import argparse
 from workflow_lib.check_models import known_checksums
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import setup_logging
+from workflow_lib.settings import TokenizeSettings, add_arguments
 from workflow_lib.stored_tokens import tokenize_shard
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--checkpoint", required=True, help="DNABERT-S: Hugging Face id or directory")
-    parser.add_argument("--cache-dir", required=True, help="where fetch_models put the named models")
     parser.add_argument(
         "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
     )
     parser.add_argument("--input", required=True, help="the shard's nucleotide FASTA from prepare")
     parser.add_argument("--output", required=True, help="the tokens file to write (HDF5)")
+    add_arguments(parser, TokenizeSettings)
     args = parser.parse_args()
     setup_logging()
     known = known_checksums(args.model_check, "dnabert")

@@ -3,9 +3,10 @@
 import argparse
 
 from workflow_lib.errors import run_cli
-from workflow_lib.progress import add_progress_argument, setup_logging
-from workflow_lib.threads import add_threads_argument, use_threads
-from workflow_lib.train import TrainSettings, train_classifier
+from workflow_lib.progress import setup_logging
+from workflow_lib.settings import TrainSettings, add_arguments, from_arguments
+from workflow_lib.threads import use_threads
+from workflow_lib.train import train_classifier
 
 
 def main() -> None:
@@ -20,38 +21,11 @@ def main() -> None:
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
-    parser.add_argument("--epochs", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--learning-rate", type=float, required=True)
-    parser.add_argument("--momentum", type=float, required=True)
-    parser.add_argument("--patience", type=int, required=True)
-    parser.add_argument("--validation-fraction", type=float, required=True)
-    parser.add_argument("--balance-classes", choices=("true", "false"), required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--chunk-length", type=int, required=True, help="recorded in the checkpoint")
-    add_progress_argument(parser)
-    add_threads_argument(parser)
+    add_arguments(parser, TrainSettings)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
-    settings = TrainSettings(
-        args.epochs,
-        args.batch_size,
-        args.learning_rate,
-        args.momentum,
-        args.patience,
-        args.validation_fraction,
-        args.balance_classes == "true",
-        args.seed,
-    )
-    train_classifier(
-        [tuple(s) for s in args.shard],
-        args.output,
-        args.metrics,
-        settings,
-        args.progress_seconds,
-        chunk_length=args.chunk_length,
-    )
+    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, from_arguments(TrainSettings, args))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import re
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,37 +25,18 @@ import torch
 from . import __version__, checksums, h5store, locks
 from .device_feed import DeviceFeed
 from .errors import InputError
-from .loader import ShardBatches, ShardIndex, open_loader, queue_depth
+from .loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
 from .models import embedding_model, varlen
 from .packing import PackedBatch
 from .progress import Progress
 from .resume import Commits
+from .settings import EmbedSettings
 from .stored_tokens import StoredTokens
 from .tables import write_json
 
 log = logging.getLogger("workflow")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
-
-
-@dataclass(frozen=True)
-class EmbedSettings:
-    """The embedding section of the config, for one model (its schema holds the defaults)."""
-
-    model: str  # "esm" or "dnabert"
-    checkpoint: str
-    layer: int | None  # ESM-2's; None: the last (DNABERT-S always embeds with its last)
-    device: str  # auto, cpu or cuda
-    precision: str  # on CUDA; the CPU computes in fp32
-    storage: str  # float32 or float16: the embeddings' type in the HDF5 file
-    token_budget: int
-    cache_dir: str | None  # where fetch_models put named models
-    num_workers: int  # loader processes
-    prefetch_factor: int
-    expandable_segments: bool
-    commit_seconds: float  # how often finished results are committed, for a killed job to resume
-    known_checksums: dict | None  # checksums.describe() of the model files by the run's model check
-    progress_seconds: float  # between progress lines
 
 
 def allocator_conf_variable() -> str:
@@ -220,8 +200,9 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
     precision = select_precision(settings.precision, device)
     loading = time.monotonic()
     embedder = build_embedder(settings, device, PRECISIONS[precision])
+    asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
     # Workers take whole blocks; with a single block one would only add its start-up (seconds).
-    workers = min(settings.num_workers, len(index.blocks)) if len(index.blocks) > 1 else 0
+    workers = min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0
     log.info(
         "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
         "CUDA_VISIBLE_DEVICES=%s",
@@ -232,7 +213,7 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
         input_path,
         settings.token_budget,
         workers,
-        settings.num_workers,
+        asked,
         len(index.blocks),
         os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
     )

@@ -24,6 +24,7 @@ from .outputs import atomic_dir, atomic_open
 from .progress import Progress
 from .reconcile import IDDigest, check_prepared
 from .seqio import Batch, read_batches
+from .settings import PrepareSettings
 from .sharding import SHARDS, ShardFiller, shard_fasta
 from .tables import PREPARED_FRAMES, PREPARED_SEQUENCES
 from .translation import FRAME_NAMES, Frames, base_codes, six_frames
@@ -40,22 +41,6 @@ log = logging.getLogger("workflow")
 
 
 @dataclass(frozen=True)
-class Policy:
-    chunk_length: int
-    ambiguous_codons: str  # "drop": VirNucPro leaves out codons with a non-ACGT base; "X" keeps them as X
-    min_length: int
-    max_ambiguous_fraction: float
-
-    def __post_init__(self):
-        if self.chunk_length < 1:
-            raise InputError(f"chunk length must be a positive number of bases, got {self.chunk_length}")
-        if self.ambiguous_codons not in ("drop", "X"):
-            raise InputError(f"ambiguous codons policy must be 'drop' or 'X', got '{self.ambiguous_codons}'")
-        if not 0 <= self.max_ambiguous_fraction <= 1:
-            raise InputError(f"max ambiguous fraction must be within 0 and 1, got {self.max_ambiguous_fraction}")
-
-
-@dataclass(frozen=True)
 class PreparedFiles:
     """Where the prepare stage writes: the shards directory and table, the frames and sequences tables."""
 
@@ -69,22 +54,20 @@ class PreparedFiles:
         return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
 
 
-def prepare(
-    input_path: str | Path, files: PreparedFiles, policy: Policy, shard_tokens: int, progress_seconds: float
-) -> dict:
-    """Run the prepare stage on one input file into `files`, in shards of at most `shard_tokens`
-    ESM-2 tokens; return the counts. A progress line is logged every `progress_seconds`."""
+def prepare(input_path: str | Path, files: PreparedFiles, settings: PrepareSettings) -> dict:
+    """Run the prepare stage on one input file into `files`, in shards of at most
+    settings.shard_tokens ESM-2 tokens; return the counts."""
     input_path = Path(input_path)
     with contextlib.ExitStack() as stack:
-        shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), shard_tokens)
+        shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
         stack.callback(shards.close)  # before the directory is renamed into place
         frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
         sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
         frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
         sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
-        writer = _Writer(shards, frames_table, sequences_table, policy)
+        writer = _Writer(shards, frames_table, sequences_table, settings)
         id_hashes = stack.enter_context(IDHashes(files.frames.parent))
-        progress = Progress(log, "records", interval=progress_seconds)
+        progress = Progress(log, "records", interval=settings.progress_seconds)
         for batch in read_batches(input_path, BATCH_BASES):
             id_hashes.add(batch.ids)
             writer.write_batch(batch)
@@ -166,7 +149,7 @@ class _ShardFiles:
 
 
 class _Writer:
-    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: Policy):
+    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: PrepareSettings):
         self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
         self.policy = policy
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}

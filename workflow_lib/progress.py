@@ -1,6 +1,5 @@
 """Progress lines for long jobs: done, rate and ETA at a steady interval."""
 
-import argparse
 import logging
 import time
 
@@ -45,18 +44,6 @@ class Progress:
 def _figure(x: float) -> str:
     """Whole numbers from 100 up, three significant digits below (0.0123 epochs/s)."""
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
-def add_progress_argument(parser: argparse.ArgumentParser) -> None:
-    """--progress-seconds, the same in every script of a long job."""
-
-    def seconds(text: str) -> float:
-        value = float(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
-        return value
-
-    parser.add_argument("--progress-seconds", type=seconds, required=True, help="seconds between progress lines")
 
 
 def setup_logging() -> logging.Logger:

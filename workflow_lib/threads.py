@@ -1,12 +1,6 @@
 """The CPU threads of a job. torch uses exactly the job's: float sums split over another number of
 threads round differently, and a local run and a cluster run must give the same tables."""
 
-import argparse
-
-
-def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, required=True, help="CPUs of the job; torch uses exactly these")
-
 
 def use_threads(threads: int) -> None:
     import torch  # not at the top: the CLIs parse their arguments before torch's seconds of import

@@ -24,6 +24,7 @@ from .errors import InputError
 from .models import classifier
 from .outputs import atomic_path
 from .progress import Progress
+from .settings import TrainSettings
 from .tables import read_table, write_json
 
 log = logging.getLogger("workflow")
@@ -32,21 +33,9 @@ LABELS = {"other": 0, "virus": 1}
 # would be too large a share of its class, and chunks are held out instead.
 MIN_SEQUENCES_PER_CLASS = 10
 FEW_FRAMES = 1000  # of a class: fewer, and the train job warns
+# the job's settings, not the training's: metrics.json's settings are the train section's
+NOT_THE_RECIPE = ("chunk_length", "progress_seconds", "threads")
 SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.scores' batch, 55 MB at production width
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """The train section of the config (its schema holds the defaults: VirNucPro's recipe)."""
-
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    momentum: float
-    patience: int
-    validation_fraction: float
-    balance_classes: bool
-    seed: int
 
 
 @dataclass(frozen=True)
@@ -224,7 +213,6 @@ def fit(
     validation: tuple[torch.Tensor, torch.Tensor],
     weight: torch.Tensor | None,
     settings: TrainSettings,
-    progress_seconds: float,
 ) -> Fit:
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
     once the validation loss has not improved for `patience` epochs; the best epoch's weights are kept."""
@@ -235,7 +223,8 @@ def fit(
     best_loss, best_state, best_epoch, stale, epoch = float("inf"), None, 0, 0, 0
     history = {"train_loss": [], "validation_loss": []}
     # Checked after every batch: the first line comes after one interval even when epochs are long.
-    progress, status = Progress(log, "epochs", total=settings.epochs, interval=progress_seconds), "epoch 1 running"
+    progress = Progress(log, "epochs", total=settings.epochs, interval=settings.progress_seconds)
+    status = "epoch 1 running"
     for epoch in range(1, settings.epochs + 1):
         batches = rows[torch.randperm(len(rows), generator=generator)].split(settings.batch_size)
 
@@ -283,9 +272,7 @@ def virus_scores(model: classifier.MLPClassifier, features: torch.Tensor, rows: 
     return scores
 
 
-def train(
-    examples: Examples, settings: TrainSettings, progress_seconds: float
-) -> tuple[classifier.MLPClassifier, dict]:
+def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
     """Split, fit with early stopping, and describe the result (the metrics JSON)."""
     torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
     training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
@@ -309,9 +296,7 @@ def train(
         counts = torch.bincount(labels[training], minlength=2).clamp(min=1).float()
         weight = counts.sum() / (2 * counts)
     model = classifier.MLPClassifier(x.shape[1])
-    fitted = fit(
-        model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings, progress_seconds
-    )
+    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
     model.load_state_dict(fitted.best_state)
     model.eval()
     validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
@@ -333,7 +318,7 @@ def train(
         "validation": metrics(y[validation], validation_scores),
         "roc_curve": roc_curve(y[validation], validation_scores),
         "history": fitted.history,
-        "settings": asdict(settings),
+        "settings": {k: v for k, v in asdict(settings).items() if k not in NOT_THE_RECIPE},
     }
     return model, result
 
@@ -343,12 +328,10 @@ def train_classifier(
     output: str | Path,
     metrics_path: str | Path,
     settings: TrainSettings,
-    progress_seconds: float,
-    **metadata,
 ) -> dict:
     """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
     and the metrics JSON (training and validation metrics, the validation ROC curve, the split)."""
-    examples = load_examples(shards, progress_seconds)
+    examples = load_examples(shards, settings.progress_seconds)
     x, y = examples.x, examples.y
     log.info(
         "training on %d frames (%d virus, %d other) of %d chunks, %d features",
@@ -358,9 +341,9 @@ def train_classifier(
         np.unique(examples.chunk).size,
         x.shape[1],
     )
-    model, result = train(examples, settings, progress_seconds)
+    model, result = train(examples, settings)
     with atomic_path(output) as tmp:
-        classifier.save(model, tmp, validation=result["validation"], **metadata)
+        classifier.save(model, tmp, validation=result["validation"], chunk_length=settings.chunk_length)
     write_json(result, metrics_path)
     log.info(
         "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))

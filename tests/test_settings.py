@@ -1,0 +1,100 @@
+"""Each stage's settings are declared once (workflow_lib/settings.py): the command line a rule builds
+from the config is the one its script parses back, and every declared key is a config key."""
+
+import argparse
+import dataclasses
+
+import pytest
+from stages import DEFAULTS
+
+from workflow_lib.settings import (
+    MODELS,
+    STAGES,
+    EmbedSettings,
+    PrepareSettings,
+    add_arguments,
+    declared,
+    from_arguments,
+    from_config,
+    options,
+    tuning_keys,
+)
+
+# what a rule passes itself, not from the config: threads, a wildcard, an input's path
+PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}
+
+
+def parser_for(declaration) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser, declaration)
+    return parser
+
+
+def models_of(declaration) -> tuple:
+    return MODELS if any("{model}" in (f.metadata["key"] or "") for f in declared(declaration)) else (None,)
+
+
+@pytest.mark.parametrize("declaration", STAGES, ids=lambda d: d.__name__)
+def test_a_script_parses_back_the_command_line_its_rule_builds(declaration):
+    for model in models_of(declaration):
+        words = options(declaration, DEFAULTS, results=True, model=model).split()
+        words += options(declaration, DEFAULTS, results=False, model=model).split()
+        passed = {f.name: PASSED_BY_RULES[f.name] for f in declared(declaration) if f.name in PASSED_BY_RULES}
+        words += [w for name, value in passed.items() for w in (f"--{name.replace('_', '-')}", str(value).lower())]
+        words += ["--model", model] if model else []
+        parsed = from_arguments(declaration, parser_for(declaration).parse_args(words))
+        assert parsed == from_config(declaration, DEFAULTS, model=model, **passed)
+
+
+def test_every_declared_key_is_a_config_key():
+    for declaration in STAGES:
+        for field in declared(declaration):
+            for model in MODELS if "{model}" in (field.metadata["key"] or "") else (None,):
+                if field.metadata["key"] and (model, field.name) != ("dnabert", "layer"):  # ESM-2's only
+                    section = DEFAULTS
+                    for part in field.metadata["key"].format(model=model).split("."):
+                        assert part in section, f"{declaration.__name__}.{field.name}: {field.metadata['key']}"
+                        section = section[part]
+
+
+def test_settings_that_cannot_change_results_are_the_tuning():
+    assert tuning_keys() == {
+        "progress_seconds",
+        "embedding.esm_token_budget",
+        "embedding.dnabert_token_budget",
+        "embedding.num_workers",
+        "embedding.prefetch_factor",
+        "embedding.expandable_segments",
+        "embedding.commit_seconds",
+    }
+    assert "--commit-seconds" in options(EmbedSettings, DEFAULTS, results=False, model="esm")
+    assert "--commit-seconds" not in options(EmbedSettings, DEFAULTS, results=True, model="esm")
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (["--ambiguous-codons", "Y"], "expected one of drop, X, got 'Y'"),
+        (["--progress-seconds", "0"], "expected a positive number, got 0"),
+        (["--max-ambiguous-fraction", "1.5"], "expected a fraction within 0 and 1, got 1.5"),
+        (["--chunk-length", "five"], "invalid int value: 'five'"),
+    ],
+)
+def test_a_bad_value_is_refused_with_its_option(words, error):
+    valid = dataclasses.asdict(from_config(PrepareSettings, DEFAULTS))
+    given = {f"--{name.replace('_', '-')}": str(value) for name, value in valid.items()}
+    given[words[0]] = words[1]
+    with pytest.raises(argparse.ArgumentError, match=error):
+        parser_for(PrepareSettings).parse_args([w for pair in given.items() for w in pair])
+
+
+def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
+    parser = parser_for(EmbedSettings)
+    base = ["--model", "esm", "--checkpoint", "c.pt", "--device", "cpu", "--precision", "fp16"]
+    base += ["--storage", "float32", "--token-budget", "100", "--prefetch-factor", "2", "--commit-seconds", "1"]
+    base += ["--progress-seconds", "1", "--threads", "2"]
+    args = parser.parse_args(base + ["--num-workers", "auto", "--expandable-segments", "False"])
+    assert (args.num_workers, args.expandable_segments) == ("auto", False)
+    assert parser.parse_args(base + ["--num-workers", "3", "--expandable-segments", "true"]).num_workers == 3
+    with pytest.raises(argparse.ArgumentError):
+        parser.parse_args(base + ["--num-workers", "many", "--expandable-segments", "true"])
