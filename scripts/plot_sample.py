@@ -20,7 +20,7 @@ def main() -> None:
     settings, args = from_arguments(PlotSampleSettings, parsed), vars(parsed)
     tables = SampleTables(*(Path(args[name]) for name in SampleTables._fields))
     figures = SampleFigures(*(Path(args[f"{name}_out"]) for name in SampleFigures._fields))
-    sample_report(args["sample"], tables, figures, settings.top_sequences, settings.table_rows)
+    sample_report(args["sample"], tables, figures, settings)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import pandas as pd  # noqa: E402
 
 from .models.checkpoints import DEMO_FILES  # noqa: E402
 from .outputs import atomic_path  # noqa: E402
+from .settings import PlotSampleSettings  # noqa: E402
 from .tables import read_chunks, read_json, write_json, write_tsv  # noqa: E402
 
 
@@ -429,9 +430,11 @@ def _setting(config: dict, key: str):
     return config
 
 
-def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, top: int, rows: int) -> None:
-    """All figures of a sample; `top` sequences plotted chunk by chunk, `rows` in the HTML table.
-    Every table is read block by block (tables.read_chunks), only the columns that are drawn."""
+def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, settings: PlotSampleSettings) -> None:
+    """All figures of a sample: the top sequences and the records of the strongest regions plotted
+    chunk by chunk, the top rows in the HTML table. Every table is read block by block
+    (tables.read_chunks), only the columns that are drawn."""
+    top, rows = settings.top_sequences, settings.table_rows
     run = read_json(tables.summary)
     frame_scores = Histogram(SCORE_BINS)
     for block in read_chunks(tables.frames, ["score_virus"]):
