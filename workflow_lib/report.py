@@ -439,7 +439,7 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, set
     frame_scores = Histogram(SCORE_BINS)
     for block in read_chunks(tables.frames, ["score_virus"]):
         frame_scores.add(block["score_virus"])
-    strongest = strongest_regions(tables.regions, top)
+    strongest = strongest_regions(tables.regions, settings.top_regions)
     sequences = sequence_stats(read_chunks(tables.sequences), top, rows, set(strongest))
     plot_scores(frame_scores, sequences.scores, figures.scores)
     plot_calls(sequences.calls, figures.calls)

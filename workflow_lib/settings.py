@@ -307,6 +307,7 @@ class PlotSampleSettings:
     """Draw a sample's report figures and its table of top-scoring sequences."""
 
     top_sequences: int = setting("report.top_sequences")
+    top_regions: int = setting("report.top_regions")
     table_rows: int = setting("report.table_rows")
 
 
