@@ -453,7 +453,7 @@ def test_embed_cli(shard, demo_models, tmp_path):
     workers = run(
         embed_command("esm", demo_models["esm"], shard / "shard_0.faa", tmp_path / "y.h5", num_workers="many")
     )
-    assert workers.returncode == 2 and "--num-workers: expected 'auto' or a count, got 'many'" in workers.stderr
+    assert workers.returncode == 2 and "--num-workers: expected a whole number or 'auto', got 'many'" in workers.stderr
 
 
 @pytest.mark.slow

@@ -218,3 +218,31 @@ def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_pa
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
     assert (report["dnabert"]["dim"], report["esm"]["dim"], report["classifier"]["input_dim"]) == (48, 320, 368)
     assert report["classifier"]["path"] == "models/cache/classifier/classifier.pt"
+
+
+HOLD = (
+    "import logging, sys; from pathlib import Path; from workflow_lib import locks; "
+    "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
+    "held = locks.exclusive(Path({path!r})); held.__enter__(); print('held', flush=True); sys.stdin.read()"
+)
+
+
+def test_two_fetches_into_one_cache_take_turns_and_a_killed_one_frees_it(tmp_path):
+    """The cache's lock: a second fetch waits while the first holds it, and gets it once the first is
+    killed (never released by the first: the kernel drops the lock with the process)."""
+    code = HOLD.format(path=str(tmp_path / "cache" / ".fetched.json.lock"))
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
+    second = None
+    try:
+        assert first.stdout.readline() == "held\n"
+        second = subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
+        assert "waiting for another job to release" in second.stdout.readline()  # not "held"
+        first.kill()
+        assert second.stdout.readline() == "held\n"
+    finally:
+        for job in (first, second):
+            if job:
+                job.kill()
+                job.communicate()

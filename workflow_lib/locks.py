@@ -1,11 +1,12 @@
 """Advisory file locks between jobs on one node: GPU claims and model downloads.
 
-flock locks belong to an open file: the kernel drops them when the process exits, however it
-exits, so a killed job never leaves a GPU or a model cache locked.
+The locks are flock locks (filelock), which belong to an open file: the kernel drops them when the
+process exits, however it exits, so a killed job never leaves a GPU or a model cache locked. Never
+filelock's soft fallback (a lock file that a killed job would leave behind), and the lock files
+stay (one removed while another job waits on it would let two jobs hold "the" lock).
 """
 
 import contextlib
-import fcntl
 import logging
 import os
 import tempfile
@@ -13,8 +14,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 log = logging.getLogger("workflow")
-_held = []  # GPU claims stay open (and locked) for the life of the process
+_held = []  # GPU claims stay held for the life of the process
+
+
+def _lock(path: Path) -> FileLock:
+    return FileLock(path, fallback_to_soft=False, preserve_lock_file=True, thread_local=False)
 
 
 def claim_gpu(uuids: list[str], lock_dir: Path | None = None, poll_s: float = 5.0) -> int:
@@ -29,13 +36,12 @@ def claim_gpu(uuids: list[str], lock_dir: Path | None = None, poll_s: float = 5.
     waiting = False
     while True:
         for index, uuid in enumerate(uuids):
-            handle = open(lock_dir / f"{uuid}.lock", "a")
+            lock = _lock(lock_dir / f"{uuid}.lock")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
+                lock.acquire(blocking=False)
+            except Timeout:
                 continue
-            _held.append(handle)
+            _held.append(lock)
             return index
         if not waiting:
             log.info("all %d GPUs are claimed by other jobs; waiting for one to come free", len(uuids))
@@ -47,13 +53,13 @@ def claim_gpu(uuids: list[str], lock_dir: Path | None = None, poll_s: float = 5.
 def exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `path` (created if needed), waiting for other holders."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another job to release %s", path)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = _lock(path)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        log.info("waiting for another job to release %s", path)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -38,6 +38,9 @@ def fraction(value: float) -> str | None:
     return None if 0 <= value <= 1 else "expected a fraction within 0 and 1"
 
 
+_NAMES = {int: "a whole number", float: "a number", str: "text"}
+
+
 def _is_optional(kind) -> bool:
     return typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
 
@@ -54,7 +57,8 @@ def _parser(kind):
 
         return literal
     if origin in (typing.Union, types.UnionType):
-        parsers = [_parser(member) for member in members if member is not type(None)]
+        members = [member for member in members if member is not type(None)]
+        parsers = [_parser(member) for member in members]
 
         def either(text: str):
             for parse in parsers:
@@ -62,7 +66,8 @@ def _parser(kind):
                     return parse(text)
                 except (argparse.ArgumentTypeError, ValueError):
                     pass
-            raise argparse.ArgumentTypeError(f"unexpected value '{text}'")
+            expected = " or ".join(_NAMES.get(m) or " or ".join(map(repr, typing.get_args(m))) for m in members)
+            raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'")
 
         return either
     if kind is bool:
