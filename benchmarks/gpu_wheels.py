@@ -1,5 +1,5 @@
 """Python 3.12 wheels of what benchmarks/gpu_check.py needs and the GPU machine lacks (it has no
-network): fair-esm, snakemake, biopython and their dependencies, at the versions of this project's
+network): fair-esm, snakemake, biopython, xopen and isal and their dependencies, at the versions of this project's
 environment, less the packages the machine's image already has. Run here (with the project's
 .venv, which has network to PyPI), then carry the folder to the GPU machine:
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-NEEDED = ("fair-esm", "snakemake", "biopython")
+NEEDED = ("fair-esm", "snakemake", "biopython", "xopen", "isal")
 # The GPU machine's image (its 'cuda' image, read 2026-11-17): carried again, a second version of
 # one of these would shadow the one its torch was built with.
 ON_THE_GPU_MACHINE = set(

@@ -1,13 +1,14 @@
 """Reading FASTA and FASTQ, plain or gzip/bz2/xz, as a stream of validated batches of records.
 
-Compression is recognised by its magic bytes, not the file name. Records are parsed a block at a
+Compression is recognised by its magic bytes, not the file name, and undone by xopen (gzip through
+ISA-L: 1.6-1.8 times the records/s of Python's gzip here). Records are parsed here, not by dnaio:
+dnaio refuses headers that are not ASCII, which Biopython (and so VirNucPro) reads, and it parsed
+plain FASTA reads slower (0.97 against 1.10 M reads/s, one core). Records are parsed a block at a
 time with bytes operations (no per-line Python loop) and validated per batch: sequences are
 upper-cased (soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC
 nucleotide code is an InputError naming the file, the record (number and ID) and what to do.
 """
 
-import bz2
-import gzip
 import lzma
 import zlib
 from collections.abc import Iterator
@@ -15,8 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from xopen import xopen
 
 from .errors import InputError
+
+try:  # xopen's gzip, where ISA-L has a build (x86-64, aarch64)
+    from isal.isal_zlib import IsalError
+except ImportError:
+    IsalError = zlib.error
 
 IUPAC_NUCLEOTIDES = b"ACGTUNRYKMSWBDHVacgtunrykmswbdhv"
 _UPPER_IUPAC = IUPAC_NUCLEOTIDES[:16]
@@ -25,8 +32,8 @@ _WHITESPACE = b" \t\r\n\v\f"
 _ASCII_NOT_SPACE = bytes(c for c in range(128) if not chr(c).isspace()) + b"\n"
 # Letters that occur in proteins but are no nucleotide code: their presence means a protein file.
 _PROTEIN_ONLY = set(b"EFILPQXZJOefilpqxzjo*")
-_MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
-_STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+_MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+_STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError, IsalError)
 _BLOCK = 1 << 20
 
 
@@ -60,7 +67,9 @@ def open_binary(path: str | Path):
         raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
     head = raw.read(6)
     raw.seek(0)
-    stream = next((opener(raw, "rb") for magic, opener in _MAGIC.items() if head.startswith(magic)), raw)
+    compression = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    # threads=0: decompressed in this process, reading `raw`, whose position tells the progress
+    stream = xopen(raw, "rb", threads=0, format=compression) if compression else raw
     stream.raw_file = raw
     return stream
 
