@@ -7,10 +7,7 @@ the whole [N, 2560] float32 array and writes it at the end, as embed did before.
 """
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402

@@ -16,23 +16,28 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import esm as fair_esm
 import h5py
 import numpy as np
 import torch
-from reads import GENOMES, write_reads
-from stages import DEFAULTS, ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import dnabert, esm
+from workflow_lib.stages import (
+    DEFAULTS,
+    GENOMES,
+    ONE_SHARD,
+    embed_into,
+    embed_settings,
+    prepare_into,
+    shard_fastas,
+    write_reads,
+)
 from workflow_lib.tokens import ESMTokens
 
 

@@ -48,8 +48,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import esm as fair_esm
 import numpy as np
 import torch
@@ -63,14 +61,13 @@ from embed_throughput import (
     sequences,
     sync,
 )
-from reads import GENOMES, write_reads
-from stages import ONE_SHARD, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
 from workflow_lib.device_feed import DeviceFeed
 from workflow_lib.embed import PRECISIONS, set_allocator_conf
 from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.packing import greedy_batches, pack
+from workflow_lib.stages import GENOMES, ONE_SHARD, prepare_into, shard_fastas, write_reads
 from workflow_lib.tokens import ESMTokens
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,13 +32,21 @@ from pathlib import Path
 
 import esm as fair_esm
 import torch
-from reads import GENOMES, write_reads
-from stages import ONE_SHARD, embed_into, embed_settings, prepare_into, shard_fastas, tokenize_into
 
 from workflow_lib import demo_models, embed, h5store, loader, resume
 from workflow_lib.loader import ShardBatches, ShardIndex
 from workflow_lib.models import dnabert
 from workflow_lib.packing import PackedBatch
+from workflow_lib.stages import (
+    GENOMES,
+    ONE_SHARD,
+    embed_into,
+    embed_settings,
+    prepare_into,
+    shard_fastas,
+    tokenize_into,
+    write_reads,
+)
 from workflow_lib.stored_tokens import StoredTokens
 from workflow_lib.threads import use_threads
 from workflow_lib.tokens import ESMTokens

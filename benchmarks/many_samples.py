@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import yaml
-from reads import write_reads
-from stages import ROOT
 from workflow_scale import models
+
+from workflow_lib.stages import ROOT, write_reads
 
 # A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
 SWAPPED = (

@@ -11,10 +11,7 @@ under /usr/bin/time -v.
 """
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

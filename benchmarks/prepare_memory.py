@@ -18,17 +18,12 @@ import platform
 import random
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from reads import GENOMES, write_reads
-from stages import DEFAULTS, prepare_command
-
 from workflow_lib.seqio import read_records
+from workflow_lib.stages import DEFAULTS, GENOMES, prepare_command, write_reads
 
 READ_LENGTH = 500
 

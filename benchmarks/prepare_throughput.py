@@ -20,10 +20,7 @@ import time
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from reads import write_reads
-from stages import DEFAULTS, prepare_into
+from workflow_lib.stages import DEFAULTS, prepare_into, write_reads
 
 
 def load_virnucpro(units_path: str):

@@ -25,7 +25,6 @@ def write_sample(folder: Path, records: int, seed: int = 0) -> None:
     import numpy as np
     import pandas as pd
 
-    sys.path.insert(0, str(ROOT))
     from workflow_lib.tables import write_json, write_tsv
 
     rng = np.random.default_rng(seed)

@@ -27,10 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from reads import write_reads
 from scale import size_mb, synthetic_embeddings
-from stages import ROOT
 
+from workflow_lib.stages import ROOT, write_reads
 from workflow_lib.tables import read_json
 
 SAMPLE = "reads"

@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from reads import write_reads
-from stages import DEFAULTS, ROOT, embed_command, prepare_command, shard_fastas
 
 from workflow_lib import h5store
 from workflow_lib.demo_models import ESM_CONFIG, build_esm
 from workflow_lib.loader import ShardIndex
+from workflow_lib.stages import DEFAULTS, ROOT, embed_command, prepare_command, shard_fastas, write_reads
 from workflow_lib.tables import write_json
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-from reads import GENOMES, write_reads
-from stages import ONE_SHARD, embed_command, prepare_into, shard_fastas
 
 from workflow_lib import demo_models
+from workflow_lib.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads
 
 STOPPED = re.compile(r"stopped after ([\d,]+) of [\d,]+ frames; they are committed")
 

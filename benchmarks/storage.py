@@ -8,12 +8,9 @@ very different magnitude), which no filter can compress by repetition: a fair lo
 compression of real embeddings."""
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 

@@ -8,16 +8,18 @@ same embeddings.
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from stages import (  # noqa: E402
+from workflow_lib import h5store
+from workflow_lib.demo_models import build_in
+from workflow_lib.models import classifier
+from workflow_lib.stages import (
+    GENOMES as STAGE_GENOMES,
+)
+from workflow_lib.stages import (
     ONE_SHARD,
     call_into,
     embed_into,
@@ -27,14 +29,10 @@ from stages import (  # noqa: E402
     shard_fastas,
     train_settings,
 )
+from workflow_lib.tables import read_table
+from workflow_lib.train import load_examples, train
 
-from workflow_lib import h5store  # noqa: E402
-from workflow_lib.demo_models import build_in  # noqa: E402
-from workflow_lib.models import classifier  # noqa: E402
-from workflow_lib.tables import read_table  # noqa: E402
-from workflow_lib.train import load_examples, train  # noqa: E402
-
-GENOMES = sorted((ROOT / "resources" / "genomes").glob("*.fasta"))
+GENOMES = sorted(STAGE_GENOMES.glob("*.fasta"))
 VIRUSES = ("phage", "lambda", "phiX174")
 
 
@@ -44,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
-        models = build_in(root / "models", [ROOT / "resources" / "genomes" / "lambda_NC_001416.fasta"], seed=0)
+        models = build_in(root / "models", [STAGE_GENOMES / "lambda_NC_001416.fasta"], seed=0)
         samples = {}
         for genome in GENOMES:
             name = genome.stem

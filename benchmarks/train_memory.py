@@ -14,11 +14,10 @@ import platform
 import sys
 from pathlib import Path
 
-from reads import write_reads
 from scale import SUFFIX, WIDTH, measured, size_mb, synthetic_embeddings
-from stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas
 
 from workflow_lib.loader import ShardIndex
+from workflow_lib.stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas, write_reads
 
 
 def main() -> None:

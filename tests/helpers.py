@@ -16,13 +16,11 @@ import pandas as pd
 import torch
 import yaml
 
+from workflow_lib.seqio import read_records
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 GENOMES = ROOT / "resources" / "genomes"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # stages.py: the stages outside the workflow, as tests run them
-
-from workflow_lib.seqio import read_records  # noqa: E402 - after the path insert
 
 # How far the floats of two runs of the same frames may lie apart (another sharding, a rerun, a
 # resumed job). Packing moves float32 rounding: torch splits GELU over threads where the batch's size

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from helpers import GENOMES, ROOT, read_fasta, read_tsv
-from stages import prepare_command, prepare_into, shard_fastas
 
 from workflow_lib.errors import InputError
 from workflow_lib.seqio import read_records
+from workflow_lib.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.tables import read_table
 
 LAMBDA = GENOMES / "lambda_NC_001416.fasta"

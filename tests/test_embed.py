@@ -22,8 +22,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import EMBEDDING_TOLERANCE, ROOT, alive
-from reads import write_reads
-from stages import DEFAULTS, embed_command, embed_into, embed_settings, prepare_into, tokenize_into
 
 import workflow_lib.loader
 from workflow_lib.device_feed import DeviceFeed
@@ -32,6 +30,15 @@ from workflow_lib.errors import InputError
 from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.models import esm
 from workflow_lib.packing import greedy_batches, pack
+from workflow_lib.stages import (
+    DEFAULTS,
+    embed_command,
+    embed_into,
+    embed_settings,
+    prepare_into,
+    tokenize_into,
+    write_reads,
+)
 from workflow_lib.stored_tokens import StoredTokens
 from workflow_lib.tokens import DNABERTTokens, ESMTokens
 

@@ -21,11 +21,11 @@ import torch
 import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE
 from model_server import ModelServer
-from stages import DEFAULTS, embed_command
 
 from workflow_lib.errors import InputError
 from workflow_lib.fetch_models import fetch_models
 from workflow_lib.models import classifier
+from workflow_lib.stages import DEFAULTS, embed_command
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
 ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"

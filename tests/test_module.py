@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 from helpers import ENV, GENOMES, ROOT, read_tsv
-from stages import DEFAULTS
 
 from workflow_lib.regions import RegionSettings, record_regions, regions_table
 from workflow_lib.seqio import read_records
+from workflow_lib.stages import DEFAULTS
 
 DEMO_SAMPLES = {
     "lambda": ("lambda_NC_001416.fasta", "virus"),

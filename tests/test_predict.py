@@ -10,13 +10,20 @@ import numpy as np
 import pytest
 import torch
 from helpers import GENOMES, ROOT, read_fasta, read_tsv
-from reads import write_reads
-from stages import call_into, embed_into, embed_settings, prepare_into, score_into, shard_fastas
 
 from workflow_lib import h5store
 from workflow_lib.errors import InputError
 from workflow_lib.models import classifier
 from workflow_lib.seqio import read_records
+from workflow_lib.stages import (
+    call_into,
+    embed_into,
+    embed_settings,
+    prepare_into,
+    score_into,
+    shard_fastas,
+    write_reads,
+)
 
 SHARD_TOKENS = 336  # the sample's 4 frames (phiX174's) cost 168 tokens each: 2 shards of 2
 

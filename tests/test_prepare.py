@@ -3,18 +3,17 @@
 import gzip
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
-from stages import prepare_command, prepare_into, shard_fastas
 
 from workflow_lib.chunking import chunk_bounds
 from workflow_lib.prepare import short_records_advice
 from workflow_lib.seqio import read_records
 from workflow_lib.sharding import read_shards
+from workflow_lib.stages import prepare_command, prepare_into, shard_fastas
 
 FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
 
@@ -263,8 +262,7 @@ def test_fastq_with_trailing_blank_lines(tmp_path):
 
 def test_cli_logs_progress_lines(tmp_path):
     """The prepare CLI logs records done, rate and ETA at the interval asked for, then a final line."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from reads import write_reads
+    from workflow_lib.stages import write_reads
 
     write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
     command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", "--progress-seconds", "0.000001")

@@ -5,7 +5,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,8 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, write_config
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from reads import write_reads  # noqa: E402
+from workflow_lib.stages import write_reads
 
 KILLED = "results/reads/embeddings/esm/shard_0.h5"  # the embed job that the fault hits
 
@@ -107,10 +105,9 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
 
 def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
-    from stages import prepare_into, prepared_files, shard_fastas
-
     from workflow_lib.errors import InputError
     from workflow_lib.reconcile import IDDigest, check_prepared
+    from workflow_lib.stages import prepare_into, prepared_files, shard_fastas
     from workflow_lib.tables import read_chunks
 
     counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 900, chunk_length=300)

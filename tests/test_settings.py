@@ -5,7 +5,6 @@ import argparse
 import dataclasses
 
 import pytest
-from stages import DEFAULTS
 
 from workflow_lib.settings import (
     MODELS,
@@ -19,6 +18,7 @@ from workflow_lib.settings import (
     options,
     tuning_keys,
 )
+from workflow_lib.stages import DEFAULTS
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
 PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}

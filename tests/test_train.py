@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 from helpers import ROOT, read_tsv
-from stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas
 
 from workflow_lib import h5store
 from workflow_lib.errors import InputError
 from workflow_lib.seqio import read_records
+from workflow_lib.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas
 from workflow_lib.train import Examples, load_examples, metrics, roc_curve, split
 
 # Each sample's 46 to 75 frames (4,659 to 7,604 tokens) fill 2 to 4 shards of 2,500 tokens.

@@ -1,16 +1,18 @@
-"""The stages run outside the workflow, by tests and benchmarks: settings are the config's
-defaults (from config/schema.yaml) unless given, and a stage's files lie in one directory under
-the names the rules give them."""
+"""Each stage run outside the workflow, from Python or as its script, as the tests and benchmarks
+run them: settings are the config's defaults (from config/schema.yaml) unless given, and a stage's
+files lie in one directory under the names the rules give them. Also their input: reads sampled
+from the bundled genomes."""
 
 import dataclasses
 import functools
 import os
+import random
 import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # workflow_lib, from a checkout without installing
+GENOMES = ROOT / "resources" / "genomes"
 
 
 def config_defaults() -> dict:
@@ -163,3 +165,16 @@ def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
     regions = RegionSettings(**DEFAULTS["regions"])
     sequences = Path(prepare_dir) / "sequences.tsv.gz"
     return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold, regions)
+
+
+def write_reads(path: Path, n: int, length: int, seed: int) -> None:
+    """Sample n reads uniformly from the bundled genomes (both strands are covered by the frames)."""
+    from workflow_lib.seqio import read_records
+
+    genomes = [seq for f in sorted(GENOMES.glob("*.fasta")) for _, _, seq in read_records(f)]
+    rng = random.Random(seed)
+    with open(path, "w") as out:
+        for i in range(n):
+            genome = rng.choice(genomes)
+            start = rng.randrange(len(genome) - length)
+            out.write(f">read_{i}\n{genome[start : start + length].decode()}\n")
