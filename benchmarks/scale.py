@@ -26,7 +26,16 @@ import numpy as np
 from workflow_lib import h5store
 from workflow_lib.demo_models import ESM_CONFIG, build_esm
 from workflow_lib.loader import ShardIndex
-from workflow_lib.stages import DEFAULTS, ROOT, embed_command, prepare_command, shard_fastas, write_reads
+from workflow_lib.report import SampleFigures
+from workflow_lib.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
+from workflow_lib.stages import (
+    DEFAULTS,
+    embed_command,
+    prepare_command,
+    script_command,
+    shard_fastas,
+    write_reads,
+)
 from workflow_lib.tables import write_json
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
@@ -94,85 +103,121 @@ def synthetic_embeddings(
 
 
 def run(workdir: Path, reads: int, shard_tokens: int, storage: str) -> dict:
+    """Every stage but embed on `reads` reads, the embeddings synthetic: each stage's figures."""
     root = workdir / f"{reads}"
     root.mkdir(parents=True, exist_ok=True)
     fasta = root / "reads.fa"
     if not fasta.exists():
         write_reads(fasta, reads, 500, seed=1)
     prepared, out = root / "prepare", root / "out"
-    figures = {"reads": reads, "input_mb": size_mb(fasta)}
-    figures["prepare"] = measured(prepare_command(fasta, prepared, "--shard-tokens", shard_tokens))
-    shard_files = {model: shard_fastas(prepared, SUFFIX[model]) for model in WIDTH}
-    shards = len(shard_files["esm"])
-    figures["prepare"]["disk_mb"] = size_mb(*(p for p in prepared.rglob("*") if p.is_file()))
-    figures["frames"], figures["shards"] = sum(len(ShardIndex.read(f)) for f in shard_files["esm"]), shards
+    out.mkdir(exist_ok=True)
+    figures = {"reads": reads, "input_mb": size_mb(fasta)} | prepare_stage(fasta, prepared, shard_tokens)
+    embeddings = {model: [root / f"{model}_{i}.h5" for i in range(figures["shards"])] for model in WIDTH}
+    figures["embeddings"] = synthetic_stage(prepared, embeddings, storage, figures["frames"])
+    scores = [out / f"scores_{i}.npz" for i in range(figures["shards"])]
+    figures["score"] = score_stage(root / "classifier.pt", embeddings, scores)
+    return figures | table_stages(fasta, prepared, out, scores, embeddings)
 
-    embeddings = {model: [root / f"{model}_{i}.h5" for i in range(shards)] for model in WIDTH}
+
+def prepare_stage(fasta: Path, prepared: Path, shard_tokens: int) -> dict:
+    figures = {"prepare": measured(prepare_command(fasta, prepared, "--shard-tokens", shard_tokens))}
+    figures["prepare"]["disk_mb"] = size_mb(*(p for p in prepared.rglob("*") if p.is_file()))
+    shards = shard_fastas(prepared, SUFFIX["esm"])
+    return figures | {"frames": sum(len(ShardIndex.read(f)) for f in shards), "shards": len(shards)}
+
+
+def synthetic_stage(prepared: Path, embeddings: dict, storage: str, frames: int) -> dict:
+    """What the embed jobs would leave, written by the project's HDF5 writer."""
     start = time.perf_counter()
     for seed, model in enumerate(WIDTH):
-        for shard, output in zip(shard_files[model], embeddings[model]):
+        for shard, output in zip(shard_fastas(prepared, SUFFIX[model]), embeddings[model]):
             synthetic_embeddings(shard, output, model, storage, seed)
     disk = size_mb(*(p for files in embeddings.values() for p in files))
-    figures["embeddings"] = {"seconds_to_write": round(time.perf_counter() - start, 1), "disk_mb": disk}
-    figures["embeddings"]["bytes_per_frame"] = round(disk * 1e6 / figures["frames"])
+    seconds = round(time.perf_counter() - start, 1)
+    return {"seconds_to_write": seconds, "disk_mb": disk, "bytes_per_frame": round(disk * 1e6 / frames)}
 
+
+def score_stage(classifier_path: Path, embeddings: dict, scores: list[Path]) -> dict:
     import torch
 
     from workflow_lib.models import classifier
 
     torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(sum(WIDTH.values())), root / "classifier.pt")
-    script = ROOT / "scripts"
-    out.mkdir(exist_ok=True)
-    scores, jobs = [out / f"scores_{i}.npz" for i in range(shards)], []
-    for dnabert, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores):
-        score = [sys.executable, script / "score.py", "--dnabert", dnabert, "--esm", esm, "--output", path]
-        score += ["--classifier", root / "classifier.pt", "--progress-seconds", DEFAULTS["progress_seconds"]]
-        jobs.append(measured(score + ["--threads", 1]))
-    figures["score"] = {
-        "jobs": shards,
+    classifier.save(classifier.MLPClassifier(sum(WIDTH.values())), classifier_path)
+    jobs = [
+        measured(
+            script_command(
+                "score", ScoreSettings, dnabert=dna, esm=esm, classifier=classifier_path, output=path, threads=1
+            )
+        )
+        for dna, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores)
+    ]
+    return {
+        "jobs": len(jobs),
         "seconds": round(sum(j["seconds"] for j in jobs), 1),
         "peak_rss_mb": max(j["peak_rss_mb"] for j in jobs),
         "disk_mb": size_mb(*scores),
     }
-    predict = [sys.executable, script / "predict.py", "--prepared-frames", prepared / "frames.tsv.gz"]
-    predict += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--scores", *scores]
-    predict += ["--frames", out / "frames.tsv", "--chunks", out / "chunks.tsv", "--scoring", out / "scoring.json"]
-    predict += ["--progress-seconds", DEFAULTS["progress_seconds"]]
-    figures["predict"] = measured(predict) | {"disk_mb": size_mb(out / "frames.tsv", out / "chunks.tsv")}
 
-    call = [sys.executable, script / "call.py", "--prepared-sequences", prepared / "sequences.tsv.gz"]
-    call += ["--chunks", out / "chunks.tsv", "--scoring", out / "scoring.json", "--input", fasta]
-    call += ["--sequences", out / "sequences.tsv", "--viral", out / "viral.fasta", "--manifest", out / "manifest.json"]
-    call += ["--min-viral-fraction", DEFAULTS["predict"]["min_viral_fraction"]]
-    figures["call"] = measured(call) | {"disk_mb": size_mb(out / "sequences.tsv", out / "viral.fasta")}
 
-    benchmark = root / "benchmark.tsv"  # a Snakemake benchmark file, for the summary's timings
+def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], embeddings: dict) -> dict:
+    """predict, call, summarize and plot_sample, each as the rules run it."""
+    tables = {name: out / name for name in ("frames.tsv", "chunks.tsv", "sequences.tsv", "regions.tsv")}
+    made = {"prepared_frames": prepared / "frames.tsv.gz", "prepared_sequences": prepared / "sequences.tsv.gz"}
+    predict = script_command(
+        "predict",
+        PredictSettings,
+        **made,
+        scores=tuple(scores),
+        frames=tables["frames.tsv"],
+        chunks=tables["chunks.tsv"],
+        scoring=out / "scoring.json",
+    )
+    figures = {"predict": measured(predict) | {"disk_mb": size_mb(tables["frames.tsv"], tables["chunks.tsv"])}}
+    call = script_command(
+        "call",
+        CallSettings,
+        prepared_sequences=made["prepared_sequences"],
+        chunks=tables["chunks.tsv"],
+        scoring=out / "scoring.json",
+        input=fasta,
+        sequences=tables["sequences.tsv"],
+        viral=out / "viral.fasta",
+        regions=tables["regions.tsv"],
+        regions_fasta=out / "regions.fasta",
+        manifest=out / "manifest.json",
+    )
+    figures["call"] = measured(call) | {"disk_mb": size_mb(tables["sequences.tsv"], out / "viral.fasta")}
+    benchmark = out / "benchmark.tsv"  # a Snakemake benchmark file, for the summary's timings
     benchmark.write_text("s\tmax_rss\n1.0\t100\n")
-    summarize = [sys.executable, script / "summarize.py", "--sample", "scale"]
-    summarize += ["--prepared-sequences", prepared / "sequences.tsv.gz", "--manifest", out / "manifest.json"]
-    for model in WIDTH:
-        summarize += [f"--{model}", *(p.with_suffix(".json") for p in embeddings[model])]
-        summarize += [f"--benchmark-{model}", *[benchmark] * shards]
-    summarize += ["--benchmark-prepare", benchmark, "--benchmark-predict", benchmark]
-    summarize += ["--benchmark-score", *[benchmark] * shards]
-    summarize += [
-        "--config",
-        json.dumps(DEFAULTS),
-        "--snakemake-version",
-        "benchmark",
-        "--output",
-        out / "summary.json",
-    ]
+    shards = [benchmark] * len(scores)
+    summarize = script_command(
+        "summarize",
+        sample="scale",
+        prepared_sequences=made["prepared_sequences"],
+        manifest=out / "manifest.json",
+        esm=tuple(p.with_suffix(".json") for p in embeddings["esm"]),
+        benchmark_esm=tuple(shards),
+        dnabert=tuple(p.with_suffix(".json") for p in embeddings["dnabert"]),
+        benchmark_dnabert=tuple(shards),
+        benchmark_prepare=benchmark,
+        benchmark_score=tuple(shards),
+        benchmark_predict=benchmark,
+        config=json.dumps(DEFAULTS),
+        snakemake_version="benchmark",
+        output=out / "summary.json",
+    )
     figures["summarize"] = measured(summarize)
-
-    plot = [sys.executable, script / "plot_sample.py", "--sample", "scale", "--frames", out / "frames.tsv"]
-    plot += ["--chunks", out / "chunks.tsv", "--sequences", out / "sequences.tsv", "--summary", out / "summary.json"]
-    plot += ["--prepared-frames", prepared / "frames.tsv.gz", "--prepared-sequences", prepared / "sequences.tsv.gz"]
-    for name in ("scores", "calls", "top_sequences", "input", "throughput"):
-        plot += [f"--{name.replace('_', '-')}-out", out / f"{name}.png"]
-    plot += ["--table-out", out / "table.html", "--top-sequences", DEFAULTS["report"]["top_sequences"]]
-    plot += ["--table-rows", DEFAULTS["report"]["table_rows"]]
+    drawn = {f"{name}_out": out / f"{name}.{'html' if name == 'table' else 'png'}" for name in SampleFigures._fields}
+    plot = script_command(
+        "plot_sample",
+        PlotSampleSettings,
+        sample="scale",
+        **made,
+        **drawn,
+        summary=out / "summary.json",
+        **{name.removesuffix(".tsv"): path for name, path in tables.items()},
+    )
     figures["plot_sample"] = measured(plot)
     return figures
 

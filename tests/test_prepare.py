@@ -275,7 +275,8 @@ def test_cli_logs_progress_lines(tmp_path):
     done = [int(d.replace(",", "")) for d, _, _, _ in lines]
     assert done == sorted(done) and done[-1] < 6000 and all(float(rate.replace(",", "")) > 0 for _, rate, _, _ in lines)
     assert re.search(r"INFO 6,000 records, [\d.,]+/s, [\d,]+ chunks, [\d,]+ frames kept\n", result.stderr)
-    bad = subprocess.run(command[:-1] + ["0"], capture_output=True, text=True)
+    command[command.index("--progress-seconds") + 1] = "0"
+    bad = subprocess.run(command, capture_output=True, text=True)
     assert bad.returncode == 2 and "--progress-seconds: expected a positive number, got 0" in bad.stderr
 
 

@@ -139,17 +139,23 @@ def _config_value(config: dict, key: str, optional: bool):
     return value
 
 
+def config_values(declaration, config: dict, *, model: str | None = None, results: bool | None = None) -> dict:
+    """{name: value} of the declaration's settings that `config` holds, for `model` where a key
+    names it; `results`: only those that can (True) or cannot (False) change results."""
+    kinds = typing.get_type_hints(declaration)
+    return {
+        f.name: _config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
+        for f in declared(declaration)
+        if f.metadata["key"] and results in (None, f.metadata["results"])
+    }
+
+
 def from_config(declaration, config: dict, *, model: str | None = None, **others):
     """The declaration with its values in `config` for `model` (where a key names it, and as its
     `model` when it has one); `others`: its fields that the config does not hold, or values to use
     instead."""
-    kinds = typing.get_type_hints(declaration)
-    values = {
-        f.name: _config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
-        for f in declared(declaration)
-        if f.metadata["key"]
-    }
-    if "model" in kinds:
+    values = config_values(declaration, config, model=model)
+    if "model" in typing.get_type_hints(declaration):
         values["model"] = model
     return declaration(**values | others)
 
@@ -158,13 +164,7 @@ def options(declaration, config: dict, *, results: bool, model: str | None = Non
     """The command-line options of the declaration's settings that the config holds and that can
     (results=True) or cannot (False) change the results, with their values in `config` (for
     `model`, where a key names it)."""
-    kinds = typing.get_type_hints(declaration)
-    values = {
-        f.name: _config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
-        for f in declared(declaration)
-        if f.metadata["key"] and f.metadata["results"] == results
-    }
-    return cli(**values)
+    return cli(**config_values(declaration, config, model=model, results=results))
 
 
 def cli(**options) -> str:

@@ -3,7 +3,6 @@ run them: settings are the config's defaults (from config/schema.yaml) unless gi
 files lie in one directory under the names the rules give them. Also their input: reads sampled
 from the bundled genomes."""
 
-import dataclasses
 import functools
 import os
 import random
@@ -52,19 +51,34 @@ def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None
     return prepare(input_path, prepared_files(outdir), prepare_settings(**settings | tokens))
 
 
-def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
-    """scripts/prepare.py into `outdir`, with the config's defaults unless `options` give others."""
-    files, options = prepared_files(outdir), tuple(map(str, options))
-    from workflow_lib.settings import cli
+def script_command(script: str, declaration=None, *, model: str | None = None, **options) -> list[str]:
+    """scripts/<script>.py with `options` (`_` for `-`: its files, and settings to change; None leaves
+    one out) and, for the rest of the stage's declared settings, the config's defaults (`model`'s,
+    where a key names it; also passed as --model)."""
+    from workflow_lib.settings import cli, config_values
 
-    given = {option for option in options if option.startswith("--")}
-    command = [sys.executable, str(ROOT / "scripts" / "prepare.py"), "--input", str(input_path)]
-    command += ["--shards", str(files.shards), "--shard-table", str(files.shard_table)]
-    command += ["--frames", str(files.frames), "--sequences", str(files.sequences)]
-    defaults = shlex.split(cli(**dataclasses.asdict(prepare_settings())))
-    for option, value in zip(defaults[::2], defaults[1::2]):
-        command += [] if option in given else [option, value]
-    return command + list(options)
+    values = config_values(declaration, DEFAULTS, model=model) if declaration else {}
+    values |= {"model": model} if model else {}
+    return [sys.executable, str(ROOT / "scripts" / f"{script}.py"), *shlex.split(cli(**values | options))]
+
+
+def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
+    """scripts/prepare.py into `outdir`, with the config's defaults unless `options` (the script's
+    words: option, value, ...) give others."""
+    from workflow_lib.settings import PrepareSettings
+
+    files = prepared_files(outdir)
+    given = {option[2:].replace("-", "_"): value for option, value in zip(options[::2], options[1::2])}
+    return script_command(
+        "prepare",
+        PrepareSettings,
+        input=input_path,
+        shards=files.shards,
+        shard_table=files.shard_table,
+        frames=files.frames,
+        sequences=files.sequences,
+        **given,
+    )
 
 
 @functools.cache
@@ -114,19 +128,17 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
     """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
     script's options, `_` for `-`) give others. A model check of this model's files is written
     beside the output, as the check_models job writes it, unless `model_check` names another."""
-    from workflow_lib.settings import cli
+    from workflow_lib.settings import EmbedSettings
     from workflow_lib.tables import write_json
 
     output = Path(output)
-    defaults = embed_settings(model, checkpoint, cache_dir=DEFAULTS["models"]["cache_dir"], known_checksums=None)
-    values = {k: v for k, v in dataclasses.asdict(defaults).items() if k != "known_checksums"}
-    values |= {"num_workers": DEFAULTS["embedding"]["num_workers"], "input": shard, "output": output}
-    values |= {"figures": output.with_suffix(".json"), "model_check": output.with_name(f"{output.stem}.models.json")}
-    values |= options
+    values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard}
+    values |= {"output": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
+    values |= {"model_check": output.with_name(f"{output.stem}.models.json")} | options
     if "model_check" not in options and not Path(values["model_check"]).exists():
-        files = model_check(model, str(checkpoint), str(values["cache_dir"]))
-        write_json({model: {"files": files}}, values["model_check"])
-    return [sys.executable, str(ROOT / "scripts" / "embed.py"), *shlex.split(cli(**values))]
+        cache_dir = values.get("cache_dir", DEFAULTS["models"]["cache_dir"])
+        write_json({model: {"files": model_check(model, str(checkpoint), str(cache_dir))}}, values["model_check"])
+    return script_command("embed", EmbedSettings, model=model, **values)
 
 
 def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:
