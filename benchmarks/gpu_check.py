@@ -306,6 +306,47 @@ def esm_tokens(proteins: list[str]) -> int:
     return sum(len(p) + 2 for p in proteins)
 
 
+def embed_job_figures(stats: dict, frames: int, device, dim: int, layers: int) -> dict:
+    """The ESM-2 embed job's figures: rates, start-up, model FLOPs utilisation, memory."""
+    flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
+    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
+    job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
+    job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
+    job["frames"] = frames
+    # tokens_per_s is the steady rate; the gap to the whole job's is start-up (workers, kernel check, compile)
+    job["startup_s"] = stats["startup_s"]
+    job["whole_job_tokens_per_s"] = round(stats["n_tokens"] / stats["seconds"])
+    job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
+    job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
+    job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
+    job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
+    return job
+
+
+def against_fair_esm(args, proteins_path: Path, checkpoint: Path, device, ours: float, result, record) -> None:
+    """fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048), against
+    the embed job's `ours` tokens/s."""
+    with record.step("fair-esm FP16"):
+        model, alphabet = esm.load(str(checkpoint), device=device)  # built on the device: no host copy
+        layers = model.num_layers
+        subset = sequences(read_frames(proteins_path, args.compare_frames))
+        half = copy.deepcopy(model).to(dtype=torch.float16 if device.type == "cuda" else torch.float32)
+        _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
+        del half
+        free(device)
+        fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds)}
+        fair |= {"toks_per_batch": args.budget, "embed_job_over_it": round(ours / fair["tokens_per_s"], 2)}
+        result["fair_esm_fp16"] = fair
+    with record.step("VirNucPro's settings, FP32"):
+        subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
+        _, seconds = fair_esm_embed(model, alphabet, subset, layers, 2048, device)
+        virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
+        virnucpro["embed_job_over_it"] = round(ours / virnucpro["tokens_per_s"], 2)
+        result["virnucpro_fp32"] = virnucpro
+        del model
+        free(device)
+
+
 def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
     with record.step("frames and checkpoint"):
         proteins_path, nucleotides_path = read_shards(workdir, args.reads)
@@ -322,19 +363,7 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
             shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers,
             token_budget=args.budget, **common,
         )  # fmt: skip
-        flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
-        peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
-        job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
-        job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
-        job["frames"] = len(embeddings)
-        # tokens_per_s is the steady rate; the gap to the whole job's is start-up (workers, kernel check, compile)
-        job["startup_s"] = stats["startup_s"]
-        job["whole_job_tokens_per_s"] = round(stats["n_tokens"] / stats["seconds"])
-        job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
-        job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
-        job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
-        job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
-        result["embed_job"] = job
+        result["embed_job"] = job = embed_job_figures(stats, len(embeddings), device, dim, layers)
     with record.step("embed job, ESM-2, profiled"):
         job["profile"] = profiled_embed(
             read_frames(proteins_path, args.profile_frames), workdir / "profiled.h5", model="esm",
@@ -342,29 +371,7 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
         )  # fmt: skip
         free(device)
 
-    # fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048)
-    with record.step("fair-esm FP16"):
-        model, alphabet = esm.load(str(checkpoint), device=device)  # built on the device: no host copy
-        subset = sequences(read_frames(proteins_path, args.compare_frames))
-        half = copy.deepcopy(model).to(dtype=torch.float16 if device.type == "cuda" else torch.float32)
-        _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
-        del half
-        free(device)
-        fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds)}
-        fair |= {
-            "toks_per_batch": args.budget,
-            "embed_job_over_it": round(stats["tokens_per_s"] / fair["tokens_per_s"], 2),
-        }
-        result["fair_esm_fp16"] = fair
-    with record.step("VirNucPro's settings, FP32"):
-        subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
-        _, seconds = fair_esm_embed(model, alphabet, subset, layers, 2048, device)
-        virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
-        virnucpro["embed_job_over_it"] = round(stats["tokens_per_s"] / virnucpro["tokens_per_s"], 2)
-        result["virnucpro_fp32"] = virnucpro
-        del model
-        free(device)
-
+    against_fair_esm(args, proteins_path, checkpoint, device, stats["tokens_per_s"], result, record)
     with record.step("embed job, DNABERT-S"):
         shape = shapes(args.tiny)["dnabert"]
         directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape)

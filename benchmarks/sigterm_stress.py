@@ -58,12 +58,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_reads(tmp / "reads.fa", round(args.frames * 2.6), 500, seed=1)
-        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
-        lines = shard_fastas(tmp / "prepared", "faa")[0].read_bytes().split(b"\n")[: 2 * args.frames]
-        shard = tmp / "shard.faa"
-        shard.write_bytes(b"\n".join(lines) + b"\n")
-        model = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)["esm"]
+        shard, model = shard_and_model(tmp, args.frames)
         start = time.monotonic()
         subprocess.run(
             embed_command("esm", model, shard, tmp / "reference.h5", **options), check=True, capture_output=True
@@ -72,55 +67,68 @@ def main() -> None:
         reference, _ = embeddings(tmp / "reference.h5")
         result["uninterrupted_seconds"] = round(duration, 1)
         for run in range(args.runs):
-            output = tmp / f"run_{run}.h5"
-            command = embed_command("esm", model, shard, output, **options)
-            job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
-            delay = rng.uniform(0.2, 1.0) * duration  # from before the model is loaded to about the end
-            try:
-                job.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.pid, signal.SIGTERM)
-            status, log = job.wait(timeout=120), job.stderr.read()
-            stopped = STOPPED.search(log)
-            figures = {"signal_after_s": round(delay, 2), "status": status}
-            if status == 0:
-                figures["outcome"] = "finished before the signal"
-                got, attrs = embeddings(output)
-            elif status == -signal.SIGTERM:  # before the job set its handler, or after it let it go
-                finished = output.exists()
-                figures["outcome"] = "finished, signalled as it exited" if finished else "stopped while starting"
-                figures["rows_committed"] = committed_rows(output)
-                if not finished:
-                    subprocess.run(command, check=True, capture_output=True)
-                got, attrs = embeddings(output)
-            else:
-                done = int(stopped[1].replace(",", "")) if stopped else None
-                figures |= {"frames_done": done, "rows_committed": committed_rows(output)}
-                figures["final_commit_holds_all"] = done is not None and figures["rows_committed"] == done
-                resumed = subprocess.run(command, capture_output=True, text=True)
-                if resumed.returncode:
-                    figures["outcome"] = "stopped, resume failed"
-                    figures["resume_error"] = resumed.stderr.strip().splitlines()[-1:]
-                    result["runs"].append(figures)
-                    continue
-                got, attrs = embeddings(output)
-                figures["resumed_frames"] = int(attrs["resumed_frames"])
-                figures["outcome"] = "stopped, resumed"
-            figures["equal_to_the_bit"] = bool(np.array_equal(got, reference))
-            result["runs"].append(figures)
-            print(json.dumps(figures), flush=True)
-    stopped = [r for r in result["runs"] if r["status"] == 128 + signal.SIGTERM]
-    result["summary"] = {
-        "runs": len(result["runs"]),
-        "stopped_while_starting": sum(r["outcome"] == "stopped while starting" for r in result["runs"]),
-        "finished_signalled_as_it_exited": sum(r["outcome"].startswith("finished,") for r in result["runs"]),
+            command = embed_command("esm", model, shard, tmp / f"run_{run}.h5", **options)
+            # from before the model is loaded to about the end
+            result["runs"].append(signalled_run(command, tmp / f"run_{run}.h5", rng.uniform(0.2, 1.0) * duration))
+            if "resume_error" not in result["runs"][-1]:
+                got, _ = embeddings(tmp / f"run_{run}.h5")
+                result["runs"][-1]["equal_to_the_bit"] = bool(np.array_equal(got, reference))
+            print(json.dumps(result["runs"][-1]), flush=True)
+    result["summary"] = summary(result["runs"])
+    print(json.dumps(result, indent=2))
+
+
+def shard_and_model(tmp: Path, frames: int) -> tuple[Path, Path]:
+    """A protein shard of `frames` frames of 500 bp reads, and the demo ESM-2."""
+    write_reads(tmp / "reads.fa", round(frames * 2.6), 500, seed=1)
+    prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
+    lines = shard_fastas(tmp / "prepared", "faa")[0].read_bytes().split(b"\n")[: 2 * frames]
+    shard = tmp / "shard.faa"
+    shard.write_bytes(b"\n".join(lines) + b"\n")
+    return shard, demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)["esm"]
+
+
+def signalled_run(command: list[str], output: Path, delay: float) -> dict:
+    """The embed job, SIGTERM to its process group after `delay` s, then run again to finish."""
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        job.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGTERM)
+    status, log = job.wait(timeout=120), job.stderr.read()
+    figures = {"signal_after_s": round(delay, 2), "status": status}
+    if status == 0:
+        return figures | {"outcome": "finished before the signal"}
+    if status == -signal.SIGTERM:  # before the job set its handler, or after it let it go
+        finished = output.exists()
+        figures["outcome"] = "finished, signalled as it exited" if finished else "stopped while starting"
+        figures["rows_committed"] = committed_rows(output)
+        if not finished:
+            subprocess.run(command, check=True, capture_output=True)
+        return figures
+    stopped = STOPPED.search(log)
+    done = int(stopped[1].replace(",", "")) if stopped else None
+    figures |= {"frames_done": done, "rows_committed": committed_rows(output)}
+    figures["final_commit_holds_all"] = done is not None and figures["rows_committed"] == done
+    resumed = subprocess.run(command, capture_output=True, text=True)
+    if resumed.returncode:
+        return figures | {"outcome": "stopped, resume failed", "resume_error": resumed.stderr.strip().splitlines()[-1:]}
+    _, attrs = embeddings(output)
+    return figures | {"resumed_frames": int(attrs["resumed_frames"]), "outcome": "stopped, resumed"}
+
+
+def summary(runs: list[dict]) -> dict:
+    stopped = [r for r in runs if r["status"] == 128 + signal.SIGTERM]
+    return {
+        "runs": len(runs),
+        "stopped_while_starting": sum(r["outcome"] == "stopped while starting" for r in runs),
+        "finished_signalled_as_it_exited": sum(r["outcome"].startswith("finished,") for r in runs),
         "stopped_with_the_status_of_sigterm": len(stopped),
-        "other_status": sum(r["status"] not in (0, -signal.SIGTERM, 128 + signal.SIGTERM) for r in result["runs"]),
+        "other_status": sum(r["status"] not in (0, -signal.SIGTERM, 128 + signal.SIGTERM) for r in runs),
         "final_commit_holds_all": sum(bool(r.get("final_commit_holds_all")) for r in stopped),
         "resumed_from_the_commit": sum(r.get("resumed_frames") == r.get("rows_committed") for r in stopped),
-        "equal_to_the_bit": sum(bool(r.get("equal_to_the_bit")) for r in result["runs"]),
+        "equal_to_the_bit": sum(bool(r.get("equal_to_the_bit")) for r in runs),
     }
-    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
