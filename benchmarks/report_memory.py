@@ -23,22 +23,31 @@ def write_sample(folder: Path, records: int, seed: int = 0) -> None:
     # imported here: the measuring process stays small, as a child's peak counts its parent's
     # memory at the fork
     import numpy as np
-    import pandas as pd
-
-    from workflow_lib.tables import write_json, write_tsv
 
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     ids = np.char.add("read", np.arange(records).astype(str))
     length = rng.integers(150, 2000, records)
-    n_chunks = -(-length // CHUNK)
     status = np.where(rng.random(records) < 0.02, "too_short", "ok")
+    chunks, frames = write_scored(folder, ids, length, status, rng)
+    write_calls(folder, chunks, ids, length, status, rng)
+    write_summaries(folder, records, int(length.sum()), len(chunks), len(frames))
+
+
+def write_scored(folder: Path, ids, length, status, rng):
+    """prepare's tables, and predict's chunks and frames tables, of records of these lengths."""
+    import numpy as np
+    import pandas as pd
+
+    from workflow_lib.tables import write_tsv
+
+    n_chunks = -(-length // CHUNK)
     prepared = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
-    prepared["n_frames"] = rng.integers(0, 7, records) * n_chunks
-    prepared["ambiguous_fraction"] = np.round(rng.random(records) * 0.01, 6)
+    prepared["n_frames"] = rng.integers(0, 7, len(ids)) * n_chunks
+    prepared["ambiguous_fraction"] = np.round(rng.random(len(ids)) * 0.01, 6)
     prepared["status"] = status
     prepared.to_csv(folder / "prepared_sequences.tsv.gz", sep="\t", index=False)
-    owner = np.repeat(np.arange(records), n_chunks)
+    owner = np.repeat(np.arange(len(ids)), n_chunks)
     chunk = np.arange(len(owner)) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks) + 1
     score = rng.random(len(owner)).round(6)
     chunks = pd.DataFrame({"sequence_id": ids[owner], "chunk": chunk, "n_frames": 2})
@@ -60,24 +69,50 @@ def write_sample(folder: Path, records: int, seed: int = 0) -> None:
     frames.to_csv(folder / "prepared_frames.tsv.gz", sep="\t", index=False)
     scored = frames[["frame_id", "sequence_id", "chunk", "frame"]].assign(score_other=0.5)
     write_tsv(scored.assign(score_virus=rng.random(len(frames)).round(6), prediction="virus"), folder / "frames.tsv")
+    return chunks, frames
+
+
+def write_calls(folder: Path, chunks, ids, length, status, rng) -> None:
+    """call's sequences table, and a regions table of one region in 1% of the records."""
+    import numpy as np
+    import pandas as pd
+
+    from workflow_lib.regions import REGIONS
+    from workflow_lib.tables import write_tsv
+
+    n_chunks = -(-length // CHUNK)
     best = chunks.groupby("sequence_id", sort=False)["max_score_virus"].max().reindex(ids).to_numpy().copy()
-    best[rng.random(records) < 0.05] = np.nan
+    best[rng.random(len(ids)) < 0.05] = np.nan
     call = np.where(np.isnan(best), "no_coding_frame", np.where(best > 0.7, "virus", "other"))
     sequences = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
     sequences["n_chunks_scored"] = np.where(np.isnan(best), 0, n_chunks)
     sequences = sequences.assign(n_viral_chunks=1, viral_fraction=np.where(np.isnan(best), np.nan, 0.5))
     sequences = sequences.assign(max_score_virus=best, mean_score_virus=best / 2, call=call, status=status)
-    write_tsv(sequences, folder / "sequences.tsv")
+    holding = np.flatnonzero(rng.random(len(ids)) < 0.01)
+    n_regions = np.isin(np.arange(len(ids)), holding).astype(int)
+    extent = np.select([call == "virus", n_regions > 0], ["whole", "regions"], "none")
+    write_tsv(sequences.assign(n_regions=n_regions, viral_extent=extent), folder / "sequences.tsv")
+    regions = pd.DataFrame({"sequence_id": ids[holding], "region": 1, "start": 1, "end": length[holding]})
+    regions = regions.assign(length=length[holding], n_chunks=n_chunks[holding], n_viral_chunks=n_chunks[holding])
+    regions = regions.assign(mean_score_virus=rng.random(len(holding)).round(6), max_score_virus=1.0)
+    write_tsv(regions[list(REGIONS)], folder / "regions.tsv")
+
+
+def write_summaries(folder: Path, records: int, bases: int, chunks: int, frames: int) -> None:
+    """The run summary, manifest, benchmark and figures files that summarize and plot_sample read."""
+    from workflow_lib.tables import write_json
+
     shards = [
         {"model": m, "shard": s, "tokens_per_s": 1000.0, "fill": 0.9, "precision": "fp16", "device": "cuda:0"}
         for m in ("esm", "dnabert")
         for s in (0, 1)
     ]
-    counts = {"records": records, "bases": int(length.sum()), "chunks": int(n_chunks.sum()), "frames": len(frames)}
+    counts = {"records": records, "bases": bases, "chunks": chunks, "frames": frames}
     counts |= {"frames_per_record": 2.0, "ambiguous_bases": 0, "ambiguous_fraction": 0.0, "status": {"ok": records}}
     write_json({"counts": counts, "embedding_shards": shards}, folder / "run_summary.json")
-    manifest = {"input": {}, "checkpoints": {}, "counts": {"frames": len(frames), "chunks": len(chunks)}}
-    manifest["counts"] |= {"chunks_scored": len(chunks), "calls": {}}
+    manifest = {"input": {}, "checkpoints": {}, "counts": {"frames": frames, "chunks": chunks}}
+    manifest["counts"] |= {"chunks_scored": chunks, "viral_chunks": 0, "viral_bases": 0, "regions": 0}
+    manifest["counts"] |= {"region_bases": 0, "calls": {}}
     write_json(manifest, folder / "manifest.json")
     for job in ("prepare", "predict", "esm", "dnabert"):
         (folder / f"benchmark_{job}.tsv").write_text("s\tmax_rss\n1.0\t100\n")
@@ -118,11 +153,11 @@ def main() -> None:
     summarize += ["--benchmark-score", str(folder / "benchmark_predict.tsv")]
     summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--output", str(out / "summary.json")]
     plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s"]
-    plot += ["--top-sequences", "12", "--table-rows", "500"]
-    for name in ("frames", "chunks", "sequences", "prepared_frames", "prepared_sequences"):
+    plot += ["--top-sequences", "12", "--top-regions", "6", "--table-rows", "500"]
+    for name in ("frames", "chunks", "sequences", "regions", "prepared_frames", "prepared_sequences"):
         plot += [f"--{name.replace('_', '-')}", str(folder / f"{name}.{'tsv.gz' if 'prepared' in name else 'tsv'}")]
     plot += ["--summary", str(folder / "run_summary.json")]
-    for name in ("scores", "calls", "top_sequences", "table", "input", "throughput"):
+    for name in ("scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"):
         plot += [f"--{name.replace('_', '-')}-out", str(out / f"{name}.{'html' if name == 'table' else 'png'}")]
     tables_mb = sum(f.stat().st_size for f in folder.glob("*.tsv*")) / 1e6
     result = {"records": args.records, "tables_mb": round(tables_mb, 1), "machine": platform.machine()}
