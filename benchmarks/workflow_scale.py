@@ -111,6 +111,7 @@ def rule_figures(run: Path) -> dict:
 
 
 def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
+    """The workflow on `reads` reads, its embeddings on disk watched: jobs, disk, time."""
     folder = workdir / f"reads_{reads}"
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "reads.fa").exists():
@@ -143,18 +144,27 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
     watch.close()
     if process.returncode:
         raise SystemExit(f"the workflow failed: see {folder / 'snakemake.log'}")
-    output = (folder / "snakemake.log").read_text()
-    jobs = Counter(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", output, re.M))
     shards = pd.read_csv(run_dir / "results" / "plan" / "shards.tsv", sep="\t")
+    figures = {"reads": reads, "frames": int(shards["frames"].sum()), "shards": len(shards)}
+    jobs = Counter(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", (folder / "snakemake.log").read_text(), re.M))
+    figures |= {"shard_tokens": shard_tokens, "jobs": dict(jobs)}
+    return (
+        figures
+        | disk_figures(run_dir, watch)
+        | {
+            "rules": rule_figures(run_dir),
+            "snakemake_own_cpu_s": round(watch.own_cpu_s, 1),
+            "seconds": round(seconds, 1),
+        }
+    )
+
+
+def disk_figures(run_dir: Path, watch: Watch) -> dict:
+    """The embeddings written and on disk at the peak, and what the run left."""
     written = sum(watch.written.values())
     largest = max(watch.written.values(), default=0)
     sample = run_dir / "results" / "reads"
     return {
-        "reads": reads,
-        "frames": int(shards["frames"].sum()),
-        "shards": len(shards),
-        "shard_tokens": shard_tokens,
-        "jobs": dict(jobs),
         "embeddings": {
             "written_mb": round(written / 1e6, 1),
             "peak_on_disk_mb": round(watch.peak_bytes / 1e6, 1),
@@ -167,9 +177,6 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
             "prepare": size_mb(sample.joinpath("prepare").rglob("*")),
             "scores": size_mb(sample.joinpath("scores").rglob("*")),
         },
-        "rules": rule_figures(run_dir),
-        "snakemake_own_cpu_s": round(watch.own_cpu_s, 1),
-        "seconds": round(seconds, 1),
     }
 
 
