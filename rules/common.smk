@@ -153,8 +153,13 @@ REPORT_TABLES = {
 }
 
 
-def script(name):
-    return f"{ROOT}/scripts/{name}.py"
+def script_job(name, arguments, env=None):
+    """A rule's shell command: scripts/<name>.py with `arguments` (a shell template), with the
+    environment variables `env` (NAME=value words), run through RUN_LOGGED into the rule's log.
+    """
+    script = shlex.quote(f"{ROOT}/scripts/{name}.py")
+    env = f"env {env} " if env else ""
+    return f"bash {shlex.quote(RUN_LOGGED)} {{log:q}} {env}python {script} {arguments}"
 
 
 def settings_of(declaration):
@@ -196,7 +201,7 @@ def trains_here():
 
 
 def classifier_to_check():
-    """The classifier is checked before embedding unless this workflow trains it (then it fits by construction)."""
+    "The classifier is checked before embedding unless this workflow trains it (then it fits by construction)."
     return [] if trains_here() else [classifier_file()]
 
 
@@ -452,7 +457,7 @@ def training_embeddings(wildcards):
 
 
 def labelled_shards(wildcards, input):
-    """--shard per shard of every training sample: its label, DNABERT-S and ESM-2 embeddings, and frames table."""
+    "--shard per shard of every training sample: its label, DNABERT-S and ESM-2 embeddings, and frames table."
     return cli(
         shard=[
             (samples.loc[s, "label"], dna, esm, frames)

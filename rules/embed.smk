@@ -22,14 +22,16 @@ rule tokenize:
         mem_mb=2000,
         runtime=tokenize_runtime,
     params:
-        logged=RUN_LOGGED,
-        script=script("tokenize_shard"),
         fasta=nucleotide_shard,
         settings=settings_of(TokenizeSettings),
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} "
-        "--model-check {input.check:q} --input {params.fasta:q} --output {output.tokens:q}"
+        script_job(
+            "tokenize_shard",
+            "{params.settings} --model-check {input.check:q} --input {params.fasta:q} "
+            "--output {output.tokens:q}",
+            env="{params.env}",
+        )
 
 
 rule embed:
@@ -66,18 +68,19 @@ rule embed:
         tuning=tuning_of(EmbedSettings),
         compile_cache=runtime(compile_cache()),
     params:
-        logged=RUN_LOGGED,
-        script=script("embed"),
         fasta=shard_fasta,
         tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
         settings=settings_of(EmbedSettings),
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
-        "TRITON_CACHE_DIR={resources.compile_cache:q}/triton "
-        "python {params.script:q} --model {wildcards.model} {params.settings} {resources.tuning} "
-        "--threads {threads} --model-check {input.check:q} "
-        "--input {params.fasta:q} {params.tokens} --output {output.embeddings:q} --figures {output.figures:q}"
+        script_job(
+            "embed",
+            "--model {wildcards.model} {params.settings} {resources.tuning} --threads {threads} "
+            "--model-check {input.check:q} --input {params.fasta:q} {params.tokens} "
+            "--output {output.embeddings:q} --figures {output.figures:q}",
+            env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
+            "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",
+        )
 
 
 # A shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings: false its
@@ -107,11 +110,11 @@ rule score:
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=runtime(not config["outputs"]["keep_embeddings"]),
     params:
-        logged=RUN_LOGGED,
-        script=script("score"),
         shard_fasta=shard_fasta_pair,
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --dnabert {input.dnabert:q} --esm {input.esm:q} "
-        "--classifier {input.classifier:q} --output {output.scores:q} "
-        "--shard-fasta {params.shard_fasta:q} --remove-shard-fasta {resources.remove_shard_fasta} "
-        "{resources.tuning} --threads {threads}"
+        script_job(
+            "score",
+            "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} "
+            "--output {output.scores:q} --shard-fasta {params.shard_fasta:q} "
+            "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
+        )

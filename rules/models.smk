@@ -12,13 +12,12 @@ rule fetch_models:
     resources:
         tuning=tuning_of(FetchSettings),
     params:
-        logged=RUN_LOGGED,
-        script=script("fetch_models"),
         settings=settings_of(FetchSettings),
         classifier=classifier_to_fetch,
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} {params.settings} {params.classifier} "
-        "{resources.tuning}"
+        script_job(
+            "fetch_models", "{params.settings} {params.classifier} {resources.tuning}"
+        )
 
 
 rule check_models:
@@ -34,14 +33,15 @@ rule check_models:
     conda:
         "../envs/embed.yaml"
     params:
-        logged=RUN_LOGGED,
-        script=script("check_models"),
         settings=settings_of(CheckModelsSettings),
         classifier=lambda wildcards, input: cli(classifier=input.classifier or None),
         env=offline_env(),
     shell:
-        "bash {params.logged:q} {log:q} env {params.env} python {params.script:q} {params.settings} "
-        "{params.classifier} --output {output:q}"
+        script_job(
+            "check_models",
+            "{params.settings} {params.classifier} --output {output:q}",
+            env="{params.env}",
+        )
 
 
 rule build_demo_models:
@@ -56,9 +56,8 @@ rule build_demo_models:
     localrule: True
     conda:
         "../envs/embed.yaml"
-    params:
-        logged=RUN_LOGGED,
-        script=script("build_demo_models"),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --esm {output.esm:q} --dnabert {output.dnabert:q} "
-        "--genome {input:q} --seed 0"
+        script_job(
+            "build_demo_models",
+            "--esm {output.esm:q} --dnabert {output.dnabert:q} --genome {input:q} --seed 0",
+        )

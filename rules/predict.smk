@@ -37,14 +37,13 @@ rule predict:
         mem_mb=2000,
         runtime=by_input(30, 10),
         tuning=tuning_of(PredictSettings),
-    params:
-        logged=RUN_LOGGED,
-        script=script("predict"),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --prepared-frames {input.prepared_frames:q} "
-        "--prepared-sequences {input.prepared_sequences:q} --scores {input.scores:q} "
-        "--frames {output.frames:q} --chunks {output.chunks:q} "
-        "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {resources.tuning}"
+        script_job(
+            "predict",
+            "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
+            "--scores {input.scores:q} --frames {output.frames:q} --chunks {output.chunks:q} "
+            "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {resources.tuning}",
+        )
 
 
 rule call:
@@ -76,11 +75,12 @@ rule call:
         mem_mb=2000,
         runtime=by_input(30, 5),
     params:
-        logged=RUN_LOGGED,
-        script=script("call"),
         settings=settings_of(CallSettings),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --prepared-sequences {input.prepared_sequences:q} "
-        "--chunks {input.chunks:q} --scoring {input.scoring:q} --input {input.reads:q} "
-        "--sequences {output.sequences:q} --viral {output.viral:q} --regions {output.regions:q} "
-        "--regions-fasta {output.regions_fasta:q} --manifest {output.manifest:q} {params.settings}"
+        script_job(
+            "call",
+            "--prepared-sequences {input.prepared_sequences:q} --chunks {input.chunks:q} "
+            "--scoring {input.scoring:q} --input {input.reads:q} --sequences {output.sequences:q} "
+            "--viral {output.viral:q} --regions {output.regions:q} --regions-fasta {output.regions_fasta:q} "
+            "--manifest {output.manifest:q} {params.settings}",
+        )

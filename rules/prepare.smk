@@ -21,13 +21,14 @@ rule prepare:
         runtime=by_input(30, 4),
         tuning=tuning_of(PrepareSettings),
     params:
-        logged=RUN_LOGGED,
-        script=script("prepare"),
         settings=settings_of(PrepareSettings),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --input {input:q} --shards {output.shards:q} "
-        "--shard-table {output.shard_table:q} --frames {output.frames:q} --sequences {output.sequences:q} {params.settings} "
-        "{resources.tuning}"
+        script_job(
+            "prepare",
+            "--input {input:q} --shards {output.shards:q} --shard-table {output.shard_table:q} "
+            "--frames {output.frames:q} "
+            "--sequences {output.sequences:q} {params.settings} {resources.tuning}",
+        )
 
 
 # The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards,
@@ -48,10 +49,8 @@ checkpoint plan:
     conda:
         "../envs/cpu.yaml"
     params:
-        logged=RUN_LOGGED,
-        script=script("plan"),
         samples=lambda wildcards, input: cli(
             sample=list(zip(samples.index, input.shard_tables))
         ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} {params.samples} --output {output.plan:q}"
+        script_job("plan", "{params.samples} --output {output.plan:q}")

@@ -34,19 +34,18 @@ rule summarize:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
-        logged=RUN_LOGGED,
-        script=script("summarize"),
         settings=lambda wildcards: cli(
             config=json.dumps(result_config()), snakemake_version=snakemake_version
         ),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
-        "--prepared-sequences {input.prepared_sequences:q} "
-        "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
-        "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
-        "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-score {input.benchmark_score:q} "
-        "--benchmark-predict {input.benchmark_predict:q} "
-        "{params.settings} --output {output:q}"
+        script_job(
+            "summarize",
+            "--sample {wildcards.sample:q} --prepared-sequences {input.prepared_sequences:q} "
+            "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
+            "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
+            "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-score {input.benchmark_score:q} "
+            "--benchmark-predict {input.benchmark_predict:q} {params.settings} --output {output:q}",
+        )
 
 
 rule plot_sample:
@@ -121,17 +120,18 @@ rule plot_sample:
         mem_mb=2000,
         runtime=by_input(10, 3),
     params:
-        logged=RUN_LOGGED,
-        script=script("plot_sample"),
         settings=settings_of(PlotSampleSettings),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --sample {wildcards.sample:q} "
-        "--frames {input.frames:q} --chunks {input.chunks:q} --sequences {input.sequences:q} --regions {input.regions:q} "
-        "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
-        "--summary {input.summary:q} --scores-out {output.scores:q} --calls-out {output.calls:q} "
-        "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
-        "--table-out {output.table:q} --input-out {output.input:q} "
-        "--throughput-out {output.throughput:q} {params.settings}"
+        script_job(
+            "plot_sample",
+            "--sample {wildcards.sample:q} --frames {input.frames:q} --chunks {input.chunks:q} "
+            "--sequences {input.sequences:q} --regions {input.regions:q} "
+            "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
+            "--summary {input.summary:q} --scores-out {output.scores:q} --calls-out {output.calls:q} "
+            "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
+            "--table-out {output.table:q} --input-out {output.input:q} "
+            "--throughput-out {output.throughput:q} {params.settings}",
+        )
 
 
 rule overview:
@@ -155,12 +155,12 @@ rule overview:
     resources:
         mem_mb=by_input(1000, 1024),
         runtime=10,
-    params:
-        logged=RUN_LOGGED,
-        script=script("overview"),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --summaries {input.summaries:q} --output {output.page:q} "
-        "--table {output.table:q} --recorded {output.recorded:q}"
+        script_job(
+            "overview",
+            "--summaries {input.summaries:q} --output {output.page:q} --table {output.table:q} "
+            "--recorded {output.recorded:q}",
+        )
 
 
 rule plot_training:
@@ -189,9 +189,8 @@ rule plot_training:
     resources:
         mem_mb=1000,
         runtime=10,
-    params:
-        logged=RUN_LOGGED,
-        script=script("plot_training"),
     shell:
-        "bash {params.logged:q} {log:q} python {params.script:q} --metrics {input.metrics:q} --roc {output.roc:q} "
-        "--table {output.table:q}"
+        script_job(
+            "plot_training",
+            "--metrics {input.metrics:q} --roc {output.roc:q} --table {output.table:q}",
+        )

@@ -23,14 +23,14 @@ if LABELLED:
             runtime=by_input(120, 10),
             tuning=tuning_of(TrainSettings),
         params:
-            logged=RUN_LOGGED,
-            script=script("train"),
             shards=labelled_shards,
             settings=settings_of(TrainSettings),
         shell:
-            "bash {params.logged:q} {log:q} python {params.script:q} {params.shards} {params.settings} "
-            "--output {output.classifier:q} --metrics {output.metrics:q} "
-            "{resources.tuning} --threads {threads}"
+            script_job(
+                "train",
+                "{params.shards} {params.settings} --output {output.classifier:q} "
+                "--metrics {output.metrics:q} {resources.tuning} --threads {threads}",
+            )
 
 else:
 

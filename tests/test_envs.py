@@ -24,7 +24,7 @@ def rules_envs_scripts() -> list[tuple[str, str, str]]:
         for block in (b for b in blocks if b.startswith(("rule ", "checkpoint "))):
             rule = block.split()[1].rstrip(":")
             env = re.search(r'conda:\s*"\.\./(envs/[\w.]+)"', block)
-            script = re.search(r'script\("(\w+)"\)', block)
+            script = re.search(r'script_job\(\s*"(\w+)"', block)
             if script:
                 assert env, f"rule {rule} runs a script without a conda: environment"
                 found.append((rule, env.group(1), script.group(1)))
