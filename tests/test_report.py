@@ -23,7 +23,7 @@ import snakemake
 import yaml
 from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
 
-from workflow_lib import report
+from workflow_lib import report, report_data
 from workflow_lib.plan import read_plan
 from workflow_lib.seqio import read_records
 
@@ -152,14 +152,16 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
 
     # the tables in two blocks, as tables.read_chunks gives them
-    stats = report.sequence_stats([sequences[:2], sequences[2:]], 12, 2)
+    stats = report_data.sequence_stats([sequences[:2], sequences[2:]], 12, 2)
+    frame_scores = report_data.Histogram(report_data.SCORE_BINS).add(frames["score_virus"])
 
     def draw(out: Path) -> None:
         out.mkdir()
-        report.plot_scores(report.Histogram(report.SCORE_BINS).add(frames["score_virus"]), stats.scores, out / "s.png")
+        report.plot_scores(frame_scores, stats.scores, out / "s.png")
         report.plot_calls(stats.calls, out / "calls.png")
-        report.plot_top_sequences(stats.top, chunks, positions, regions, out / "top.png")
-        report.plot_input(report.input_stats(lambda: [prepared[:1], prepared[1:]]), counts, out / "input.png")
+        report.plot_top_sequences(stats.top, report_data.Tracks(chunks, positions, regions), out / "top.png")
+        inputs = report_data.input_stats(lambda: [prepared[:1], prepared[1:]])
+        report.plot_input(inputs, counts, out / "input.png")
         report.plot_throughput(shards, out / "throughput.png")
         report.training_report(tmp_path / "metrics.json", out / "roc.png", out / "metrics.html")
 
@@ -177,7 +179,7 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
         )
     table = (tmp_path / "a" / "metrics.html").read_text()
     assert "<td>validation confusion tp</td>" in table and "history" not in table
-    assert list(report.top_sequences(sequences, 3)["sequence_id"]) == ["contig$1", "read2", "read3"]
+    assert list(report_data.top_sequences(sequences, 3)["sequence_id"]) == ["contig$1", "read2", "read3"]
     assert list(stats.top["sequence_id"]) == ["contig$1", "read2"] and list(stats.shown["sequence_id"]) == [
         "contig$1",
         "read2",
@@ -190,18 +192,18 @@ def test_streamed_figures_are_those_of_the_whole_tables():
     kept block by block are those of sorting the whole table, ties in table order."""
     rng = np.random.default_rng(1)
     values = rng.random(1000)
-    streamed = report.Histogram(report.SCORE_BINS)
+    streamed = report_data.Histogram(report_data.SCORE_BINS)
     for start in range(0, 1000, 128):
         streamed.add(values[start : start + 128])
-    assert streamed.counts.tolist() == np.histogram(values, report.SCORE_BINS)[0].tolist() and streamed.n == 1000
+    assert streamed.counts.tolist() == np.histogram(values, report_data.SCORE_BINS)[0].tolist() and streamed.n == 1000
     table = pd.DataFrame({"sequence_id": [f"s{i}" for i in range(1000)], "max_score_virus": values.round(1)})
     table.loc[::7, "max_score_virus"] = float("nan")
-    top = report.TopRows(50)
+    top = report_data.TopRows(50)
     for start in range(0, 1000, 128):
         top.add(table[start : start + 128])
-    assert top.rows.equals(report.top_sequences(table, 50))
+    assert top.rows.equals(report_data.top_sequences(table, 50))
     lengths = pd.DataFrame({"length": [5, 300, 90_000], "n_frames": [0, 70, 3], "ambiguous_fraction": [0, 0.5, 1]})
-    stats = report.input_stats(lambda: [lengths[:1], lengths[1:]])
+    stats = report_data.input_stats(lambda: [lengths[:1], lengths[1:]])
     assert stats.length_log and stats.lengths.counts.sum() == 3 and len(stats.frames.edges) == 61
 
 
