@@ -526,7 +526,8 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
         def write(rows, values):
             restored[rows] = values
 
-        return commits.restore(write, restored_tokens)
+        commits.open()
+        return commits.replay(write, restored_tokens)
 
     first = Commits(tmp_path / "e.h5", {"token_budget": 512}, interval=0)
     assert not restore(first, np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()

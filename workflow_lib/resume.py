@@ -70,11 +70,6 @@ class Commits:
             row_tokens[rows], committed[rows] = tokens, True
         return committed
 
-    def restore(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
-        """open() then replay()."""
-        self.open()
-        return self.replay(write, row_tokens)
-
     def due(self) -> bool:
         return time.monotonic() - self.last >= self.interval
 
