@@ -1,6 +1,6 @@
-# A shard's DNABERT-S tokens, made once in a CPU job: the BPE tokenizer was the DNABERT-S embed
-# job's host limit (docs/performance.md), whose loader workers now only read them. Temp: removed
-# once the shard's DNABERT-S embeddings exist.
+# A shard's DNABERT-S tokens, made once in a CPU job: tokenising in the embed job's loader workers
+# would make the BPE tokenizer its host limit (docs/performance.md); they only read the tokens.
+# Temp: removed once the shard's DNABERT-S embeddings exist.
 rule tokenize:
     input:
         shards=rules.prepare.output.shards,

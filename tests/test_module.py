@@ -4,6 +4,7 @@ the demo run through it, with a chimera record whose inserted phage must come ou
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,21 @@ def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(t
     finding the insert; that no region falls on the bacterial parts is asserted on the chimera's own
     chunks (the run's coordinates) with known scores: viral inside the insert, every third missed,
     two stray viral chunks in E. coli."""
-    host = tmp_path / "host"
+    host, chimera, insert = host_workflow(tmp_path / "host")
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=2"],
+        cwd=host,
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_regions(host / "results", chimera, insert)
+
+
+def host_workflow(host: Path) -> tuple[Path, str, tuple[int, int]]:
+    """A host workflow folder that uses this checkout as a module, with the demo's samples and a
+    chimera: (the folder, the chimera's sequence, the insert's start and end)."""
     (host / "config").mkdir(parents=True)
     (host / "Snakefile").write_text(
         textwrap.dedent(f"""\
@@ -71,17 +86,11 @@ def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(t
     (host / "config" / "samples.tsv").write_text("sample\tpath\tlabel\n" + "".join(rows) + "chimera\tchimera.fa\t\n")
     config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
     (host / "config" / "config.yaml").write_text(yaml.safe_dump(config | {"samples": "config/samples.tsv"}))
+    return host, chimera, insert
 
-    run = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=2"],
-        cwd=host,
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
 
-    results = host / "results"
+def assert_regions(results: Path, chimera: str, insert: tuple[int, int]) -> None:
+    """The chimera's regions: as its chunks give them, one on the insert, in its tables, FASTA and report."""
     settings = RegionSettings(**DEFAULTS["regions"])
     chunks = pd.read_csv(results / "chimera" / "chunks.tsv", sep="\t")
     regions = pd.read_csv(results / "chimera" / "regions.tsv", sep="\t")

@@ -54,51 +54,60 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
         manifest = json.loads((results / "manifest.json").read_text())
         assert summary["sample"] == sample and summary["config"] == run_config
         assert summary["input"] == manifest["input"] and summary["checkpoints"] == manifest["checkpoints"]
+        assert_versions_and_checkpoints(summary, workdir)
+        assert_counts(summary, results, next((workdir / "inputs").glob(f"{sample}.*")))
+        assert_timings(summary, read_plan(workdir / "results" / "plan" / "shards.tsv")[sample])
 
-        versions = summary["versions"]
-        assert versions["summarize"]["python"] == platform.python_version()
-        assert versions["summarize"]["snakemake"] == snakemake.__version__
-        for package in ("torch", "numpy", "pandas", "h5py", "matplotlib"):
-            assert versions["summarize"][package] == metadata.version(package)
-        assert versions["embed"]["esm"]["torch"] == versions["embed"]["dnabert"]["torch"] == metadata.version("torch")
 
-        checkpoints = summary["checkpoints"]
-        classifier = checkpoints["classifier"]
-        assert classifier["sha256"] == hashlib.sha256((workdir / classifier["path"]).read_bytes()).hexdigest()
-        for model in ("esm", "dnabert"):
-            local = workdir / checkpoints[model]["checkpoint"]
-            directory = local if local.is_dir() else local.parent
-            assert checkpoints[model]["sha256"], model
-            for name, digest in checkpoints[model]["sha256"].items():
-                assert hashlib.sha256((directory / name).read_bytes()).hexdigest() == digest
+def assert_versions_and_checkpoints(summary: dict, workdir: Path) -> None:
+    """The packages that ran, and the SHA-256 of every model file, as they are."""
+    versions = summary["versions"]
+    assert versions["summarize"]["python"] == platform.python_version()
+    assert versions["summarize"]["snakemake"] == snakemake.__version__
+    for package in ("torch", "numpy", "pandas", "h5py", "matplotlib"):
+        assert versions["summarize"][package] == metadata.version(package)
+    assert versions["embed"]["esm"]["torch"] == versions["embed"]["dnabert"]["torch"] == metadata.version("torch")
 
-        prepared, calls = read_tsv(results / "prepare" / "sequences.tsv.gz"), read_tsv(results / "sequences.tsv")
-        sequences = [seq for _, _, seq in read_records(next((workdir / "inputs").glob(f"{sample}.*")))]
-        counts = summary["counts"]
-        assert counts["records"] == len(calls) == len(sequences)
-        assert counts["bases"] == sum(len(s) for s in sequences)
-        assert counts["ambiguous_bases"] == sum(len(s) - sum(s.count(b) for b in b"ACGT") for s in sequences)
-        assert counts["chunks"] == sum(int(r["n_chunks"]) for r in prepared)
-        assert counts["chunks_scored"] == len(read_tsv(results / "chunks.tsv"))
-        assert counts["frames"] == len(read_tsv(results / "frames.tsv"))
-        assert counts["frames_per_record"] == pytest.approx(counts["frames"] / counts["records"], abs=1e-4)
-        assert counts["status"] == Counter(r["status"] for r in prepared)
-        assert counts["calls"] == Counter(r["call"] for r in calls)
+    checkpoints = summary["checkpoints"]
+    classifier = checkpoints["classifier"]
+    assert classifier["sha256"] == hashlib.sha256((workdir / classifier["path"]).read_bytes()).hexdigest()
+    for model in ("esm", "dnabert"):
+        local = workdir / checkpoints[model]["checkpoint"]
+        directory = local if local.is_dir() else local.parent
+        assert checkpoints[model]["sha256"], model
+        for name, digest in checkpoints[model]["sha256"].items():
+            assert hashlib.sha256((directory / name).read_bytes()).hexdigest() == digest
 
-        timings = summary["timings"]
-        assert timings["prepare"]["seconds"] > 0 and timings["predict"]["seconds"] > 0
-        for model in ("esm", "dnabert"):
-            shards = timings["embed"][model]["shards"]
-            planned = read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]
-            assert [s["shard"] for s in shards] == [s["shard"] for s in planned] and all(
-                s["seconds"] > 0 for s in shards
-            )
-            assert timings["embed"][model]["seconds"] == pytest.approx(sum(s["seconds"] for s in shards))
-            embedded = [s for s in summary["embedding_shards"] if s["model"] == model]
-            assert sum(s["frames"] for s in embedded) == counts["frames"]
-            for shard in embedded:
-                assert shard["device"] == "cpu" and shard["precision"] == "fp32" and 0 < shard["fill"] <= 1
-                assert shard["tokens_per_s"] > 0 and shard["tokens"] > 0 and shard["seconds"] > 0
+
+def assert_counts(summary: dict, results: Path, reads: Path) -> None:
+    """The counts are those of the input and of the sample's tables."""
+    prepared, calls = read_tsv(results / "prepare" / "sequences.tsv.gz"), read_tsv(results / "sequences.tsv")
+    sequences = [seq for _, _, seq in read_records(reads)]
+    counts = summary["counts"]
+    assert counts["records"] == len(calls) == len(sequences)
+    assert counts["bases"] == sum(len(s) for s in sequences)
+    assert counts["ambiguous_bases"] == sum(len(s) - sum(s.count(b) for b in b"ACGT") for s in sequences)
+    assert counts["chunks"] == sum(int(r["n_chunks"]) for r in prepared)
+    assert counts["chunks_scored"] == len(read_tsv(results / "chunks.tsv"))
+    assert counts["frames"] == len(read_tsv(results / "frames.tsv"))
+    assert counts["frames_per_record"] == pytest.approx(counts["frames"] / counts["records"], abs=1e-4)
+    assert counts["status"] == Counter(r["status"] for r in prepared)
+    assert counts["calls"] == Counter(r["call"] for r in calls)
+
+
+def assert_timings(summary: dict, planned: list[dict]) -> None:
+    """A time per stage and per planned shard, and each embed job's figures."""
+    counts, timings = summary["counts"], summary["timings"]
+    assert timings["prepare"]["seconds"] > 0 and timings["predict"]["seconds"] > 0
+    for model in ("esm", "dnabert"):
+        shards = timings["embed"][model]["shards"]
+        assert [s["shard"] for s in shards] == [s["shard"] for s in planned] and all(s["seconds"] > 0 for s in shards)
+        assert timings["embed"][model]["seconds"] == pytest.approx(sum(s["seconds"] for s in shards))
+        embedded = [s for s in summary["embedding_shards"] if s["model"] == model]
+        assert sum(s["frames"] for s in embedded) == counts["frames"]
+        for shard in embedded:
+            assert shard["device"] == "cpu" and shard["precision"] == "fp32" and 0 < shard["fill"] <= 1
+            assert shard["tokens_per_s"] > 0 and shard["tokens"] > 0 and shard["seconds"] > 0
 
 
 def png_chunks(path: Path) -> list[tuple[bytes, bytes]]:
@@ -116,7 +125,9 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", png_chunks(path)[0][1][:8])
 
 
-def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
+def small_tables() -> tuple:
+    """A sample of three sequences: its sequences table, their tracks, frame scores, prepare's
+    sequences table, the run summary's counts and embedding shards."""
     sequences = pd.DataFrame(
         {
             "sequence_id": ["contig$1", "read2", "read3"],
@@ -147,6 +158,11 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
         for m in ("esm", "dnabert")
         for s in (0, 1)
     ]
+    return sequences, report_data.Tracks(chunks, positions, regions), frames, prepared, counts, shards
+
+
+def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
+    sequences, tracks, frames, prepared, counts, shards = small_tables()
     metrics = {"validation": {"roc_auc": 0.75, "confusion": {"tp": 1}}, "epochs_run": 3, "history": {"loss": [1.0]}}
     metrics["roc_curve"] = {"false_positive_rate": [0, 0, 0.5, 1], "true_positive_rate": [0, 0.5, 1, 1]}
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
@@ -159,7 +175,7 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
         out.mkdir()
         report.plot_scores(frame_scores, stats.scores, out / "s.png")
         report.plot_calls(stats.calls, out / "calls.png")
-        report.plot_top_sequences(stats.top, report_data.Tracks(chunks, positions, regions), out / "top.png")
+        report.plot_top_sequences(stats.top, tracks, out / "top.png")
         inputs = report_data.input_stats(lambda: [prepared[:1], prepared[1:]])
         report.plot_input(inputs, counts, out / "input.png")
         report.plot_throughput(shards, out / "throughput.png")
@@ -338,6 +354,22 @@ def shown_page(browser, session) -> tuple[list[str], str]:
 
 
 @pytest.mark.slow
+def open_report(browser: Chromium, html: Path) -> str:
+    """Load the report in a new page, its network recorded; its session once the report's app is up."""
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    browser.send("Network.enable", session)
+    browser.send("Page.enable", session)
+    browser.send("Page.navigate", session, url=html.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    browser.evaluate(
+        session,
+        "(async () => { for (let i = 0; i < 400 && typeof app.setView !== 'function'; i++)"
+        " await new Promise((resolve) => setTimeout(resolve, 25)); })()",
+    )
+    return session
+
+
 def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, tmp_path):
     assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
     workdir, config = workflow_run
@@ -359,17 +391,7 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
     best = max(scored, key=lambda c: float(c["max_score_virus"]))["sequence_id"]
     browser = Chromium(tmp_path / "profile")
     try:
-        target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-        session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        browser.send("Network.enable", session)
-        browser.send("Page.enable", session)
-        browser.send("Page.navigate", session, url=html.as_uri())
-        browser.wait_for("Page.loadEventFired")
-        browser.evaluate(
-            session,
-            "(async () => { for (let i = 0; i < 400 && typeof app.setView !== 'function'; i++)"
-            " await new Promise((resolve) => setTimeout(resolve, 25)); })()",
-        )
+        session = open_report(browser, html)
         # every image and HTML item of the sample, and of the training
         items = browser.evaluate(
             session,
