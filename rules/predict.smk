@@ -69,7 +69,7 @@ rule call:
     conda:
         "../envs/cpu.yaml"
     threads: 1
-    # call holds a block of records and the input's longest record (199 MB at 1 M reads,
+    # call holds a block of records and the input's longest record (198 MB at 1 M reads,
     # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
     resources:
         mem_mb=2000,
