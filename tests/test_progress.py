@@ -54,11 +54,12 @@ def test_lines_at_a_steady_interval_never_late():
             previous, counted_from = next(times), last
     done = []
     for _, line in handler.lines:
-        match = re.fullmatch(r"([\d,]+) blocks of 600, ([\d,.]+)/s, (\d+)% done, ETA ([\d,]+) s, \d+ KiB hashed", line)
-        assert match, line
+        # a line that falls on the last block (a loaded machine) has no ETA left to give
+        match = re.fullmatch(r"([\d,]+) blocks of 600, ([\d,.]+)/s(, \d+% done, ETA [\d,]+ s)?, \d+ KiB hashed", line)
+        assert match and (match[3] or match[1] == "600"), line
         done.append(int(match[1].replace(",", "")))
         assert float(match[2].replace(",", "")) > 0
-    assert done == sorted(done) and done[-1] < 600
+    assert done == sorted(done)
 
 
 def test_no_line_before_the_interval():

@@ -170,6 +170,20 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
             f"{named_in}: samples: {sheet}: no such file; "
             "give the path of the samples sheet (a TSV with columns sample and path)"
         )
+    samples = _sheet_table(sheet)
+    problems = _row_problems(sheet, samples, schema_path)
+    if not problems and samples.empty:
+        problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
+    if problems:
+        raise InputError("\n".join(problems))
+    samples = samples.set_index("sample", drop=False)
+    if "label" not in samples.columns:
+        samples["label"] = ""
+    return samples
+
+
+def _sheet_table(sheet: str) -> pd.DataFrame:
+    """The sheet's rows as text, blank and comment lines left out, each row's index its line - 2."""
     # a comment line (its first character that is not a space is '#') is read as a blank line, so
     # that a line's number stays its index + 2
     try:
@@ -189,6 +203,11 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
             f"{sheet}: no column {' or '.join(sorted(missing))}; its first line must name "
             "the tab-separated columns sample and path (and optionally label)"
         )
+    return samples
+
+
+def _row_problems(sheet: str, samples: pd.DataFrame, schema_path: Path) -> list[str]:
+    """A line per row that the schema refuses, per repeated sample name and per unreadable path."""
     # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
     row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
     validator = Draft202012Validator({"type": "array", "items": row_schema})
@@ -207,11 +226,4 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
         elif path and (problem := _unreadable(path)):
             problems.append(f"{sheet}: line {line}: sample {name!r}: {path}: {problem}")
         first_line.setdefault(name, line)
-    if not problems and samples.empty:
-        problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
-    if problems:
-        raise InputError("\n".join(problems))
-    samples = samples.set_index("sample", drop=False)
-    if "label" not in samples.columns:
-        samples["label"] = ""
-    return samples
+    return problems

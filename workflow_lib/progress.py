@@ -21,8 +21,7 @@ class Progress:
         return True
 
     def update(self, done: float, extra: str = "", fraction: float | None = None) -> None:
-        """A line if one is due; none once `done` reaches the total (the job's own last line says it)."""
-        if (not self.total or done < self.total) and self.due():
+        if self.due():
             self.log.info(self.line(done, extra, fraction))
 
     def line(self, done: float, extra: str = "", fraction: float | None = None) -> str:

@@ -50,19 +50,7 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
     """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table) per shard;
     chunks and sequences come from the frames table, joined on frame_id (a sample is its table).
     The features are read once, into one array."""
-    for label, dna_path, _, _ in shards:
-        if label not in LABELS:
-            raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
-    shapes = []
-    for _, dna_path, esm_path, _ in shards:
-        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
-            shapes.append((blocks.n, blocks.dim))
-    for (_, dna_path, esm_path, _), (_, dim) in zip(shards, shapes):
-        if dim != shapes[0][1]:
-            raise InputError(
-                f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
-                f"have {shapes[0][1]}; embed every training sample with the same models"
-            )
+    shapes = _shapes(shards)
     x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
     tables: dict[str, pd.DataFrame] = {}
     labels, keys, offset = [], [], 0
@@ -88,7 +76,32 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
     repeated = key.duplicated(["sample", "frame_id"])
     if repeated.any():
         raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
-    y = np.concatenate(labels)
+    y = _checked_labels(np.concatenate(labels))
+    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
+    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
+    return Examples(x, y, chunk, sequence)
+
+
+def _shapes(shards: list[tuple[str, str, str, str]]) -> list[tuple[int, int]]:
+    """(frames, features) of each shard, once its label and features are checked."""
+    for label, dna_path, _, _ in shards:
+        if label not in LABELS:
+            raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
+    shapes = []
+    for _, dna_path, esm_path, _ in shards:
+        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            shapes.append((blocks.n, blocks.dim))
+    for (_, dna_path, esm_path, _), (_, dim) in zip(shards, shapes):
+        if dim != shapes[0][1]:
+            raise InputError(
+                f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
+                f"have {shapes[0][1]}; embed every training sample with the same models"
+            )
+    return shapes
+
+
+def _checked_labels(y: np.ndarray) -> np.ndarray:
+    """Both classes, with a warning when one has few frames."""
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
     if np.bincount(y).min() < FEW_FRAMES:
@@ -99,9 +112,7 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
             (y == 0).sum(),
             FEW_FRAMES,
         )
-    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
-    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
-    return Examples(x, y, chunk, sequence)
+    return y
 
 
 def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
