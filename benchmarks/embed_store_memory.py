@@ -9,10 +9,10 @@ the whole [N, 2560] float32 array and writes it at the end, as embed did before.
 import argparse
 from pathlib import Path
 
-import h5py  # noqa: E402
-import numpy as np  # noqa: E402
+import h5py
+import numpy as np
 
-from workflow_lib import h5store  # noqa: E402
+from workflow_lib import h5store
 
 DIM, BLOCK, BATCH, FLUSH = 2560, 8192, 256, 30000
 

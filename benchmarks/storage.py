@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from workflow_lib import h5store  # noqa: E402
+from workflow_lib import h5store
 
 WIDTHS = {"dnabert": 768, "esm": 2560}
 FILTERS = {

@@ -32,7 +32,7 @@ def _open(path: str | Path) -> h5py.File:
     handle = None
     try:
         handle = h5py.File(path, "r")
-        handle["ids"], handle["embeddings"]  # noqa: B018 (both must be there)
+        handle["ids"], handle["embeddings"]  # both must be there
         return handle
     except (OSError, KeyError) as error:
         if handle is not None:

@@ -13,12 +13,12 @@ from typing import NamedTuple
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # after the backend is chosen
+import numpy as np
+import pandas as pd
 
-from .outputs import atomic_path  # noqa: E402
-from .report_data import (  # noqa: E402
+from .outputs import atomic_path
+from .report_data import (
     CALL_NAMES,
     Histogram,
     InputStats,
@@ -29,8 +29,8 @@ from .report_data import (  # noqa: E402
     overview_data,
     sample_data,
 )
-from .settings import PlotSampleSettings  # noqa: E402
-from .tables import read_json, write_json, write_tsv  # noqa: E402
+from .settings import PlotSampleSettings
+from .tables import read_json, write_json, write_tsv
 
 
 class SampleFigures(NamedTuple):

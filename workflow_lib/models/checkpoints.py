@@ -75,7 +75,7 @@ def load_weights(path: Path, what: str, allowed: list = (), mmap: bool = False):
     try:
         with torch.serialization.safe_globals(list(allowed)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means: refuse the file
+    except Exception as error:  # any unpickling failure means: refuse the file
         raise InputError(
             f"{path}: refused to load: not a {what} file, or it holds code that would run on loading "
             f"({_refusal(error)})"

@@ -287,7 +287,7 @@ def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> to
         return kernel(q, k, v, layout, slopes)
     except torch.OutOfMemoryError:
         raise
-    except Exception as error:  # noqa: BLE001 - compile and launch errors take many forms
+    except Exception as error:  # compile and launch errors take many forms
         lines = str(error).strip().splitlines() or [type(error).__name__]
         log.warning("attention: %s failed on a batch (%s); the padded path is used from now on", name, lines[0])
         key = (str(q.device), q.dtype, slopes is not None, tuple(q.shape[1:]))
