@@ -29,6 +29,7 @@ from workflow_lib.config_check import (
     source_of,
 )
 from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
+from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import read_plan
@@ -262,9 +263,7 @@ def stored_tokens(wildcards):
 
 
 def tokenize_runtime(wildcards):
-    """Minutes: 2, plus the shard's tokens (its ESM-2 count: about as many) at 500,000 a second (a
-    core tokenises 2.25 M), whatever the sample's size."""
-    return int(2 + planned_shard(wildcards)["tokens"] / 500_000 / 60 + 0.999)
+    return job_resources.tokenize_minutes(planned_shard(wildcards)["tokens"])
 
 
 def planned_shard(wildcards):
@@ -277,19 +276,13 @@ def planned_shard(wildcards):
 
 
 def embed_gpus(wildcards):
-    """One GPU, or none for a shard with no frames."""
-    return 1 if planned_shard(wildcards)["frames"] else 0
+    return job_resources.embed_gpus(planned_shard(wildcards)["frames"])
 
 
 def embed_runtime(wildcards):
-    """Minutes: 10 to start, plus 1.5 times the shard's ESM-2 tokens at the assumed rate of this
-    model on this device (embedding.assumed_tokens_per_s), whatever the sample's size.
-    """
     shard = planned_shard(wildcards)
-    rates = config["embedding"]["assumed_tokens_per_s"][wildcards.model]
-    cpu = config["embedding"]["device"] == "cpu" or not shard["frames"]
-    return int(
-        10 + 1.5 * shard["tokens"] / rates["cpu" if cpu else "cuda"] / 60 + 0.999
+    return job_resources.embed_minutes(
+        shard["tokens"], shard["frames"], wildcards.model, config["embedding"]
     )
 
 
@@ -351,11 +344,7 @@ def attached_table(name, **flags):
 
 
 def embed_threads(wildcards):
-    """The main process and its loader workers. auto asks for 2 workers: they pack tens of
-    thousands of frames a second, far more than a GPU embeds, and leave cores for other jobs.
-    """
-    workers = config["embedding"]["num_workers"]
-    return (2 if workers == "auto" else workers) + 1
+    return job_resources.embed_threads(config["embedding"])
 
 
 def embeddings_path(path):

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from workflow_lib import job_resources
 from workflow_lib.settings import (
     MODELS,
     STAGES,
@@ -98,3 +99,15 @@ def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
     assert parser.parse_args(base + ["--num-workers", "3", "--expandable-segments", "true"]).num_workers == 3
     with pytest.raises(argparse.ArgumentError):
         parser.parse_args(base + ["--num-workers", "many", "--expandable-segments", "true"])
+
+
+def test_a_jobs_request_follows_its_shard_not_its_sample():
+    embedding = DEFAULTS["embedding"]
+    # the default shard, 180 M tokens, at ESM-2's assumed 100,000 tokens/s on a GPU: 30 min, 1.5 times, +10
+    assert job_resources.embed_minutes(180_000_000, 1_070_000, "esm", embedding) == 55
+    assert job_resources.embed_minutes(1_000_000, 10, "esm", embedding | {"device": "cpu"}) == 135  # 200 tokens/s
+    assert job_resources.embed_minutes(0, 0, "esm", embedding) == 10  # an empty shard: no GPU, the start only
+    assert (job_resources.embed_gpus(0), job_resources.embed_gpus(5)) == (0, 1)
+    assert job_resources.embed_threads(embedding) == 3  # auto: 2 loader workers and the main process
+    assert job_resources.embed_threads(embedding | {"num_workers": 5}) == 6
+    assert job_resources.tokenize_minutes(180_000_000) == 8  # 2 + 6 at 500,000 tokens/s
