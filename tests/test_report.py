@@ -353,7 +353,6 @@ def shown_page(browser, session) -> tuple[list[str], str]:
     )
 
 
-@pytest.mark.slow
 def open_report(browser: Chromium, html: Path) -> str:
     """Load the report in a new page, its network recorded; its session once the report's app is up."""
     target = browser.send("Target.createTarget", url="about:blank")["targetId"]
@@ -370,6 +369,7 @@ def open_report(browser: Chromium, html: Path) -> str:
     return session
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, tmp_path):
     assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
     workdir, config = workflow_run
