@@ -72,7 +72,6 @@ def main() -> None:
         reads, small = tmp / "reads.fa", tmp / "reads_small.fa"
         write_reads(reads, args.reads, args.length, args.seed)
         if args.gzip:
-            reads = reads.rename(tmp / "reads.fa.gz.tmp")
             (tmp / "reads.fa.gz").write_bytes(gzip.compress(reads.read_bytes(), 6))
             reads = tmp / "reads.fa.gz"
         units = load_virnucpro(args.virnucpro_units) if args.virnucpro_units else None

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 from .errors import InputError
 from .models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
 from .models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
+from .settings import config_value
 
 # Keys of earlier versions, and what replaced them.
 REPLACED = {
@@ -139,9 +140,7 @@ def recorded_differences(config: Mapping, recorded: str) -> list[str]:
         return []
     differences = []
     for key, values in json.loads(Path(recorded).read_text()).items():
-        value = config
-        for part in key.split("."):
-            value = value[part]
+        value = config_value(config, key)
         if values != [value]:
             differences.append(
                 f"{key} is {value!r} in the config, but the results in results/ were made with "

@@ -22,7 +22,6 @@ from .report_data import (
     CALL_NAMES,
     Histogram,
     InputStats,
-    SampleData,
     SampleTables,
     Tracks,
     flatten,
@@ -225,7 +224,7 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
 def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, settings: PlotSampleSettings) -> None:
     """All figures of a sample: the top sequences and the records of the strongest regions plotted
     chunk by chunk, the top rows in the HTML table."""
-    data: SampleData = sample_data(tables, settings)
+    data = sample_data(tables, settings)
     plot_scores(data.frame_scores, data.sequences.scores, figures.scores)
     plot_calls(data.sequences.calls, figures.calls)
     plot_top_sequences(data.sequences.top, data.tracks, figures.top_sequences)

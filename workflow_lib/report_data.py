@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .models.checkpoints import DEMO_FILES
-from .settings import PlotSampleSettings
+from .settings import PlotSampleSettings, config_value
 from .tables import read_chunks, read_json
 
 CALL_NAMES = ("virus", "other", "no_coding_frame")
@@ -206,12 +206,6 @@ RECORDED_SETTINGS = (
 )
 
 
-def _setting(config: dict, key: str):
-    for part in key.split("."):
-        config = config[part]
-    return config
-
-
 def flatten(values: dict, prefix: str = "") -> dict:
     """Nested dicts of scalars as {"outer inner": value}; lists (curves, histories) left out."""
     flat = {}
@@ -294,5 +288,5 @@ def overview_data(summaries: list[str | Path]) -> OverviewData:
             if Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
         }
     )
-    recorded = {key: sorted({_setting(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}
+    recorded = {key: sorted({config_value(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}
     return OverviewData(samples_table(runs), table, demo, recorded, len(runs))

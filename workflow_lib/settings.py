@@ -100,7 +100,7 @@ def declared(declaration) -> list[dataclasses.Field]:
 def add_arguments(parser: argparse.ArgumentParser, declaration) -> None:
     """An option per declared setting: --name-with-dashes, of the field's type, required unless it
     may be None or has a default."""
-    kinds = typing.get_type_hints(declaration)
+    kinds = _kinds(declaration)
     for field in declared(declaration):
         kind, check, help = kinds[field.name], field.metadata["check"], field.metadata["help"]
         parse = _checked(_parser(kind), check) if check else _parser(kind)
@@ -124,13 +124,20 @@ def _item(text: str) -> tuple[str, str]:
 
 def from_arguments(declaration, args: argparse.Namespace, **others):
     """The declaration from parsed arguments; `others`: its fields that are not settings."""
-    kinds = typing.get_type_hints(declaration)
+    kinds = _kinds(declaration)
     values = {f.name: getattr(args, f.name) for f in declared(declaration)}
     values = {k: dict(v) if typing.get_origin(kinds[k]) is dict else v for k, v in values.items()}
     return declaration(**values | others)
 
 
-def _config_value(config: dict, key: str, optional: bool):
+@functools.cache
+def _kinds(declaration) -> dict:
+    """The declaration's field types: read once (rules ask for each job's options)."""
+    return typing.get_type_hints(declaration)
+
+
+def config_value(config: dict, key: str, optional: bool = False):
+    """The value of a dotted config key; with `optional`, None where the config lacks it."""
     value = config
     for part in key.split("."):
         if optional and part not in value:
@@ -142,9 +149,9 @@ def _config_value(config: dict, key: str, optional: bool):
 def config_values(declaration, config: dict, *, model: str | None = None, results: bool | None = None) -> dict:
     """{name: value} of the declaration's settings that `config` holds, for `model` where a key
     names it; `results`: only those that can (True) or cannot (False) change results."""
-    kinds = typing.get_type_hints(declaration)
+    kinds = _kinds(declaration)
     return {
-        f.name: _config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
+        f.name: config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
         for f in declared(declaration)
         if f.metadata["key"] and results in (None, f.metadata["results"])
     }
@@ -155,7 +162,7 @@ def from_config(declaration, config: dict, *, model: str | None = None, **others
     `model` when it has one); `others`: its fields that the config does not hold, or values to use
     instead."""
     values = config_values(declaration, config, model=model)
-    if "model" in typing.get_type_hints(declaration):
+    if "model" in _kinds(declaration):
         values["model"] = model
     return declaration(**values | others)
 
