@@ -1,0 +1,112 @@
+"""Weighing the calls on synthetic data with known truth: calibrated chunk probabilities, a sample's
+viral fraction, record probabilities and q-values."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from workflow_lib import calibration
+from workflow_lib.calibration import Calibration, expit, logit
+
+
+def synthetic(n_records: int, viral_share: float, seed: int, chunks=(1, 12)) -> dict[str, np.ndarray]:
+    """Records of a few chunks whose virus scores are overconfident and correlated within a record,
+    as a classifier's are: a chunk's true evidence is a record effect plus its own, and the score
+    exaggerates it threefold."""
+    rng = np.random.default_rng(seed)
+    label = (rng.random(n_records) < viral_share).astype(int)
+    size = rng.integers(chunks[0], chunks[1] + 1, n_records)
+    record = np.repeat(np.arange(n_records), size)
+    effect = rng.normal(np.where(label == 1, 1.0, -1.0), 0.8)[record]
+    evidence = effect + rng.normal(0, 1.0, record.size)
+    score = expit(3 * evidence + 0.5)  # overconfident, leaning viral
+    return {"score": score, "label": label[record], "record": record, "record_label": label, "size": size}
+
+
+@functools.cache
+def fitted(seed: int = 1, n_records: int = 20000) -> Calibration:
+    """A calibration fitted on 20,000 records (about 130,000 chunks): its own sampling noise is then
+    small beside the held-out checks'."""
+    data = synthetic(n_records, 0.5, seed)
+    return calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+
+
+def record_posteriors(cal: Calibration, data: dict, prior: float) -> np.ndarray:
+    llr = cal.chunk_llrs(data["score"])
+    sums = np.bincount(data["record"], llr)
+    return expit(cal.record_llrs(data["size"], sums) + logit(prior))
+
+
+def test_calibrated_chunk_probabilities_match_held_out_frequencies():
+    cal = fitted()
+    held_out = synthetic(20000 // 6, 0.5, seed=2)
+    assert held_out["score"].size >= 20000
+    p = expit(cal.chunk_llrs(held_out["score"]) + logit(cal.chunk_prior))
+    raw = calibration.calibration_error(held_out["label"], held_out["score"])
+    assert raw > 0.05  # the scores themselves are not probabilities
+    assert calibration.calibration_error(held_out["label"], p) <= 0.02
+
+
+def test_the_method_is_chosen_by_held_out_loss():
+    cal = fitted()
+    losses = cal.fitted_on["held_out_log_loss"]
+    assert set(losses) == {"platt", "isotonic"} and cal.method == min(losses, key=losses.get)
+
+
+@pytest.mark.parametrize("share", [0.01, 0.1, 0.5])
+def test_a_samples_viral_fraction_is_estimated_from_its_own_chunks(share):
+    cal = fitted()
+    rng = np.random.default_rng(3)
+    n = 100_000
+    label = (rng.random(n) < share).astype(int)
+    # chunks of a sample unlike the calibration set in balance only: one chunk a record
+    evidence = rng.normal(np.where(label == 1, 1.0, -1.0), 0.8) + rng.normal(0, 1.0, n)
+    counts = calibration.histogram(cal.chunk_llrs(expit(3 * evidence + 0.5)))
+    assert abs(calibration.estimate_prior(counts) - label.mean()) <= 0.02
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5])
+def test_qvalues_bound_the_realised_false_discovery_rate(share):
+    cal = fitted()
+    sample = synthetic(6000, share, seed=4)
+    llr = cal.record_llrs(sample["size"], np.bincount(sample["record"], cal.chunk_llrs(sample["score"])))
+    counts = calibration.histogram(llr)
+    prior = calibration.estimate_prior(counts)
+    assert abs(prior - sample["record_label"].mean()) <= 0.03
+    q = calibration.qvalues(counts, prior)[calibration.bin_of(llr)]
+    truth = sample["record_label"]
+    for cutoff in (0.05, 0.1, 0.2):
+        called = q <= cutoff
+        assert called.sum() >= 100
+        realised = (truth[called] == 0).mean()
+        noise = 2 * np.sqrt(cutoff * (1 - cutoff) / called.sum())
+        assert realised <= cutoff + noise, (cutoff, realised, called.sum())
+
+
+def test_record_probabilities_are_calibrated_for_reads_and_contigs():
+    """One rule serves records of one chunk and of many: chunks of a record are not independent
+    evidence, so a plain product would be overconfident on long records."""
+    cal = fitted()
+    assert 0 < cal.record_correlation < 1
+    for chunks in ((1, 1), (20, 40)):
+        sample = synthetic(6000, 0.5, seed=5, chunks=chunks)
+        p = record_posteriors(cal, sample, cal.record_prior)
+        assert calibration.calibration_error(sample["record_label"], p) <= 0.05, chunks
+
+
+def test_qvalues_never_fall_with_the_probability():
+    counts = np.random.default_rng(6).integers(0, 5, calibration.N_BINS)
+    q = calibration.qvalues(counts, 0.3)
+    assert (np.diff(q) <= 1e-12).all() and q.min() >= 0 and q.max() <= 1
+
+
+def test_a_calibration_names_the_classifier_and_chunk_length_it_was_made_for(tmp_path):
+    cal = fitted(n_records=500)
+    path = tmp_path / "calibration.json"
+    cal.save(path)
+    loaded = Calibration.load(path)
+    assert loaded == cal
+    assert loaded.refusal("0" * 64, 500, path) is None
+    assert "another classifier file" in loaded.refusal("1" * 64, 500, path)
+    assert "chunks of 500 bp" in loaded.refusal("0" * 64, 300, path)
