@@ -24,6 +24,7 @@ include: "rules/prepare.smk"
 include: "rules/embed.smk"
 include: "rules/predict.smk"
 include: "rules/train.smk"
+include: "rules/calibrate.smk"
 include: "rules/report.smk"
 
 

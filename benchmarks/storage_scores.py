@@ -65,7 +65,7 @@ def main() -> None:
             )
             for name, (_, f) in samples.items()
         ]
-        model, _ = train(load_examples(shards, 600), train_settings(progress_seconds=600))
+        model, *_ = train(load_examples(shards, 600), train_settings(progress_seconds=600))
         classifier.save(model.eval(), root / "classifier.pt")
         totals = {
             "frames": 0,

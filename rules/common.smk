@@ -8,8 +8,10 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import yaml
 from snakemake import __version__ as snakemake_version
+from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
 # The checkout's root, from this file: workflow.basedir is the host workflow's folder when another
@@ -21,10 +23,12 @@ sys.path.insert(0, ROOT)
 from workflow_lib.config_check import (
     check_config,
     check_yaml,
+    check_calibration_file,
     check_classifier_file,
     check_model_choice,
     check_training_labels,
     recorded_differences,
+    read_calibration_samples,
     read_samples,
     source_of,
 )
@@ -32,7 +36,7 @@ from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
-from workflow_lib.plan import read_plan
+from workflow_lib.plan import plan_is_current, read_plan
 from workflow_lib.scheduler import keep_one_timer
 from workflow_lib.settings import (
     CallSettings,
@@ -96,10 +100,20 @@ try:
     check_model_choice(config, config_sources)
     check_training_labels(samples, config["samples"])
     LABELLED = bool((samples["label"] != "").any())
+    # the samples sheet's samples; `samples` also holds the calibrate target's, which only it reads
+    SHEET = list(samples.index)
+    CALIBRATION_SAMPLES = read_calibration_samples(
+        config["calibration"]["samples"],
+        samples,
+        f"{ROOT}/config/samples.schema.yaml",
+        source_of(["calibration", "samples"], config_sources),
+    )
+    samples = pd.concat([samples, CALIBRATION_SAMPLES])
     # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
     # on the default config, whose classifier a checkout lacks)
     if workflow.is_main_process and workflow.check_envvars:
         check_classifier_file(config, config_sources, LABELLED)
+        check_calibration_file(config, config_sources, LABELLED)
 except InputError as error:
     refuse(error)
 
@@ -206,6 +220,27 @@ def classifier_to_check():
     return [] if trains_here() else [classifier_file()]
 
 
+def calibration_file():
+    """The calibration that weighs the calls (models.calibration), as an input; none when null."""
+    calibration = config["models"]["calibration"]
+    return [calibration] if calibration else []
+
+
+def calibration_inputs():
+    """--sample per calibration sample: its label, prepare's frames and sequences tables and its
+    shards' scores files (the calibrate rule's input, in this order)."""
+    return [
+        [
+            *expand(
+                [rules.prepare.output.frames, rules.prepare.output.sequences],
+                sample=sample,
+            ),
+            *shard_outputs(rules.score.output.scores, sample),
+        ]
+        for sample in CALIBRATION_SAMPLES.index
+    ]
+
+
 def fetched_manifest():
     return f"{config['models']['cache_dir']}/{MANIFEST}"
 
@@ -307,14 +342,14 @@ def by_input(floor, per_gb, names=None):
     """
 
     def resource(wildcards, input):
+        # sizes read here, not by input.size_mb: that is a coroutine which `snakemake --report`
+        # never awaits (a RuntimeWarning per job); an input not known yet (behind the plan
+        # checkpoint) counts as none until it is
         if names is None:
-            size_mb = input.size_mb
+            files = list(input)
         else:
-            # an input not known yet (behind the plan checkpoint) counts as none until it is
             files = [f for name in names for f in _as_list(getattr(input, name, []))]
-            size_mb = (
-                sum(os.path.getsize(f) for f in files if not os.path.isdir(f)) / 1024**2
-            )
+        size_mb = sum(os.path.getsize(f) for f in files if os.path.isfile(f)) / 1024**2
         return int(floor + per_gb * size_mb / 1024 + 0.999)
 
     return resource
@@ -335,7 +370,7 @@ def attached_table(name, **flags):
     found = [
         f
         for table in REPORT_TABLES.values()
-        for f in expand(table, sample=samples.index)
+        for f in expand(table, sample=SHEET)
         if os.path.isfile(f)
     ]
     if sum(map(os.path.getsize, found)) > config["report"]["max_attached_mb"] * 1024**2:
@@ -363,9 +398,29 @@ def shard_fasta_paths(path):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
+def plan_check(wildcards):
+    """The plan's input of the model check: ancient while the plan on disk is current (a classifier
+    swap reruns the check, not the plan), plain while it is out of date. Snakemake does not test on
+    its own a job after one that must run (here the check): it marks it by following that job's
+    outputs, never along an ancient input. With the check due, a plan out of date would not run
+    (its own reasons, a sheet with a new sample or a shards table written after it, go untested),
+    nor the new sample's prepare (a job with missing output runs for a job that must run, or for
+    an input newer than the plan), and the plan found would be taken as made.
+    """
+    tables = expand(rules.prepare.output.shard_table, sample=samples.index)
+    current = plan_is_current(rules.plan.output.plan, list(zip(samples.index, tables)))
+    return ancient(MODEL_CHECK) if current else MODEL_CHECK
+
+
 def planned_shards(sample):
-    """A sample's shard numbers, known once the plan checkpoint has run."""
-    plan = read_plan(checkpoints.plan.get().output.plan)
+    """A sample's shard numbers, known once the plan checkpoint has run. A plan without the sample
+    was made before the sample was in the sheet: not made for it yet, never a KeyError (plan_check
+    has such a plan made again; were it taken as made, nothing would run it).
+    """
+    plan_file = checkpoints.plan.get().output.plan
+    plan = read_plan(plan_file)
+    if sample not in plan:
+        raise IncompleteCheckpointException(checkpoints.plan.rule, plan_file)
     return [row["shard"] for row in plan[sample]]
 
 
@@ -401,7 +456,7 @@ def shard_benchmarks(sample, model):
 
 
 def prediction_outputs():
-    return expand([*rules.predict.output, *rules.call.output], sample=samples.index)
+    return expand([*rules.predict.output, *rules.call.output], sample=SHEET)
 
 
 # Settings that cannot change any result (a change reruns nothing), left out of the run summary's
@@ -427,14 +482,15 @@ def report_outputs():
     samples; the training figures when this workflow trains the classifier that it uses.
     """
     per_sample = expand(
-        [*rules.summarize.output, *rules.plot_sample.output], sample=samples.index
+        [*rules.summarize.output, *rules.plot_sample.output], sample=SHEET
     )
     training = list(rules.plot_training.output) if trains_here() else []
-    return per_sample + list(rules.overview.output) + training
+    weighing = list(rules.plot_calibration.output) if calibration_file() else []
+    return per_sample + list(rules.overview.output) + training + weighing
 
 
 def training_samples():
-    return samples.index[samples["label"] != ""]
+    return [s for s in SHEET if samples.loc[s, "label"] != ""]
 
 
 def training_embeddings(wildcards):

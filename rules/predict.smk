@@ -5,6 +5,7 @@ rule predict:
         scores=lambda wildcards: shard_outputs(
             rules.score.output.scores, wildcards.sample
         ),
+        calibration=calibration_file(),
     output:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table(
@@ -37,12 +38,15 @@ rule predict:
         mem_mb=2000,
         runtime=by_input(30, 10),
         tuning=tuning_of(PredictSettings),
+    params:
+        calibration=lambda wildcards, input: cli(calibration=input.calibration or None),
     shell:
         script_job(
             "predict",
             "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
             "--scores {input.scores:q} --frames {output.frames:q} --chunks {output.chunks:q} "
-            "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {resources.tuning}",
+            "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {params.calibration} "
+            "{resources.tuning}",
         )
 
 
@@ -52,6 +56,7 @@ rule call:
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
         reads=sample_input,
+        calibration=calibration_file(),
     output:
         sequences=attached_table(
             "sequences",
@@ -64,6 +69,15 @@ rule call:
         regions="results/{sample}/regions.tsv",
         regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
+        # with a calibration and call.max_qvalue: the records and regions within that q-value
+        passing=expand(
+            "results/{{sample}}/{name}",
+            name=(
+                ["viral_qvalue.fasta", "regions_qvalue.fasta"]
+                if calibration_file() and config["call"]["max_qvalue"] is not None
+                else []
+            ),
+        ),
     log:
         "logs/call/{sample}.log",
     conda:
@@ -76,11 +90,15 @@ rule call:
         runtime=by_input(30, 5),
     params:
         settings=settings_of(CallSettings),
+        calibration=lambda wildcards, input, output: cli(
+            calibration=input.calibration or None,
+            passing=tuple(output.passing) or None,
+        ),
     shell:
         script_job(
             "call",
             "--prepared-sequences {input.prepared_sequences:q} --chunks {input.chunks:q} "
             "--scoring {input.scoring:q} --input {input.reads:q} --sequences {output.sequences:q} "
             "--viral {output.viral:q} --regions {output.regions:q} --regions-fasta {output.regions_fasta:q} "
-            "--manifest {output.manifest:q} {params.settings}",
+            "--manifest {output.manifest:q} {params.settings} {params.calibration}",
         )

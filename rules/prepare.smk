@@ -39,7 +39,7 @@ rule prepare:
 checkpoint plan:
     input:
         shard_tables=expand(rules.prepare.output.shard_table, sample=samples.index),
-        check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the plan
+        check=plan_check,  # ancient while the plan is current: a classifier swap reruns the check
     output:
         plan="results/plan/shards.tsv",
     log:

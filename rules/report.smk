@@ -136,7 +136,7 @@ rule plot_sample:
 
 rule overview:
     input:
-        summaries=expand(rules.summarize.output.summary, sample=samples.index),
+        summaries=expand(rules.summarize.output.summary, sample=SHEET),
     output:
         page=report(
             "results/report/overview.html",
@@ -193,4 +193,36 @@ rule plot_training:
         script_job(
             "plot_training",
             "--metrics {input.metrics:q} --roc {output.roc:q} --table {output.table:q}",
+        )
+
+
+rule plot_calibration:
+    input:
+        calibration=calibration_file(),
+        sequences=expand(rules.call.output.sequences, sample=SHEET),
+        manifests=expand(rules.call.output.manifest, sample=SHEET),
+    output:
+        figure=report(
+            "results/report/calibration.png",
+            caption="../report/calibration.rst",
+            category="Weighing the calls",
+            labels={"item": "reliability, viral fractions, calls by q-value"},
+        ),
+    log:
+        "logs/plot_calibration.log",
+    conda:
+        "../envs/cpu.yaml"
+    # the sequences tables are read in blocks, two columns: memory bounded at any size
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=by_input(10, 2, ["sequences"]),
+    params:
+        samples=lambda wildcards, input: cli(
+            sample=list(zip(SHEET, input.sequences, input.manifests))
+        ),
+    shell:
+        script_job(
+            "plot_calibration",
+            "--calibration {input.calibration:q} {params.samples} --output {output.figure:q}",
         )

@@ -7,6 +7,7 @@ if LABELLED:
             unpack(training_embeddings),
         output:
             classifier=config["train"]["classifier"],
+            calibration=config["train"]["calibration"],
             metrics="results/train/metrics.json",
         log:
             "logs/train.log",
@@ -29,7 +30,8 @@ if LABELLED:
             script_job(
                 "train",
                 "{params.shards} {params.settings} --output {output.classifier:q} "
-                "--metrics {output.metrics:q} {resources.tuning} --threads {threads}",
+                "--calibration {output.calibration:q} --metrics {output.metrics:q} "
+                "{resources.tuning} --threads {threads}",
             )
 
 else:

@@ -4,6 +4,7 @@
 import argparse
 from pathlib import Path
 
+from workflow_lib.calibration import Calibration
 from workflow_lib.call import CallFiles, call
 from workflow_lib.errors import run_cli
 from workflow_lib.progress import setup_logging
@@ -22,13 +23,36 @@ def main() -> None:
     parser.add_argument("--regions", required=True, help="the table of viral regions inside records to write")
     parser.add_argument("--regions-fasta", required=True, help="the FASTA of those regions to write")
     parser.add_argument("--manifest", required=True, help="the JSON to write: checkpoints and counts")
+    parser.add_argument("--calibration", help="calibration JSON (models.calibration): weighs records and regions")
+    parser.add_argument(
+        "--passing",
+        nargs=2,
+        metavar=("VIRAL_FASTA", "REGIONS_FASTA"),
+        help="with --calibration and --max-qvalue: FASTA of the records and regions within that q-value",
+    )
     add_arguments(parser, CallSettings)
     args = parser.parse_args()
     setup_logging()
-    outputs = CallFiles(*map(Path, (args.sequences, args.viral, args.regions, args.regions_fasta, args.manifest)))
     settings = from_arguments(CallSettings, args)
-    regions = RegionSettings(settings.region_max_gap, settings.region_min_length)
-    call(args.prepared_sequences, args.chunks, args.scoring, args.input, outputs, settings.min_viral_fraction, regions)
+    if settings.max_qvalue is not None and not (args.calibration and args.passing):
+        parser.error("--max-qvalue needs --calibration and --passing")
+    outputs = CallFiles(
+        *map(Path, (args.sequences, args.viral, args.regions, args.regions_fasta, args.manifest)),
+        passing=tuple(map(Path, args.passing)) if args.passing else None,
+    )
+    regions = RegionSettings(settings.region_max_gap, settings.region_min_length, settings.min_viral_fraction)
+    calibration = Calibration.load(args.calibration) if args.calibration else None
+    call(
+        args.prepared_sequences,
+        args.chunks,
+        args.scoring,
+        args.input,
+        outputs,
+        settings.min_viral_fraction,
+        regions,
+        calibration,
+        settings.max_qvalue,
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from workflow_lib.calibration import Calibration
 from workflow_lib.errors import run_cli
 from workflow_lib.predict import ScoreFiles, write_tables
 from workflow_lib.progress import setup_logging
@@ -24,6 +25,7 @@ def main() -> None:
         metavar="PATH",
         help="VirNucPro's prediction_results.txt and prediction_results_highestscore.csv to write (none: not written)",
     )
+    parser.add_argument("--calibration", help="calibration JSON (models.calibration): adds each chunk's probability")
     add_arguments(parser, PredictSettings)
     args = parser.parse_args()
     if len(args.virnucpro) not in (0, 2):
@@ -32,7 +34,10 @@ def main() -> None:
     outputs = ScoreFiles(
         Path(args.frames), Path(args.chunks), Path(args.scoring), tuple(map(Path, args.virnucpro)) or None
     )
-    write_tables(args.prepared_frames, args.prepared_sequences, args.scores, outputs, args.progress_seconds)
+    calibration = Calibration.load(args.calibration) if args.calibration else None
+    write_tables(
+        args.prepared_frames, args.prepared_sequences, args.scores, outputs, args.progress_seconds, calibration
+    )
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@ def main() -> None:
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
+    parser.add_argument("--calibration", help="calibration JSON to write, fitted on the validation split")
     add_arguments(parser, TrainSettings)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
-    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, from_arguments(TrainSettings, args))
+    settings = from_arguments(TrainSettings, args)
+    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, settings, args.calibration)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def test_every_frame_once_and_chunk_rule(sample):
     for f in frames:
         other, virus = float(f["score_other"]), float(f["score_virus"])
         assert other + virus == pytest.approx(1, abs=1e-5)
-        assert f["prediction"] == ("virus" if virus > other else "others")  # VirNucPro's spelling (the contract)
+        assert f["prediction"] == ("virus" if virus > other else "other")  # the words of chunks.tsv and sequences.tsv
     chunks = read_tsv(root / "out" / "chunks.tsv")
     assert sum(int(c["n_frames"]) for c in chunks) == len(frames)
     # each chunk's place in its record, as prepare cut it
@@ -102,7 +102,8 @@ def test_virnucpro_tables(sample):
     assert [line.split("\t")[0] for line in lines[1:]] == [f["frame_id"] for f in frames]
     first = lines[1].split("\t")
     assert first[2] == str(np.float32(first[2])) and first[1] in ("virus", "others")  # VirNucPro's spelling
-    assert [line.split("\t")[1] for line in lines[1:]] == [f["prediction"] for f in frames]
+    spelled = {"virus": "virus", "other": "others"}  # only VirNucPro's own tables say 'others'
+    assert [line.split("\t")[1] for line in lines[1:]] == [spelled[f["prediction"]] for f in frames]
     highest = (root / "out" / "prediction_results_highestscore.csv").read_text().splitlines()
     assert highest[0] == "Modified_ID\tIs_Virus"
     chunk_ids = sorted({f["frame_id"][:-2] for f in frames})  # VirNucPro's str[:-2], groupby-sorted
@@ -232,7 +233,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     assert result.returncode == 0, result.stderr
     assert re.search(rf"INFO {shard_frames:,} frames of {shard_frames:,}, [\d.,]+/s, scored into ", result.stderr)
     with np.load(tmp_path / "cli_shard_0.npz") as cli, np.load(scores[0]) as stage:
-        assert cli.files == stage.files == ["scores", "ids_blake2b", "checkpoints"]
+        assert cli.files == stage.files == ["scores", "atypicality", "ids_blake2b", "checkpoints"]
         assert all(np.array_equal(cli[name], stage[name]) for name in cli.files)
 
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]

@@ -4,7 +4,7 @@ chunk, none, and records too short for a region."""
 import pandas as pd
 import pytest
 
-from workflow_lib.regions import REGIONS, RegionSettings, record_regions, regions_table
+from workflow_lib.regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
 
 
 def chunks(pattern: str, sequence_id: str = "r", length: int = 500, scored: str | None = None) -> pd.DataFrame:
@@ -40,7 +40,11 @@ SETTINGS = RegionSettings(max_gap=1000, min_length=2000)  # 2 chunks of gap, 4 c
         ("ooVVooVVoo", [(1001, 4000, 6, 4)]),  # a gap of 1,000 bp is bridged
         ("VVooooVVVV", [(3001, 5000, 4, 4)]),  # one of 1,500 is not; the first run is too short alone
         ("VVVVoooVVVV", [(1, 2000, 4, 4), (3501, 5500, 4, 4)]),  # two regions
-        ("VV--VVoooo", [(1, 3000, 4, 4)]),  # unscored chunks are gaps like any other, not chunks
+        ("VV--VVoooo", [(1, 3000, 4, 4)]),  # unscored chunks are no evidence: not chunks of the region
+        ("VV------VV", [(1, 5000, 4, 4)]),  # nor a gap: 3,000 bp with no scored chunk do not break it
+        ("VVooo---VV", []),  # 1,500 bp scored other do, with or without unscored chunks beside them
+        ("--VV-oo-VV--", [(1, 5000, 6, 4)]),  # nothing scored before it: it starts with the record
+        ("oo--VVVV--oo", [(1501, 4500, 4, 4)]),  # bounds halfway across the unscored chunks
         ("V", []),  # one chunk
     ],
 )
@@ -71,6 +75,38 @@ def test_overlapping_chunks_merge():
 def test_regions_table_numbers_regions_per_record_in_order():
     table = pd.concat([chunks("VVVVoooVVVV", "a"), chunks("oooo", "b"), chunks("VVVV", "c")])
     found = regions_table(table, SETTINGS)
-    assert list(found.columns) == list(REGIONS)
+    assert list(found.columns) == [*REGIONS, *EVIDENCE]
     assert list(zip(found["sequence_id"], found["region"])) == [("a", 1), ("a", 2), ("c", 1)]
     assert regions_table(table.iloc[:0], SETTINGS).empty
+
+
+@pytest.mark.parametrize(
+    "pattern, edge",
+    [
+        ("VVVVoo", [True]),
+        ("ooVVVV", [True]),
+        ("oVVVVo", [False]),
+        ("-VVVV-o", [True]),  # only unscored chunks between it and the start
+        ("VVVVoooVVVV", [True, True]),
+        ("oVVVVoooVVVVo", [False, False]),
+    ],
+)
+def test_a_region_says_whether_it_reaches_an_end_of_its_record(pattern, edge):
+    """in_seq_edge: no chunk scored other lies between the region and an end of the record, so it
+    may go on beyond what was read (a prophage at a contig's end, or a whole viral contig)."""
+    found = record_regions(chunks(pattern), SETTINGS)
+    assert [region[-2] for region in found] == edge
+
+
+def test_a_region_sums_the_llrs_of_the_chunks_it_spans():
+    table = chunks("oVVoVVo")
+    table["llr"] = [-1.0, 2.0, 2.5, -0.5, 3.0, 1.0, -4.0]
+    (region,) = record_regions(table, RegionSettings(max_gap=500, min_length=1))
+    assert region[-3] == pytest.approx(2.0 + 2.5 - 0.5 + 3.0 + 1.0)
+
+
+def test_a_region_that_no_scored_chunk_ends_goes_on_to_the_records_end():
+    """The call job knows the record's length (prepare's sequences table): the region ends with it."""
+    found = regions_table(pd.concat([chunks("oVVVV-", "a"), chunks("VVVVo", "b")]), SETTINGS)
+    extend_to_ends(found, pd.Series({"a": 3100, "b": 2500}))
+    assert list(zip(found["start"], found["end"], found["length"])) == [(501, 3100, 2600), (1, 2000, 2000)]

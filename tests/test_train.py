@@ -53,7 +53,8 @@ def train_cli(shards, outdir):
     for shard in shards:
         command += ["--shard", *shard]
     command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json")]
-    settings = {k: v for k, v in DEFAULTS["train"].items() if k != "classifier"}  # the config's, but these:
+    command += ["--calibration", str(outdir / "calibration.json")]
+    settings = {k: v for k, v in DEFAULTS["train"].items() if k not in ("classifier", "calibration")}  # but these:
     settings |= {"epochs": 40, "validation_fraction": FRACTION, "seed": SEED, "chunk_length": 300}
     settings |= {"progress_seconds": 0.000001, "threads": 1}
     for key, value in settings.items():

@@ -1,5 +1,6 @@
 """The whole workflow run for real by Snakemake: prepare, model check, embed, train, predict."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import yaml
 from helpers import (
     EMBEDDING_TOLERANCE,
     ENV,
+    GENOMES,
     ROOT,
     SAMPLES,
     SCORE_TOLERANCE,
@@ -25,7 +27,7 @@ from helpers import (
 
 from workflow_lib import h5store
 from workflow_lib.models import classifier
-from workflow_lib.plan import read_plan
+from workflow_lib.plan import plan_is_current, read_plan, write_plan
 from workflow_lib.seqio import read_records
 
 
@@ -229,6 +231,96 @@ def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp
     reused = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert reused.returncode == 0, reused.stderr[-3000:]
     assert "rule check_models" in reused.stdout and "rule train" not in reused.stdout
+
+
+def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list[str], **changes) -> str:
+    """A second run in a copy of a finished run, with a new samples sheet: the samples `keep`,
+    unlabelled, and a new one (lambda, from a genome older than the run, as a file kept on disk is)
+    and the config's `changes` (as in snakemake_dry_run). It runs to the end and plans every sample
+    of the sheet from its shards table, and the new sample has a call per record. Returns its output."""
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    old = {row["sample"]: row["path"] for row in read_tsv(workdir / "samples.tsv")}
+    sheet = tmp_path / "samples.tsv"
+    sheet.write_text(
+        "sample\tpath\n"
+        + "".join(f"{sample}\t{old[sample]}\n" for sample in keep)
+        + f"lambda\t{GENOMES / 'lambda_NC_001416.fasta'}\n"
+    )
+    settings = yaml.safe_load(config.read_text()) | {"samples": str(sheet)}
+    for key, value in changes.items():
+        settings[key] = {**settings.get(key, {}), **value} if isinstance(value, dict) else value
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(settings))
+    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(changed)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    plan = read_plan(copy / "results" / "plan" / "shards.tsv")
+    assert list(plan) == [*keep, "lambda"]
+    for sample in plan:
+        shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
+        assert plan[sample] == [{column: int(value) for column, value in shard.items()} for shard in shards]
+    records = [record_id for record_id, _, _ in read_records(GENOMES / "lambda_NC_001416.fasta")]
+    assert [row["sequence_id"] for row in read_tsv(copy / "results" / "lambda" / "sequences.tsv")] == records
+    return output
+
+
+def embedded_samples(output: str) -> set[str]:
+    """The samples whose embed jobs a Snakemake run's output shows."""
+    jobs = re.split(r"\n(?:local)?rule ", output)
+    return {re.search(r"sample=(\w+)", job).group(1) for job in jobs if job.startswith("embed:")}
+
+
+@pytest.mark.slow
+def test_new_samples_with_another_classifier_after_training(workflow_run, tmp_path):
+    """Train on labelled genomes, then classify a new sample with that classifier (another file): the
+    sheet and what the model check covers change together. The plan is made again with the new
+    sample (a plan that lacks a sample is out of date, never the truth); the samples embedded
+    before are scored again, not embedded again."""
+    workdir, config = workflow_run
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
+    output = classify_new_samples(
+        workdir, config, tmp_path, list(SAMPLES), models={"classifier": str(tmp_path / "classifier.pt")}
+    )
+    assert embedded_samples(output) == {"lambda"}
+
+
+@pytest.mark.slow
+def test_new_samples_with_another_chunk_length(workflow_run, tmp_path):
+    """A sheet of new samples only, with chunk_length 500 (and a classifier for 500 bp chunks): the
+    sheet and what the model check covers change together."""
+    workdir, config = workflow_run
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier_500.pt", chunk_length=500)
+    output = classify_new_samples(
+        workdir, config, tmp_path, [], chunk_length=500, models={"classifier": str(tmp_path / "classifier_500.pt")}
+    )
+    assert embedded_samples(output) == {"lambda"}
+
+
+def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path):
+    """plan_is_current, which keeps the plan's wait for the model check ancient (rules/common.smk,
+    plan_check): no plan, a sample added, dropped or moved, or a shards table written after the
+    plan with other shards make it out of date; a table written again with the same shards does not."""
+    tables = {}
+    for sample, frames in (("a", [5, 7]), ("b", [3])):
+        tables[sample] = tmp_path / f"{sample}.tsv"
+        rows = "".join(f"{shard}\t{n}\t{10 * n}\n" for shard, n in enumerate(frames))
+        tables[sample].write_text("shard\tframes\ttokens\n" + rows)
+    pairs = list(tables.items())
+    plan = tmp_path / "plan.tsv"
+    assert not plan_is_current(plan, pairs)
+    write_plan(pairs, plan)
+    assert plan_is_current(plan, pairs)
+    assert not plan_is_current(plan, [*pairs, ("c", tmp_path / "c.tsv")])
+    assert not plan_is_current(plan, pairs[:1]) and not plan_is_current(plan, pairs[::-1])
+    later = plan.stat().st_mtime_ns + 10**9
+    os.utime(tables["b"], ns=(later, later))
+    assert plan_is_current(plan, pairs)
+    tables["b"].write_text("shard\tframes\ttokens\n0\t2\t20\n1\t1\t10\n")
+    os.utime(tables["b"], ns=(later, later))
+    assert not plan_is_current(plan, pairs)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from .errors import InputError
 from .outputs import atomic_open
@@ -36,6 +37,9 @@ KNOTS = np.linspace(-16.0, 16.0, 321)  # the chunk map, as LLR at these logits o
 # A sample with fewer scored records than this keeps the calibration's own prior: its estimate
 # would rest on too few records.
 MIN_RECORDS_FOR_ESTIMATE = 20
+ATYPICAL_QUANTILE = 0.98
+# Held-out folds go by record when each class has this many records (as train's split does)
+MIN_RECORDS_PER_CLASS = 10
 VERSION = 1
 
 
@@ -60,6 +64,9 @@ class Calibration:
     record_correlation: float  # r
     record_offset: float  # c
     record_prior: float  # viral share of the records it was fitted on
+    # a record whose median chunk atypicality (MLPClassifier.atypicality) is above this is unlike
+    # the data: the quantile ATYPICAL_QUANTILE of the chunks it was fitted on
+    atypicality_limit: float
     fitted_on: dict  # counts, the methods' held-out log loss, calibration error before and after
     version: int = VERSION
 
@@ -85,7 +92,9 @@ class Calibration:
                 raise ValueError(f"version {values.get('version')}, this workflow reads {VERSION}")
             return cls(**values)
         except (OSError, ValueError, TypeError) as error:
-            raise InputError(f"{path}: not a calibration this workflow wrote ({error}); run the calibrate target") from None
+            raise InputError(
+                f"{path}: not a calibration this workflow wrote ({error}); run the calibrate target"
+            ) from None
 
     def refusal(self, classifier_sha256: str, chunk_length: int, path: str | Path) -> str | None:
         """Why this calibration cannot weigh a classifier's calls, in one line; None if it can."""
@@ -154,8 +163,11 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 METHODS = {"platt": _platt, "isotonic": _isotonic}
 
 
-def _folds(groups: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Fold 0 or 1 of each row, by its group (a record): a record's chunks never straddle folds."""
+def _folds(records: np.ndarray, y: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Fold 0 or 1 of each row: by record (a record's chunks never straddle folds) when each class
+    has MIN_RECORDS_PER_CLASS records, else by chunk, so that each fold sees both classes."""
+    per_class = [np.unique(records[y == label]).size for label in (0, 1)]
+    groups = records if min(per_class) >= MIN_RECORDS_PER_CLASS else np.arange(records.size)
     unique, inverse = np.unique(groups, return_inverse=True)
     return np.random.default_rng(seed).integers(0, 2, unique.size)[inverse]
 
@@ -210,6 +222,7 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     def fitted(r: float) -> tuple[float, float, float, float, float]:
         evidence = total / (1 + r * (size - 1))
         t, c = _logistic(np.column_stack([evidence, np.ones_like(evidence)]), label, weight)
+        t = max(t, 0.0)  # more viral evidence never makes a record less probably viral
         p = np.clip(expit(t * evidence + c), 1e-12, 1 - 1e-12)
         loss = float(-np.average(label * np.log(p) + (1 - label) * np.log1p(-p), weights=weight))
         return float(t), float(r), float(c - logit(prior)), prior, loss
@@ -247,15 +260,16 @@ def fit(
     classifier_sha256: str,
     chunk_length: int,
     method: str = "auto",
+    atypicality: np.ndarray | None = None,
 ) -> Calibration:
-    """The calibration from labelled chunks: each chunk's best virus score, its label (1 = virus)
-    and its record (rows of a record together, in order along it)."""
+    """The calibration from labelled chunks: each chunk's best virus score, its label (1 = virus),
+    its record (rows of a record together, in order along it) and its mean atypicality over frames."""
     y = np.asarray(labels, dtype=np.float64)
     if len(np.unique(y)) < 2:
         raise InputError("calibration needs chunks of both classes: label at least one sample 'virus' and one 'other'")
     x = np.clip(logit(max_score_virus), KNOTS[0], KNOTS[-1])
     records = np.asarray(records)
-    folds = _folds(records)
+    folds = _folds(records, y)
     held_out = {name: _cross_validated(m, x, y, folds) for name, m in METHODS.items()}
     losses = {name: _log_loss(y, expit(v)) for name, v in held_out.items()}
     chosen = min(losses, key=losses.get) if method == "auto" else method
@@ -279,6 +293,11 @@ def fit(
         },
         "windows_log_loss": window_loss,
     }
+    limit = float("inf")
+    if atypicality is not None and np.isfinite(atypicality).any():
+        limit = float(np.nanquantile(atypicality, ATYPICAL_QUANTILE))
+        per_record = pd.Series(atypicality).groupby(records).median()
+        fitted_on["records_unreliable"] = float((per_record > limit).mean())
     return Calibration(
         classifier_sha256=classifier_sha256,
         chunk_length=int(chunk_length),
@@ -290,6 +309,7 @@ def fit(
         record_correlation=r,
         record_offset=c,
         record_prior=record_prior,
+        atypicality_limit=limit,
         fitted_on=fitted_on,
     )
 

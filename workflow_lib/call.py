@@ -3,6 +3,7 @@ sequences table, every input record), its viral records as FASTA, the viral regi
 records (table and FASTA), and a manifest (the checkpoints and the reconciled counts). It needs
 no embeddings: a new threshold reruns only this."""
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from .calibration import Calibration
 from .errors import InputError
 from .outputs import atomic_open
-from .regions import REGIONS, RegionSettings, regions_table
+from .regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, regions_table
 from .seqio import read_batches
 from .tables import CHUNK_ROWS, SEQUENCES, read_chunks, read_json, tsv_writer, whole_groups, write_json
+from .weighing import REGION_COLUMNS, SEQUENCE_COLUMNS, RecordWeighing
 
 log = logging.getLogger("workflow")
 BLOCK_ROWS = CHUNK_ROWS  # records called at a time
@@ -30,10 +33,13 @@ class CallFiles(NamedTuple):
     regions: Path  # the regions table
     regions_fasta: Path
     manifest: Path  # JSON
+    # with call.max_qvalue: FASTA of the records and regions whose q-value is at most that
+    passing: tuple[Path, Path] | None = None
 
 
 def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_viral_fraction: float) -> pd.DataFrame:
-    """prepare's sequences table with each record's scored chunks (`per_sequence`) and its call."""
+    """prepare's sequences table with each record's scored chunks (`per_sequence`) and its call; the
+    columns of `per_sequence` beyond the table's are kept after them."""
     table = sequences[["sequence_id", "length", "n_chunks", "status"]].join(per_sequence, on="sequence_id")
     scored = table["n_chunks_scored"].notna()
     table["n_chunks_scored"] = table["n_chunks_scored"].fillna(0).astype(int)
@@ -44,7 +50,7 @@ def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_vira
     )
     table["n_regions"] = table["n_regions"].fillna(0).astype(int)
     table["viral_extent"] = np.select([table["call"] == "virus", table["n_regions"] > 0], ["whole", "regions"], "none")
-    return table[list(SEQUENCES)]
+    return table[list(SEQUENCES) + [c for c in per_sequence.columns if c not in SEQUENCES]]
 
 
 # what a record's scored chunks give its row of the sequences table
@@ -56,11 +62,17 @@ PER_SEQUENCE = {
 }
 
 
-def scored_sequences(chunks_path: str | Path, rows: int, regions: RegionSettings) -> Iterator[tuple]:
+def scored_sequences(
+    chunks_path: str | Path, rows: int, regions: RegionSettings, calibration: Calibration | None = None
+) -> Iterator[tuple]:
     """predict's chunks table summed per record (indexed by sequence_id) and the records' regions,
-    in blocks, in its order."""
+    in blocks, in its order; with a calibration, the sum of each one's chunk LLRs too (sum_llr)."""
     for chunks in whole_groups(read_chunks(chunks_path, rows=rows), ["sequence_id"]):
-        per_sequence = chunks.groupby("sequence_id", sort=False).agg(**PER_SEQUENCE)
+        summed = PER_SEQUENCE
+        if calibration:
+            chunks["llr"] = calibration.chunk_llrs(chunks["max_score_virus"].to_numpy())
+            summed = PER_SEQUENCE | {"sum_llr": ("llr", "sum"), "atypicality": ("atypicality", "median")}
+        per_sequence = chunks.groupby("sequence_id", sort=False).agg(**summed)
         found = regions_table(chunks, regions)
         per_sequence["n_regions"] = found.groupby("sequence_id").size().reindex(per_sequence.index, fill_value=0)
         yield per_sequence, found
@@ -72,16 +84,19 @@ def sequence_tables(
     min_viral_fraction: float,
     regions: RegionSettings,
     rows: int,
+    weighing: RecordWeighing | None = None,
 ) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
     """The sequences table in blocks of prepare's, with the regions of each block's records: predict
-    scored the records in prepare's order, so each block's scored records come next in the chunks table."""
-    scored = scored_sequences(chunks_path, rows, regions)
+    scored the records in prepare's order, so each block's scored records come next in the chunks
+    table. With `weighing` (counted), each record and region is weighed."""
+    scored = scored_sequences(chunks_path, rows, regions, weighing.cal if weighing else None)
     # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
     # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
     columns = ["n_chunks_scored", "n_viral_chunks", "max_score_virus", "mean_score_virus", "n_regions"]
+    columns += ["sum_llr", "atypicality"] if weighing else []
     waiting = pd.DataFrame({c: [] for c in columns}, index=pd.Index([], dtype=object, name="sequence_id"))
     waiting = waiting.astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64", "n_regions": "int64"})
-    found = pd.DataFrame(columns=list(REGIONS))
+    found = pd.DataFrame(columns=[*REGIONS, *EVIDENCE])
     for sequences in read_chunks(prepared_sequences, rows=rows):
         listed = pd.Index(sequences["sequence_id"])
         while waiting.empty or waiting.index[-1] in listed:  # read on until past this block
@@ -97,7 +112,12 @@ def sequence_tables(
         if backwards.size:
             _disagree(chunks_path, prepared_sequences, waiting.index[backwards[0] + 1])
         mine = found["sequence_id"].isin(waiting.index[:here]).to_numpy()  # a prefix: both are in record order
-        yield sequence_table(sequences, waiting.iloc[:here], min_viral_fraction), found[mine]
+        table, own = sequence_table(sequences, waiting.iloc[:here], min_viral_fraction), found[mine].copy()
+        extend_to_ends(own, sequences.set_index("sequence_id")["length"])
+        if weighing:
+            weighing.weigh_records(table)
+            weighing.weigh_regions(own)
+        yield table, own
         waiting, found = waiting.iloc[here:], found[~mine]
     left = waiting if not waiting.empty else next(scored, (None,))[0]
     if left is not None:
@@ -152,18 +172,23 @@ def count(table: pd.DataFrame, viral: pd.DataFrame, found: pd.DataFrame, counts:
     )
 
 
-def fasta_pieces(viral: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta) -> dict[str, list[Piece]]:
-    """{record: the pieces of it to write}: each record called virus (the rows `viral`) whole to the
-    viral FASTA, each region to the regions FASTA, with their headers' suffixes."""
+def fasta_pieces(
+    viral: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta, weighed: bool = False
+) -> dict[str, list[Piece]]:
+    """{record: the pieces of it to write}: each record of `viral` whole to the viral FASTA, each
+    region of `found` to the regions FASTA, with their headers' suffixes (and, `weighed`, their
+    probability and q-value)."""
     by_record = {}
-    for sid, best, fraction in zip(viral["sequence_id"], viral["max_score_virus"], viral["viral_fraction"]):
-        suffix = b" virus_score=%.4g viral_fraction=%.4g" % (best, fraction)
-        by_record[sid] = [(viral_fasta, None, suffix, None, None)]
+    for r in viral.itertuples(index=False):
+        suffix = b" virus_score=%.4g viral_fraction=%.4g" % (r.max_score_virus, r.viral_fraction)
+        suffix += b" probability_virus=%.4g qvalue=%.4g" % (r.probability_virus, r.qvalue) if weighed else b""
+        by_record[r.sequence_id] = [(viral_fasta, None, suffix, None, None)]
     for r in found.itertuples(index=False):
         name = b"%s|region_%d" % (r.sequence_id.encode(), r.region)
         suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
             r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
         )  # fmt: skip
+        suffix += b" probability_virus=%.4g qvalue=%.4g" % (r.probability_virus, r.qvalue) if weighed else b""
         by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
     return by_record
 
@@ -176,31 +201,50 @@ def call(
     outputs: CallFiles,
     min_viral_fraction: float,
     regions: RegionSettings,
+    calibration: Calibration | None = None,
+    max_qvalue: float | None = None,
 ) -> dict:
     """A call per input record from its scored chunks (predict's chunks table and scoring JSON), and
     the viral regions inside records; write the sequences and regions tables, the viral and regions
-    FASTA and the manifest, block by block. Returns the count of each call."""
+    FASTA and the manifest, block by block. With a calibration, each record and region is weighed
+    (its probability and q-value); with `max_qvalue` too, those passing it go to FASTA of their own.
+    Returns the count of each call."""
     scoring = read_json(scoring_path)
     counts, totals = Counter(), Counter()
+    weighing = RecordWeighing.of(calibration) if calibration else None
+    if weighing:  # a first pass: the sample's viral fraction and q-values need all its records
+        for per_sequence, found in scored_sequences(chunks_path, BLOCK_ROWS, regions, calibration):
+            weighing.count(per_sequence, found)
+        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.finish())
+    extra = (SEQUENCE_COLUMNS, REGION_COLUMNS) if weighing else ((), ())
 
-    def pieces(write, write_regions, viral_fasta, regions_fasta) -> Iterator[tuple[bytes, list[Piece]]]:
-        for table, found in sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS):
+    def pieces(write, write_regions, fasta) -> Iterator[tuple[bytes, list[Piece]]]:
+        for table, found in sequence_tables(
+            prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, weighing
+        ):
             write(table)
             write_regions(found)
             viral = table[table["call"] == "virus"]
             count(table, viral, found, counts, totals)
-            by_record = fasta_pieces(viral, found, viral_fasta, regions_fasta)
+            by_record = fasta_pieces(viral, found, *fasta[:2])
+            if weighing:
+                passing = weighing.tally(table, found, max_qvalue)
+                for sid, more in fasta_pieces(*passing, *fasta[2:], weighed=True).items() if passing else ():
+                    by_record.setdefault(sid, []).extend(more)
             listed = table["sequence_id"]
             for sid in listed[listed.isin(by_record.keys())]:  # input order
                 yield sid.encode(), by_record[sid]
 
-    with (
-        tsv_writer(outputs.sequences, SEQUENCES) as write,
-        tsv_writer(outputs.regions, REGIONS) as write_regions,
-        atomic_open(outputs.viral, "wb") as viral_fasta,
-        atomic_open(outputs.regions_fasta, "wb") as regions_fasta,
-    ):
-        write_pieces(input_path, pieces(write, write_regions, viral_fasta, regions_fasta))
+    with contextlib.ExitStack() as stack:
+        write = stack.enter_context(tsv_writer(outputs.sequences, SEQUENCES + extra[0]))
+        write_regions = stack.enter_context(tsv_writer(outputs.regions, REGIONS + extra[1]))
+        fasta_paths = (
+            outputs.viral,
+            outputs.regions_fasta,
+            *(outputs.passing if weighing and max_qvalue is not None else ()),
+        )
+        fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
+        write_pieces(input_path, pieces(write, write_regions, fasta))
     manifest = {
         "workflow_version": __version__,
         "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
@@ -211,6 +255,8 @@ def call(
             "calls": {call: int(n) for call, n in sorted(counts.items())},
         },
     }
+    if weighing:
+        manifest["weighing"] = weighing.summary(scoring.get("chunk_composition"), max_qvalue)
     write_json(manifest, outputs.manifest)
     log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
     return dict(counts)

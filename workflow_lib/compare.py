@@ -29,6 +29,7 @@ def compare(ours: str | Path, virnucpro: str | Path) -> dict:
     """Frames and chunks in each run, prediction and chunk-call agreement, score differences."""
     ours, virnucpro = Path(ours), Path(virnucpro)
     frames = _read(ours / "frames.tsv", ["frame_id", "score_other", "score_virus", "prediction"])
+    frames["prediction"] = frames["prediction"].replace({"other": "others"})  # VirNucPro's word for it
     theirs = _read(virnucpro / "prediction_results.txt", ["Sequence_ID", "Prediction", "score1", "score2"])
     joined = frames.merge(theirs, left_on="frame_id", right_on="Sequence_ID", how="outer", indicator=True)
     both = joined[joined["_merge"] == "both"]

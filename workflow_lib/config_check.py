@@ -11,6 +11,8 @@ import pandas as pd
 import yaml
 from jsonschema import Draft202012Validator
 
+from . import checksums
+from .calibration import Calibration
 from .errors import InputError
 from .models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
 from .models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
@@ -120,6 +122,33 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
     )
 
 
+def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
+    """At start-up: models.calibration is there and made for the classifier file (SHA-256) and
+    chunk_length, unless this run makes both (the train target's outputs)."""
+    path = config["models"]["calibration"]
+    if path is None:
+        return
+    trained = config["models"]["classifier"] == config["train"]["classifier"] and labelled
+    if trained and os.path.abspath(path) == os.path.abspath(config["train"]["calibration"]):
+        return
+    where = f"{source_of(['models', 'calibration'], sources)}: models.calibration"
+    if not os.path.isfile(path):
+        raise InputError(
+            f"{where}: {path}: no such file; run the calibrate target (calibration.samples) or the train target, "
+            "or set models.calibration to null"
+        )
+    if trained:
+        raise InputError(
+            f"{where}: {path} cannot weigh the classifier this run trains; point it at {config['train']['calibration']}"
+        )
+    classifier = classifier_path(config["models"]["classifier"], config["models"]["cache_dir"])
+    if not os.path.isfile(classifier):
+        return  # a URL not fetched yet: the predict jobs check it once it is
+    refusal = Calibration.load(path).refusal(checksums.sha256(classifier), config["chunk_length"], path)
+    if refusal:
+        raise InputError(f"{where}: {refusal}")
+
+
 def check_training_labels(samples: pd.DataFrame, sheet: str) -> None:
     """A sheet that labels samples labels both classes: the train target needs both (found here,
     not after all their embedding)."""
@@ -179,6 +208,28 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
     if "label" not in samples.columns:
         samples["label"] = ""
     return samples
+
+
+def read_calibration_samples(
+    sheet: str | None, samples: pd.DataFrame, schema_path: Path, named_in: str
+) -> pd.DataFrame:
+    """The calibrate target's samples (calibration.samples), every one labelled virus or other and
+    named unlike the samples sheet's; none when the key is null."""
+    if sheet is None:
+        return samples.iloc[:0]
+    if not os.path.isfile(sheet):
+        raise InputError(f"{named_in}: calibration.samples: {sheet}: no such file; give a sheet of labelled samples")
+    calibration = read_samples(sheet, schema_path, named_in)
+    for name, label in zip(calibration.index, calibration["label"]):
+        if label not in ("virus", "other"):
+            raise InputError(
+                f"{sheet}: sample '{name}': label it virus or other (the calibrate target learns from labels)"
+            )
+        if name in samples.index:
+            raise InputError(
+                f"{sheet}: sample '{name}' is also in the samples sheet; give calibration samples names of their own"
+            )
+    return calibration
 
 
 def _sheet_table(sheet: str) -> pd.DataFrame:

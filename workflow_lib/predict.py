@@ -17,12 +17,14 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .calibration import Calibration
 from .errors import InputError
 from .outputs import atomic_open
 from .progress import Progress
 from .reconcile import IDDigest
 from .tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
 from .translation import FRAME_NAMES
+from .weighing import ChunkWeighing
 
 log = logging.getLogger("workflow")
 
@@ -119,13 +121,13 @@ class ShardScores:
     def __init__(self, paths: list[str | Path]):
         self.paths = [Path(p) for p in paths]
         self.shard, self.next_row = -1, 0
-        self.scores = np.empty((0, 2), dtype=np.float32)
+        self.scores = np.empty((0, 3), dtype=np.float32)  # others, virus, atypicality
         self.checkpoints: dict | None = None  # every shard's must be the first's
         self.frames = sum(map(_rows, self.paths))
 
     def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
-        """The scores of the next len(frame_ids) frames of `shard` (this shard or a later one), which
-        the frames table names `frame_ids`."""
+        """The scores and atypicality of the next len(frame_ids) frames of `shard` (this shard or a
+        later one), which the frames table names `frame_ids`."""
         while self.shard < shard:
             self._next()
         start, stop = self.next_row, self.next_row + len(frame_ids)
@@ -149,6 +151,9 @@ class ShardScores:
         try:
             with np.load(path) as data:
                 self.scores, self.expected = data["scores"], str(data["ids_blake2b"])
+                # NaN where a scores file predates the atypicality
+                atypicality = data["atypicality"] if "atypicality" in data else np.full(len(self.scores), np.nan)
+                self.scores = np.column_stack([self.scores, atypicality]).astype(np.float32)
                 checkpoints = json.loads(str(data["checkpoints"]))
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
             raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
@@ -194,7 +199,7 @@ def scored_blocks(
     for block in read_chunks(frames_path, columns, TABLE_ROWS):
         listed.check(block)
         frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
-        scores = np.empty((len(block), 2), dtype=np.float32)
+        scores = np.empty((len(block), 3), dtype=np.float32)
         for shard in np.unique(shard_of).tolist():
             if shard >= len(shards.paths):
                 _unlike_the_shards(frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored")
@@ -215,12 +220,14 @@ def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
     """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
     table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
     table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
-    # torch.max picks the first maximum: a tie is 'others', as in VirNucPro (and design.md's contract).
-    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "others")
+    table["atypicality"] = scores[:, 2] if scores.shape[1] > 2 else np.nan
+    # torch.max picks the first maximum: a tie is 'other', as in VirNucPro (which says 'others').
+    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
     return table
 
 
 def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
+    """The chunks table's rows of whole chunks' frames, and each chunk's mean atypicality."""
     grouped = frames.groupby(["sequence_id", "chunk"], sort=False)
     table = grouped.agg(
         chunk_start=("chunk_start", "first"),
@@ -228,9 +235,10 @@ def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
         n_frames=("frame_id", "size"),
         max_score_other=("score_other", "max"),
         max_score_virus=("score_virus", "max"),
+        atypicality=("atypicality", "mean"),
     ).reset_index()
     table["is_virus"] = table["max_score_virus"] >= table["max_score_other"]  # VirNucPro's rule
-    return table[list(CHUNKS)]
+    return table[[*CHUNKS, "atypicality"]]
 
 
 class VirNucProTables:
@@ -266,7 +274,7 @@ class VirNucProTables:
                 f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
                 for fid, prediction, other, virus in zip(
                     frames["frame_id"],
-                    frames["prediction"],
+                    np.where(frames["prediction"] == "virus", "virus", "others"),  # VirNucPro's word
                     frames["score_other"].to_numpy(np.float32),
                     frames["score_virus"].to_numpy(np.float32),
                 )
@@ -291,24 +299,41 @@ def write_tables(
     score_files: list[str],
     outputs: ScoreFiles,
     progress_seconds: float,
+    calibration: Calibration | None = None,
 ) -> dict:
     """Every frame of prepare's frames table (checked against its sequences table) with its score from
-    the shards' scores files, in shard order; write `outputs` block by block, in frames-table order."""
+    the shards' scores files, in shard order; write `outputs` block by block, in frames-table order.
+    With a `calibration`, the chunks table gains each chunk's probability of being viral."""
     shards = ShardScores(score_files)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
-    with contextlib.ExitStack() as stack:
-        write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
-        write_chunks = stack.enter_context(tsv_writer(outputs.chunks, CHUNKS))
-        virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
-        for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
-            write_frames(frames)  # a chunk's frames in one block
-            write_chunks(chunk_table(frames))
-            if virnucpro:
-                virnucpro.write(frames)
-        listed.finish()
-        log.info(progress.line(listed.rows))
-    scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
+    weighed = ChunkWeighing(calibration) if calibration else None
+    scoring = {"checkpoints": None, "frames": 0}
+    with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
+        # with a calibration the chunks go to a scratch table first: their probabilities need the
+        # sample's viral fraction, known once every chunk is scored
+        chunks_path = Path(scratch, "chunks.tsv") if weighed else outputs.chunks
+        with contextlib.ExitStack() as stack:
+            write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
+            write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS + (("atypicality",) if weighed else ())))
+            virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
+            for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
+                write_frames(frames)  # a chunk's frames in one block
+                chunks = chunk_table(frames)
+                write_chunks(chunks)
+                if weighed:
+                    weighed.count(chunks)
+                if virnucpro:
+                    virnucpro.write(frames)
+            listed.finish()
+            log.info(progress.line(listed.rows))
+        scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
+        if weighed:
+            scoring["chunk_composition"] = weighed.write(chunks_path, outputs.chunks)
+            log.info(
+                "chunks' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)",
+                scoring["chunk_composition"],
+            )
     write_json(scoring, outputs.scoring)
     log.info("%d frames of %d shards into %s and %s", listed.rows, len(score_files), outputs.frames, outputs.chunks)
     return scoring

@@ -20,6 +20,7 @@ import pandas as pd
 from .outputs import atomic_path
 from .report_data import (
     CALL_NAMES,
+    QVALUE_CUTOFFS,
     Histogram,
     InputStats,
     SampleTables,
@@ -27,6 +28,7 @@ from .report_data import (
     flatten,
     overview_data,
     sample_data,
+    weighed_calls,
 )
 from .settings import PlotSampleSettings
 from .tables import read_json, write_json, write_tsv
@@ -42,6 +44,7 @@ class SampleFigures(NamedTuple):
     throughput: Path  # PNG: embedding figures per shard
 
 
+WEIGHED_SAMPLES_SHOWN = 30  # samples drawn in the weighing figure
 CALLS = dict(zip(CALL_NAMES, ("#c0392b", "#2e86c1", "#95a5a6")))
 MODELS = {"esm": ("ESM-2", "#8e44ad"), "dnabert": ("DNABERT-S", "#16a085")}
 TABLE_STYLE = (
@@ -204,9 +207,13 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     runs to compare."""
     data = overview_data(summaries)
     write_tsv(data.counts, table)
+    weighed = [
+        c for c in ("viral_fraction_estimate", "unreliable_records", "records_passing_qvalue") if c in data.counts
+    ]
     rows = data.counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
         **{"viral fraction": data.counts["virus"] / data.counts["records"].clip(lower=1)}
     )
+    rows = rows.join(data.counts[weighed])  # with a calibration: the sample's own estimate, and more
     banner = (
         '<p style="background:#c0392b;color:white;padding:8px;font-weight:bold">Demo models: calls carry no '
         f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(data.demo))}).</p>\n"
@@ -259,3 +266,44 @@ def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: 
         {"metric": list(scalars), "value": [f"{v:.4g}" if isinstance(v, float) else str(v) for v in scalars.values()]}
     )
     html_table(table, "classifier training", f"from {Path(metrics_path).name}", table_path)
+
+
+def calibration_report(calibration_path: str | Path, samples: list[tuple[str, str, str]], path: str | Path) -> None:
+    """Weighing the calls, in three panels: the calibration's reliability diagram (on chunks it did
+    not learn from, cross-validated: the observed viral share against the classifier's score and
+    against the calibrated probability, per tenth of the range; a dot's area follows its chunks);
+    each sample's estimated viral fraction; and per sample the records called viral at each q-value
+    cutoff against VirNucPro's calls (a cross). `samples`: (name, sequences table, manifest)."""
+    fitted = read_json(calibration_path)
+    curves, errors = fitted["fitted_on"]["reliability"], fitted["fitted_on"]["held_out_calibration_error"]
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")
+    ax = axes[0]
+    ax.plot([0, 1], [0, 1], color="black", linestyle="--", linewidth=1, label="perfect")
+    for name, color in (("scores", "#95a5a6"), (fitted["method"], "#c0392b")):
+        rows = np.array(curves[name]["rows"])
+        kept = rows > 0
+        x, y = np.array(curves[name]["mean_probability"])[kept], np.array(curves[name]["observed_share"])[kept]
+        label = "virus score" if name == "scores" else f"calibrated ({name})"
+        ax.plot(x, y, color=color, label=f"{label}: error {errors[name]:.3f}")
+        ax.scatter(x, y, s=20 + 200 * rows[kept] / rows.max(), color=color, alpha=0.7)
+    held_out = f"{fitted['fitted_on']['chunks']:,} held-out chunks of {fitted['fitted_on']['records']:,} records"
+    ax.set(xlabel="predicted probability of virus", ylabel="observed viral share", xlim=(0, 1), ylim=(0, 1))
+    ax.set_title(held_out)
+    ax.legend(loc="upper left", fontsize=9)
+    shown = samples[:WEIGHED_SAMPLES_SHOWN]
+    weighed = [weighed_calls(sequences, manifest) for _, sequences, manifest in shown]
+    names = [_text(name) for name, _, _ in shown]
+    fractions = [w["viral_fraction_estimate"] for w in weighed]
+    colors = ["#c0392b" if w["from_sample"] else "#95a5a6" for w in weighed]
+    axes[1].barh(names[::-1], fractions[::-1], color=colors[::-1])
+    axes[1].set(xlabel="estimated viral fraction of records", xlim=(0, 1))
+    axes[1].set_title("per sample (grey: too few records, the calibration's)")
+    for name, w in zip(names, weighed):
+        line = axes[2].plot(QVALUE_CUTOFFS, w["passing"], marker="o", markersize=3, label=name)
+        axes[2].scatter([0.5], [w["virnucpro"]], marker="x", color=line[0].get_color())
+    axes[2].set(xscale="log", xlabel="q-value cutoff", ylabel="records called viral")
+    more = f" (first {len(shown)} of {len(samples)})" if len(samples) > len(shown) else ""
+    axes[2].set_title(f"calls within a q-value; x: VirNucPro's{more}")
+    if len(shown) <= 12:
+        axes[2].legend(fontsize=8)
+    save(figure, path)

@@ -161,15 +161,40 @@ SAMPLE_COUNTS = (
 )  # fmt: skip
 
 
+# with a calibration (models.calibration)
+WEIGHING_COLUMNS = (
+    "viral_fraction_estimate",
+    "viral_fraction_from",
+    "unreliable_records",
+    "records_passing_qvalue",
+    "regions_passing_qvalue",
+)
+
+
 def samples_table(runs: list[dict]) -> pd.DataFrame:
     """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
     chunks scored and called viral, the bases of the records called virus, and the viral regions
-    inside records and their bases."""
+    inside records and their bases.
+    With a calibration, each sample's estimated viral fraction of records (and whether it comes
+    from the sample or, with too few scored records, the calibration), and the records and regions
+    within call.max_qvalue."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
-        rows.append({"sample": run["sample"], **{key: counts[key] for key in SAMPLE_COUNTS}})
-    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS])
+        row = {"sample": run["sample"], **{key: counts[key] for key in SAMPLE_COUNTS}}
+        if "weighing" in run:
+            records = run["weighing"]["composition"]["records"]
+            passing = run["weighing"]["passing"] or {}
+            row |= {
+                "viral_fraction_estimate": records["viral_fraction_estimate"],
+                "viral_fraction_from": records["source"],
+                "unreliable_records": run["weighing"]["unreliable_records"],
+                "records_passing_qvalue": passing.get("records_passing"),
+                "regions_passing_qvalue": passing.get("regions_passing"),
+            }
+        rows.append(row)
+    weighed = [c for c in WEIGHING_COLUMNS if any(c in row for row in rows)]
+    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS, *weighed])
 
 
 def made_by(run: dict) -> dict:
@@ -290,3 +315,23 @@ def overview_data(summaries: list[str | Path]) -> OverviewData:
     )
     recorded = {key: sorted({config_value(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}
     return OverviewData(samples_table(runs), table, demo, recorded, len(runs))
+
+
+QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])
+
+
+def weighed_calls(sequences: str | Path, manifest: str | Path) -> dict:
+    """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus and its
+    estimated viral fraction, the sequences table read in blocks."""
+    passing, virnucpro = np.zeros(QVALUE_CUTOFFS.size, dtype=np.int64), 0
+    for block in read_chunks(sequences, ["call", "qvalue"]):
+        q = pd.to_numeric(block["qvalue"], errors="coerce").to_numpy()
+        passing += (q[:, None] <= QVALUE_CUTOFFS).sum(axis=0)
+        virnucpro += int((block["call"] == "virus").sum())
+    records = read_json(manifest)["weighing"]["composition"]["records"]
+    return {
+        "passing": passing.tolist(),
+        "virnucpro": virnucpro,
+        "viral_fraction_estimate": records["viral_fraction_estimate"],
+        "from_sample": records["source"] == "sample",
+    }

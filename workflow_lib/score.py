@@ -3,10 +3,11 @@ embeddings files exist, so that they can go (outputs.keep_embeddings: false) lon
 sample's last shard is embedded.
 
 A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
-([N, 2] float32: others, virus; the shard FASTA's order), `ids_blake2b` (the digest of its frame IDs
-in order: predict checks it against prepare's frames table) and `checkpoints` (JSON: each embedding
-model's checkpoint, layer, precision and SHA-256, and the classifier's path and SHA-256). 8 bytes a
-frame: a shard's scores are held whole, bounded by shard_tokens."""
+([N, 2] float32: others, virus; the shard FASTA's order), `atypicality` ([N] float32: how unlike the
+classifier's training frames each frame is, MLPClassifier.atypicality), `ids_blake2b` (the digest
+of its frame IDs in order: predict checks it against prepare's frames table) and `checkpoints`
+(JSON: each embedding model's checkpoint, layer, precision and SHA-256, and the classifier's path
+and SHA-256). 12 bytes a frame: a shard's scores are held whole, bounded by shard_tokens."""
 
 import json
 import logging
@@ -43,12 +44,20 @@ def score_shard(
         made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
         progress = Progress(log, "frames", total=blocks.n, interval=progress_seconds)
         digest, scores = IDDigest(), np.empty((blocks.n, 2), dtype=np.float32)
+        atypicality = np.empty(blocks.n, dtype=np.float32)
         for rows, ids, features in blocks:
-            scores[rows] = classifier.scores(model, torch.from_numpy(features)).numpy()
+            probabilities, atypical = classifier.scores_and_atypicality(model, torch.from_numpy(features))
+            scores[rows], atypicality[rows] = probabilities.numpy(), atypical.numpy()
             digest.update([i.encode() for i in ids])
             progress.update(rows.stop)
     with atomic_path(output) as tmp, open(tmp, "wb") as handle:  # a file object: savez adds no suffix
-        np.savez(handle, scores=scores, ids_blake2b=digest.hash.hexdigest(), checkpoints=json.dumps(made_with))
+        np.savez(
+            handle,
+            scores=scores,
+            atypicality=atypicality,
+            ids_blake2b=digest.hash.hexdigest(),
+            checkpoints=json.dumps(made_with),
+        )
     log.info(progress.line(blocks.n, f"scored into {output}"))
     return blocks.n
 

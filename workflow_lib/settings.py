@@ -270,6 +270,7 @@ class CallSettings:
     min_viral_fraction: float = setting("predict.min_viral_fraction")
     region_max_gap: int = setting("regions.max_gap")
     region_min_length: int = setting("regions.min_length")
+    max_qvalue: float | None = setting("call.max_qvalue", check=fraction)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

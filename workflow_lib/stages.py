@@ -174,7 +174,7 @@ def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
     names = ("sequences.tsv", "viral.fasta", "regions.tsv", "regions.fasta", "manifest.json")
     outputs = CallFiles(*(outdir / name for name in names))
     threshold = DEFAULTS["predict"]["min_viral_fraction"]
-    regions = RegionSettings(**DEFAULTS["regions"])
+    regions = RegionSettings(**DEFAULTS["regions"], min_viral_fraction=threshold)
     sequences = Path(prepare_dir) / "sequences.tsv.gz"
     return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold, regions)
 

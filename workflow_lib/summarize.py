@@ -156,4 +156,5 @@ def summarize(
             "predict": benchmark(benchmarks["predict"]),
         },
         "embedding_shards": [{k: v for k, v in s.items() if k != "versions"} for s in shards],
+        **({"weighing": manifest["weighing"]} if "weighing" in manifest else {}),
     }

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from . import h5store
+from . import calibration, checksums, h5store
 from .errors import InputError
 from .models import classifier
 from .outputs import atomic_path
@@ -310,7 +310,9 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
     model.load_state_dict(fitted.best_state)
     model.eval()
-    validation_scores = classifier.scores(model, x_val)[:, 1].numpy()
+    validation_scores, atypicality = classifier.scores_and_atypicality(model, x_val)
+    validation_scores = validation_scores[:, 1].numpy()
+    chunks = validation_chunks(examples, validation, validation_scores, atypicality.numpy())
     result = {
         "epochs_run": fitted.epochs_run,
         "best_epoch": fitted.best_epoch,
@@ -331,7 +333,23 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
         "history": fitted.history,
         "settings": {k: v for k, v in asdict(settings).items() if k not in NOT_THE_RECIPE},
     }
-    return model, result
+    return model, result, chunks
+
+
+def validation_chunks(
+    examples: Examples, rows: np.ndarray, scores: np.ndarray, atypicality: np.ndarray
+) -> pd.DataFrame:
+    """The validation split's chunks as a calibration learns from them: each one's best virus score
+    (chunks.tsv's max_score_virus), mean atypicality, label and record, a record's chunks together
+    in their order."""
+    frames = pd.DataFrame(
+        {"chunk": examples.chunk[rows], "record": examples.sequence[rows], "score": scores, "atypicality": atypicality}
+    )
+    chunks = frames.groupby("chunk").agg(
+        record=("record", "first"), max_score_virus=("score", "max"), atypicality=("atypicality", "mean")
+    )
+    chunks["label"] = pd.Series(examples.y[rows], index=examples.chunk[rows]).groupby(level=0).first()
+    return chunks.reset_index().sort_values(["record", "chunk"], kind="stable")
 
 
 def train_classifier(
@@ -339,9 +357,11 @@ def train_classifier(
     output: str | Path,
     metrics_path: str | Path,
     settings: TrainSettings,
+    calibration_path: str | Path | None = None,
 ) -> dict:
     """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
-    and the metrics JSON (training and validation metrics, the validation ROC curve, the split)."""
+    and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
+    the calibration fitted on the validation split (chunks the classifier did not learn from)."""
     examples = load_examples(shards, settings.progress_seconds)
     x, y = examples.x, examples.y
     log.info(
@@ -352,9 +372,21 @@ def train_classifier(
         np.unique(examples.chunk).size,
         x.shape[1],
     )
-    model, result = train(examples, settings)
+    model, result, chunks = train(examples, settings)
     with atomic_path(output) as tmp:
         classifier.save(model, tmp, validation=result["validation"], chunk_length=settings.chunk_length)
+    if calibration_path:
+        fitted = calibration.fit(
+            chunks["max_score_virus"].to_numpy(),
+            chunks["label"].to_numpy(),
+            chunks["record"].to_numpy(),
+            checksums.sha256(output),
+            settings.chunk_length,
+            atypicality=chunks["atypicality"].to_numpy(),
+        )
+        fitted.save(calibration_path)
+        result["calibration"] = {"method": fitted.method, **fitted.fitted_on}
+        result["calibration"].pop("reliability")
     write_json(result, metrics_path)
     log.info(
         "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))

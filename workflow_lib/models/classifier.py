@@ -43,7 +43,16 @@ class MLPClassifier(nn.Module):
         nn.init.xavier_uniform_(self.output_layer.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output_layer(self.dropout(F.relu(self.bn1(self.hidden_layer(x)))))
+        return self.head(self.hidden_layer(x))
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.output_layer(self.dropout(F.relu(self.bn1(hidden))))
+
+    def atypicality(self, hidden: torch.Tensor) -> torch.Tensor:
+        """How unlike the frames the classifier was trained on a frame is: the mean square of its hidden
+        activations standardised by the statistics that BatchNorm kept of the training frames (near 1
+        for frames like them; any classifier file has them, VirNucPro's published ones included)."""
+        return ((hidden - self.bn1.running_mean) ** 2 / (self.bn1.running_var + self.bn1.eps)).mean(dim=1)
 
     @property
     def input_dim(self) -> int:
@@ -116,6 +125,21 @@ def check_fits(path: str | Path, dnabert_dim: int, esm_dim: int, chunk_length: i
 @torch.inference_mode()
 def scores(model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
     """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts."""
+    return scores_and_atypicality(model, features, batch_size)[0]
+
+
+@torch.inference_mode()
+def scores_and_atypicality(
+    model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts, and each
+    frame's atypicality [N] (MLPClassifier.atypicality), from one pass of the hidden layer."""
     model.eval()
-    parts = [F.softmax(model(features[i : i + batch_size]), dim=1) for i in range(0, features.shape[0], batch_size)]
-    return torch.cat(parts) if parts else torch.empty(0, 2)
+    probabilities, atypical = [], []
+    for i in range(0, features.shape[0], batch_size):
+        hidden = model.hidden_layer(features[i : i + batch_size])
+        probabilities.append(F.softmax(model.head(hidden), dim=1))
+        atypical.append(model.atypicality(hidden))
+    if not probabilities:
+        return torch.empty(0, 2), torch.empty(0)
+    return torch.cat(probabilities), torch.cat(atypical)

@@ -1,0 +1,149 @@
+"""What weighing the calls costs: predict and call with and without a calibration, and the
+calibrate fit on many chunks. Prints JSON.
+
+500 bp reads sampled from the bundled genomes go through prepare; each shard gets a scores file
+with synthetic scores and atypicality (what a score job writes); then predict and call run as the
+workflow runs them, each as the only child of a fresh process, `--repeats` times alternately
+without and with a calibration (medians reported). The fit runs on --fit-chunks synthetic labelled
+chunks in records of 1 to 20 chunks, timed as CPU time of this process.
+
+    python benchmarks/weighing.py --workdir /tmp/weighing --reads 1000000 --fit-chunks 1000000
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from scale import measured
+
+from workflow_lib import calibration
+from workflow_lib.checksums import sha256
+from workflow_lib.loader import ShardIndex
+from workflow_lib.reconcile import IDDigest
+from workflow_lib.settings import CallSettings, PredictSettings
+from workflow_lib.stages import prepare_command, script_command, shard_fastas, write_reads
+
+
+def synthetic_scores(shard: Path, output: Path, rng: np.random.Generator) -> None:
+    """A score job's file for a shard FASTA: random softmax pairs and atypicality, its IDs' digest."""
+    ids = ShardIndex.read(shard).ids
+    virus = rng.beta(0.5, 0.5, len(ids)).astype(np.float32)
+    digest = IDDigest()
+    digest.update([i.encode() for i in ids])
+    checkpoints = {"classifier": {"path": "synthetic", "sha256": "0" * 64}}
+    np.savez(
+        output,
+        scores=np.column_stack([1 - virus, virus]),
+        atypicality=rng.gamma(4, 0.25, len(ids)).astype(np.float32),
+        ids_blake2b=digest.hash.hexdigest(),
+        checkpoints=json.dumps(checkpoints),
+    )
+
+
+def synthetic_calibration(path: Path, chunks: int, seed: int) -> float:
+    """Fit a calibration on `chunks` synthetic labelled chunks and write it; its CPU seconds."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 21, chunks // 10)
+    record = np.repeat(np.arange(sizes.size), sizes)[:chunks]
+    label = (rng.random(sizes.size) < 0.3).astype(int)[record]
+    evidence = rng.normal(np.where(label == 1, 1.0, -1.0), 0.8)[record] + rng.normal(0, 1, record.size)
+    score = calibration.expit(3 * evidence)
+    start = time.process_time()
+    fitted = calibration.fit(score, label, record, "0" * 64, 500, atypicality=rng.gamma(4, 0.25, record.size))
+    seconds = time.process_time() - start
+    fitted.save(path)
+    return seconds
+
+
+def tables(root: Path, fasta: Path, scores: list[Path], calibration_path: Path | None) -> dict:
+    """predict then call, as the rules run them, into root/with or root/without."""
+    out = root / ("with" if calibration_path else "without")
+    out.mkdir(exist_ok=True)
+    prepared = {"prepared_frames": root / "prepare" / "frames.tsv.gz"}
+    prepared["prepared_sequences"] = root / "prepare" / "sequences.tsv.gz"
+    weighed = {"calibration": calibration_path}
+    predict = script_command(
+        "predict",
+        PredictSettings,
+        **prepared,
+        scores=tuple(scores),
+        frames=out / "frames.tsv",
+        chunks=out / "chunks.tsv",
+        scoring=out / "scoring.json",
+        **weighed,
+    )
+    call = script_command(
+        "call",
+        CallSettings,
+        prepared_sequences=prepared["prepared_sequences"],
+        chunks=out / "chunks.tsv",
+        scoring=out / "scoring.json",
+        input=fasta,
+        sequences=out / "sequences.tsv",
+        viral=out / "viral.fasta",
+        regions=out / "regions.tsv",
+        regions_fasta=out / "regions.fasta",
+        manifest=out / "manifest.json",
+        **weighed,
+    )
+    return {"predict": measured(predict), "call": measured(call)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--reads", type=int, default=1_000_000)
+    parser.add_argument("--fit-chunks", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    root = args.workdir / str(args.reads)
+    root.mkdir(parents=True, exist_ok=True)
+    fasta = root / "reads.fa"
+    if not fasta.exists():
+        write_reads(fasta, args.reads, 500, seed=1)
+        measured(prepare_command(fasta, root / "prepare"))
+    rng = np.random.default_rng(0)
+    shards = shard_fastas(root / "prepare", "faa")
+    scores = [root / f"scores_{i}.npz" for i in range(len(shards))]
+    for shard, path in zip(shards, scores):
+        synthetic_scores(shard, path, rng)
+    calibration_path = root / "calibration.json"
+    fit_seconds = synthetic_calibration(calibration_path, args.fit_chunks, seed=1)
+    runs = {"without": [], "with": []}
+    for _ in range(args.repeats):
+        runs["without"].append(tables(root, fasta, scores, None))
+        runs["with"].append(tables(root, fasta, scores, calibration_path))
+    median = {
+        kind: {stage: statistics.median(r[stage]["seconds"] for r in runs[kind]) for stage in ("predict", "call")}
+        for kind in runs
+    }
+    peak = {
+        kind: {stage: max(r[stage]["peak_rss_mb"] for r in runs[kind]) for stage in ("predict", "call")}
+        for kind in runs
+    }
+    frames = sum(len(ShardIndex.read(s)) for s in shards)
+    print(
+        json.dumps(
+            {
+                "machine": f"{platform.machine()}, {platform.python_version()}",
+                "reads": args.reads,
+                "frames": frames,
+                "median_seconds": median,
+                "peak_rss_mb": peak,
+                "with_over_without": {
+                    s: round(median["with"][s] / median["without"][s], 3) for s in ("predict", "call")
+                },
+                "calibrate_fit": {"chunks": args.fit_chunks, "cpu_seconds": round(fit_seconds, 1)},
+                "calibration_sha256": sha256(calibration_path),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Fit a calibration for the classifier that scored labelled samples, from their chunks tables."""
+
+import argparse
+
+from workflow_lib.calibrate import Labelled, calibrate
+from workflow_lib.errors import run_cli
+from workflow_lib.progress import setup_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--sample",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="LABEL FRAMES SEQUENCES SCORES",
+        help="one labelled sample: virus|other, prepare's frames and sequences tables, its shards' scores files",
+    )
+    parser.add_argument("--chunk-length", type=int, required=True, help="config chunk_length")
+    parser.add_argument(
+        "--method", choices=("auto", "platt", "isotonic"), default="auto", help="config calibration.method"
+    )
+    parser.add_argument("--output", required=True, help="the calibration JSON to write")
+    parser.add_argument("--progress-seconds", type=float, default=30, help="config progress_seconds")
+    args = parser.parse_args()
+    if any(len(s) < 4 for s in args.sample):
+        parser.error("--sample takes a label, a frames table, a sequences table and at least one scores file")
+    setup_logging()
+    samples = [Labelled(label, frames, sequences, scores) for label, frames, sequences, *scores in args.sample]
+    calibrate(samples, args.chunk_length, args.method, args.output, args.progress_seconds)
+
+
+if __name__ == "__main__":
+    run_cli(main)

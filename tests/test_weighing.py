@@ -1,0 +1,164 @@
+"""Weighing the calls in real workflow runs: the train target's calibration applied (probabilities,
+q-values, the sample's viral fraction, FASTA within a q-value, the reliability diagram), the
+calibrate target for a given classifier, and calibrations refused at start-up."""
+
+import json
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv
+
+from workflow_lib import calibration
+from workflow_lib.checksums import sha256
+
+
+def run(workdir, config, *targets):
+    result = subprocess.run(
+        SNAKEMAKE + ["--directory", str(workdir), *targets, "--configfile", str(config)],  # options take several values
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def changed_config(config, path, **changes):
+    settings = yaml.safe_load(config.read_text())
+    for key, value in changes.items():
+        settings[key] = {**settings.get(key, {}), **value} if isinstance(value, dict) else value
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+@pytest.fixture(scope="module")
+def weighed(workflow_run, tmp_path_factory):
+    """The finished test run again, with the train target's calibration and call.max_qvalue."""
+    workdir, config = workflow_run
+    copy = tmp_path_factory.mktemp("weighed") / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    changed = changed_config(
+        config,
+        copy / "weighed.yaml",
+        models={"calibration": "results/train/calibration.json"},
+        call={"max_qvalue": 0.2},
+    )
+    code, output = run(copy, changed)
+    assert code == 0, output[-3000:]
+    return copy, changed, output
+
+
+@pytest.mark.slow
+def test_the_train_target_fits_a_calibration_for_its_classifier(workflow_run):
+    workdir, _ = workflow_run
+    fitted = calibration.Calibration.load(workdir / "results" / "train" / "calibration.json")
+    classifier = workdir / "results" / "train" / "classifier.pt"
+    assert fitted.refusal(sha256(classifier), 300, "x") is None
+    assert fitted.method in ("platt", "isotonic") and fitted.fitted_on["chunks"] > 0
+    metrics = json.loads((workdir / "results" / "train" / "metrics.json").read_text())
+    assert metrics["calibration"]["method"] == fitted.method
+
+
+@pytest.mark.slow
+def test_a_calibrated_run_weighs_every_table(weighed):
+    workdir, _, output = weighed
+    assert "rule embed" not in output and "rule score" not in output  # weighing needs no embeddings
+    sample = workdir / "results" / "gamma"
+    chunks = pd.read_csv(sample / "chunks.tsv", sep="\t")
+    assert list(chunks.columns)[-2:] == ["probability_virus", "atypicality"]
+    assert chunks["probability_virus"].between(0, 1).all() and (chunks["atypicality"] > 0).all()
+    sequences = pd.read_csv(sample / "sequences.tsv", sep="\t")
+    assert list(sequences.columns)[-4:] == ["probability_virus", "qvalue", "atypicality", "reliable"]
+    regions = pd.read_csv(sample / "regions.tsv", sep="\t")
+    assert list(regions.columns)[-3:] == ["probability_virus", "qvalue", "in_seq_edge"]
+    reads = pd.read_csv(workdir / "results" / "reads" / "sequences.tsv", sep="\t", keep_default_na=False, dtype=str)
+    reads["n_chunks_scored"] = reads["n_chunks_scored"].astype(int)
+    scored = reads[reads["n_chunks_scored"] > 0]
+    assert len(scored) and (scored["qvalue"].astype(float).between(0, 1)).all()
+    unscored = reads[reads["n_chunks_scored"] == 0]
+    assert (unscored["qvalue"] == "NA").all() and (unscored["reliable"] == "False").all()
+    # a record no more probable than another never gets the lower q-value
+    ordered = scored.astype({"probability_virus": float, "qvalue": float}).sort_values("probability_virus")
+    assert ordered["qvalue"].is_monotonic_decreasing
+    passing = {name.split()[0] for name, _ in read_fasta(workdir / "results" / "reads" / "viral_qvalue.fasta")}
+    assert passing == set(scored.loc[scored["qvalue"].astype(float) <= 0.2, "sequence_id"])
+
+
+@pytest.mark.slow
+def test_the_report_gives_each_samples_viral_fraction_and_the_reliability_diagram(weighed):
+    workdir, _, _ = weighed
+    table = pd.read_csv(workdir / "results" / "report" / "samples.tsv", sep="\t")
+    assert table["viral_fraction_estimate"].between(0, 1).all()
+    # the genomes are one record each: too few for an estimate of their own
+    assert set(table["viral_fraction_from"]) <= {"sample", "calibration"}
+    assert table.set_index("sample").loc["phix", "viral_fraction_from"] == "calibration"
+    assert (workdir / "results" / "report" / "calibration.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_virnucpro_calls_do_not_change_with_a_calibration(workflow_run, weighed):
+    workdir, _ = workflow_run
+    for sample in ("gamma", "reads"):
+        before, after = (
+            read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, weighed[0])
+        )  # fmt: skip
+        assert [r["call"] for r in before] == [r["call"] for r in after]
+        for name in ("viral.fasta", "prediction_results.txt", "prediction_results_highestscore.csv"):
+            assert (workdir / "results" / sample / name).read_bytes() == (
+                weighed[0] / "results" / sample / name
+            ).read_bytes()
+
+
+@pytest.mark.slow
+def test_a_calibration_for_another_classifier_is_refused_at_start_up(weighed, tmp_path):
+    """The train target's classifier and calibration given as files (nothing trained): they go
+    together; the calibration with another classifier file stops the run before any job, in one
+    line (another chunk length: tests/test_calibration.py, since the classifier's own check says
+    so first)."""
+    workdir, config, _ = weighed
+    made = tmp_path / "calibration.json"
+    shutil.copy(workdir / "results" / "train" / "calibration.json", made)
+    given = tmp_path / "given.pt"
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", given)
+    paired = changed_config(config, tmp_path / "a.yaml", models={"classifier": str(given), "calibration": str(made)})
+    code, output = run(workdir, paired, "-n")
+    assert code == 0, output[-3000:]
+    with open(given, "ab") as handle:
+        handle.write(b"\0")  # another file: another SHA-256
+    code, output = run(workdir, paired, "-n")
+    assert code != 0 and "Traceback" not in output
+    assert f"{paired}: models.calibration: {made}: made for another classifier file" in output
+
+
+@pytest.mark.slow
+def test_the_calibrate_target_fits_a_calibration_for_a_given_classifier(weighed, tmp_path):
+    """Labelled samples of their own, embedded and scored by the configured classifier; the
+    calibration then weighs the run."""
+    workdir, config, _ = weighed
+    sheet = tmp_path / "calibration.tsv"
+    sheet.write_text(
+        "sample\tpath\tlabel\n"
+        f"cal_lambda\t{GENOMES / 'lambda_NC_001416.fasta'}\tvirus\n"
+        f"cal_phix\t{GENOMES / 'phiX174.fasta'}\tvirus\n"
+        f"cal_coryne\t{GENOMES / 'corynebacterium_diphtheriae_100kb.fasta'}\tother\n"
+    )
+    classifier = tmp_path / "given.pt"
+    shutil.copy(workdir / "results" / "train" / "classifier.pt", classifier)
+    changed = changed_config(
+        config,
+        tmp_path / "c.yaml",
+        models={"classifier": str(classifier), "calibration": None},
+        calibration={"samples": str(sheet)},
+    )
+    code, output = run(workdir, changed, "calibrate")
+    assert code == 0, output[-3000:]
+    made = workdir / "results" / "calibration" / "calibration.json"
+    fitted = calibration.Calibration.load(made)
+    assert fitted.refusal(sha256(classifier), 300, made) is None
+    assert not (workdir / "results" / "cal_lambda" / "sequences.tsv").exists()  # read from scores, never called
+    used = changed_config(changed, tmp_path / "d.yaml", models={"calibration": str(made)})
+    code, output = run(workdir, used, "results/gamma/sequences.tsv")
+    assert code == 0, output[-3000:]
+    assert "probability_virus" in (workdir / "results" / "gamma" / "sequences.tsv").read_text().splitlines()[0]
