@@ -179,10 +179,12 @@ def fasta_pieces(
     region of `found` to the regions FASTA, with their headers' suffixes (and, `weighed`, their
     probability and q-value)."""
     by_record = {}
-    for r in viral.itertuples(index=False):
-        suffix = b" virus_score=%.4g viral_fraction=%.4g" % (r.max_score_virus, r.viral_fraction)
-        suffix += b" probability_virus=%.4g qvalue=%.4g" % (r.probability_virus, r.qvalue) if weighed else b""
-        by_record[r.sequence_id] = [(viral_fasta, None, suffix, None, None)]
+    columns = ["sequence_id", "max_score_virus", "viral_fraction"] + (
+        ["probability_virus", "qvalue"] if weighed else []
+    )
+    header = b" virus_score=%.4g viral_fraction=%.4g" + (b" probability_virus=%.4g qvalue=%.4g" if weighed else b"")
+    for sid, *values in zip(*(viral[c].tolist() for c in columns)):  # lists: a row at a time costs more
+        by_record[sid] = [(viral_fasta, None, header % tuple(values), None, None)]
     for r in found.itertuples(index=False):
         name = b"%s|region_%d" % (r.sequence_id.encode(), r.region)
         suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
@@ -213,8 +215,7 @@ def call(
     counts, totals = Counter(), Counter()
     weighing = RecordWeighing.of(calibration) if calibration else None
     if weighing:  # a first pass: the sample's viral fraction and q-values need all its records
-        for per_sequence, found in scored_sequences(chunks_path, BLOCK_ROWS, regions, calibration):
-            weighing.count(per_sequence, found)
+        weighing.count(Path(chunks_path), regions, BLOCK_ROWS)
         log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.finish())
     extra = (SEQUENCE_COLUMNS, REGION_COLUMNS) if weighing else ((), ())
 

@@ -307,15 +307,15 @@ def write_tables(
     shards = ShardScores(score_files)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
-    weighed = ChunkWeighing(calibration) if calibration else None
     scoring = {"checkpoints": None, "frames": 0}
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
+        weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None
         # with a calibration the chunks go to a scratch table first: their probabilities need the
         # sample's viral fraction, known once every chunk is scored
         chunks_path = Path(scratch, "chunks.tsv") if weighed else outputs.chunks
         with contextlib.ExitStack() as stack:
             write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
-            write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS + (("atypicality",) if weighed else ())))
+            write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
             virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
             for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
                 write_frames(frames)  # a chunk's frames in one block

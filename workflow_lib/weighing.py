@@ -3,6 +3,7 @@ record and region is viral at the sample's own estimated viral fraction, and q-v
 are read and written in blocks; what must see the whole sample first (its viral fraction, the
 q-values) is taken from histograms of LLRs, so that memory does not grow with the sample."""
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,9 @@ import pandas as pd
 
 from . import calibration
 from .calibration import Calibration, expit, logit
-from .tables import CHUNKS, read_chunks, tsv_writer
+from .outputs import atomic_open
+from .regions import RegionSettings, regions_table
+from .tables import formatted, read_chunks, whole_groups
 
 # columns a calibration adds, after the contract's (docs/outputs.md)
 CHUNK_COLUMNS = ("probability_virus", "atypicality")
@@ -30,24 +33,42 @@ def composition(counts: np.ndarray, fallback: float, minimum: int) -> dict:
 
 
 class ChunkWeighing:
-    """predict's chunks: counted as they are written to a temporary table, then written again with
-    their probability at the sample's viral fraction of chunks."""
+    """predict's chunks: counted as they are written to a scratch table, each one's LLR and
+    atypicality kept in a scratch file beside it (8 bytes a chunk, on disk), then the table copied
+    line by line with their columns added: its probability at the sample's viral fraction of chunks
+    and its atypicality. Copying lines, not parsing them again, keeps the cost of weighing small."""
 
-    def __init__(self, cal: Calibration):
-        self.cal = cal
+    LINES = 1 << 16  # lines copied at a time
+
+    def __init__(self, cal: Calibration, scratch: Path):
+        self.cal, self.path = cal, scratch
         self.counts = np.zeros(calibration.N_BINS, dtype=np.int64)
+        self.evidence = open(scratch, "wb")
 
     def count(self, chunks: pd.DataFrame) -> None:
-        self.counts += calibration.histogram(self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy()))
+        llr = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
+        self.counts += calibration.histogram(llr)
+        np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
 
     def write(self, unweighed: Path, output: Path) -> dict:
-        """The chunks table at `unweighed` with its probabilities, to `output`; the composition used."""
+        """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
+        CHUNK_COLUMNS, to `output`; the composition used."""
+        self.evidence.close()
         found = composition(self.counts, self.cal.chunk_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
         shift = logit(found["viral_fraction_estimate"])
-        with tsv_writer(output, CHUNKS + CHUNK_COLUMNS) as write:
-            for block in read_chunks(unweighed):
-                block["probability_virus"] = expit(self.cal.chunk_llrs(block["max_score_virus"].to_numpy()) + shift)
-                write(block)
+        evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
+        with open(unweighed, "rb") as table, atomic_open(output, "wb") as out:
+            out.write(table.readline().rstrip(b"\n") + "".join(f"\t{c}" for c in CHUNK_COLUMNS).encode() + b"\n")
+            done = 0
+            while lines := list(itertools.islice(table, self.LINES)):
+                block = evidence[done : done + len(lines)]
+                added = zip(formatted(expit(block[:, 0] + shift)), formatted(block[:, 1]))
+                out.write(
+                    b"".join(
+                        b"%s\t%s\t%s\n" % (line[:-1], p.encode(), a.encode()) for line, (p, a) in zip(lines, added)
+                    )
+                )
+                done += len(lines)
         return found
 
 
@@ -66,9 +87,15 @@ class RecordWeighing:
     def of(cls, cal: Calibration) -> "RecordWeighing":
         return cls(cal, np.zeros(calibration.N_BINS, np.int64), np.zeros(calibration.N_BINS, np.int64))
 
-    def count(self, per_sequence: pd.DataFrame, regions: pd.DataFrame) -> None:
-        self.records += calibration.histogram(self.llr(per_sequence))
-        self.regions += calibration.histogram(self.llr(regions))
+    def count(self, chunks_path: Path, settings: RegionSettings, rows: int) -> None:
+        """Count the LLRs of the records and regions of predict's chunks table, reading only the
+        columns they need."""
+        columns = ["sequence_id", "chunk_start", "chunk_end", "is_virus", "max_score_virus"]
+        for chunks in whole_groups(read_chunks(chunks_path, columns, rows), ["sequence_id"]):
+            chunks["llr"] = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
+            per_record = chunks.groupby("sequence_id", sort=False)["llr"].agg(["size", "sum"])
+            self.records += calibration.histogram(self.cal.record_llrs(per_record["size"], per_record["sum"]))
+            self.regions += calibration.histogram(self.llr(regions_table(chunks, settings)))
 
     def finish(self) -> dict:
         self.found = composition(self.records, self.cal.record_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
