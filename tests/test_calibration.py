@@ -110,3 +110,14 @@ def test_a_calibration_names_the_classifier_and_chunk_length_it_was_made_for(tmp
     assert loaded.refusal("0" * 64, 500, path) is None
     assert "another classifier file" in loaded.refusal("1" * 64, 500, path)
     assert "chunks of 500 bp" in loaded.refusal("0" * 64, 300, path)
+
+
+def test_the_calibrations_own_records_are_reliable_and_unlike_ones_are_not():
+    """The limit on a record's median chunk atypicality admits the calibration's own records (all
+    but 2%) and not records far from them."""
+    data = synthetic(2000, 0.5, seed=7)
+    rng = np.random.default_rng(8)
+    atypicality = rng.gamma(4, 0.25, data["record"].size) * rng.gamma(20, 0.05, 2000)[data["record"]]
+    fitted = calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500, atypicality=atypicality)
+    assert fitted.fitted_on["records_unreliable"] <= 0.05
+    assert fitted.atypicality_limit < 10 * np.median(atypicality)

@@ -65,7 +65,8 @@ class Calibration:
     record_offset: float  # c
     record_prior: float  # viral share of the records it was fitted on
     # a record whose median chunk atypicality (MLPClassifier.atypicality) is above this is unlike
-    # the data: the quantile ATYPICAL_QUANTILE of the chunks it was fitted on
+    # the data: the quantile ATYPICAL_QUANTILE of the chunks it was fitted on, or of their records'
+    # medians where that is higher
     atypicality_limit: float
     fitted_on: dict  # counts, the methods' held-out log loss, calibration error before and after
     version: int = VERSION
@@ -295,8 +296,13 @@ def fit(
     }
     limit = float("inf")
     if atypicality is not None and np.isfinite(atypicality).any():
-        limit = float(np.nanquantile(atypicality, ATYPICAL_QUANTILE))
+        # a record is judged by its median chunk: the limit admits all but the most atypical 2% of the
+        # calibration's chunks and of its records' medians, so that its own records pass
         per_record = pd.Series(atypicality).groupby(records).median()
+        quantiles = [
+            np.nanquantile(v, ATYPICAL_QUANTILE, method="higher") for v in (atypicality, per_record.to_numpy())
+        ]
+        limit = float(max(quantiles))
         fitted_on["records_unreliable"] = float((per_record > limit).mean())
     return Calibration(
         classifier_sha256=classifier_sha256,

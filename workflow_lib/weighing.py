@@ -116,7 +116,7 @@ class RecordWeighing:
         """probability_virus and qvalue of the sequences table's rows (NA where no chunk is scored),
         and whether each record is like the data the classifier learned from and the calibration
         was fitted on: a record with no scored chunk is not (reliable: false), nor one whose median
-        chunk is less typical than all but 2% of the calibration's chunks."""
+        chunk is above the calibration's limit (calibration.Calibration.atypicality_limit)."""
         scored = table["n_chunks_scored"].to_numpy() > 0
         llr = self.llr(table.assign(sum_llr=table["sum_llr"].fillna(0)))
         table["probability_virus"] = np.where(scored, expit(llr + self.shift), np.nan)
