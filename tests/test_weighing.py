@@ -140,9 +140,8 @@ def test_the_calibrate_target_fits_a_calibration_for_a_given_classifier(weighed,
     sheet = tmp_path / "calibration.tsv"
     sheet.write_text(
         "sample\tpath\tlabel\n"
-        f"cal_lambda\t{GENOMES / 'lambda_NC_001416.fasta'}\tvirus\n"
         f"cal_phix\t{GENOMES / 'phiX174.fasta'}\tvirus\n"
-        f"cal_coryne\t{GENOMES / 'corynebacterium_diphtheriae_100kb.fasta'}\tother\n"
+        f"cal_plasmid\t{GENOMES / 'yersinia_pestis_plasmid_pPCP1_NC_005816.fasta'}\tother\n"
     )
     classifier = tmp_path / "given.pt"
     shutil.copy(workdir / "results" / "train" / "classifier.pt", classifier)
@@ -157,7 +156,7 @@ def test_the_calibrate_target_fits_a_calibration_for_a_given_classifier(weighed,
     made = workdir / "results" / "calibration" / "calibration.json"
     fitted = calibration.Calibration.load(made)
     assert fitted.refusal(sha256(classifier), 300, made) is None
-    assert not (workdir / "results" / "cal_lambda" / "sequences.tsv").exists()  # read from scores, never called
+    assert not (workdir / "results" / "cal_phix" / "sequences.tsv").exists()  # read from scores, never called
     used = changed_config(changed, tmp_path / "d.yaml", models={"calibration": str(made)})
     code, output = run(workdir, used, "results/gamma/sequences.tsv")
     assert code == 0, output[-3000:]
