@@ -130,9 +130,9 @@ def _logistic(features: np.ndarray, y: np.ndarray, weight: np.ndarray, iteration
     return beta
 
 
-def _log_loss(y: np.ndarray, p: np.ndarray) -> float:
+def _log_loss(y: np.ndarray, p: np.ndarray, weight: np.ndarray | None = None) -> float:
     p = np.clip(p, 1e-12, 1 - 1e-12)
-    return float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).mean())
+    return float(-np.average(y * np.log(p) + (1 - y) * np.log1p(-p), weights=weight))
 
 
 def _platt(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -148,9 +148,8 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     xs, ys = x[order], y[order].astype(np.float64)
     values, starts = np.unique(xs, return_index=True)  # equal scores pool first
     sums, counts = np.add.reduceat(ys, starts), np.diff(np.append(starts, xs.size)).astype(np.float64)
-    centres = values.copy()
     blocks: list[list[float]] = []  # [sum, count, sum of x * count]
-    for s, c, v in zip(sums, counts, centres):
+    for s, c, v in zip(sums, counts, values):
         blocks.append([s, c, v * c])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
             s2, c2, v2 = blocks.pop()
@@ -224,8 +223,7 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
         evidence = total / (1 + r * (size - 1))
         t, c = _logistic(np.column_stack([evidence, np.ones_like(evidence)]), label, weight)
         t = max(t, 0.0)  # more viral evidence never makes a record less probably viral
-        p = np.clip(expit(t * evidence + c), 1e-12, 1 - 1e-12)
-        loss = float(-np.average(label * np.log(p) + (1 - label) * np.log1p(-p), weights=weight))
+        loss = _log_loss(label, expit(t * evidence + c), weight)
         return float(t), float(r), float(c - logit(prior)), prior, loss
 
     coarse = min((fitted(r) for r in np.linspace(0, 1, 11)), key=lambda f: f[-1])

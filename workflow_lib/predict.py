@@ -220,7 +220,7 @@ def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
     """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
     table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
     table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
-    table["atypicality"] = scores[:, 2] if scores.shape[1] > 2 else np.nan
+    table["atypicality"] = scores[:, 2]
     # torch.max picks the first maximum: a tie is 'other', as in VirNucPro (which says 'others').
     table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
     return table
@@ -307,7 +307,6 @@ def write_tables(
     shards = ShardScores(score_files)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
-    scoring = {"checkpoints": None, "frames": 0}
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
         weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None
         # with a calibration the chunks go to a scratch table first: their probabilities need the

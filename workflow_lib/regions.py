@@ -95,9 +95,7 @@ def regions_table(chunks: pd.DataFrame, settings: RegionSettings) -> pd.DataFram
     # per-record loop
     grouped = chunks.groupby("sequence_id", sort=False)
     span = grouped["chunk_end"].transform("max") - grouped["chunk_start"].transform("min") + 1
-    candidates = chunks[
-        (span >= settings.min_length) & chunks.groupby("sequence_id", sort=False)["is_virus"].transform("any")
-    ]
+    candidates = chunks[(span >= settings.min_length) & grouped["is_virus"].transform("any")]
     rows = [
         (sequence_id, *region)
         for sequence_id, own in candidates.groupby("sequence_id", sort=False)

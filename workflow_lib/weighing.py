@@ -80,7 +80,10 @@ class RecordWeighing:
     cal: Calibration
     records: np.ndarray  # histogram of records' LLRs
     regions: np.ndarray  # of regions'
-    found: dict | None = None  # the records' composition, once counted
+    found: dict | None = None  # the records' composition, once counted (finish)
+    shift: float = 0.0  # then logit of the records' viral fraction
+    record_q: np.ndarray | None = None  # and the q-value of each histogram bin, of records
+    region_q: np.ndarray | None = None  # and of regions
     tallied: Counter = field(default_factory=Counter)  # unreliable records, and those within max_qvalue
 
     @classmethod
