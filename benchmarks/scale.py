@@ -61,7 +61,7 @@ def measured(command: list) -> dict:
     if out.returncode:
         raise SystemExit(f"{command[1]} failed:\n{out.stderr[-3000:]}")
     seconds, kib = out.stdout.split()
-    return {"seconds": round(float(seconds), 1), "peak_rss_mb": round(int(kib) / 1024)}
+    return {"seconds": round(float(seconds), 2), "peak_rss_mb": round(int(kib) / 1024)}
 
 
 def size_mb(*paths: Path, digits: int = 1) -> float:

@@ -1,13 +1,14 @@
 """What weighing the calls costs: predict and call with and without a calibration, and the
 calibrate fit on many chunks. Prints JSON.
 
-500 bp reads sampled from the bundled genomes go through prepare; each shard gets a scores file
+Reads (500 bp, or --length) sampled from the bundled genomes go through prepare; each shard gets a scores file
 with synthetic scores and atypicality (what a score job writes); then predict and call run as the
 workflow runs them, each as the only child of a fresh process, `--repeats` times alternately
 without and with a calibration (medians reported). The fit runs on --fit-chunks synthetic labelled
 chunks in records of 1 to 20 chunks, timed as CPU time of this process.
 
     python benchmarks/weighing.py --workdir /tmp/weighing --reads 1000000 --fit-chunks 1000000
+    python benchmarks/weighing.py --workdir /tmp/weighing --reads 150000 --length 3000
 """
 
 import argparse
@@ -97,14 +98,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--reads", type=int, default=1_000_000)
+    parser.add_argument("--length", type=int, default=500, help="bp a read (3000: contig pieces of 6 chunks)")
     parser.add_argument("--fit-chunks", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    root = args.workdir / str(args.reads)
+    root = args.workdir / (str(args.reads) + ("" if args.length == 500 else f"x{args.length}"))
     root.mkdir(parents=True, exist_ok=True)
     fasta = root / "reads.fa"
     if not fasta.exists():
-        write_reads(fasta, args.reads, 500, seed=1)
+        write_reads(fasta, args.reads, args.length, seed=1)
         measured(prepare_command(fasta, root / "prepare"))
     rng = np.random.default_rng(0)
     shards = shard_fastas(root / "prepare", "faa")
@@ -131,6 +133,7 @@ def main() -> None:
             {
                 "machine": f"{platform.machine()}, {platform.python_version()}",
                 "reads": args.reads,
+                "read_length": args.length,
                 "frames": frames,
                 "median_seconds": median,
                 "peak_rss_mb": peak,

@@ -118,8 +118,14 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
 
 
 def read_fasta(path: Path) -> list[tuple[str, str]]:
-    lines = Path(path).read_text().splitlines()
-    return [(lines[i][1:], lines[i + 1]) for i in range(0, len(lines), 2)]
+    """(header, sequence) of each record, its lines joined."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(">"):
+            records.append((line[1:], []))
+        else:
+            records[-1][1].append(line)
+    return [(header, "".join(lines)) for header, lines in records]
 
 
 SNAKEMAKE = [

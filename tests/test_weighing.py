@@ -84,6 +84,16 @@ def test_a_calibrated_run_weighs_every_table(weighed):
     assert ordered["qvalue"].is_monotonic_decreasing
     passing = {name.split()[0] for name, _ in read_fasta(workdir / "results" / "reads" / "viral_qvalue.fasta")}
     assert passing == set(scored.loc[scored["qvalue"].astype(float) <= 0.2, "sequence_id"])
+    # the regions within the q-value: those of regions.fasta, in order, their headers weighed
+    every = dict(read_fasta(sample / "regions.fasta"))
+    within = read_fasta(sample / "regions_qvalue.fasta")
+    wanted = regions[regions["qvalue"] <= 0.2]
+    assert len(wanted) and [n.split()[0] for n, _ in within] == [
+        f"{r.sequence_id}|region_{r.region}" for r in wanted.itertuples()
+    ]
+    for (name, bases), region in zip(within, wanted.itertuples()):
+        assert name.endswith(f" probability_virus={region.probability_virus:.4g} qvalue={region.qvalue:.4g}")
+        assert bases == every[name.split(" probability_virus=")[0]]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ no embeddings: a new threshold reruns only this."""
 
 import contextlib
 import logging
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from .outputs import atomic_open
 from .regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, regions_table
 from .seqio import read_batches
 from .tables import CHUNK_ROWS, SEQUENCES, read_chunks, read_json, tsv_writer, whole_groups, write_json
-from .weighing import REGION_COLUMNS, SEQUENCE_COLUMNS, RecordWeighing
+from .weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing
 
 log = logging.getLogger("workflow")
 BLOCK_ROWS = CHUNK_ROWS  # records called at a time
@@ -84,16 +85,16 @@ def sequence_tables(
     min_viral_fraction: float,
     regions: RegionSettings,
     rows: int,
-    weighing: RecordWeighing | None = None,
+    calibration: Calibration | None = None,
 ) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
     """The sequences table in blocks of prepare's, with the regions of each block's records: predict
     scored the records in prepare's order, so each block's scored records come next in the chunks
-    table. With `weighing` (counted), each record and region is weighed."""
-    scored = scored_sequences(chunks_path, rows, regions, weighing.cal if weighing else None)
+    table. With a calibration, each record and region has the sum of its chunks' LLRs (sum_llr)."""
+    scored = scored_sequences(chunks_path, rows, regions, calibration)
     # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
     # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
     columns = ["n_chunks_scored", "n_viral_chunks", "max_score_virus", "mean_score_virus", "n_regions"]
-    columns += ["sum_llr", "atypicality"] if weighing else []
+    columns += ["sum_llr", "atypicality"] if calibration else []
     waiting = pd.DataFrame({c: [] for c in columns}, index=pd.Index([], dtype=object, name="sequence_id"))
     waiting = waiting.astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64", "n_regions": "int64"})
     found = pd.DataFrame(columns=[*REGIONS, *EVIDENCE])
@@ -114,9 +115,6 @@ def sequence_tables(
         mine = found["sequence_id"].isin(waiting.index[:here]).to_numpy()  # a prefix: both are in record order
         table, own = sequence_table(sequences, waiting.iloc[:here], min_viral_fraction), found[mine].copy()
         extend_to_ends(own, sequences.set_index("sequence_id")["length"])
-        if weighing:
-            weighing.weigh_records(table)
-            weighing.weigh_regions(own)
         yield table, own
         waiting, found = waiting.iloc[here:], found[~mine]
     left = waiting if not waiting.empty else next(scored, (None,))[0]
@@ -213,39 +211,52 @@ def call(
     Returns the count of each call."""
     scoring = read_json(scoring_path)
     counts, totals = Counter(), Counter()
-    weighing = RecordWeighing.of(calibration) if calibration else None
-    if weighing:  # a first pass: the sample's viral fraction and q-values need all its records
-        weighing.count(Path(chunks_path), regions, BLOCK_ROWS)
-        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.finish())
-    extra = (SEQUENCE_COLUMNS, REGION_COLUMNS) if weighing else ((), ())
+    weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path)) if calibration else None
+    if weighing:
+        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
 
     def pieces(write, write_regions, fasta) -> Iterator[tuple[bytes, list[Piece]]]:
         for table, found in sequence_tables(
-            prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, weighing
+            prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration
         ):
+            passing = None
+            if weighing:
+                passing = weighing.weigh_records(table, max_qvalue)
+                weighing.weigh_regions(found)
             write(table)
             write_regions(found)
             viral = table[table["call"] == "virus"]
             count(table, viral, found, counts, totals)
             by_record = fasta_pieces(viral, found, *fasta[:2])
-            if weighing:
-                passing = weighing.tally(table, found, max_qvalue)
-                for sid, more in fasta_pieces(*passing, *fasta[2:], weighed=True).items() if passing else ():
-                    by_record.setdefault(sid, []).extend(more)
+            for sid, more in (
+                fasta_pieces(passing, found.iloc[:0], fasta[2], None, True).items() if passing is not None else ()
+            ):
+                by_record.setdefault(sid, []).extend(more)
             listed = table["sequence_id"]
             for sid in listed[listed.isin(by_record.keys())]:  # input order
                 yield sid.encode(), by_record[sid]
 
-    with contextlib.ExitStack() as stack:
-        write = stack.enter_context(tsv_writer(outputs.sequences, SEQUENCES + extra[0]))
-        write_regions = stack.enter_context(tsv_writer(outputs.regions, REGIONS + extra[1]))
-        fasta_paths = (
-            outputs.viral,
-            outputs.regions_fasta,
-            *(outputs.passing if weighing and max_qvalue is not None else ()),
-        )
-        fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
-        write_pieces(input_path, pieces(write, write_regions, fasta))
+    with tempfile.TemporaryDirectory(dir=outputs.regions.parent) as scratch:
+        # with a calibration the regions go to a scratch table first: their q-values need them all
+        regions_path = Path(scratch, "regions.tsv") if weighing else outputs.regions
+        with contextlib.ExitStack() as stack:
+            write = stack.enter_context(
+                tsv_writer(outputs.sequences, SEQUENCES + (SEQUENCE_COLUMNS if weighing else ()))
+            )
+            write_regions = stack.enter_context(
+                tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))
+            )
+            fasta_paths = (
+                outputs.viral,
+                outputs.regions_fasta,
+                *(outputs.passing[:1] if max_qvalue is not None else ()),
+            )
+            fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
+            write_pieces(input_path, pieces(write, write_regions, fasta))
+        if weighing:
+            passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
+            if passing is not None:
+                copy_passing_regions(outputs.regions_fasta, passing, outputs.passing[1])
     manifest = {
         "workflow_version": __version__,
         "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
@@ -261,3 +272,27 @@ def call(
     write_json(manifest, outputs.manifest)
     log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
     return dict(counts)
+
+
+def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Path) -> None:
+    """The regions of `regions_fasta` listed in `passing` (in its order, with their probability and
+    q-value), to `output` with those in their headers."""
+    wanted = iter(
+        (b">%s|region_%d " % (sid.encode(), region), b" probability_virus=%.4g qvalue=%.4g" % (p, q))
+        for sid, region, p, q in passing.itertuples(index=False)
+    )
+    name, suffix = next(wanted, (None, None))
+    copying = False
+    with open(regions_fasta, "rb") as regions, atomic_open(output, "wb") as out:
+        for line in regions:
+            if line.startswith(b">"):
+                copying = name is not None and line.startswith(name)
+                if copying:
+                    line = line[:-1] + suffix + b"\n"
+                    name, suffix = next(wanted, (None, None))
+            if copying:
+                out.write(line)
+    if name is not None:
+        raise InputError(
+            f"{regions_fasta}: no region '{name[1:-1].decode()}' where call wrote it; run the sample's call again"
+        )

@@ -328,7 +328,7 @@ def write_tables(
             log.info(progress.line(listed.rows))
         scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
         if weighed:
-            scoring["chunk_composition"] = weighed.write(chunks_path, outputs.chunks)
+            scoring |= weighed.write(chunks_path, outputs.chunks)
             log.info(
                 "chunks' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)",
                 scoring["chunk_composition"],
