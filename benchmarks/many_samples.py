@@ -12,6 +12,7 @@ without the minutes the jobs themselves take; the output says which mode made it
     python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 120 --no-compare
     python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 100
     python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 100 400 1000
+    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 --no-compare --append
 """
 
 import argparse
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -71,19 +73,25 @@ def snakemake(workflow: Path, run: Path, config: Path, *targets: str) -> dict:
     if result.returncode:
         raise SystemExit(f"the workflow failed:\n{result.stderr[-4000:]}")
     figures = json.loads(result.stderr.strip().splitlines()[-1])
-    jobs = len(re.findall(r"^(?:local)?(?:rule|checkpoint) \w+:$", result.stdout + result.stderr, re.M))
-    return {key: round(value, 1) for key, value in figures.items()} | {"jobs": jobs}
+    rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", result.stdout + result.stderr, re.M)
+    by_rule = {rule: rules.count(rule) for rule in sorted(set(rules))}
+    return {key: round(value, 1) for key, value in figures.items()} | {"jobs": len(rules), "jobs_by_rule": by_rule}
 
 
-def run(workdir: Path, n: int, mode: str, compare: bool) -> dict:
-    folder = workdir / f"{mode}_{n}"
-    folder.mkdir(parents=True, exist_ok=True)
-    inputs = workdir / "inputs"
-    inputs.mkdir(exist_ok=True)
+def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
+    """The samples sheet of samples s0 ... s{n-1}, each of `reads` reads of 500 bp."""
     for i in range(n):
         if not (inputs / f"s{i}.fa").exists():
-            write_reads(inputs / f"s{i}.fa", 5, 500, seed=i)
+            write_reads(inputs / f"s{i}.fa", reads, 500, seed=i)
     (folder / "samples.tsv").write_text("sample\tpath\n" + "".join(f"s{i}\t{inputs}/s{i}.fa\n" for i in range(n)))
+
+
+def run(workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append: bool = False) -> dict:
+    folder = workdir / f"{mode}_{n}x{reads}"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = workdir / f"inputs_{reads}"
+    inputs.mkdir(exist_ok=True)
+    sheet(folder, inputs, n, reads)
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump({"samples": str(folder / "samples.tsv"), "models": models(workdir)}))
     workflow = ROOT if mode == "real" else swapped_workflow(folder)
@@ -97,7 +105,12 @@ def run(workdir: Path, n: int, mode: str, compare: bool) -> dict:
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir()
         runs = [snakemake(workflow, run_dir, config, *targets) for targets in phases]
-        figures[name] = {key: round(sum(r[key] for r in runs), 1) for key in runs[0]}
+        figures[name] = {key: round(sum(r[key] for r in runs), 1) for key in ("own_cpu_s", "seconds", "jobs")}
+        figures[name]["jobs_by_rule"] = dict(sum((Counter(r["jobs_by_rule"]) for r in runs), Counter()))
+    if append:  # one more sample in the sheet of the finished run
+        sheet(folder, inputs, n + 1, reads)
+        figures["appended"] = snakemake(workflow, folder / "checkpoint", config)
+        sheet(folder, inputs, n, reads)
     if compare:
         own = figures["checkpoint"]["own_cpu_s"] / figures["known_from_start"]["own_cpu_s"]
         figures["own_cpu_ratio"] = round(own, 2)
@@ -110,9 +123,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--mode", choices=("real", "swapped"), required=True)
     parser.add_argument("--samples", type=int, nargs="+", default=[100])
+    parser.add_argument("--reads", type=int, default=5, help="reads of 500 bp a sample")
     parser.add_argument(
         "--no-compare", action="store_true", help="only the user's run, not the DAG known from the start"
     )
+    parser.add_argument("--append", action="store_true", help="then one sample more in the finished run's sheet")
     args = parser.parse_args()
     result = {
         "benchmark": "many_samples",
@@ -123,7 +138,7 @@ def main() -> None:
         "runs": [],
     }
     for n in args.samples:
-        result["runs"].append(run(args.workdir, n, args.mode, not args.no_compare))
+        result["runs"].append(run(args.workdir, n, args.mode, not args.no_compare, args.reads, args.append))
         print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
     print(json.dumps(result, indent=2))
 

@@ -68,7 +68,7 @@ class Watch:
     def poll(self) -> None:
         while not self.stop.wait(0.2):
             sizes = {}
-            for path in self.run.glob("results/*/embeddings/**/*"):
+            for path in self.run.glob("results/shards/embeddings/**/*"):
                 try:
                     if path.is_file() and not path.name.endswith(".json"):
                         sizes[path] = path.stat().st_size
@@ -170,12 +170,12 @@ def disk_figures(run_dir: Path, watch: Watch) -> dict:
             "peak_on_disk_mb": round(watch.peak_bytes / 1e6, 1),
             "peak_files_on_disk": watch.peak_files,
             "peak_in_largest_shard_files": round(watch.peak_bytes / max(largest, 1), 2),
-            "left_after_run": len(list(run_dir.glob("results/*/embeddings/*/*.h5"))),
+            "left_after_run": len(list(run_dir.glob("results/shards/embeddings/*/*.h5"))),
         },
         "disk_after_run_mb": {
             "tables_and_fasta": size_mb(p for p in sample.iterdir() if p.is_file()),
             "prepare": size_mb(sample.joinpath("prepare").rglob("*")),
-            "scores": size_mb(sample.joinpath("scores").rglob("*")),
+            "scores": size_mb(run_dir.joinpath("results", "shards", "scores").rglob("*")),
         },
     }
 

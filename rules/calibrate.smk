@@ -26,7 +26,7 @@ if len(CALIBRATION_SAMPLES):
         params:
             samples=lambda wildcards: cli(
                 sample=[
-                    (CALIBRATION_SAMPLES.loc[s, "label"], *files)
+                    (s, CALIBRATION_SAMPLES.loc[s, "label"], *files)
                     for s, files in zip(
                         CALIBRATION_SAMPLES.index, calibration_inputs()
                     )

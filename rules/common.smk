@@ -36,7 +36,7 @@ from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
-from workflow_lib.plan import plan_is_current, read_plan
+from workflow_lib.plan import plan_is_current, read_plan, read_pools
 from workflow_lib.scheduler import keep_one_timer
 from workflow_lib.settings import (
     CallSettings,
@@ -53,7 +53,7 @@ from workflow_lib.settings import (
     options,
     tuning_keys,
 )
-from workflow_lib.sharding import FASTA_SUFFIX, read_shards
+from workflow_lib.sharding import FASTA_SUFFIX
 from workflow_lib.sharding import shard_fasta as shard_fasta_of
 
 
@@ -80,6 +80,10 @@ configfile: DEFAULT_CONFIG
 keep_one_timer()
 
 MODEL_CHECK = "results/checks/models.json"
+# What a pooled shard's jobs read of the plan (their params): in cluster jobs Snakemake evaluates
+# params that read a checkpoint only with its output among the inputs; ancient, so that a plan made
+# again (a sample added) does not make the pooled shards it leaves as they were again.
+PLAN = ancient("results/plan/shards.tsv")
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 # Where each config value came from, the one that wins first: --config, then the config files.
 given = [str(f) for f in workflow.config_settings.configfiles]
@@ -149,7 +153,7 @@ DEMO_TOKENIZER_GENOME = f"{ROOT}/resources/genomes/lambda_NC_001416.fasta"
 wildcard_constraints:
     sample="|".join(map(re.escape, samples.index)),
     model="|".join(MODELS),
-    shard=r"\d+",
+    pool=r"\d+",
 
 
 # Jobs run through this wrapper: all output in the job's log; its error line, or its warnings, on
@@ -277,53 +281,102 @@ def compile_cache():
     return embedding["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
 
 
-def shard_fasta(wildcards, input):
+def pool_pieces(pool):
+    """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset), in
+    order. Its jobs join the DAG once the plan is made, so the plan they read is this run's.
+    """
+    return read_pools(checkpoints.plan.get().output.plan)[int(pool)]
+
+
+def pooled_shard_fasta(wildcards):
+    """What a pooled shard's jobs read: prepare's shards directory of its one sample's shard, or the
+    FASTA pair that pool_shard makes of several."""
+    pieces = pool_pieces(wildcards.pool)
+    if len(pieces) == 1:
+        return expand(rules.prepare.output.shards, sample=pieces[0]["sample"])
+    return expand(list(rules.pool_shard.output), pool=wildcards.pool)
+
+
+def pooled_fasta(pool, suffix):
+    """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see pooled_shard_fasta)."""
+    pieces = pool_pieces(pool)
+    if len(pieces) == 1:
+        shards = expand(rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
+        return str(shard_fasta_of(shards, pieces[0]["shard"], suffix))
+    return expand(getattr(rules.pool_shard.output, suffix), pool=pool)[0]
+
+
+def shard_fasta(wildcards):
     """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
-    return shard_fasta_of(
-        input.shards, int(wildcards.shard), FASTA_SUFFIX[wildcards.model]
+    return pooled_fasta(wildcards.pool, FASTA_SUFFIX[wildcards.model])
+
+
+def nucleotide_shard(wildcards):
+    return pooled_fasta(wildcards.pool, FASTA_SUFFIX["dnabert"])
+
+
+def pooled_shard_dirs(wildcards):
+    """pool_shard's input: prepare's shards directory of each of its samples."""
+    pieces = pool_pieces(wildcards.pool)
+    return expand(
+        rules.prepare.output.shards,
+        sample=list(dict.fromkeys(p["sample"] for p in pieces)),
     )
 
 
-def nucleotide_shard(wildcards, input):
-    return shard_fasta_of(input.shards, int(wildcards.shard), FASTA_SUFFIX["dnabert"])
+def pooled_pieces(wildcards):
+    """pool_shard's --piece per sample's shard: its shards directory and number, in plan order."""
+    return cli(
+        piece=[
+            (expand(rules.prepare.output.shards, sample=p["sample"])[0], p["shard"])
+            for p in pool_pieces(wildcards.pool)
+        ]
+    )
+
+
+def scored_pieces(wildcards):
+    """The score job's --piece per sample's shard of its pooled shard: sample, shard, frames."""
+    return cli(
+        piece=[
+            (p["sample"], p["shard"], p["frames"]) for p in pool_pieces(wildcards.pool)
+        ]
+    )
 
 
 def stored_tokens(wildcards):
     """The DNABERT-S embed job's tokens, made by the tokenize job (none for ESM-2)."""
     if wildcards.model != "dnabert":
         return []
-    return expand(
-        rules.tokenize.output.tokens, sample=wildcards.sample, shard=wildcards.shard
-    )
+    return expand(rules.tokenize.output.tokens, pool=wildcards.pool)
 
 
 def tokenize_runtime(wildcards):
-    return job_resources.tokenize_minutes(planned_shard(wildcards)["tokens"])
+    return job_resources.tokenize_minutes(pooled_work(wildcards)["tokens"])
 
 
-def planned_shard(wildcards):
-    """The job's shard: its frames and ESM-2 tokens, from the sample's shards table. Not from the
-    job's input: Snakemake defers a resource that reads its input until every input exists, and
-    the DNABERT-S embed job's tokens do not before its tokenize job (a dry run would show <TBD>).
-    """
-    table = expand(rules.prepare.output.shard_table, sample=wildcards.sample)[0]
-    return read_shards(table)[int(wildcards.shard)]
+def pooled_work(wildcards):
+    """A pooled shard's frames and ESM-2 tokens, from the plan. Not from the job's input: Snakemake
+    defers a resource that reads its input until every input exists, and the DNABERT-S embed job's
+    tokens do not before its tokenize job (a dry run would show <TBD>)."""
+    pieces = pool_pieces(wildcards.pool)
+    return {key: sum(p[key] for p in pieces) for key in ("frames", "tokens")}
 
 
 def embed_gpus(wildcards):
-    return job_resources.embed_gpus(planned_shard(wildcards)["frames"])
+    return job_resources.embed_gpus(pooled_work(wildcards)["frames"])
 
 
 def embed_runtime(wildcards):
-    shard = planned_shard(wildcards)
+    work = pooled_work(wildcards)
     return job_resources.embed_minutes(
-        shard["tokens"], shard["frames"], wildcards.model, config["embedding"]
+        work["tokens"], work["frames"], wildcards.model, config["embedding"]
     )
 
 
 def embed_priority(wildcards):
-    trains = trains_here() and samples.loc[wildcards.sample, "label"] != ""
-    return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.shard))
+    pooled = {p["sample"] for p in pool_pieces(wildcards.pool)}
+    trains = trains_here() and any(samples.loc[s, "label"] != "" for s in pooled)
+    return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.pool))
 
 
 def runtime(value):
@@ -413,46 +466,49 @@ def plan_check(wildcards):
 
 
 def planned_shards(sample):
-    """A sample's shard numbers, known once the plan checkpoint has run. A plan without the sample
-    was made before the sample was in the sheet: not made for it yet, never a KeyError (plan_check
-    has such a plan made again; were it taken as made, nothing would run it).
+    """A sample's shards (plan rows: shard, frames, tokens, and the pool and offset where they lie),
+    known once the plan checkpoint has run. A plan without the sample was made before the sample
+    was in the sheet: not made for it yet, never a KeyError (plan_check has such a plan made again;
+    were it taken as made, nothing would run it).
     """
     plan_file = checkpoints.plan.get().output.plan
     plan = read_plan(plan_file)
     if sample not in plan:
         raise IncompleteCheckpointException(checkpoints.plan.rule, plan_file)
-    return [row["shard"] for row in plan[sample]]
+    return plan[sample]
 
 
 def shard_outputs(output, sample, **wildcards):
-    """An output (`rules.<rule>.output.<name>`) of every shard of a sample, in shard order."""
-    return expand(output, sample=sample, shard=planned_shards(sample), **wildcards)
+    """An output (`rules.<rule>.output.<name>`) of the pooled shard of each of a sample's shards, in
+    shard order (a pooled shard of several of its shards comes as often)."""
+    return expand(output, pool=[s["pool"] for s in planned_shards(sample)], **wildcards)
 
 
-def shard_embeddings(sample, model):
-    return shard_outputs(rules.embed.output.embeddings, sample, model=model)
+def sample_pools(output, sample, **wildcards):
+    """An output of each pooled shard that holds shards of a sample, once, in order."""
+    return list(dict.fromkeys(shard_outputs(output, sample, **wildcards)))
 
 
 def shard_embeddings_of(model):
-    """A shard's embeddings by `model`, as the score rule's input."""
+    """A pooled shard's embeddings by `model`, as the score rule's input."""
     return expand(rules.embed.output.embeddings, model=model, allow_missing=True)
 
 
 def shard_fasta_pair(wildcards):
-    """The shard's FASTA pair, which the score job removes once the shard is scored when the
+    """The pooled shard's FASTA pair, which the score job removes once the shard is scored when the
     embeddings are not kept (`remove_shard_fasta`)."""
-    shards = expand(rules.prepare.output.shards, sample=wildcards.sample)[0]
-    return [shard_fasta_of(shards, int(wildcards.shard), s) for s in ("fna", "faa")]
+    return [pooled_fasta(wildcards.pool, s) for s in ("fna", "faa")]
 
 
 def shard_figures(sample, model):
-    """The embed jobs' figures files (JSON) of a sample: what the run summary reads, so that it
-    needs no embeddings (removed after scoring with outputs.keep_embeddings: false)."""
-    return shard_outputs(rules.embed.output.figures, sample, model=model)
+    """The embed jobs' figures files (JSON) of the pooled shards that hold a sample's shards: what
+    the run summary reads, so that it needs no embeddings (removed after scoring with
+    outputs.keep_embeddings: false)."""
+    return sample_pools(rules.embed.output.figures, sample, model=model)
 
 
 def shard_benchmarks(sample, model):
-    return shard_outputs(rules.embed.benchmark, sample, model=model)
+    return sample_pools(rules.embed.benchmark, sample, model=model)
 
 
 def prediction_outputs():
@@ -494,22 +550,40 @@ def training_samples():
 
 
 def training_embeddings(wildcards):
-    """The training samples' embeddings, and their frames tables (the split holds out whole chunks)."""
-    return {
-        model: [f for s in training_samples() for f in shard_embeddings(s, model)]
+    """The training samples' embeddings (each pooled shard once), and their frames tables (the
+    split holds out whole chunks)."""
+    embeddings = {
+        model: [
+            f
+            for s in training_samples()
+            for f in sample_pools(rules.embed.output.embeddings, s, model=model)
+        ]
         for model in MODELS
+    }
+    return {
+        model: list(dict.fromkeys(files)) for model, files in embeddings.items()
     } | {"frames": expand(rules.prepare.output.frames, sample=training_samples())}
 
 
 def labelled_shards(wildcards, input):
-    "--shard per shard of every training sample: its label, DNABERT-S and ESM-2 embeddings, and frames table."
+    """--shard per shard of every training sample: its label, the DNABERT-S and ESM-2 embeddings of
+    its pooled shard, its frames table, and its rows there."""
     return cli(
         shard=[
-            (samples.loc[s, "label"], dna, esm, frames)
+            (
+                samples.loc[s, "label"],
+                dna,
+                esm,
+                frames,
+                p["offset"],
+                p["offset"] + p["frames"],
+            )
             for s in training_samples()
             for frames in expand(rules.prepare.output.frames, sample=s)
-            for dna, esm in zip(
-                shard_embeddings(s, "dnabert"), shard_embeddings(s, "esm")
+            for p, dna, esm in zip(
+                planned_shards(s),
+                shard_outputs(rules.embed.output.embeddings, s, model="dnabert"),
+                shard_outputs(rules.embed.output.embeddings, s, model="esm"),
             )
         ]
     )

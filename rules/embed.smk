@@ -1,18 +1,45 @@
+# A pooled shard of several samples' shards (the plan, workflow_lib/plan.py): their FASTA pairs one
+# after the other. A pool of one sample's shard needs none: its jobs read prepare's shard.
+rule pool_shard:
+    input:
+        shards=pooled_shard_dirs,
+        plan=PLAN,
+    output:
+        fna=shard_fasta_paths("results/shards/shard_{pool}.fna"),
+        faa=shard_fasta_paths("results/shards/shard_{pool}.faa"),
+    log:
+        "logs/pool_shard/{pool}.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    # copies a pool's small shards: bounded by shard_tokens
+    resources:
+        mem_mb=500,
+        runtime=30,
+    params:
+        pieces=pooled_pieces,
+    shell:
+        script_job(
+            "pool_shard",
+            "{params.pieces} --fna {output.fna:q} --faa {output.faa:q}",
+        )
+
+
 # A shard's DNABERT-S tokens, made once in a CPU job: tokenising in the embed job's loader workers
 # would make the BPE tokenizer its host limit (docs/performance.md); they only read the tokens.
 # Temp: removed once the shard's DNABERT-S embeddings exist.
 rule tokenize:
     input:
-        shards=rules.prepare.output.shards,
-        shard_table=rules.prepare.output.shard_table,
+        shards=pooled_shard_fasta,
+        plan=PLAN,
         models=model_files(["dnabert"]),
         check=ancient(MODEL_CHECK),
     output:
-        tokens=temp("results/{sample}/tokens/shard_{shard}.h5"),
+        tokens=temp("results/shards/tokens/shard_{pool}.h5"),
     log:
-        "logs/tokenize/{sample}/{shard}.log",
+        "logs/tokenize/{pool}.log",
     benchmark:
-        "results/benchmarks/tokenize/{sample}/{shard}.tsv"
+        "results/benchmarks/tokenize/{pool}.tsv"
     priority: embed_priority
     conda:
         "../envs/embed.yaml"
@@ -36,20 +63,18 @@ rule tokenize:
 
 rule embed:
     input:
-        shards=rules.prepare.output.shards,
-        shard_table=rules.prepare.output.shard_table,
+        shards=pooled_shard_fasta,
+        plan=PLAN,
         models=model_files(),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=stored_tokens,
     output:
-        embeddings=embeddings_path(
-            "results/{sample}/embeddings/{model}/shard_{shard}.h5"
-        ),
-        figures="results/{sample}/embeddings/{model}/shard_{shard}.json",
+        embeddings=embeddings_path("results/shards/embeddings/{model}/shard_{pool}.h5"),
+        figures="results/shards/embeddings/{model}/shard_{pool}.json",
     log:
-        "logs/embed/{sample}/{model}_{shard}.log",
+        "logs/embed/{model}_{pool}.log",
     benchmark:
-        "results/benchmarks/embed/{sample}/{model}_{shard}.tsv"
+        "results/benchmarks/embed/{model}_{pool}.tsv"
     priority: embed_priority
     # the one job retried (a preemption, a lost node): it resumes from its last commit; any other
     # job's failure would only repeat
@@ -83,22 +108,23 @@ rule embed:
         )
 
 
-# A shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings: false its
-# embeddings (temp) go right after, and so does its FASTA pair (removed by the job: Snakemake would
-# remove prepare's shards directory only after the sample's last embed job). Whether to remove it
+# A pooled shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings:
+# false its embeddings (temp) go right after, and so does its FASTA pair (removed by the job:
+# Snakemake would remove prepare's shards directory only after the sample's last embed job). Whether to remove it
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
 rule score:
     input:
         dnabert=shard_embeddings_of("dnabert"),
         esm=shard_embeddings_of("esm"),
+        plan=PLAN,
         classifier=classifier_file(),
         check=MODEL_CHECK,
     output:
-        scores="results/{sample}/scores/shard_{shard}.npz",
+        scores="results/shards/scores/shard_{pool}.npz",
     log:
-        "logs/score/{sample}/{shard}.log",
+        "logs/score/{pool}.log",
     benchmark:
-        "results/benchmarks/score/{sample}/{shard}.tsv"
+        "results/benchmarks/score/{pool}.tsv"
     priority: PRIORITY["score"]
     conda:
         "../envs/cpu.yaml"
@@ -111,10 +137,11 @@ rule score:
         remove_shard_fasta=runtime(not config["outputs"]["keep_embeddings"]),
     params:
         shard_fasta=shard_fasta_pair,
+        pieces=scored_pieces,
     shell:
         script_job(
             "score",
             "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} "
-            "--output {output.scores:q} --shard-fasta {params.shard_fasta:q} "
+            "--output {output.scores:q} --shard-fasta {params.shard_fasta:q} {params.pieces} "
             "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
         )

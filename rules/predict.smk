@@ -44,7 +44,7 @@ rule predict:
         script_job(
             "predict",
             "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--scores {input.scores:q} --frames {output.frames:q} --chunks {output.chunks:q} "
+            "--sample {wildcards.sample:q} --scores {input.scores:q} --frames {output.frames:q} --chunks {output.chunks:q} "
             "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {params.calibration} "
             "{resources.tuning}",
         )

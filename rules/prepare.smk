@@ -31,8 +31,9 @@ rule prepare:
         )
 
 
-# The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards,
-# and the jobs of every shard join the DAG at once (a checkpoint per sample would cost Snakemake
+# The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards
+# and packs them into pooled shards of at most shard_tokens (workflow_lib/plan.py), and the jobs of
+# every pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
 # time quadratic in the samples). It waits for the model check too, so that a wrong classifier
 # stops the run before any embedding, and a dry run shows the check. A local rule: it only
 # concatenates small tables.
@@ -52,5 +53,9 @@ checkpoint plan:
         samples=lambda wildcards, input: cli(
             sample=list(zip(samples.index, input.shard_tables))
         ),
+        shard_tokens=config["shard_tokens"],
     shell:
-        script_job("plan", "{params.samples} --output {output.plan:q}")
+        script_job(
+            "plan",
+            "{params.samples} --shard-tokens {params.shard_tokens} --output {output.plan:q}",
+        )

@@ -9,7 +9,7 @@ rule summarize:
         benchmark_dnabert=lambda wildcards: shard_benchmarks(
             wildcards.sample, "dnabert"
         ),
-        benchmark_score=lambda wildcards: shard_outputs(
+        benchmark_score=lambda wildcards: sample_pools(
             rules.score.benchmark, wildcards.sample
         ),
         benchmark_predict=rules.predict.benchmark,

@@ -14,8 +14,9 @@ def main() -> None:
         nargs="+",
         action="append",
         required=True,
-        metavar="LABEL FRAMES SEQUENCES SCORES",
-        help="one labelled sample: virus|other, prepare's frames and sequences tables, its shards' scores files",
+        metavar="NAME LABEL FRAMES SEQUENCES SCORES",
+        help="one labelled sample: its name, virus|other, prepare's frames and sequences tables, its shards' "
+        "(pooled) scores files",
     )
     parser.add_argument("--chunk-length", type=int, required=True, help="config chunk_length")
     parser.add_argument(
@@ -24,10 +25,12 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="the calibration JSON to write")
     parser.add_argument("--progress-seconds", type=float, default=30, help="config progress_seconds")
     args = parser.parse_args()
-    if any(len(s) < 4 for s in args.sample):
-        parser.error("--sample takes a label, a frames table, a sequences table and at least one scores file")
+    if any(len(s) < 5 for s in args.sample):
+        parser.error("--sample takes a name, a label, a frames table, a sequences table and at least one scores file")
     setup_logging()
-    samples = [Labelled(label, frames, sequences, scores) for label, frames, sequences, *scores in args.sample]
+    samples = [
+        Labelled(name, label, frames, sequences, scores) for name, label, frames, sequences, *scores in args.sample
+    ]
     calibrate(samples, args.chunk_length, args.method, args.output, args.progress_seconds)
 
 

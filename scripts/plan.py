@@ -1,4 +1,4 @@
-"""The run's plan: every sample's shards, from the shards tables that prepare wrote, in one table."""
+"""The run's plan: every sample's shards, from the shards tables that prepare wrote, packed into pools."""
 
 import argparse
 import logging
@@ -13,11 +13,18 @@ def main() -> None:
     parser.add_argument(
         "--sample", nargs=2, action="append", required=True, metavar=("NAME", "SHARDS_TABLE"), help="once per sample"
     )
+    parser.add_argument("--shard-tokens", type=int, required=True, help="ESM-2 tokens a pool holds at most")
     parser.add_argument("--output", required=True, help="the plan to write (TSV)")
     args = parser.parse_args()
     setup_logging()
-    shards = write_plan([tuple(pair) for pair in args.sample], args.output)
-    logging.getLogger("workflow").info("%d shards of %d samples planned in %s", shards, len(args.sample), args.output)
+    counts = write_plan([tuple(pair) for pair in args.sample], args.shard_tokens, args.output)
+    logging.getLogger("workflow").info(
+        "%d shards of %d samples in %d pools, planned in %s",
+        counts["shards"],
+        len(args.sample),
+        counts["pools"],
+        args.output,
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepared-frames", required=True, help="the sample's frames table from prepare")
     parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
-    parser.add_argument("--scores", nargs="+", required=True, help="the scores file of each shard, in shard order")
+    parser.add_argument("--sample", default="", help="the sample's name, as the pooled scores files list it")
+    parser.add_argument(
+        "--scores", nargs="+", required=True, help="the (pooled) scores file of each shard, in shard order"
+    )
     parser.add_argument("--frames", required=True, help="the frames table to write (a score per frame)")
     parser.add_argument("--chunks", required=True, help="the chunks table to write (a call per chunk)")
     parser.add_argument("--scoring", required=True, help="the JSON to write: checkpoints and their SHA-256")
@@ -36,7 +39,13 @@ def main() -> None:
     )
     calibration = Calibration.load(args.calibration) if args.calibration else None
     write_tables(
-        args.prepared_frames, args.prepared_sequences, args.scores, outputs, args.progress_seconds, calibration
+        args.prepared_frames,
+        args.prepared_sequences,
+        args.scores,
+        outputs,
+        args.progress_seconds,
+        calibration,
+        args.sample,
     )
 
 

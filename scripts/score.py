@@ -1,4 +1,4 @@
-"""Score one shard's frames with the classifier, from its DNABERT-S and ESM-2 embeddings."""
+"""Score one (pooled) shard's frames with the classifier, from its DNABERT-S and ESM-2 embeddings."""
 
 import argparse
 from pathlib import Path
@@ -16,14 +16,22 @@ def main() -> None:
     parser.add_argument("--esm", required=True, help="the shard's ESM-2 embeddings (HDF5)")
     parser.add_argument("--classifier", required=True)
     parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
+    parser.add_argument(
+        "--piece",
+        nargs=3,
+        action="append",
+        metavar=("SAMPLE", "SHARD", "FRAMES"),
+        help="once per sample's shard that the pooled shard holds, in order",
+    )
     parser.add_argument("--shard-fasta", nargs=2, metavar=("FNA", "FAA"), help="the shard's FASTA pair")
     add_arguments(parser, ScoreSettings)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
+    pieces = [(sample, int(shard), int(frames)) for sample, shard, frames in args.piece or ()]
     if args.remove_shard_fasta and not args.shard_fasta:
         parser.error("--remove-shard-fasta true needs --shard-fasta")
-    score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds)
+    score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds, pieces)
     if args.remove_shard_fasta:
         for path in args.shard_fasta:
             Path(path).unlink(missing_ok=True)

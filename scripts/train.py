@@ -13,11 +13,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--shard",
-        nargs=4,
+        nargs="+",
         action="append",
         required=True,
-        metavar=("LABEL", "DNABERT_H5", "ESM_H5", "FRAMES_TSV"),
-        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings, its sample's prepare frames table",
+        metavar="LABEL DNABERT_H5 ESM_H5 FRAMES_TSV [FIRST_ROW END_ROW]",
+        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings, its sample's prepare frames "
+        "table, and the shard's rows of the embeddings where they pool several samples' shards",
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
@@ -26,6 +27,8 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
+    if any(len(s) not in (4, 6) for s in args.shard):
+        parser.error("--shard takes a label, two embeddings files, a frames table and, optionally, two row numbers")
     settings = from_arguments(TrainSettings, args)
     train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, settings, args.calibration)
 

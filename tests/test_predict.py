@@ -233,7 +233,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     assert result.returncode == 0, result.stderr
     assert re.search(rf"INFO {shard_frames:,} frames of {shard_frames:,}, [\d.,]+/s, scored into ", result.stderr)
     with np.load(tmp_path / "cli_shard_0.npz") as cli, np.load(scores[0]) as stage:
-        assert cli.files == stage.files == ["scores", "atypicality", "ids_blake2b", "checkpoints"]
+        assert cli.files == stage.files == ["scores", "atypicality", "pieces", "ids_blake2b", "checkpoints"]
         assert all(np.array_equal(cli[name], stage[name]) for name in cli.files)
 
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from helpers import ENV, ROOT, SNAKEMAKE, alive, write_config, write_inputs
 
+from workflow_lib.plan import read_pools
+
 SLURM = ROOT / "tests" / "slurm"
 pytestmark = [
     pytest.mark.slow,
@@ -101,14 +103,15 @@ SAMPLES = ("phix", "plasmid")  # a virus and another, enough to train on
 
 
 def configured(workdir):
-    """test_workflow's inputs and config, cut to two samples of one shard (the test stays short)."""
+    """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
+    pooled shard (the test stays short; two pooled shards: embed jobs side by side)."""
     write_inputs(workdir)
     sheet = workdir / "samples.tsv"
     header, *rows = sheet.read_text().splitlines(keepends=True)
     sheet.write_text(header + "".join(r for r in rows if r.split("\t")[0] in SAMPLES))
     path = write_config(workdir)
     config = yaml.safe_load(path.read_text())
-    config["shard_tokens"] = 10**9  # one shard a sample
+    config["shard_tokens"] = 2500  # one shard a sample (about 1,600 tokens each), each pooled alone
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -136,7 +139,12 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     sbatch = [line for line in output.splitlines() if "sbatch call" in line]
     gpu_jobs = [line for line in sbatch if "rule_embed_" in line]
     cpu_jobs = [line for line in sbatch if "rule_embed_" not in line]
-    assert len(gpu_jobs) == 2 * len(SAMPLES) and all("--gpus=1" in line and "-p gpu" in line for line in gpu_jobs)
+    pools = read_pools(slurm / "results" / "plan" / "shards.tsv")  # one job per pooled shard and model
+    assert (
+        len(pools) == len(SAMPLES)
+        and len(gpu_jobs) == 2 * len(pools)
+        and all("--gpus=1" in line and "-p gpu" in line for line in gpu_jobs)
+    )
     assert all("--cpus-per-task=2" in line for line in gpu_jobs)  # embed jobs of more than one CPU
     assert cpu_jobs and not any("--gpus" in line or "--gres" in line for line in cpu_jobs)
     print("GPU job:", gpu_jobs[0].strip(), "\nCPU job:", cpu_jobs[0].strip())
@@ -149,7 +157,7 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
         gpus.setdefault(rule, []).append("TresPerJob=gres:gpu:1" in line)
         if rule == "embed":
             embed_times.append(tuple(re.search(rf"{key}=(\S+)", line).group(1) for key in ("StartTime", "EndTime")))
-    assert len(gpus["embed"]) == 2 * len(SAMPLES) and all(gpus["embed"])
+    assert len(gpus["embed"]) == 2 * len(pools) and all(gpus["embed"])
     assert {"prepare", "train", "predict"} <= gpus.keys()
     assert not any(any(held) for rule, held in gpus.items() if rule != "embed")
     # the profile stands alone (no workflow profile with a global GPU cap): embed jobs ran side by

@@ -27,8 +27,9 @@ from helpers import (
 
 from workflow_lib import h5store
 from workflow_lib.models import classifier
-from workflow_lib.plan import plan_is_current, read_plan, write_plan
+from workflow_lib.plan import pack, plan_is_current, read_plan, read_pools, write_plan
 from workflow_lib.seqio import read_records
+from workflow_lib.sharding import SHARDS
 
 
 @pytest.mark.slow
@@ -47,11 +48,14 @@ def test_tables_cover_every_record_and_frame(workflow_run):
         assert [s["shard"] for s in shards] == list(range(len(shards)))
         assert sum(s["frames"] for s in shards) == len(prepared)
         for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
-            for shard in shards:
-                with h5py.File(results / "embeddings" / model / f"shard_{shard['shard']}.h5") as h5:
-                    ids = [i.decode() for i in h5["ids"][()]]
+            for shard in shards:  # its rows of its pooled shard's embeddings
+                pooled = workdir / "results" / "shards" / "embeddings" / model / f"shard_{shard['pool']}.h5"
+                with h5py.File(pooled) as h5:
+                    ids = [i.decode() for i in h5["ids"][shard["offset"] : shard["offset"] + shard["frames"]]]
                 fasta = results / "prepare" / "shards" / f"shard_{shard['shard']}.{suffix}"
                 assert len(ids) == shard["frames"] and ids == [fid for fid, _ in read_fasta(fasta)]
+    pools = read_pools(workdir / "results" / "plan" / "shards.tsv")
+    assert any(len({p["sample"] for p in pieces}) > 1 for pieces in pools.values())  # small samples share
 
 
 @pytest.mark.slow
@@ -101,10 +105,10 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
         "train.log",
         "prepare/reads.log",
         "predict/reads.log",
-        "embed/reads/esm_1.log",
+        f"embed/esm_{read_plan(workdir / 'results' / 'plan' / 'shards.tsv')['reads'][1]['pool']}.log",
     ):
         assert (workdir / "logs" / log).stat().st_size > 0
-    assert "tokens/s" in (workdir / "logs" / "embed" / "reads" / "esm_1.log").read_text()
+    assert "tokens/s" in (workdir / "logs" / log).read_text()
     dry = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config), "-n"],
         capture_output=True,
@@ -175,7 +179,7 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     # with the embeddings gone (outputs.keep_embeddings: false), a new threshold needs none of them
     gone = tmp_path / "gone"
     shutil.copytree(workdir, gone, symlinks=True)
-    for h5 in gone.glob("results/*/embeddings/*/*.h5"):
+    for h5 in gone.glob("results/shards/embeddings/*/*.h5"):
         h5.unlink()
     _, jobs = snakemake_dry_run(
         gone, config, tmp_path, predict={"min_viral_fraction": 0.9}, outputs={"keep_embeddings": False}
@@ -184,8 +188,8 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
-    shards = sum(map(len, read_plan(workdir / "results" / "plan" / "shards.tsv").values()))
-    assert jobs["check_models"] == 1 and jobs["score"] == shards and jobs["predict"] == len(SAMPLES)
+    pools = len(read_pools(workdir / "results" / "plan" / "shards.tsv"))
+    assert jobs["check_models"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
     assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
 
 
@@ -260,16 +264,18 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
     assert list(plan) == [*keep, "lambda"]
     for sample in plan:
         shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
-        assert plan[sample] == [{column: int(value) for column, value in shard.items()} for shard in shards]
+        planned = [{column: shard[column] for column in SHARDS} for shard in plan[sample]]
+        assert planned == [{column: int(value) for column, value in shard.items()} for shard in shards]
     records = [record_id for record_id, _, _ in read_records(GENOMES / "lambda_NC_001416.fasta")]
     assert [row["sequence_id"] for row in read_tsv(copy / "results" / "lambda" / "sequences.tsv")] == records
     return output
 
 
-def embedded_samples(output: str) -> set[str]:
-    """The samples whose embed jobs a Snakemake run's output shows."""
+def embedded_samples(output: str, workdir: Path) -> set[str]:
+    """The samples whose shards lie in the pooled shards whose embed jobs a Snakemake run's output shows."""
     jobs = re.split(r"\n(?:local)?rule ", output)
-    return {re.search(r"sample=(\w+)", job).group(1) for job in jobs if job.startswith("embed:")}
+    pools = {int(re.search(r"pool=(\d+)", job).group(1)) for job in jobs if job.startswith("embed:")}
+    return {p["sample"] for pool in pools for p in read_pools(workdir / "results" / "plan" / "shards.tsv")[pool]}
 
 
 @pytest.mark.slow
@@ -277,13 +283,18 @@ def test_new_samples_with_another_classifier_after_training(workflow_run, tmp_pa
     """Train on labelled genomes, then classify a new sample with that classifier (another file): the
     sheet and what the model check covers change together. The plan is made again with the new
     sample (a plan that lacks a sample is out of date, never the truth); the samples embedded
-    before are scored again, not embedded again."""
+    before are scored again, not embedded again, but for the last pooled shard where the new
+    sample's shards join them."""
     workdir, config = workflow_run
     shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
     output = classify_new_samples(
         workdir, config, tmp_path, list(SAMPLES), models={"classifier": str(tmp_path / "classifier.pt")}
     )
-    assert embedded_samples(output) == {"lambda"}
+    copy = tmp_path / "run"
+    before, after = (read_pools(d / "results" / "plan" / "shards.tsv") for d in (workdir, copy))
+    assert "lambda" in embedded_samples(output, copy)
+    assert embedded_samples(output, copy) <= {"lambda"} | {p["sample"] for p in before[max(before)]}
+    assert all(after[pool] == before[pool] for pool in list(before)[:-1])  # the earlier pooled shards stay
 
 
 @pytest.mark.slow
@@ -296,7 +307,7 @@ def test_new_samples_with_another_chunk_length(workflow_run, tmp_path):
     output = classify_new_samples(
         workdir, config, tmp_path, [], chunk_length=500, models={"classifier": str(tmp_path / "classifier_500.pt")}
     )
-    assert embedded_samples(output) == {"lambda"}
+    assert embedded_samples(output, tmp_path / "run") == {"lambda"}
 
 
 def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path):
@@ -311,7 +322,7 @@ def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path)
     pairs = list(tables.items())
     plan = tmp_path / "plan.tsv"
     assert not plan_is_current(plan, pairs)
-    write_plan(pairs, plan)
+    write_plan(pairs, 100, plan)
     assert plan_is_current(plan, pairs)
     assert not plan_is_current(plan, [*pairs, ("c", tmp_path / "c.tsv")])
     assert not plan_is_current(plan, pairs[:1]) and not plan_is_current(plan, pairs[::-1])
@@ -323,45 +334,46 @@ def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path)
     assert not plan_is_current(plan, pairs)
 
 
+def planned_embed_jobs(directory: Path, config: Path) -> list[str]:
+    """The embed jobs of a dry run under the SLURM profile, once the run is planned, as it prints them."""
+    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config)]
+    planned = subprocess.run(command + ["--until", "plan"], capture_output=True, text=True, env=ENV)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    slurm = [*SNAKEMAKE[:5], "--directory", str(directory), "--configfile", str(config), "-n"]
+    dry = subprocess.run(slurm + ["--profile", str(ROOT / "profiles" / "slurm")], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    return [job for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr) if job.startswith("embed:")]
+
+
 @pytest.mark.slow
 def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
-    """A sample with no frame (its one record is too short) gets one empty shard: its embed jobs
-    ask for no GPU (the resource is decided once prepare has written the shard), while those of a
-    sample with frames ask for one."""
+    """A sample with no frame (its one record is too short) gets one empty shard, pooled with the
+    next sample's: their embed jobs ask for a GPU; a pooled shard of empty shards only asks for
+    none (the resource is decided once the plan is made)."""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
     (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
-    (tmp_path / "samples.tsv").write_text(f"sample\tpath\none\t{tmp_path / 'one.fa'}\nnone\t{tmp_path / 'none.fa'}\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    # once planned, a dry run under the SLURM profile shows what each embed job will ask for
-    planned = subprocess.run(command + ["--until", "plan"], capture_output=True, text=True, env=ENV)
-    assert planned.returncode == 0, planned.stderr[-3000:]
-    slurm = [*SNAKEMAKE[:5], "--directory", str(tmp_path), "--configfile", str(config), "-n"]
-    dry = subprocess.run(slurm + ["--profile", str(ROOT / "profiles" / "slurm")], capture_output=True, text=True)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    jobs = [job for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr) if job.startswith("embed:")]
-    assert len(jobs) == 4
-    for job in jobs:
-        assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
-        # decided before the job's inputs all exist (a DNABERT-S job's tokens come from its tokenize
-        # job); only Snakemake's own disk_mb, from the input sizes, waits for them
-        assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
+    asked, configs = {}, {}
+    for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
+        (tmp_path / run).mkdir()
+        rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
+        (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
+        config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
+        configs[run], jobs = config, planned_embed_jobs(tmp_path / run, config)
+        assert len(jobs) == 2
+        for job in jobs:
+            assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
+            # decided before the job's inputs all exist (a DNABERT-S job's tokens come from its tokenize
+            # job); only Snakemake's own disk_mb, from the input sizes, waits for them
+            assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
+            asked[run] = asked.get(run, set()) | {int(re.search(r"\bgpu=(\d+)", job).group(1))}
+    assert asked == {"pooled": {1}, "empty": {0}}
+    command = SNAKEMAKE + ["--directory", str(tmp_path / "pooled"), "--configfile", str(configs["pooled"])]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
-    asked = {}
-    for job in re.split(r"\n(?:local)?rule ", dry.stdout + dry.stderr + result.stdout + result.stderr)[1:]:
-        if job.startswith("embed:"):
-            sample, model = re.search(r"sample=(\w+), model=(\w+), shard=0", job).groups()
-            asked.setdefault((sample, model), set()).add(int(re.search(r"\bgpu=(\d+)", job).group(1)))
-    frames = {
-        s: len(read_fasta(tmp_path / "results" / s / "prepare" / "shards" / "shard_0.faa")) for s in ("one", "none")
-    }
-    assert frames["one"] > 0 and frames["none"] == 0
-    assert asked == {(s, m): {int(frames[s] > 0)} for m in ("esm", "dnabert") for s in frames}  # dry run and run
-    assert read_tsv(tmp_path / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
+    assert read_tsv(tmp_path / "pooled" / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 
 def test_the_workflow_runs_from_any_directory(tmp_path):
@@ -401,13 +413,15 @@ def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     results = tmp_path / "results"
     assert (results / "train" / "classifier.pt").is_file()
-    assert not list(results.glob("*/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
+    assert not list(results.glob("shards/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
+    assert not list(results.glob("shards/*.f?a"))
     samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
     plan = read_plan(results / "plan" / "shards.tsv")
     assert len(plan["reads"]) > 1
+    figures = {p.relative_to(results / "shards" / "embeddings") for p in results.glob("shards/embeddings/*/*")}
+    pools = {s["pool"] for sample in samples for s in plan[sample]}
+    assert figures == {Path(m) / f"shard_{pool}.json" for m in ("esm", "dnabert") for pool in pools}
     for sample in samples:
-        figures = {p.relative_to(results / sample / "embeddings") for p in (results / sample).glob("embeddings/*/*")}
-        assert figures == {Path(m) / f"shard_{s['shard']}.json" for m in ("esm", "dnabert") for s in plan[sample]}
         for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
             assert (results / sample / made).stat().st_size > 0
     dry = subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV)
@@ -422,28 +436,32 @@ def shard_ids(workdir: Path, sample: str, shard: int) -> list[str]:
 
 
 def frame_scores(workdir: Path, sample: str) -> dict[str, float]:
-    """Each frame's virus score from the sample's scores files (float32, as the score jobs wrote them)."""
+    """Each frame's virus score from the sample's rows of its pooled shards' scores files (float32,
+    as the score jobs wrote them)."""
     scores = {}
     for shard in read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]:
-        values = np.load(workdir / "results" / sample / "scores" / f"shard_{shard['shard']}.npz")["scores"][:, 1]
-        scores.update(zip(shard_ids(workdir, sample, shard["shard"]), values.astype(float).tolist()))
+        values = np.load(workdir / "results" / "shards" / "scores" / f"shard_{shard['pool']}.npz")["scores"][:, 1]
+        rows = values[shard["offset"] : shard["offset"] + shard["frames"]]
+        scores.update(zip(shard_ids(workdir, sample, shard["shard"]), rows.astype(float).tolist(), strict=True))
     return scores
 
 
 def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.ndarray]:
     embeddings = {}
     for shard in read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]:
-        path = workdir / "results" / sample / "embeddings" / model / f"shard_{shard['shard']}.h5"
+        path = workdir / "results" / "shards" / "embeddings" / model / f"shard_{shard['pool']}.h5"
         ids, values, _ = h5store.read(path)
-        embeddings.update(zip(ids, values))
+        rows = slice(shard["offset"], shard["offset"] + shard["frames"])
+        embeddings.update(zip(ids[rows], values[rows], strict=True))
     return embeddings
 
 
 @pytest.mark.slow
 def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
-    """The same samples and classifier in one shard each and in shards of 4,000 tokens (up to 4 a
-    sample): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
-    (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls."""
+    """The same samples and classifier in shards of 4,000 tokens (up to 4 a sample, some pooled
+    with other samples') and all in one pooled shard: the same frames, embeddings and frame and
+    chunk scores equal but for float32 rounding (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE),
+    and the same calls: a sample's calls do not depend on which samples share its shards."""
     workdir, _ = workflow_run
     plan = read_plan(workdir / "results" / "plan" / "shards.tsv")
     assert max(map(len, plan.values())) >= 3
@@ -454,6 +472,7 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert all(len(shards) == 1 for shards in read_plan(tmp_path / "results" / "plan" / "shards.tsv").values())
+    assert list(read_pools(tmp_path / "results" / "plan" / "shards.tsv")) == [0]  # every sample in one
     for sample in SAMPLES:
         sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
         assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
@@ -473,3 +492,29 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
         assert [c["is_virus"] for c in sharded] == [c["is_virus"] for c in whole]
         sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, tmp_path))
         assert [s["call"] for s in sharded] == [s["call"] for s in whole]
+
+
+def test_the_plan_packs_consecutive_samples_shards_into_pooled_shards():
+    """Shards join the latest pooled shard while their tokens fit, in the sheet's order, each at the
+    row where the one before it ends; one that does not fit starts the next, and one larger than
+    shard_tokens is a pooled shard of its own (a large sample's shards stay as prepare cut them)."""
+    shards = {
+        "a": [(5, 30), (5, 30)],
+        "b": [(3, 10)],
+        "empty": [(0, 0)],
+        "big": [(40, 80)],
+        "c": [(2, 20)],
+    }
+    tables = [
+        (s, [{"shard": i, "frames": f, "tokens": t} for i, (f, t) in enumerate(rows)]) for s, rows in shards.items()
+    ]
+    rows = pack(tables, 50)
+    placed = [(r["sample"], r["shard"], r["pool"], r["offset"]) for r in rows]
+    assert placed == [
+        ("a", 0, 0, 0),
+        ("a", 1, 1, 0),
+        ("b", 0, 1, 5),
+        ("empty", 0, 1, 8),
+        ("big", 0, 2, 0),
+        ("c", 0, 3, 0),
+    ]

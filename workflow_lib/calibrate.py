@@ -21,6 +21,7 @@ LABELS = {"other": 0, "virus": 1}
 
 
 class Labelled(NamedTuple):
+    name: str  # the sample's, as the pooled scores files list it
     label: str  # virus or other
     frames: str  # prepare's frames table
     sequences: str  # prepare's sequences table
@@ -36,7 +37,7 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
             raise InputError(
                 f"label '{sample.label}' for {sample.frames}: a calibration sample's label must be 'virus' or 'other'"
             )
-        shards = ShardScores(sample.scores)
+        shards = ShardScores(sample.scores, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
         listed = ListedFrames(sample.frames, sample.sequences)
         for frames in whole_groups(scored_blocks(sample.frames, listed, shards, progress), ["sequence_id", "chunk"]):

@@ -194,11 +194,12 @@ class FeatureBlocks:
             ids = self.read_rows(start, stop, self.block)
             yield slice(start, stop), ids, self.block[: stop - start]
 
-    def read_all(self, out: np.ndarray) -> list[str]:
-        """Every row into `out` (float32, [n, dim]: e.g. rows of a larger array), a block of rows at
-        a time and without the block buffer; their IDs."""
+    def read_all(self, out: np.ndarray, first: int = 0, end: int | None = None) -> list[str]:
+        """Every row (or rows first:end) into `out` (float32, [rows, dim]: e.g. rows of a larger
+        array), a block of rows at a time and without the block buffer; their IDs."""
         ids: list[str] = []
-        for start in range(0, self.n, self.rows):
-            stop = min(start + self.rows, self.n)
-            ids += self.read_rows(start, stop, out[start:stop])
+        end = self.n if end is None else end
+        for start in range(first, end, self.rows):
+            stop = min(start + self.rows, end)
+            ids += self.read_rows(start, stop, out[start - first : stop - first])
         return ids

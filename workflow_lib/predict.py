@@ -113,17 +113,22 @@ class ListedFrames:
 
 
 class ShardScores:
-    """The shards' scores files (score.py), read in shard order as the frames table asks for them:
-    a shard's file is loaded at its first frame and let go at the first frame of a later shard
-    (shard numbers never fall along the frames table), so that memory holds one shard's scores.
-    Each shard's frame IDs are digested as they are matched, and checked when it is let go."""
+    """A sample's shards' scores, read in shard order as the frames table asks for them. Shard i's
+    scores are in the (pooled) scores file `paths[i]`, its piece (score.py, plan.py) found by the
+    sample's name and the shard's number: a file is loaded at its first shard and let go at the
+    first shard of another file (shard numbers never fall along the frames table), so that memory
+    holds one pooled shard's scores. Each shard's frame IDs are digested as they are matched, and
+    checked when it is let go."""
 
-    def __init__(self, paths: list[str | Path]):
-        self.paths = [Path(p) for p in paths]
-        self.shard, self.next_row = -1, 0
-        self.scores = np.empty((0, 3), dtype=np.float32)  # others, virus, atypicality
+    def __init__(self, paths: list[str | Path], sample: str = ""):
+        self.paths, self.sample = [Path(p) for p in paths], sample
+        self.shard, self.next_row, self.loaded = -1, 0, None
+        self.scores = np.empty((0, 3), dtype=np.float32)  # this shard's: others, virus, atypicality
         self.checkpoints: dict | None = None  # every shard's must be the first's
-        self.frames = sum(map(_rows, self.paths))
+        self.frames = 0
+        for shard, path in enumerate(self.paths):
+            pieces = _pieces(path)
+            self.frames += int(pieces["frames"][self._piece(pieces, shard)])
 
     def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
         """The scores and atypicality of the next len(frame_ids) frames of `shard` (this shard or a
@@ -148,15 +153,13 @@ class ShardScores:
             self._check()
         self.shard += 1
         path = self.paths[self.shard]
-        try:
-            with np.load(path) as data:
-                self.scores, self.expected = data["scores"], str(data["ids_blake2b"])
-                # NaN where a scores file predates the atypicality
-                atypicality = data["atypicality"] if "atypicality" in data else np.full(len(self.scores), np.nan)
-                self.scores = np.column_stack([self.scores, atypicality]).astype(np.float32)
-                checkpoints = json.loads(str(data["checkpoints"]))
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-            raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+        if self.loaded is None or self.loaded[0] != path:
+            self.loaded = (path, *_load(path))
+        _, scores, pieces, checkpoints = self.loaded
+        piece = self._piece(pieces, self.shard)
+        start = int(pieces["frames"][:piece].sum())
+        self.scores = scores[start : start + pieces["frames"][piece]]
+        self.expected = str(pieces["ids_blake2b"][piece])
         if self.checkpoints is None:
             self.checkpoints = checkpoints
         elif checkpoints != self.checkpoints:
@@ -165,6 +168,15 @@ class ShardScores:
                 "sample's embeddings and scores and run again"
             )
         self.next_row, self.digest = 0, IDDigest()
+
+    def _piece(self, pieces: dict, shard: int) -> int:
+        """Where in its scores file (`pieces`: _pieces) the sample's shard is."""
+        if "samples" not in pieces:  # a file of one sample's shard (made by hand, or before pooled shards)
+            return 0
+        found = np.flatnonzero((pieces["samples"] == self.sample) & (pieces["shards"] == shard))
+        if not found.size:
+            self._disagree(f"holds no frames of sample '{self.sample}' shard {shard}, where the plan puts them")
+        return int(found[0])
 
     def _check(self) -> None:
         if self.next_row != len(self.scores):
@@ -179,13 +191,33 @@ class ShardScores:
         )
 
 
-def _rows(path: Path) -> int:
-    """The frames of a scores file, from the header of its scores array (the array is not read)."""
+def _load(path: Path) -> tuple[np.ndarray, dict, dict]:
+    """A scores file's scores and atypicality (one array), its pieces (_pieces) and its checkpoints."""
     try:
+        with np.load(path) as data:
+            scores = data["scores"]
+            # NaN where a scores file predates the atypicality
+            atypicality = data["atypicality"] if "atypicality" in data else np.full(len(scores), np.nan)
+            checkpoints = json.loads(str(data["checkpoints"]))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+    return np.column_stack([scores, atypicality]).astype(np.float32), _pieces(path), checkpoints
+
+
+def _pieces(path: Path) -> dict[str, np.ndarray]:
+    """The samples' shards a scores file holds, in order: `frames` and `ids_blake2b` of each, and
+    `samples` and `shards` where it pools several; read without its scores."""
+    try:
+        with np.load(path) as data:
+            if "pieces" in data:
+                names = {"pieces": "frames", "ids_blake2b": "ids_blake2b"}
+                names |= {"piece_samples": "samples", "piece_shards": "shards"} if "piece_samples" in data else {}
+                return {name: data[key] for key, name in names.items()}
+            digest = np.atleast_1d(data["ids_blake2b"])  # made before pooled shards: one sample's shard
         with zipfile.ZipFile(path) as archive, archive.open("scores.npy") as member:
             version = np.lib.format.read_magic(member)
             header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            return header(member)[0][0]
+            return {"frames": np.array([header(member)[0][0]]), "ids_blake2b": digest}
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
@@ -300,11 +332,13 @@ def write_tables(
     outputs: ScoreFiles,
     progress_seconds: float,
     calibration: Calibration | None = None,
+    sample: str = "",
 ) -> dict:
     """Every frame of prepare's frames table (checked against its sequences table) with its score from
-    the shards' scores files, in shard order; write `outputs` block by block, in frames-table order.
-    With a `calibration`, the chunks table gains each chunk's probability of being viral."""
-    shards = ShardScores(score_files)
+    the shards' (pooled) scores files, in shard order, where they hold `sample`'s shards; write
+    `outputs` block by block, in frames-table order. With a `calibration`, the chunks table gains
+    each chunk's probability of being viral."""
+    shards = ShardScores(score_files, sample)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:

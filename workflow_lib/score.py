@@ -4,10 +4,13 @@ sample's last shard is embedded.
 
 A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
 ([N, 2] float32: others, virus; the shard FASTA's order), `atypicality` ([N] float32: how unlike the
-classifier's training frames each frame is, MLPClassifier.atypicality), `ids_blake2b` (the digest
-of its frame IDs in order: predict checks it against prepare's frames table) and `checkpoints`
-(JSON: each embedding model's checkpoint, layer, precision and SHA-256, and the classifier's path
-and SHA-256). 12 bytes a frame: a shard's scores are held whole, bounded by shard_tokens."""
+classifier's training frames each frame is, MLPClassifier.atypicality), the samples' shards that
+the pooled shard holds, in order (plan.py): `piece_samples`, `piece_shards` and `pieces` (their
+frames), `ids_blake2b` (per piece, the digest of its frame IDs in order: predict checks it against
+the sample's frames table) and
+`checkpoints` (JSON: each embedding model's checkpoint, layer, precision and SHA-256, and the
+classifier's path and SHA-256). 12 bytes a frame: a shard's scores are held whole, bounded by
+shard_tokens."""
 
 import json
 import logging
@@ -36,26 +39,39 @@ def score_shard(
     classifier_path: str | Path,
     output: str | Path,
     progress_seconds: float,
+    pieces: list[tuple[str, int, int]] | None = None,
 ) -> int:
-    """Score every frame of one shard into its scores file `output`; return the number of frames."""
+    """Score every frame of one pooled shard into its scores file `output`, the shard made of
+    `pieces` (each sample's shard: sample, shard, frames; in order); return the number of frames."""
     model, _ = classifier.load(classifier_path)
     with h5store.FeatureBlocks(dnabert_path, esm_path, rows=SCORE_ROWS) as blocks:
         made_with = _made_with(blocks, model)
         made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
         progress = Progress(log, "frames", total=blocks.n, interval=progress_seconds)
-        digest, scores = IDDigest(), np.empty((blocks.n, 2), dtype=np.float32)
+        frames = [n for _, _, n in pieces] if pieces else [blocks.n]
+        if sum(frames) != blocks.n:
+            raise InputError(
+                f"{dnabert_path}: {blocks.n} frames where the plan's shards hold {sum(frames)}; delete it and run again"
+            )
+        ends = np.cumsum(frames)
+        digests, scores = [IDDigest() for _ in frames], np.empty((blocks.n, 2), dtype=np.float32)
         atypicality = np.empty(blocks.n, dtype=np.float32)
         for rows, ids, features in blocks:
             probabilities, atypical = classifier.scores_and_atypicality(model, torch.from_numpy(features))
             scores[rows], atypicality[rows] = probabilities.numpy(), atypical.numpy()
-            digest.update([i.encode() for i in ids])
+            piece = np.searchsorted(ends, np.arange(rows.start, rows.stop), side="right")
+            for p in np.unique(piece).tolist():
+                digests[p].update([i.encode() for i in np.asarray(ids, dtype=object)[piece == p]])
             progress.update(rows.stop)
     with atomic_path(output) as tmp, open(tmp, "wb") as handle:  # a file object: savez adds no suffix
+        pooled = {"piece_samples": [p[0] for p in pieces or ()], "piece_shards": [p[1] for p in pieces or ()]}
         np.savez(
             handle,
             scores=scores,
             atypicality=atypicality,
-            ids_blake2b=digest.hash.hexdigest(),
+            **({k: np.array(v) for k, v in pooled.items()} if pieces else {}),
+            pieces=np.array(frames, dtype=np.int64),
+            ids_blake2b=np.array([d.hash.hexdigest() for d in digests]),
             checkpoints=json.dumps(made_with),
         )
     log.info(progress.line(blocks.n, f"scored into {output}"))

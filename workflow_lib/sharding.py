@@ -7,9 +7,11 @@ Each shard is a FASTA pair in one directory, `shard_{i}.fna` and `shard_{i}.faa`
 IDs in the same order; the shards table (SHARDS columns) lists every shard with its frames and
 ESM-2 tokens, from which the workflow plans its jobs."""
 
+import shutil
 from pathlib import Path
 
 from .errors import InputError
+from .outputs import atomic_open
 from .tables import read_table
 
 # the shards table of a sample: a row per shard, in shard order
@@ -47,3 +49,16 @@ class ShardFiller:
 def read_shards(path: str | Path) -> list[dict]:
     """A shards table's rows, in shard order (one per shard: small whatever the sample)."""
     return read_table(path).to_dict("records")
+
+
+def pool_shards(pieces: list[tuple[str | Path, int]], fna: str | Path, faa: str | Path) -> int:
+    """A pooled shard's FASTA pair (plan.py): the (shards directory, shard) pieces' pairs one after
+    the other, in order; return the bytes written."""
+    written = 0
+    for suffix, output in (("fna", fna), ("faa", faa)):
+        with atomic_open(output, "wb") as out:
+            for directory, shard in pieces:
+                with open(shard_fasta(directory, shard, suffix), "rb") as piece:
+                    shutil.copyfileobj(piece, out, 1 << 20)
+            written += out.tell()
+    return written

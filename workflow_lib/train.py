@@ -46,22 +46,24 @@ class Examples:
     sequence: np.ndarray  # [N] the frame's input record, numbered over all samples
 
 
-def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: float) -> Examples:
-    """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table) per shard;
-    chunks and sequences come from the frames table, joined on frame_id (a sample is its table).
-    The features are read once, into one array."""
+def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
+    """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table[, first
+    row, end row]) per shard: a sample's shard is rows first:end of a pooled shard's files (all of
+    them when left out); chunks and sequences come from the frames table, joined on frame_id (a
+    sample is its table). The features are read once, into one array."""
+    shards = [(*s[:4], *(map(int, s[4:]) if len(s) > 4 else (0, None))) for s in shards]
     shapes = _shapes(shards)
     x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
     tables: dict[str, pd.DataFrame] = {}
     labels, keys, offset = [], [], 0
     progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
-    for done, ((label, dna_path, esm_path, frames_path), (n, _)) in enumerate(zip(shards, shapes), 1):
+    for done, ((label, dna_path, esm_path, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
             if not Path(frames_path).is_file():
                 raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
-            ids = blocks.read_all(x[offset : offset + n])
+            ids = blocks.read_all(x[offset : offset + n], first, end)
         where = tables[frames_path].index.get_indexer(ids)
         if (where < 0).any():
             raise InputError(
@@ -82,16 +84,16 @@ def load_examples(shards: list[tuple[str, str, str, str]], progress_seconds: flo
     return Examples(x, y, chunk, sequence)
 
 
-def _shapes(shards: list[tuple[str, str, str, str]]) -> list[tuple[int, int]]:
+def _shapes(shards: list[tuple]) -> list[tuple[int, int]]:
     """(frames, features) of each shard, once its label and features are checked."""
-    for label, dna_path, _, _ in shards:
+    for label, dna_path, *_ in shards:
         if label not in LABELS:
             raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
     shapes = []
-    for _, dna_path, esm_path, _ in shards:
+    for _, dna_path, esm_path, _, first, end in shards:
         with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
-            shapes.append((blocks.n, blocks.dim))
-    for (_, dna_path, esm_path, _), (_, dim) in zip(shards, shapes):
+            shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
+    for (_, dna_path, esm_path, *_), (_, dim) in zip(shards, shapes):
         if dim != shapes[0][1]:
             raise InputError(
                 f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
