@@ -98,7 +98,7 @@ def run(workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append:
     figures = {"samples": n}
     # --notemp: the prepare outputs that the second invocation's jobs read stay (temp when outputs.keep_embeddings
     # is false, they would go once the first invocation, with no job that reads them, ends)
-    two_phases = [("results/plan/shards.tsv", "--notemp"), ()]
+    two_phases = [("results/plan/shards_0.tsv", "--notemp"), ()]
     runs = {"checkpoint": [()], "known_from_start": two_phases}
     for name, phases in list(runs.items())[: 2 if compare else 1]:
         run_dir = folder / name

@@ -36,7 +36,7 @@ from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
-from workflow_lib.plan import plan_is_current, read_plan, read_pools
+from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
 from workflow_lib.scheduler import keep_one_timer
 from workflow_lib.settings import (
     CallSettings,
@@ -80,10 +80,7 @@ configfile: DEFAULT_CONFIG
 keep_one_timer()
 
 MODEL_CHECK = "results/checks/models.json"
-# What a pooled shard's jobs read of the plan (their params): in cluster jobs Snakemake evaluates
-# params that read a checkpoint only with its output among the inputs; ancient, so that a plan made
-# again (a sample added) does not make the pooled shards it leaves as they were again.
-PLAN = ancient("results/plan/shards.tsv")
+PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 # Where each config value came from, the one that wins first: --config, then the config files.
 given = [str(f) for f in workflow.config_settings.configfiles]
@@ -113,6 +110,8 @@ try:
         source_of(["calibration", "samples"], config_sources),
     )
     samples = pd.concat([samples, CALIBRATION_SAMPLES])
+    # each sample's generation: samples planned together share one; appended ones plan apart
+    GENERATION = generations(list(samples.index), PLAN_DIR)
     # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
     # on the default config, whose classifier a checkout lacks)
     if workflow.is_main_process and workflow.check_envvars:
@@ -153,7 +152,8 @@ DEMO_TOKENIZER_GENOME = f"{ROOT}/resources/genomes/lambda_NC_001416.fasta"
 wildcard_constraints:
     sample="|".join(map(re.escape, samples.index)),
     model="|".join(MODELS),
-    pool=r"\d+",
+    pool=r"\d+-\d+",
+    generation=r"\d+",
 
 
 # Jobs run through this wrapper: all output in the job's log; its error line, or its warnings, on
@@ -281,11 +281,25 @@ def compile_cache():
     return embedding["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
 
 
+def generation_samples(generation):
+    return [s for s in samples.index if GENERATION[s] == int(generation)]
+
+
+def pool_plan(wildcards):
+    """The plan of a pooled shard's generation, which its jobs read (their params): in cluster jobs
+    Snakemake evaluates params that read a checkpoint only with its output among the inputs;
+    ancient, so that a plan made again does not make the pooled shards it leaves alone again.
+    """
+    generation = wildcards.pool.split("-")[0]
+    return ancient(expand(rules.plan.output.plan, generation=generation)[0])
+
+
 def pool_pieces(pool):
     """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset), in
     order. Its jobs join the DAG once the plan is made, so the plan they read is this run's.
     """
-    return read_pools(checkpoints.plan.get().output.plan)[int(pool)]
+    generation = pool.split("-")[0]
+    return read_pools(checkpoints.plan.get(generation=generation).output.plan)[pool]
 
 
 def pooled_shard_fasta(wildcards):
@@ -376,7 +390,9 @@ def embed_runtime(wildcards):
 def embed_priority(wildcards):
     pooled = {p["sample"] for p in pool_pieces(wildcards.pool)}
     trains = trains_here() and any(samples.loc[s, "label"] != "" for s in pooled)
-    return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.pool))
+    return max(
+        1, EMBED_PRIORITY // (1 if trains else 2) - int(wildcards.pool.split("-")[1])
+    )
 
 
 def runtime(value):
@@ -452,26 +468,28 @@ def shard_fasta_paths(path):
 
 
 def plan_check(wildcards):
-    """The plan's input of the model check: ancient while the plan on disk is current (a classifier
-    swap reruns the check, not the plan), plain while it is out of date. Snakemake does not test on
-    its own a job after one that must run (here the check): it marks it by following that job's
-    outputs, never along an ancient input. With the check due, a plan out of date would not run
-    (its own reasons, a sheet with a new sample or a shards table written after it, go untested),
-    nor the new sample's prepare (a job with missing output runs for a job that must run, or for
-    an input newer than the plan), and the plan found would be taken as made.
+    """A generation's plan's input of the model check: ancient while the plan on disk is current (a
+    classifier swap reruns the check, not the plan), plain while it is out of date. Snakemake does
+    not test on its own a job after one that must run (here the check): it marks it by following
+    that job's outputs, never along an ancient input. With the check due, a plan out of date would
+    not run (its own reasons, a sheet with a new sample or a shards table written after it, go
+    untested), nor the new sample's prepare (a job with missing output runs for a job that must
+    run, or for an input newer than the plan), and the plan found would be taken as made.
     """
-    tables = expand(rules.prepare.output.shard_table, sample=samples.index)
-    current = plan_is_current(rules.plan.output.plan, list(zip(samples.index, tables)))
+    members = generation_samples(wildcards.generation)
+    tables = expand(rules.prepare.output.shard_table, sample=members)
+    plan = expand(rules.plan.output.plan, generation=wildcards.generation)[0]
+    current = plan_is_current(plan, list(zip(members, tables)))
     return ancient(MODEL_CHECK) if current else MODEL_CHECK
 
 
 def planned_shards(sample):
     """A sample's shards (plan rows: shard, frames, tokens, and the pool and offset where they lie),
-    known once the plan checkpoint has run. A plan without the sample was made before the sample
-    was in the sheet: not made for it yet, never a KeyError (plan_check has such a plan made again;
-    were it taken as made, nothing would run it).
+    known once its generation's plan checkpoint has run. A plan without the sample was made before
+    the sample was in the sheet: not made for it yet, never a KeyError (plan_check has such a plan
+    made again; were it taken as made, nothing would run it).
     """
-    plan_file = checkpoints.plan.get().output.plan
+    plan_file = checkpoints.plan.get(generation=GENERATION[sample]).output.plan
     plan = read_plan(plan_file)
     if sample not in plan:
         raise IncompleteCheckpointException(checkpoints.plan.rule, plan_file)

@@ -3,7 +3,7 @@
 rule pool_shard:
     input:
         shards=pooled_shard_dirs,
-        plan=PLAN,
+        plan=pool_plan,
     output:
         fna=shard_fasta_paths("results/shards/shard_{pool}.fna"),
         faa=shard_fasta_paths("results/shards/shard_{pool}.faa"),
@@ -31,7 +31,7 @@ rule pool_shard:
 rule tokenize:
     input:
         shards=pooled_shard_fasta,
-        plan=PLAN,
+        plan=pool_plan,
         models=model_files(["dnabert"]),
         check=ancient(MODEL_CHECK),
     output:
@@ -64,7 +64,7 @@ rule tokenize:
 rule embed:
     input:
         shards=pooled_shard_fasta,
-        plan=PLAN,
+        plan=pool_plan,
         models=model_files(),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=stored_tokens,
@@ -116,7 +116,7 @@ rule score:
     input:
         dnabert=shard_embeddings_of("dnabert"),
         esm=shard_embeddings_of("esm"),
-        plan=PLAN,
+        plan=pool_plan,
         classifier=classifier_file(),
         check=MODEL_CHECK,
     output:

@@ -31,31 +31,38 @@ rule prepare:
         )
 
 
-# The one checkpoint of the run: once every sample is prepared, the plan lists each sample's shards
-# and packs them into pooled shards of at most shard_tokens (workflow_lib/plan.py), and the jobs of
-# every pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
+# The checkpoint of a generation of samples (those planned together; samples appended to a finished
+# run are the next generation): once they are prepared, the plan lists each one's shards and packs
+# them into pooled shards of at most shard_tokens (workflow_lib/plan.py), and the jobs of every
+# pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
 # time quadratic in the samples). It waits for the model check too, so that a wrong classifier
 # stops the run before any embedding, and a dry run shows the check. A local rule: it only
 # concatenates small tables.
 checkpoint plan:
     input:
-        shard_tables=expand(rules.prepare.output.shard_table, sample=samples.index),
+        shard_tables=lambda wildcards: expand(
+            rules.prepare.output.shard_table,
+            sample=generation_samples(wildcards.generation),
+        ),
         check=plan_check,  # ancient while the plan is current: a classifier swap reruns the check
     output:
-        plan="results/plan/shards.tsv",
+        plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",
     log:
-        "logs/plan.log",
+        "logs/plan/{generation}.log",
     priority: PRIORITY["plan"]
     localrule: True
     conda:
         "../envs/cpu.yaml"
     params:
         samples=lambda wildcards, input: cli(
-            sample=list(zip(samples.index, input.shard_tables))
+            sample=list(
+                zip(generation_samples(wildcards.generation), input.shard_tables)
+            )
         ),
         shard_tokens=config["shard_tokens"],
     shell:
         script_job(
             "plan",
-            "{params.samples} --shard-tokens {params.shard_tokens} --output {output.plan:q}",
+            "{params.samples} --shard-tokens {params.shard_tokens} "
+            "--generation {wildcards.generation} --output {output.plan:q}",
         )

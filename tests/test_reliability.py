@@ -14,7 +14,7 @@ from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_resu
 
 from workflow_lib.stages import write_reads
 
-KILLED = "results/shards/embeddings/esm/shard_0.h5"  # the embed job that the fault hits (every sample pooled)
+KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the fault hits (every sample pooled)
 
 
 def setup(workdir: Path) -> Path:
@@ -86,7 +86,7 @@ def test_same_inputs_and_config_give_the_same_results(runs):
     first, second, *_ = runs
     assert_same_results(first, second)
     expected = {"reads/sequences.tsv", "reads/frames.tsv", "train/classifier.pt", "reads/manifest.json"}
-    expected |= {"reads/report/scores.png", "train/roc.png", "shards/embeddings/esm/shard_0.h5"}
+    expected |= {"reads/report/scores.png", "train/roc.png", "shards/embeddings/esm/shard_0-0.h5"}
     assert expected <= run_results(first).keys()
 
 
@@ -96,7 +96,7 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
     assert killed, "the watcher found no embed job to kill"
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Error in rule embed" in result.stderr and "Trying to restart job" in result.stderr
-    log = (killed_run / "logs" / "embed" / "esm_0.log").read_text()
+    log = (killed_run / "logs" / "embed" / "esm_0-0.log").read_text()
     committed, total = (int(n) for n in log.split("resuming: ")[1].split(" frames")[0].split(" of "))
     assert 10 <= committed < total
     assert_same_results(killed_run, first)

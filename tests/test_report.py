@@ -24,7 +24,7 @@ import yaml
 from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
 
 from workflow_lib import report, report_data
-from workflow_lib.plan import read_plan
+from workflow_lib.plan import read_plans
 from workflow_lib.seqio import read_records
 
 
@@ -56,7 +56,7 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
         assert summary["input"] == manifest["input"] and summary["checkpoints"] == manifest["checkpoints"]
         assert_versions_and_checkpoints(summary, workdir)
         assert_counts(summary, results, next((workdir / "inputs").glob(f"{sample}.*")))
-        assert_timings(summary, read_plan(workdir / "results" / "plan" / "shards.tsv")[sample])
+        assert_timings(summary, read_plans(workdir / "results" / "plan")[0][sample])
 
 
 def assert_versions_and_checkpoints(summary: dict, workdir: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from helpers import ENV, ROOT, SNAKEMAKE, alive, write_config, write_inputs
 
-from workflow_lib.plan import read_pools
+from workflow_lib.plan import read_plans
 
 SLURM = ROOT / "tests" / "slurm"
 pytestmark = [
@@ -139,7 +139,7 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     sbatch = [line for line in output.splitlines() if "sbatch call" in line]
     gpu_jobs = [line for line in sbatch if "rule_embed_" in line]
     cpu_jobs = [line for line in sbatch if "rule_embed_" not in line]
-    pools = read_pools(slurm / "results" / "plan" / "shards.tsv")  # one job per pooled shard and model
+    pools = read_plans(slurm / "results" / "plan")[1]  # one job per pooled shard and model
     assert (
         len(pools) == len(SAMPLES)
         and len(gpu_jobs) == 2 * len(pools)

@@ -27,7 +27,7 @@ from helpers import (
 
 from workflow_lib import h5store
 from workflow_lib.models import classifier
-from workflow_lib.plan import pack, plan_is_current, read_plan, read_pools, write_plan
+from workflow_lib.plan import pack, plan_is_current, read_plans, write_plan
 from workflow_lib.seqio import read_records
 from workflow_lib.sharding import SHARDS
 
@@ -44,7 +44,7 @@ def test_tables_cover_every_record_and_frame(workflow_run):
         assert [f["frame_id"] for f in read_tsv(results / "frames.tsv")] == prepared
         for name in ("chunks.tsv", "viral.fasta", "prediction_results.txt", "prediction_results_highestscore.csv"):
             assert (results / name).exists()
-        shards = read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]
+        shards = read_plans(workdir / "results" / "plan")[0][sample]
         assert [s["shard"] for s in shards] == list(range(len(shards)))
         assert sum(s["frames"] for s in shards) == len(prepared)
         for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
@@ -54,7 +54,7 @@ def test_tables_cover_every_record_and_frame(workflow_run):
                     ids = [i.decode() for i in h5["ids"][shard["offset"] : shard["offset"] + shard["frames"]]]
                 fasta = results / "prepare" / "shards" / f"shard_{shard['shard']}.{suffix}"
                 assert len(ids) == shard["frames"] and ids == [fid for fid, _ in read_fasta(fasta)]
-    pools = read_pools(workdir / "results" / "plan" / "shards.tsv")
+    pools = read_plans(workdir / "results" / "plan")[1]
     assert any(len({p["sample"] for p in pieces}) > 1 for pieces in pools.values())  # small samples share
 
 
@@ -105,7 +105,7 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
         "train.log",
         "prepare/reads.log",
         "predict/reads.log",
-        f"embed/esm_{read_plan(workdir / 'results' / 'plan' / 'shards.tsv')['reads'][1]['pool']}.log",
+        f"embed/esm_{read_plans(workdir / 'results' / 'plan')[0]['reads'][1]['pool']}.log",
     ):
         assert (workdir / "logs" / log).stat().st_size > 0
     assert "tokens/s" in (workdir / "logs" / log).read_text()
@@ -188,7 +188,7 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
-    pools = len(read_pools(workdir / "results" / "plan" / "shards.tsv"))
+    pools = len(read_plans(workdir / "results" / "plan")[1])
     assert jobs["check_models"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
     assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
 
@@ -260,9 +260,9 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    plan = read_plan(copy / "results" / "plan" / "shards.tsv")
-    assert list(plan) == [*keep, "lambda"]
-    for sample in plan:
+    plan = read_plans(copy / "results" / "plan")[0]  # the appended sample in a generation of its own
+    assert list(plan)[-1] == "lambda" and set(keep) <= set(plan)
+    for sample in [*keep, "lambda"]:
         shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
         planned = [{column: shard[column] for column in SHARDS} for shard in plan[sample]]
         assert planned == [{column: int(value) for column, value in shard.items()} for shard in shards]
@@ -274,8 +274,8 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
 def embedded_samples(output: str, workdir: Path) -> set[str]:
     """The samples whose shards lie in the pooled shards whose embed jobs a Snakemake run's output shows."""
     jobs = re.split(r"\n(?:local)?rule ", output)
-    pools = {int(re.search(r"pool=(\d+)", job).group(1)) for job in jobs if job.startswith("embed:")}
-    return {p["sample"] for pool in pools for p in read_pools(workdir / "results" / "plan" / "shards.tsv")[pool]}
+    pools = {re.search(r"pool=([\d-]+)", job).group(1) for job in jobs if job.startswith("embed:")}
+    return {p["sample"] for pool in pools for p in read_plans(workdir / "results" / "plan")[1][pool]}
 
 
 @pytest.mark.slow
@@ -283,18 +283,17 @@ def test_new_samples_with_another_classifier_after_training(workflow_run, tmp_pa
     """Train on labelled genomes, then classify a new sample with that classifier (another file): the
     sheet and what the model check covers change together. The plan is made again with the new
     sample (a plan that lacks a sample is out of date, never the truth); the samples embedded
-    before are scored again, not embedded again, but for the last pooled shard where the new
-    sample's shards join them."""
+    before are scored again, not embedded again: the new sample is planned in a generation of its
+    own, with pooled shards of its own."""
     workdir, config = workflow_run
     shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
     output = classify_new_samples(
         workdir, config, tmp_path, list(SAMPLES), models={"classifier": str(tmp_path / "classifier.pt")}
     )
     copy = tmp_path / "run"
-    before, after = (read_pools(d / "results" / "plan" / "shards.tsv") for d in (workdir, copy))
-    assert "lambda" in embedded_samples(output, copy)
-    assert embedded_samples(output, copy) <= {"lambda"} | {p["sample"] for p in before[max(before)]}
-    assert all(after[pool] == before[pool] for pool in list(before)[:-1])  # the earlier pooled shards stay
+    before, after = (read_plans(d / "results" / "plan")[1] for d in (workdir, copy))
+    assert embedded_samples(output, copy) == {"lambda"}  # its own pooled shards: a generation of its own
+    assert all(after[pool] == before[pool] for pool in before)  # the earlier pooled shards stay
 
 
 @pytest.mark.slow
@@ -416,7 +415,7 @@ def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
     assert not list(results.glob("shards/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
     assert not list(results.glob("shards/*.f?a"))
     samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
-    plan = read_plan(results / "plan" / "shards.tsv")
+    plan = read_plans(results / "plan")[0]
     assert len(plan["reads"]) > 1
     figures = {p.relative_to(results / "shards" / "embeddings") for p in results.glob("shards/embeddings/*/*")}
     pools = {s["pool"] for sample in samples for s in plan[sample]}
@@ -439,7 +438,7 @@ def frame_scores(workdir: Path, sample: str) -> dict[str, float]:
     """Each frame's virus score from the sample's rows of its pooled shards' scores files (float32,
     as the score jobs wrote them)."""
     scores = {}
-    for shard in read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]:
+    for shard in read_plans(workdir / "results" / "plan")[0][sample]:
         values = np.load(workdir / "results" / "shards" / "scores" / f"shard_{shard['pool']}.npz")["scores"][:, 1]
         rows = values[shard["offset"] : shard["offset"] + shard["frames"]]
         scores.update(zip(shard_ids(workdir, sample, shard["shard"]), rows.astype(float).tolist(), strict=True))
@@ -448,7 +447,7 @@ def frame_scores(workdir: Path, sample: str) -> dict[str, float]:
 
 def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.ndarray]:
     embeddings = {}
-    for shard in read_plan(workdir / "results" / "plan" / "shards.tsv")[sample]:
+    for shard in read_plans(workdir / "results" / "plan")[0][sample]:
         path = workdir / "results" / "shards" / "embeddings" / model / f"shard_{shard['pool']}.h5"
         ids, values, _ = h5store.read(path)
         rows = slice(shard["offset"], shard["offset"] + shard["frames"])
@@ -463,7 +462,7 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     chunk scores equal but for float32 rounding (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE),
     and the same calls: a sample's calls do not depend on which samples share its shards."""
     workdir, _ = workflow_run
-    plan = read_plan(workdir / "results" / "plan" / "shards.tsv")
+    plan = read_plans(workdir / "results" / "plan")[0]
     assert max(map(len, plan.values())) >= 3
     write_inputs(tmp_path)
     shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
@@ -471,8 +470,8 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
     command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert all(len(shards) == 1 for shards in read_plan(tmp_path / "results" / "plan" / "shards.tsv").values())
-    assert list(read_pools(tmp_path / "results" / "plan" / "shards.tsv")) == [0]  # every sample in one
+    assert all(len(shards) == 1 for shards in read_plans(tmp_path / "results" / "plan")[0].values())
+    assert list(read_plans(tmp_path / "results" / "plan")[1]) == ["0-0"]  # every sample in one
     for sample in SAMPLES:
         sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
         assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
@@ -511,10 +510,40 @@ def test_the_plan_packs_consecutive_samples_shards_into_pooled_shards():
     rows = pack(tables, 50)
     placed = [(r["sample"], r["shard"], r["pool"], r["offset"]) for r in rows]
     assert placed == [
-        ("a", 0, 0, 0),
-        ("a", 1, 1, 0),
-        ("b", 0, 1, 5),
-        ("empty", 0, 1, 8),
-        ("big", 0, 2, 0),
-        ("c", 0, 3, 0),
+        ("a", 0, "0-0", 0),
+        ("a", 1, "0-1", 0),
+        ("b", 0, "0-1", 5),
+        ("empty", 0, "0-1", 8),
+        ("big", 0, "0-2", 0),
+        ("c", 0, "0-3", 0),
     ]
+
+
+@pytest.mark.slow
+def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
+    """A sample appended to the sheet of a finished run, nothing else changed: it is planned in a
+    generation of its own, so only its own jobs run (its pooled shard's and the run-wide report's),
+    and no earlier sample's table is written again."""
+    workdir, config = workflow_run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    sheet = copy / "samples.tsv"  # the run's sheet, labels and all, in the copy: first as it was
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | {"samples": str(sheet)}))
+    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(moved)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)  # the summaries name the sheet
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    columns = sheet.read_text().splitlines()[0].count("\t") + 1
+    with open(sheet, "a") as handle:
+        handle.write("\t".join(["lambda", str(GENOMES / "lambda_NC_001416.fasta")] + [""] * (columns - 2)) + "\n")
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    jobs = re.split(r"\n(?:local)?(?:rule|checkpoint) ", output)[1:]
+    per_sample = [j for j in jobs if re.search(r"sample=\w+", j)]
+    assert per_sample and all("sample=lambda" in j for j in per_sample), [j.split(":")[0] for j in per_sample]
+    pooled = {shard["pool"] for shard in read_plans(copy / "results" / "plan")[0]["lambda"]}
+    assert sum(j.startswith("embed:") for j in jobs) == 2 * len(pooled)  # its own pooled shards only
+    for sample in SAMPLES:  # the tables of the first run, as the copy has them
+        table = copy / "results" / sample / "sequences.tsv"
+        assert table.stat().st_mtime_ns == (workdir / "results" / sample / "sequences.tsv").stat().st_mtime_ns

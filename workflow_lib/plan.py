@@ -6,42 +6,71 @@ share their GPU jobs while a large sample's shards (each near `shard_tokens`) st
 own. A shard lies at `offset` rows into its pool, whose files keep the frames of its shards in
 plan order: record IDs may repeat across samples, so rows are found by position, never by ID.
 
-The rules read the plan once (cached per version of the file) to know each sample's shards and
-each pool's; a checkpoint per sample would cost Snakemake time quadratic in the samples. Whether
-the plan on disk is still the one it would write (plan_is_current) decides how it waits for the
-model check (rules/common.smk, plan_check)."""
+The samples are planned in generations: those of the run that first plans them together, and
+each sample appended to a finished run in the next generation, with pooled shards and a
+checkpoint of its own (`results/plan/shards_{generation}.tsv`), so that adding samples leaves the
+earlier samples' pooled shards and jobs alone (generations). The rules read a plan once (cached
+per version of the file) to know each sample's shards and each pool's; a checkpoint per sample
+would cost Snakemake time quadratic in the samples. Whether the plan on disk is still the one it
+would write (plan_is_current) decides how it waits for the model check (rules/common.smk,
+plan_check)."""
 
 import functools
 import os
+import re
 from pathlib import Path
+
+import pandas as pd
 
 from .outputs import atomic_open
 from .sharding import SHARDS, read_shards
-from .tables import read_table
 
 PLAN = ("sample", *SHARDS, "pool", "offset")
 
 
-def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int) -> list[dict]:
+PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
+
+
+def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
+    """Each sample's generation: that of the plan in `plan_dir` that lists it, or, for a sample no
+    plan lists, the generation after the latest."""
+    plans = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    listed = {sample: g for g, path in sorted(plans.items()) for sample in _listed(path)}
+    new = max(plans, default=-1) + 1
+    return {sample: listed.get(sample, new) for sample in sheet}
+
+
+def _listed(path: Path) -> list[str]:
+    try:
+        return list(read_plan(path))
+    except (OSError, ValueError):  # cut short: planned again
+        return []
+
+
+def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
     """PLAN rows of the (sample, its shards) pairs: each shard, in order, joins the latest pool
-    while their tokens stay within `shard_tokens`, else starts the next (a shard is never cut)."""
+    while their tokens stay within `shard_tokens`, else starts the next (a shard is never cut).
+    Pools are named `{generation}-{n}`."""
     rows, pool, tokens, offset = [], 0, 0, 0
     for sample, shards in shard_tables:
         for shard in shards:
             if offset and tokens + shard["tokens"] > shard_tokens:
                 pool, tokens, offset = pool + 1, 0, 0
-            rows.append({"sample": sample, **{c: shard[c] for c in SHARDS}, "pool": pool, "offset": offset})
+            place = {"pool": f"{generation}-{pool}", "offset": offset}
+            rows.append({"sample": sample, **{c: shard[c] for c in SHARDS}, **place})
             tokens, offset = tokens + shard["tokens"], offset + shard["frames"]
     return rows
 
 
-def write_plan(shard_tables: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path) -> dict:
-    """The plan of the (sample, shards table) pairs, in that order; return its counts."""
-    rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens)
+def write_plan(
+    shard_tables: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path, generation: int = 0
+) -> dict:
+    """The plan of a generation's (sample, shards table) pairs, in that order; return its counts."""
+    rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens, generation)
     with atomic_open(output) as handle:
         handle.write("\t".join(PLAN) + "\n")
         handle.writelines("\t".join(str(row[c]) for c in PLAN) + "\n" for row in rows)
-    return {"shards": len(rows), "pools": rows[-1]["pool"] + 1 if rows else 0}
+    return {"shards": len(rows), "pools": len({row["pool"] for row in rows})}
 
 
 def read_plan(path: str | Path) -> dict[str, list[dict]]:
@@ -50,9 +79,20 @@ def read_plan(path: str | Path) -> dict[str, list[dict]]:
     return _read_plan(*_version(path))[0]
 
 
-def read_pools(path: str | Path) -> dict[int, list[dict]]:
+def read_pools(path: str | Path) -> dict[str, list[dict]]:
     """Each pool's shards (PLAN fields), in pool order."""
     return _read_plan(*_version(path))[1]
+
+
+def read_plans(plan_dir: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Every generation's plan in `plan_dir`, in generation order: each sample's shards (read_plan)
+    and each pool's (read_pools)."""
+    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    samples, pools = {}, {}
+    for _, path in sorted(found.items()):
+        samples |= read_plan(path)
+        pools |= read_pools(path)
+    return samples, pools
 
 
 def plan_is_current(path: str | Path, shard_tables: list[tuple[str, str | Path]]) -> bool:
@@ -81,12 +121,11 @@ def _version(path: str | Path) -> tuple[str, int, int]:
     return str(path), stat.st_mtime_ns, stat.st_size
 
 
-@functools.lru_cache(maxsize=2)
-def _read_plan(path: str, mtime_ns: int, size: int) -> tuple[dict[str, list[dict]], dict[int, list[dict]]]:
+@functools.lru_cache(maxsize=256)  # a plan per generation
+def _read_plan(path: str, mtime_ns: int, size: int) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
     samples: dict[str, list[dict]] = {}
-    pools: dict[int, list[dict]] = {}
-    for row in read_table(path, list(PLAN)).to_dict("records"):
-        row["sample"] = str(row["sample"])
+    pools: dict[str, list[dict]] = {}
+    for row in pd.read_csv(path, sep="\t", usecols=list(PLAN), dtype={"sample": str, "pool": str}).to_dict("records"):
         pools.setdefault(row["pool"], []).append(row)
         samples.setdefault(row["sample"], []).append({c: row[c] for c in PLAN if c != "sample"})
     return samples, pools
