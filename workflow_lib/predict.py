@@ -125,10 +125,11 @@ class ShardScores:
         self.shard, self.next_row, self.loaded = -1, 0, None
         self.scores = np.empty((0, 3), dtype=np.float32)  # this shard's: others, virus, atypicality
         self.checkpoints: dict | None = None  # every shard's must be the first's
-        self.frames = 0
-        for shard, path in enumerate(self.paths):
-            pieces = _pieces(path)
-            self.frames += int(pieces["frames"][self._piece(pieces, shard)])
+        self.pieces = {path: _pieces(path) for path in dict.fromkeys(self.paths)}  # a pooled file's, read once
+        self.frames = sum(
+            int(self.pieces[path]["frames"][self._piece(self.pieces[path], shard)])
+            for shard, path in enumerate(self.paths)
+        )
 
     def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
         """The scores and atypicality of the next len(frame_ids) frames of `shard` (this shard or a
@@ -155,7 +156,8 @@ class ShardScores:
         path = self.paths[self.shard]
         if self.loaded is None or self.loaded[0] != path:
             self.loaded = (path, *_load(path))
-        _, scores, pieces, checkpoints = self.loaded
+        _, scores, checkpoints = self.loaded
+        pieces = self.pieces[path]
         piece = self._piece(pieces, self.shard)
         start = int(pieces["frames"][:piece].sum())
         self.scores = scores[start : start + pieces["frames"][piece]]
@@ -191,8 +193,8 @@ class ShardScores:
         )
 
 
-def _load(path: Path) -> tuple[np.ndarray, dict, dict]:
-    """A scores file's scores and atypicality (one array), its pieces (_pieces) and its checkpoints."""
+def _load(path: Path) -> tuple[np.ndarray, dict]:
+    """A scores file's scores and atypicality (one array) and its checkpoints."""
     try:
         with np.load(path) as data:
             scores = data["scores"]
@@ -201,7 +203,7 @@ def _load(path: Path) -> tuple[np.ndarray, dict, dict]:
             checkpoints = json.loads(str(data["checkpoints"]))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
-    return np.column_stack([scores, atypicality]).astype(np.float32), _pieces(path), checkpoints
+    return np.column_stack([scores, atypicality]).astype(np.float32), checkpoints
 
 
 def _pieces(path: Path) -> dict[str, np.ndarray]:
