@@ -65,8 +65,9 @@ def sync(device: torch.device) -> None:
 
 
 def read_frames(path: Path, n: int) -> Path:
-    """The first n records of a shard FASTA, as a shard of their own beside it."""
-    lines = path.read_bytes().split(b"\n")[: 2 * n]
+    """The first n records of a shard FASTA (all of them where it holds fewer), as a shard of
+    their own beside it."""
+    lines = path.read_bytes().rstrip(b"\n").split(b"\n")[: 2 * n]
     subset = path.with_name(f"{path.stem}_{n}{path.suffix}")
     subset.write_bytes(b"\n".join(lines) + b"\n")
     return subset

@@ -14,7 +14,8 @@ SMALL = {
     "model": ["--reads", "300", "--frames", "100", "--sweep", "1024", "4096"],
     "speed": ["--reads", "300", "--frames", "100", "--profile-frames", "50", "--compare-frames", "50"]
     + ["--virnucpro-frames", "30", "--budget", "2048", "--dnabert-budget", "2048", "--workers", "1"],
-    "oom": ["--reads", "300", "--frames", "100", "--oom-budget", "2048", "--workers", "1"],
+    # more frames than the reads give: the part takes them all (it once wrote a broken shard)
+    "oom": ["--reads", "300", "--frames", "100000", "--oom-budget", "2048", "--workers", "1"],
     "workflow": ["--workflow-reads", "200", "--budget", "2048", "--dnabert-budget", "2048"],
 }
 
@@ -73,6 +74,7 @@ def test_speed_part(tmp_path):
 def test_oom_part(tmp_path):
     """On the CPU nothing caps memory: the part's two runs, and their comparison, still run."""
     figures = run_part("oom", tmp_path)
+    assert 100 < figures["frames"] < 300  # every frame of the 300 reads' shard
     assert figures["capped"]["all_frames"] and figures["capped"]["cap_gib"] is None
     assert figures["capped_against_uncapped"]["max_abs_diff"] == 0
 
