@@ -13,9 +13,15 @@ without the minutes the jobs themselves take; the output says which mode made it
     python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 100
     python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 100 400 1000
     python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 --no-compare --append
+    python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 30 300 1000 --no-compare --slurm
+
+--slurm runs under the project's SLURM test bed (tests/slurm: one node of 4 CPUs; needs root on
+Debian) with its profile and profiles/slurm's group-components, and counts the sbatch
+submissions, by rule or group.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +38,9 @@ import yaml
 from workflow_scale import models
 
 from workflow_lib.stages import ROOT, write_reads
+
+sys.path.insert(0, str(ROOT / "tests"))
+from slurm_testbed import SLURM, slurm_cluster  # noqa: E402
 
 # A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
 SWAPPED = (
@@ -64,18 +74,32 @@ def swapped_workflow(folder: Path) -> Path:
     return copy
 
 
-def snakemake(workflow: Path, run: Path, config: Path, *targets: str) -> dict:
-    """Its own CPU seconds, the wall seconds and the jobs of one invocation, as the profile runs it."""
+def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: dict | None = None) -> dict:
+    """Its own CPU seconds, the wall seconds and the jobs of one invocation, as the profile runs it
+    (the local profile, or under `cluster`, the environment of a SLURM test bed, the test bed's
+    profile with profiles/slurm's job groups: then the sbatch submissions too)."""
     command = [sys.executable, "-c", OWN_CPU, *targets, "--snakefile", str(workflow / "Snakefile")]
-    command += ["--directory", str(run), "--configfile", str(config), "--profile", str(workflow / "profiles" / "local")]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    command += ["--directory", str(run), "--configfile", str(config)]
+    if cluster is None:
+        command += ["--profile", str(workflow / "profiles" / "local")]
+    else:
+        shipped = yaml.safe_load((workflow / "profiles" / "slurm" / "config.yaml").read_text())
+        command += ["--profile", str(SLURM / "profile"), "--verbose"]
+        command += ["--group-components", *shipped["group-components"]]
+    env = cluster or {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode:
         raise SystemExit(f"the workflow failed:\n{result.stderr[-4000:]}")
     figures = json.loads(result.stderr.strip().splitlines()[-1])
-    rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", result.stdout + result.stderr, re.M)
+    output = result.stdout + result.stderr
+    rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", output, re.M)
     by_rule = {rule: rules.count(rule) for rule in sorted(set(rules))}
-    return {key: round(value, 1) for key, value in figures.items()} | {"jobs": len(rules), "jobs_by_rule": by_rule}
+    figures = {key: round(value, 1) for key, value in figures.items()} | {"jobs": len(rules), "jobs_by_rule": by_rule}
+    if cluster is not None:
+        sbatch = re.findall(r"sbatch call: .*?--comment '?(?:rule|group)_([a-z_]+?)(?:_wildcards|'| )", output)
+        figures["sbatch"] = len(sbatch)
+        figures["sbatch_by_rule_or_group"] = dict(sorted(Counter(sbatch).items()))
+    return figures
 
 
 def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
@@ -86,7 +110,9 @@ def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
     (folder / "samples.tsv").write_text("sample\tpath\n" + "".join(f"s{i}\t{inputs}/s{i}.fa\n" for i in range(n)))
 
 
-def run(workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append: bool = False) -> dict:
+def run(
+    workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append: bool = False, cluster: dict | None = None
+) -> dict:
     folder = workdir / f"{mode}_{n}x{reads}"
     folder.mkdir(parents=True, exist_ok=True)
     inputs = workdir / f"inputs_{reads}"
@@ -104,12 +130,14 @@ def run(workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append:
         run_dir = folder / name
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir()
-        runs = [snakemake(workflow, run_dir, config, *targets) for targets in phases]
+        runs = [snakemake(workflow, run_dir, config, *targets, cluster=cluster) for targets in phases]
         figures[name] = {key: round(sum(r[key] for r in runs), 1) for key in ("own_cpu_s", "seconds", "jobs")}
+        if cluster is not None:
+            figures[name] |= {key: runs[0][key] for key in ("sbatch", "sbatch_by_rule_or_group")}
         figures[name]["jobs_by_rule"] = dict(sum((Counter(r["jobs_by_rule"]) for r in runs), Counter()))
     if append:  # one more sample in the sheet of the finished run
         sheet(folder, inputs, n + 1, reads)
-        figures["appended"] = snakemake(workflow, folder / "checkpoint", config)
+        figures["appended"] = snakemake(workflow, folder / "checkpoint", config, cluster=cluster)
         sheet(folder, inputs, n, reads)
     if compare:
         own = figures["checkpoint"]["own_cpu_s"] / figures["known_from_start"]["own_cpu_s"]
@@ -128,7 +156,10 @@ def main() -> None:
         "--no-compare", action="store_true", help="only the user's run, not the DAG known from the start"
     )
     parser.add_argument("--append", action="store_true", help="then one sample more in the finished run's sheet")
+    parser.add_argument("--slurm", action="store_true", help="under the SLURM test bed (tests/slurm), as root")
     args = parser.parse_args()
+    if args.slurm and not args.no_compare:
+        parser.error("--slurm measures the user's run only: add --no-compare")
     result = {
         "benchmark": "many_samples",
         "mode": args.mode
@@ -137,9 +168,16 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "runs": [],
     }
-    for n in args.samples:
-        result["runs"].append(run(args.workdir, n, args.mode, not args.no_compare, args.reads, args.append))
-        print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if args.slurm:
+            result["slurm"] = "the SLURM test bed: one node of 4 CPUs, profiles/slurm's group-components"
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            cluster = stack.enter_context(slurm_cluster(Path(tempfile.mkdtemp(dir=args.workdir, prefix="bed_"))))
+        for n in args.samples:
+            figures = run(args.workdir, n, args.mode, not args.no_compare, args.reads, args.append, cluster)
+            result["runs"].append(figures)
+            print(json.dumps(figures), file=sys.stderr, flush=True)
     print(json.dumps(result, indent=2))
 
 

@@ -37,7 +37,7 @@ from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
-from workflow_lib.scheduler import keep_one_timer
+from workflow_lib.scheduler import group_components_once, keep_one_timer
 from workflow_lib.settings import (
     CallSettings,
     CheckModelsSettings,
@@ -76,8 +76,10 @@ except InputError as error:
 configfile: DEFAULT_CONFIG
 
 
-# Snakemake's own CPU would grow with the square of the samples (workflow_lib/scheduler.py).
+# Snakemake's own CPU would grow with the square of the samples, and its grouped cluster jobs would
+# hold far more samples than group-components asks (workflow_lib/scheduler.py).
 keep_one_timer()
+group_components_once()
 
 MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"
@@ -124,7 +126,7 @@ except InputError as error:
 onstart:
     # a cluster job that can never start is cancelled with its reason, not waited for
     if workflow.non_local_exec and shutil.which("squeue"):
-        PendingWatch(config["pending_check_seconds"]).start()
+        PendingWatch(config["pending_check_seconds"], JOB_GROUPS).start()
 
 
 onerror:
@@ -161,10 +163,35 @@ wildcard_constraints:
 RUN_LOGGED = f"{ROOT}/scripts/run_logged.sh"
 
 
-# The job group of a sample's summarize and plot_sample, for cluster runs (a local run ignores
-# groups): one submission. Both have bounded memory (they read tables in blocks), so
-# profiles/slurm batches several samples' groups into one submission (group-components).
+# Job groups of a sample's CPU jobs, for cluster runs (a local run ignores groups). A small sample's
+# (job_resources.small_sample) take seconds each, so profiles/slurm batches the groups of many
+# samples into one submission (group-components): its prepare is one component of
+# SMALL_PREPARE_GROUP, its predict, call, summarize and plot_sample one of SMALL_SAMPLE_GROUP (the
+# plan and the embed jobs lie between the two). A larger sample's summarize and plot_sample are
+# one component of SAMPLE_REPORT_GROUP, its other jobs submitted alone.
+SMALL_PREPARE_GROUP = "small_prepare"
+SMALL_SAMPLE_GROUP = "small_samples"
 SAMPLE_REPORT_GROUP = "sample_report"
+JOB_GROUPS = (SMALL_PREPARE_GROUP, SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
+
+
+def sample_group(small, large=None):
+    """The job group of a sample's job: `small` for a small sample, `large` for another."""
+
+    def group(wildcards):
+        return small if is_small_sample(wildcards.sample) else large
+
+    return group
+
+
+@functools.cache
+def is_small_sample(sample):
+    path = samples.loc[sample, "path"]
+    return job_resources.small_sample(
+        os.path.getsize(path) if os.path.isfile(path) else 0
+    )
+
+
 # the tables the report attaches while they are small (attached_table)
 REPORT_TABLES = {
     "chunks": "results/{sample}/chunks.tsv",

@@ -29,6 +29,8 @@ rule predict:
         "logs/predict/{sample}.log",
     benchmark:
         "results/benchmarks/predict/{sample}.tsv"
+    group:
+        sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -36,7 +38,7 @@ rule predict:
     # time is reading the frames table and writing the tables
     resources:
         mem_mb=2000,
-        runtime=by_input(30, 10),
+        runtime=by_input(10, 10),
         tuning=tuning_of(PredictSettings),
     params:
         calibration=lambda wildcards, input: cli(calibration=input.calibration or None),
@@ -80,6 +82,8 @@ rule call:
         ),
     log:
         "logs/call/{sample}.log",
+    group:
+        sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -87,7 +91,7 @@ rule call:
     # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
     resources:
         mem_mb=2000,
-        runtime=by_input(30, 5),
+        runtime=by_input(10, 5),
     params:
         settings=settings_of(CallSettings),
         calibration=lambda wildcards, input, output: cli(

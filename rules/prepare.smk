@@ -10,6 +10,8 @@ rule prepare:
         "logs/prepare/{sample}.log",
     benchmark:
         "results/benchmarks/prepare/{sample}.tsv"
+    group:
+        sample_group(SMALL_PREPARE_GROUP)
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -18,7 +20,7 @@ rule prepare:
     # leaves a factor of 2-4 for gzip and a busy node
     resources:
         mem_mb=2000,
-        runtime=by_input(30, 4),
+        runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:
         settings=settings_of(PrepareSettings),

@@ -24,7 +24,7 @@ rule summarize:
     log:
         "logs/summarize/{sample}.log",
     group:
-        SAMPLE_REPORT_GROUP
+        sample_group(SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
     conda:
         "../envs/cpu.yaml"
     # prepare's sequences table is read in blocks (memory bounded at any size); time grows with it:
@@ -110,7 +110,7 @@ rule plot_sample:
     log:
         "logs/plot_sample/{sample}.log",
     group:
-        SAMPLE_REPORT_GROUP
+        sample_group(SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
     conda:
         "../envs/cpu.yaml"
     # every table is read in blocks of the columns drawn (memory bounded at any size); time grows

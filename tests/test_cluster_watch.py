@@ -1,7 +1,7 @@
 """The parsing behind what a cluster run tells its console (the real thing runs in test_slurm.py,
 which needs root): failed jobs' reasons from Snakemake's log, pending jobs that never start."""
 
-from workflow_lib.cluster_watch import failed_job_reasons, never_runs
+from workflow_lib.cluster_watch import failed_job_reasons, job_name, never_runs
 
 
 def test_failed_jobs_reasons_are_their_logs_last_lines(tmp_path):
@@ -26,3 +26,10 @@ def test_pending_jobs_that_never_start_are_this_runs_only(tmp_path):
         ("11", "rule_prepare_wildcards_s1", "PartitionTimeLimit"),
         ("14", "group_sample_report", "PartitionConfig"),
     ]
+
+
+def test_a_pending_job_is_named_by_its_rule_or_group():
+    groups = ("small_prepare", "small_samples")
+    assert job_name("rule_prepare_wildcards_s1", groups) == "rule prepare"
+    assert job_name("rule_small_samples_call_plot_sample_predict", groups) == "group small_samples"
+    assert job_name("rule_plot_sample_wildcards_s1") == "rule plot_sample"

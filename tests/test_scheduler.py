@@ -1,11 +1,10 @@
-"""Snakemake's job scheduler with one pending re-evaluation timer per delay (workflow_lib/scheduler.py)."""
+"""Snakemake's scheduling mended (workflow_lib/scheduler.py): one pending re-evaluation timer per
+delay, group components merged once."""
 
 import threading
 from types import SimpleNamespace
 
-from snakemake.scheduling.job_scheduler import JobScheduler
-
-from workflow_lib.scheduler import keep_one_timer
+from workflow_lib.scheduler import DAG, JobScheduler, group_components_once, keep_one_timer
 
 
 def timers() -> list[threading.Thread]:
@@ -25,3 +24,65 @@ def test_a_due_timer_of_a_pending_delay_is_not_armed_again():
     JobScheduler._schedule_reevalutation(scheduler, 0.01)  # fired, so it can be armed again
     assert scheduler._open_jobs.acquire(timeout=60)
     assert not scheduler._open_jobs.acquire(blocking=False)  # one pass per timer, no more
+
+
+class Factory:
+    """Snakemake's GroupJobFactory: one group per id and set of jobs, cached."""
+
+    def __init__(self):
+        self.cache = {}
+
+    def new(self, groupid, jobs, resources):
+        jobs = frozenset(jobs)
+        return self.cache.setdefault((groupid, jobs), Group(groupid, jobs))
+
+
+class Job:
+    def __init__(self, output):
+        self.output = output
+
+
+class Group:
+    """A GroupJob as Snakemake's merge sees it: an id and jobs that merge() grows."""
+
+    def __init__(self, groupid, jobs):
+        self.groupid, self.jobs = groupid, jobs
+
+    def merge(self, other):
+        self.jobs = self.jobs | other.jobs
+
+    def finalize(self):
+        pass
+
+    def __iter__(self):
+        return iter(self.jobs)
+
+
+def update_groups(dag, jobs) -> None:
+    """DAG.update_groups before the components: each job's group from the factory (here no two
+    jobs are connected), merged into a group found before that holds one of its jobs."""
+    groups = {}
+    for job in jobs:
+        group = dag.group_job_factory.new("small_prepare", [job], {})
+        for other in {groups[j] for j in group.jobs if j in groups}:
+            other.merge(group)
+            group = other
+        groups |= dict.fromkeys(group.jobs, group)
+    dag._group = groups
+
+
+def test_group_components_are_merged_the_same_in_every_pass():
+    """Six samples' prepare, three to a group: the DAG post-processed three times (start-up, a
+    checkpoint, another) gives the same two groups of three each time, never one of six."""
+    assert group_components_once() and group_components_once()
+    jobs = [Job([f"results/s{i}/prepare/shards"]) for i in range(6)]
+    settings = SimpleNamespace(group_components={"small_prepare": 3})
+    workflow = SimpleNamespace(group_settings=settings, parent_groupids={}, global_resources={})
+    dag = SimpleNamespace(workflow=workflow, group_job_factory=Factory())
+    passes = []
+    for _ in range(3):
+        update_groups(dag, jobs)
+        DAG._update_group_components(dag)
+        passes.append(set(dag._group.values()))
+    assert passes[0] == passes[1] == passes[2]
+    assert sorted(len(group.jobs) for group in passes[0]) == [3, 3]

@@ -5,22 +5,22 @@ jobs get none, and the tables equal a local run; a failing job's error line and 
 never start reach the console. Each test bed has its own directory and free ports, and whatever it
 started is stopped when the test ends, passed or failed: test runs side by side do not collide."""
 
-import contextlib
 import itertools
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ENV, ROOT, SNAKEMAKE, alive, write_config, write_inputs
+from helpers import ENV, SNAKEMAKE, write_config, write_inputs
+from slurm_testbed import SLURM, slurm_cluster
 
+from workflow_lib.cluster_watch import job_name
 from workflow_lib.plan import read_plans
+from workflow_lib.seqio import read_records
 
-SLURM = ROOT / "tests" / "slurm"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -29,45 +29,6 @@ pytestmark = [
     ),
 ]
 TABLES = ("frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta")
-# the pid files of the daemons up.sh starts (slurmdbd and mariadb with ACCOUNTING=1 only)
-PID_FILES = ("munge/munged.pid", "run/slurmctld.pid", "run/slurmd.pid", "run/slurmdbd.pid", "dbrun/mysqld.pid")
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` different ports, free now: bound to port 0 together, then let go for the daemons."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for sock in sockets:
-            sock.bind(("", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-@contextlib.contextmanager
-def slurm_cluster(base: Path):
-    """A private cluster (up.sh) under `base` on free ports; yields the environment of its clients.
-    On leaving, however left (up.sh failing half-way included), down.sh stops every daemon up.sh
-    started, and none may be left running."""
-    slurmctld, slurmd = free_ports(2)
-    env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
-    env["NCPU"] = "4"  # two embed jobs of two CPUs side by side, on any machine
-    try:
-        started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
-        assert started.returncode == 0, started.stdout + started.stderr
-        # the client commands find the cluster by SLURM_CONF; `srun` in base/bin puts it back
-        # where the slurm jobstep plugin removes it
-        yield {**ENV, "SLURM_CONF": str(base / "etc" / "slurm.conf"), "PATH": f"{base / 'bin'}:{ENV['PATH']}"}
-    finally:
-        daemons = {name: int(text) for name in PID_FILES if (text := _read(base / name))}
-        stopped = subprocess.run(["bash", str(SLURM / "down.sh")], env=env, capture_output=True, text=True)
-        left = {name: pid for name, pid in daemons.items() if alive(pid)}
-        assert stopped.returncode == 0 and not left, f"still running: {left}\n{stopped.stdout}{stopped.stderr}"
-
-
-def _read(path: Path) -> str:
-    return path.read_text().strip() if path.is_file() else ""
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +60,26 @@ def test_two_test_beds_run_side_by_side(tmp_path):
             assert jobs.stdout.split() == [f"bed_{name}"], jobs.stdout + jobs.stderr
 
 
-SAMPLES = ("phix", "plasmid")  # a virus and another, enough to train on
+LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
+TINY = ("tiny1", "tiny2", "tiny3", "tiny4")  # two mitochondrial reads each, unlabelled
+SAMPLES = LABELLED + TINY
+GROUPED = 3  # samples a grouped job of the test profile holds (group-components)
+GROUPS = ("small_prepare", "small_samples", "sample_report")
 
 
 def configured(workdir):
     """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
-    pooled shard (the test stays short; two pooled shards: embed jobs side by side)."""
+    pooled shard (two pooled shards: embed jobs side by side), and four tiny samples that share the
+    second (the test stays short)."""
     write_inputs(workdir)
     sheet = workdir / "samples.tsv"
     header, *rows = sheet.read_text().splitlines(keepends=True)
-    sheet.write_text(header + "".join(r for r in rows if r.split("\t")[0] in SAMPLES))
+    ((_, _, mito),) = read_records(workdir / "inputs" / "mito.fa")
+    for i, name in enumerate(TINY):
+        reads = "".join(f">r{j}\n{mito[(2 * i + j) * 400 :][:300].decode()}\n" for j in range(2))
+        (workdir / "inputs" / f"{name}.fa").write_text(reads)
+    tiny = "".join(f"{name}\t{workdir / 'inputs' / name}.fa\t\n" for name in TINY)
+    sheet.write_text(header + "".join(r for r in rows if r.split("\t")[0] in LABELLED) + tiny)
     path = write_config(workdir)
     config = yaml.safe_load(path.read_text())
     config["shard_tokens"] = 2500  # one shard a sample (about 1,600 tokens each), each pooled alone
@@ -141,24 +112,31 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     cpu_jobs = [line for line in sbatch if "rule_embed_" not in line]
     pools = read_plans(slurm / "results" / "plan")[1]  # one job per pooled shard and model
     assert (
-        len(pools) == len(SAMPLES)
+        len(pools) == len(LABELLED)
         and len(gpu_jobs) == 2 * len(pools)
         and all("--gpus=1" in line and "-p gpu" in line for line in gpu_jobs)
     )
     assert all("--cpus-per-task=2" in line for line in gpu_jobs)  # embed jobs of more than one CPU
     assert cpu_jobs and not any("--gpus" in line or "--gres" in line for line in cpu_jobs)
     print("GPU job:", gpu_jobs[0].strip(), "\nCPU job:", cpu_jobs[0].strip())
+    # every sample is small: its CPU jobs go GROUPED samples to a submission, none alone
+    groups = [re.search(r"--comment rule_(small_prepare|small_samples)_", line) for line in cpu_jobs]
+    submitted = [g.group(1) for g in groups if g]
+    grouped = -(-len(SAMPLES) // GROUPED)
+    assert submitted.count("small_prepare") == submitted.count("small_samples") == grouped, sbatch
+    per_sample = ("prepare", "predict", "call", "summarize", "plot_sample")
+    assert not [line for line in cpu_jobs if re.search(rf"rule_({'|'.join(per_sample)})_wildcards", line)]
 
     # SLURM's own record: each embed job holds a GPU, the other jobs none
     jobs = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, env=cluster).stdout
     gpus, embed_times = {}, []
     for line in jobs.splitlines():
-        rule = re.search(r"Comment=rule_(\S+)", line).group(1).split("_wildcards")[0]
+        rule = job_name(re.search(r"Comment=(\S+)", line).group(1), GROUPS).split()[1]  # or group
         gpus.setdefault(rule, []).append("TresPerJob=gres:gpu:1" in line)
         if rule == "embed":
             embed_times.append(tuple(re.search(rf"{key}=(\S+)", line).group(1) for key in ("StartTime", "EndTime")))
     assert len(gpus["embed"]) == 2 * len(pools) and all(gpus["embed"])
-    assert {"prepare", "train", "predict"} <= gpus.keys()
+    assert {"small_prepare", "train", "small_samples"} <= gpus.keys()
     assert not any(any(held) for rule, held in gpus.items() if rule != "embed")
     # the profile stands alone (no workflow profile with a global GPU cap): embed jobs ran side by
     # side on the two GPUs, by SLURM's own start and end times (ISO times sort as text)
@@ -199,13 +177,14 @@ def test_failures_reach_the_console(cluster, tmp_path):
     config = write_config(pending, classifier="classifier.pt", pending_check_seconds=2)
     classifier_file(pending / "classifier.pt")
     command = SNAKEMAKE[:5] + ["--directory", str(pending), "--configfile", str(config)] + profile
-    command += ["--set-resources", "prepare:slurm_partition=short"]  # 1 minute at most; prepare asks for 30 or more
+    command += ["--set-resources", "prepare:slurm_partition=short"]  # 1 minute at most; prepare asks for 10 or more
     ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
     output = ran.stdout + ran.stderr
     assert ran.returncode != 0, output[-3000:]
     assert re.search(
-        r"^SLURM job \d+ \(rule prepare\) cannot start: PartitionTimeLimit: its runtime is longer than the "
-        r"partition allows; cancelled\. To run it, lower its rule's resources",
+        # the reason SLURM gives varies: the time limit, or the partition's configuration at large
+        r"^SLURM job \d+ \(group small_prepare\) cannot start: (PartitionTimeLimit: its runtime is longer than the "
+        r"partition allows|PartitionConfig: it asks for more [^;]+); cancelled\. To run it, lower its rule's resources",
         output,
         re.M,
     ), output[-3000:]

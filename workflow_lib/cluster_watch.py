@@ -34,8 +34,8 @@ NEVER_RUNS = {
     "AssocMaxWallDurationPerJobLimit": "its runtime is longer than its account allows",
 }
 _FIX = (
-    "lower its rule's resources in the profile (set-resources, set-threads; for a report group, "
-    "group-components) or choose another partition (slurm_partition)"
+    "lower its rule's resources in the profile (set-resources, set-threads; for a group, "
+    "group-components and resources) or choose another partition (slurm_partition)"
 )
 
 
@@ -65,12 +65,20 @@ def never_runs(squeue: str, workdir: str) -> list[tuple[str, str, str]]:
     return found
 
 
+def job_name(comment: str, groups: tuple[str, ...] = ()) -> str:
+    """`rule NAME`, or `group NAME` for one of the workflow's job `groups`, from the comment that
+    Snakemake's SLURM plugin gives a job: rule_RULE_wildcards_..., or rule_GROUP_RULES for a group."""
+    name = comment.removeprefix("rule_").split("_wildcards")[0] or "?"
+    group = next((g for g in groups if name.startswith(f"{g}_")), None)
+    return f"group {group}" if group else f"rule {name}"
+
+
 class PendingWatch:
     """Every `interval` seconds, in a daemon thread of the Snakemake process: this run's pending
     jobs that will never start are cancelled (scancel), each with one line on the console."""
 
-    def __init__(self, interval: float, workdir: str | None = None):
-        self.interval, self.workdir = interval, os.path.realpath(workdir or os.getcwd())
+    def __init__(self, interval: float, groups: tuple[str, ...] = (), workdir: str | None = None):
+        self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(workdir or os.getcwd())
         self.cancelled: set[str] = set()
 
     def start(self) -> "PendingWatch":
@@ -95,10 +103,9 @@ class PendingWatch:
                 continue
             self.cancelled.add(job)
             subprocess.run(["scancel", job], capture_output=True)
-            rule = comment.removeprefix("rule_").split("_wildcards")[0] or "?"
+            name = job_name(comment, self.groups)
             lines.append(
-                f"SLURM job {job} (rule {rule}) cannot start: {reason}: {NEVER_RUNS[reason]}; cancelled. "
-                f"To run it, {_FIX}"
+                f"SLURM job {job} ({name}) cannot start: {reason}: {NEVER_RUNS[reason]}; cancelled. To run it, {_FIX}"
             )
             print(lines[-1], file=sys.stderr, flush=True)
         return lines

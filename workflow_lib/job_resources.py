@@ -6,6 +6,15 @@ EMBED_START_MINUTES = 10  # model load, worker start-up, a kernel compile
 EMBED_MARGIN = 1.5  # on the assumed rate
 
 
+# A sample of at most this much input (about 2 M reads of 500 bp) is small: its CPU jobs take
+# seconds to a few minutes, so a cluster run batches many samples' jobs into one submission.
+SMALL_SAMPLE_BYTES = 1 << 30
+
+
+def small_sample(input_bytes: int) -> bool:
+    return input_bytes <= SMALL_SAMPLE_BYTES
+
+
 def tokenize_minutes(tokens: int) -> int:
     """2 minutes, plus the shard's tokens (its ESM-2 count; DNABERT-S's are about as many)."""
     return _minutes(2 + tokens / TOKENIZE_TOKENS_PER_S / 60)

@@ -1,8 +1,8 @@
-"""One pending re-evaluation timer per delay in Snakemake's job scheduler.
+"""Two mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
 
-Snakemake 9 (9.27.1 here) always has a job rate limiter (`--max-jobs-per-timespan`, 100/1s by
-default), and at the end of every scheduling pass that saw ready jobs it starts a new
-`threading.Timer(timespan)` whose only act is to start another pass
+One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
+(`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
+ready jobs it starts a new `threading.Timer(timespan)` whose only act is to start another pass
 (`scheduling/job_scheduler.py`, `JobScheduler.schedule` and `_schedule_reevalutation`). That pass
 arms another timer, and every finished job starts another such chain, so while jobs wait the
 passes grow with the jobs finished, each pass sizing the inputs of every ready job: Snakemake's own
@@ -16,14 +16,27 @@ failed, an executor error, a signal) releases the scheduler itself, and while a 
 re-evaluation one still comes within `delay` seconds (the pending timer fires no later than the new
 one would, and its flag is cleared before it releases, so the pass it starts can arm the next).
 SLURM jobs are polled by the executor's own thread and reported through the same release.
+
+Group components merged once. `group-components NAME=n` puts n connected components of a job group
+into one cluster job, but `DAG._update_group_components` merges them by growing the GroupJob objects
+that the DAG's group factory caches, and the DAG is post-processed more than once (at start-up,
+again after every checkpoint): each pass finds the grown groups and merges them again, so the
+cluster jobs hold n, then n^2 ... components (snakemake#1217, #1628; 6 samples' prepare in one job
+where 3 were asked, measured on the SLURM test bed). `group_components_once` merges each chunk into
+a group of its own from the same factory, leaving the components as they were: every pass makes
+the same chunks, and the same GroupJob objects, from the same components.
 """
 
 import threading
+from collections import defaultdict
 
 try:
+    import snakemake.api  # noqa: F401 (first: snakemake.dag alone is a circular import)
+    from snakemake.common import group_into_chunks
+    from snakemake.dag import DAG
     from snakemake.scheduling.job_scheduler import JobScheduler
 except ImportError:  # another Snakemake: nothing to mend
-    JobScheduler = None
+    DAG = JobScheduler = None
 
 
 def keep_one_timer() -> bool:
@@ -52,4 +65,36 @@ def keep_one_timer() -> bool:
 
     JobScheduler._schedule_reevalutation = schedule_reevaluation  # (sic: Snakemake's spelling)
     JobScheduler._one_timer_per_delay = True
+    return True
+
+
+def group_components_once() -> bool:
+    """Patch DAG (once per process); whether this Snakemake has the merge to mend."""
+    if DAG is None or not hasattr(DAG, "_update_group_components"):
+        return False
+    if getattr(DAG, "_components_merged_once", False):
+        return True
+
+    def update_group_components(self) -> None:
+        components = defaultdict(set)
+        for group in self._group.values():
+            components[group.groupid].add(group)
+        for groupid, groups in components.items():
+            n = self.workflow.group_settings.group_components.get(
+                self.workflow.parent_groupids.get(groupid, groupid), 1
+            )
+            # the same chunks in every pass: components in the order of their jobs' outputs
+            ordered = sorted(groups, key=lambda g: min(str(job.output) for job in g.jobs))
+            for chunk in group_into_chunks(n, ordered) if n > 1 else ():
+                if len(chunk) > 1:
+                    merged = self.group_job_factory.new(
+                        groupid, (job for group in chunk for job in group.jobs), self.workflow.global_resources
+                    )
+                    for job in merged.jobs:
+                        self._group[job] = merged
+        for group in set(self._group.values()):
+            group.finalize()
+
+    DAG._update_group_components = update_group_components
+    DAG._components_merged_once = True
     return True
