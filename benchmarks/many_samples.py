@@ -17,7 +17,9 @@ without the minutes the jobs themselves take; the output says which mode made it
 
 --slurm runs under the project's SLURM test bed (tests/slurm: one node of 4 CPUs; needs root on
 Debian) with its profile and profiles/slurm's group-components, and counts the sbatch
-submissions, by rule or group.
+submissions, by rule or group. --slurm-dry-run counts them without a cluster: the jobs that
+`snakemake -n --profile profiles/slurm` shows before the plan (grouped jobs as groups), and the
+pooled shards' jobs of the plan that the run made.
 """
 
 import argparse
@@ -37,6 +39,7 @@ from pathlib import Path
 import yaml
 from workflow_scale import models
 
+from workflow_lib.plan import read_plans
 from workflow_lib.stages import ROOT, write_reads
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -102,6 +105,39 @@ def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: d
     return figures
 
 
+def slurm_dry_run(workflow: Path, folder: Path, config: Path, plan_dir: Path) -> dict:
+    """SLURM submissions of a run of the sheet under profiles/slurm: those before the plan from a
+    dry run in an empty directory (a group job, or a job of a rule that is not local), and those of
+    the pooled shards that `plan_dir`'s plans list (tokenize, 2 embed and score each, and
+    pool_shard where a pooled shard holds several pieces)."""
+    run = folder / "slurm_dry_run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    command = [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(workflow / "Snakefile")]
+    command += ["--directory", str(run), "--configfile", str(config), "--profile", str(workflow / "profiles" / "slurm")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"the dry run failed:\n{result.stderr[-4000:]}")
+    output = result.stdout + result.stderr
+    local = {
+        name
+        for smk in (workflow / "rules").glob("*.smk")
+        for name, body in re.findall(r"^(?:rule|checkpoint) (\w+):\n((?:[ \n].*\n?)*)", smk.read_text(), re.M)
+        if "localrule: True" in body
+    } | {"all"}
+    groups = re.findall(r"Group job (\w+) ", output)
+    alone = [rule for rule in re.findall(r"^(?:rule|checkpoint) (\w+):$", output, re.M) if rule not in local]
+    before = Counter(groups) + Counter(alone)
+    per_pool = Counter()
+    for pieces in read_plans(plan_dir)[1].values():
+        per_pool.update(["tokenize", "embed", "embed", "score"] + ["pool_shard"] * (len(pieces) > 1))
+    return {
+        "submissions": before.total() + per_pool.total(),
+        "before_plan": dict(sorted(before.items())),
+        "pooled_shards": dict(sorted(per_pool.items())),
+    }
+
+
 def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
     """The samples sheet of samples s0 ... s{n-1}, each of `reads` reads of 500 bp."""
     for i in range(n):
@@ -111,7 +147,14 @@ def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
 
 
 def run(
-    workdir: Path, n: int, mode: str, compare: bool, reads: int = 5, append: bool = False, cluster: dict | None = None
+    workdir: Path,
+    n: int,
+    mode: str,
+    compare: bool,
+    reads: int = 5,
+    append: bool = False,
+    cluster: dict | None = None,
+    dry_run: bool = False,
 ) -> dict:
     folder = workdir / f"{mode}_{n}x{reads}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,6 +178,9 @@ def run(
         if cluster is not None:
             figures[name] |= {key: runs[0][key] for key in ("sbatch", "sbatch_by_rule_or_group")}
         figures[name]["jobs_by_rule"] = dict(sum((Counter(r["jobs_by_rule"]) for r in runs), Counter()))
+    if dry_run:
+        plans = folder / "checkpoint" / "results" / "plan"
+        figures["slurm_dry_run"] = slurm_dry_run(workflow, folder, config, plans)
     if append:  # one more sample in the sheet of the finished run
         sheet(folder, inputs, n + 1, reads)
         figures["appended"] = snakemake(workflow, folder / "checkpoint", config, cluster=cluster)
@@ -157,6 +203,9 @@ def main() -> None:
     )
     parser.add_argument("--append", action="store_true", help="then one sample more in the finished run's sheet")
     parser.add_argument("--slurm", action="store_true", help="under the SLURM test bed (tests/slurm), as root")
+    parser.add_argument(
+        "--slurm-dry-run", action="store_true", help="and the SLURM submissions of profiles/slurm, from a dry run"
+    )
     args = parser.parse_args()
     if args.slurm and not args.no_compare:
         parser.error("--slurm measures the user's run only: add --no-compare")
@@ -175,7 +224,9 @@ def main() -> None:
             args.workdir.mkdir(parents=True, exist_ok=True)
             cluster = stack.enter_context(slurm_cluster(Path(tempfile.mkdtemp(dir=args.workdir, prefix="bed_"))))
         for n in args.samples:
-            figures = run(args.workdir, n, args.mode, not args.no_compare, args.reads, args.append, cluster)
+            figures = run(
+                args.workdir, n, args.mode, not args.no_compare, args.reads, args.append, cluster, args.slurm_dry_run
+            )
             result["runs"].append(figures)
             print(json.dumps(figures), file=sys.stderr, flush=True)
     print(json.dumps(result, indent=2))

@@ -4,7 +4,9 @@ delay, group components merged once."""
 import threading
 from types import SimpleNamespace
 
-from workflow_lib.scheduler import DAG, JobScheduler, group_components_once, keep_one_timer
+from snakemake.exceptions import WorkflowError
+
+from workflow_lib.scheduler import DAG, JobScheduler, keep_one_timer, mend_job_groups
 
 
 def timers() -> list[threading.Thread]:
@@ -74,7 +76,7 @@ def update_groups(dag, jobs) -> None:
 def test_group_components_are_merged_the_same_in_every_pass():
     """Six samples' prepare, three to a group: the DAG post-processed three times (start-up, a
     checkpoint, another) gives the same two groups of three each time, never one of six."""
-    assert group_components_once() and group_components_once()
+    assert mend_job_groups() and mend_job_groups()
     jobs = [Job([f"results/s{i}/prepare/shards"]) for i in range(6)]
     settings = SimpleNamespace(group_components={"small_prepare": 3})
     workflow = SimpleNamespace(group_settings=settings, parent_groupids={}, global_resources={})
@@ -86,3 +88,22 @@ def test_group_components_are_merged_the_same_in_every_pass():
         passes.append(set(dag._group.values()))
     assert passes[0] == passes[1] == passes[2]
     assert sorted(len(group.jobs) for group in passes[0]) == [3, 3]
+
+
+def test_a_group_that_leaves_and_enters_itself_again_is_refused():
+    """predict and summarize in a group, call between them outside it: refused, once per group;
+    with call in the group too, accepted."""
+    predict, call, summarize = (Job([name]) for name in ("predict", "call", "summarize"))
+    for job in (predict, call, summarize):
+        job.rule = SimpleNamespace(name=job.output[0])
+    dependencies = {predict: set(), call: {predict}, summarize: {call}}
+    mend_job_groups()
+    for members, refused in (({predict, summarize}, True), ({predict, call, summarize}, False)):
+        group = Group("small_samples", frozenset(members))
+        dag = SimpleNamespace(_group=dict.fromkeys(members, group), _dependencies=dependencies)
+        try:
+            DAG._check_groups(dag)
+        except WorkflowError as error:
+            assert refused and "enters it again at predict (through call)" in str(error)
+        else:
+            assert not refused
