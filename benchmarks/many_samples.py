@@ -99,7 +99,8 @@ def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: d
     by_rule = {rule: rules.count(rule) for rule in sorted(set(rules))}
     figures = {key: round(value, 1) for key, value in figures.items()} | {"jobs": len(rules), "jobs_by_rule": by_rule}
     if cluster is not None:
-        sbatch = re.findall(r"sbatch call: .*?--comment '?(?:rule|group)_([a-z_]+?)(?:_wildcards|'| )", output)
+        # the plugin's job comment: rule_RULE_wildcards_..., or rule_GROUP_RULES for a group
+        sbatch = re.findall(r"sbatch call: .*?--comment rule_(\w+?)(?:_wildcards_\S*)? ", output)
         figures["sbatch"] = len(sbatch)
         figures["sbatch_by_rule_or_group"] = dict(sorted(Counter(sbatch).items()))
     return figures

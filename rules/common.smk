@@ -179,14 +179,13 @@ def sample_group(small, large=None):
     """The job group of a sample's job: `small` for a small sample, `large` for another."""
 
     def group(wildcards):
-        return small if is_small_sample(wildcards.sample) else large
+        return small if is_small_input(sample_input(wildcards)) else large
 
     return group
 
 
 @functools.cache
-def is_small_sample(sample):
-    path = samples.loc[sample, "path"]
+def is_small_input(path):
     return job_resources.small_sample(
         os.path.getsize(path) if os.path.isfile(path) else 0
     )

@@ -28,13 +28,13 @@ def free_ports(n: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def slurm_cluster(base: Path, cpus: int = 4):
+def slurm_cluster(base: Path):
     """A private cluster (up.sh) under `base` on free ports; yields the environment of its clients.
     On leaving, however left (up.sh failing half-way included), down.sh stops every daemon up.sh
     started, and none may be left running."""
     slurmctld, slurmd = free_ports(2)
     env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
-    env["NCPU"] = str(cpus)
+    env["NCPU"] = "4"  # two embed jobs of two CPUs side by side, on any machine
     try:
         started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
         assert started.returncode == 0, started.stdout + started.stderr
