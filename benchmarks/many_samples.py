@@ -15,7 +15,7 @@ without the minutes the jobs themselves take; the output says which mode made it
     python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 --no-compare --append
     python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 30 300 1000 --no-compare --slurm
 
---slurm runs under the project's SLURM test bed (tests/slurm: one node of 4 CPUs; needs root on
+--slurm runs under the project's SLURM test bed (tests/slurm: one node of 6 CPUs; needs root on
 Debian) with its profile and profiles/slurm's group-components, and counts the sbatch
 submissions, by rule or group. --slurm-dry-run counts them without a cluster: the jobs that
 `snakemake -n --profile profiles/slurm` shows before the plan (grouped jobs as groups), and the
@@ -221,7 +221,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         cluster = None
         if args.slurm:
-            result["slurm"] = "the SLURM test bed: one node of 4 CPUs, profiles/slurm's group-components"
+            result["slurm"] = "the SLURM test bed: one node of 6 CPUs, profiles/slurm's group-components"
             args.workdir.mkdir(parents=True, exist_ok=True)
             cluster = stack.enter_context(slurm_cluster(Path(tempfile.mkdtemp(dir=args.workdir, prefix="bed_"))))
         for n in args.samples:

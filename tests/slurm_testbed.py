@@ -34,7 +34,9 @@ def slurm_cluster(base: Path):
     started, and none may be left running."""
     slurmctld, slurmd = free_ports(2)
     env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
-    env["NCPU"] = "4"  # two embed jobs of two CPUs side by side, on any machine
+    # two embed jobs of two CPUs side by side on any machine, with room beside them for the pooled
+    # shard, tokenize and grouped jobs that the scheduler may start at the same time
+    env["NCPU"] = "6"
     try:
         started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)
         assert started.returncode == 0, started.stdout + started.stderr

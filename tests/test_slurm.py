@@ -1,5 +1,5 @@
 """The workflow through a real SLURM cluster (tests/slurm/up.sh: Debian's slurm-wlm and munge, one
-node of 4 CPUs, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed
+node of 6 CPUs, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed
 jobs reach SLURM with --gpus=1 and two CPUs, see the GPU it gave them and run side by side, CPU
 jobs get none, and the tables equal a local run; a failing job's error line and a job that can
 never start reach the console. Each test bed has its own directory and free ports, and whatever it
