@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow  # each part runs the benchmark script: seconds to
 
 SMALL = {
     "equivalence": ["--reads", "300", "--equivalence-frames", "30", "--budget", "2048"],
-    "model": ["--reads", "300", "--frames", "100", "--sweep", "1024", "4096"],
+    "model": ["--reads", "300", "--frames", "100", "--sweep", "1024", "4096", "--compiled"],
     "speed": ["--reads", "300", "--frames", "100", "--profile-frames", "50", "--compare-frames", "50"]
     + ["--virnucpro-frames", "30", "--budget", "2048", "--dnabert-budget", "2048", "--workers", "1"],
     # more frames than the reads give: the part takes them all (it once wrote a broken shard)
@@ -51,9 +51,10 @@ def test_equivalence_part(tmp_path):
 
 
 def test_model_part(tmp_path):
-    """The models alone, warm-up excluded, over the token-budget sweep: every step's figures."""
+    """The models alone, warm-up excluded, over the token-budget sweep, ESM-2 eager and compiled:
+    every step's figures."""
     figures = run_part("model", tmp_path)
-    for model in ("esm", "dnabert"):
+    for model in ("esm", "esm_compiled", "dnabert"):
         assert figures[model]["frames"] == 100 and set(figures[model]["budgets"]) == {"1024", "4096"}
         for run in figures[model]["budgets"].values():
             assert run["tokens_per_s"] > 0 and run["batches"] >= 1 and run["mfu"] is None  # no peak for a CPU

@@ -3,6 +3,7 @@ vectors computed by the public DNABERT-S model code, the classifier against VirN
 
 import copy
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import esm as fair_esm
 import numpy as np
 import pytest
 import torch
-from helpers import DATA
+from helpers import DATA, ENV
 
 from workflow_lib import demo_models
 from workflow_lib.errors import InputError
@@ -522,7 +523,6 @@ def test_pickle_that_runs_code_is_refused(demo_models, tmp_path, kind):
 def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     """A fair-esm name and a Hugging Face id resolve to files already in models.cache_dir, with
     no network: the layout that fair-esm (torch hub) and huggingface_hub write when they download."""
-    import json
     import os
     import shutil
 
@@ -557,3 +557,44 @@ def test_no_remote_code_is_ever_trusted(root):
     for path in [*(root / "workflow_lib").rglob("*.py"), *(root / "scripts").glob("*.py")]:
         text = path.read_text()
         assert "trust_remote_code=" not in text and "from_pretrained(" not in text, path
+
+
+def test_esm_compiled_layers_match_eager(demo_models):
+    """The compiled layer work (torch.compile fusing LayerNorms, rotary, GELU and adds around the
+    attention kernel) gives the eager forward's embeddings, on rows of every length at once."""
+    model, alphabet = esm.load(str(demo_models["esm"]))
+    eager = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, CPU)
+    compiled = esm.ESMEmbedder(model, alphabet, 2, CPU, compiled=True)
+    encoded = eager.tokens([p.encode() for p in PROTEINS])
+    for budget in (100_000, 700):  # rows of other lengths: one compile serves them all
+        expected, _ = packed_run(eager, encoded, budget)
+        got, _ = packed_run(compiled, encoded, budget)
+        assert (got - expected).abs().max() < 1e-5, budget
+    assert compiled.compiled  # compiled to the end: it never fell back to the eager layers
+
+
+COMPILE_WITHOUT_COMPILER = """
+import copy, json, sys, torch
+from workflow_lib.models import esm
+model, alphabet = esm.load(sys.argv[1])
+eager = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, torch.device("cpu"))
+compiled = esm.ESMEmbedder(model, alphabet, 2, torch.device("cpu"), compiled=True)
+batch = __import__("workflow_lib.packing", fromlist=["pack"]).pack(
+    [0, 1], eager.tokens([b"MKVLAAGWPQ", b"ACDEFGHIKLMNPQRSTVWY"]), 100).tensors()
+print(json.dumps([float((compiled(batch) - eager(batch)).abs().max()), compiled.compiled]))
+"""
+
+
+def test_esm_compile_failure_falls_back_to_eager(demo_models, tmp_path):
+    """A node without a working C compiler cannot compile the layers: the job goes on with the eager
+    layers (one warning), giving the same embeddings, instead of failing."""
+    env = {**ENV, "CXX": str(tmp_path / "no-such-g++"), "CC": str(tmp_path / "no-such-gcc")}
+    env |= {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "PYTHONPATH": str(Path(__file__).parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_WITHOUT_COMPILER, str(demo_models["esm"])],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    difference, still_compiled = json.loads(result.stdout.strip().splitlines()[-1])
+    assert difference < 1e-5 and not still_compiled
+    assert "the compiled layers failed" in result.stderr
