@@ -37,7 +37,7 @@ from workflow_lib import job_resources
 from workflow_lib.errors import InputError
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
-from workflow_lib.scheduler import keep_one_timer, mend_job_groups
+from workflow_lib.scheduler import keep_one_timer, mend_job_groups, mend_needrun_mask
 from workflow_lib.settings import (
     CallSettings,
     CheckModelsSettings,
@@ -76,10 +76,12 @@ except InputError as error:
 configfile: DEFAULT_CONFIG
 
 
-# Snakemake's own CPU would grow with the square of the samples, and its grouped cluster jobs would
-# hold far more samples than group-components asks (workflow_lib/scheduler.py).
+# Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
+# hold far more samples than group-components asks, and a job behind an ancient input would go
+# untested while the job before it is due (workflow_lib/scheduler.py).
 keep_one_timer()
 mend_job_groups()
+mend_needrun_mask()
 
 MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"

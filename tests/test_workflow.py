@@ -191,6 +191,11 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     pools = len(read_plans(workdir / "results" / "plan")[1])
     assert jobs["check_models"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
     assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
+    # with a setting that changes the embeddings too, every embed job runs again (none ran once)
+    _, jobs = snakemake_dry_run(
+        workdir, config, tmp_path, models={"classifier": str(other)}, embedding={"storage": "float16"}
+    )
+    assert jobs["check_models"] == 1 and jobs["embed"] == 2 * pools and jobs["score"] == pools
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Two mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
+"""Three mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
 
 One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
 (`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
@@ -32,10 +32,20 @@ that maps to the same group: with 50 samples' predict, call, summarize and plot_
 183 s of a 205 s profiled dry run at 300 samples (146 M steps), and 8 min 22 s of the 1,000-sample
 dry run unprofiled. `mend_job_groups` walks upstream once per group, from the jobs just outside it: the same
 check, linear in the DAG for each group.
+
+Jobs behind an ancient input tested on their own. `DAG.update_needrun` tests each job's own
+reasons (missing or older output, changed params) in topological order, but skips every job
+downstream of one found to need a run ("masked": the BFS after it would mark them anyway); that
+BFS does not cross an input marked `ancient()`, but the mask does. So a job that reads a due job's
+output only through `ancient()` is neither tested nor marked: with the model check due (a
+classifier swap) and `embedding.storage` changed with it, no embed job ran and the old embeddings
+were kept. `mend_needrun_mask` masks along plain inputs only; a job past an ancient one is tested
+as if the due job were not there, which is what `ancient()` means.
 """
 
 import threading
 from collections import defaultdict
+from functools import partial
 
 try:
     import snakemake.api  # noqa: F401 (first: snakemake.dag alone is a circular import)
@@ -123,3 +133,39 @@ def _check_groups(self) -> None:
                 if dep not in seen:
                     seen.add(dep)
                     outside.append(dep)
+
+
+def mend_needrun_mask() -> bool:
+    """Patch DAG (once per process); whether this Snakemake has the needrun code to mend."""
+    if DAG is None or not all(hasattr(DAG, name) for name in ("update_needrun", "bfs")):
+        return False
+    if getattr(DAG, "_needrun_mask_mended", False):
+        return True
+    update_needrun = DAG.update_needrun
+
+    async def mended(self, *args, **kwargs):
+        self.bfs = partial(_masking_bfs, self)  # for this pass only: the mask is its one BFS downstream
+        try:
+            return await update_needrun(self, *args, **kwargs)
+        finally:
+            del self.bfs
+
+    DAG.update_needrun = mended
+    DAG._needrun_mask_mended = True
+    return True
+
+
+class _PlainEdges:
+    """The DAG's `depending` map without the edges whose files are all read through ancient()."""
+
+    def __init__(self, depending):
+        self.depending = depending
+
+    def __getitem__(self, job) -> dict:
+        return {job_: files for job_, files in self.depending[job].items() if not all(f.is_ancient for f in files)}
+
+
+def _masking_bfs(dag, direction, *jobs, stop=lambda job: False):
+    if direction is dag.depending:
+        direction = _PlainEdges(direction)
+    return DAG.bfs(dag, direction, *jobs, stop=stop)
