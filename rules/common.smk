@@ -1,6 +1,7 @@
 import copy
 import functools
 import json
+import logging
 import os
 import re
 import shlex
@@ -34,7 +35,7 @@ from workflow_lib.config_check import (
 )
 from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib import job_resources
-from workflow_lib.errors import InputError
+from workflow_lib.errors import InputError, full_disk_here
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
 from workflow_lib.scheduler import keep_one_timer, mend_job_groups, mend_needrun_mask
@@ -82,6 +83,9 @@ configfile: DEFAULT_CONFIG
 keep_one_timer()
 mend_job_groups()
 mend_needrun_mask()
+# Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
+# ---"); the console still gets every message, and onerror says the disk is full.
+logging.raiseExceptions = False
 
 MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"
@@ -136,6 +140,9 @@ onerror:
     if workflow.non_local_exec:
         for line in failed_job_reasons(log):
             print(f"failed: {line}", file=sys.stderr)
+    # Snakemake's own log and metadata on a full disk fail with a traceback or not at all
+    if full := full_disk_here():
+        print(f"error: {full}", file=sys.stderr)
 
 
 if workflow.is_main_process:  # once, not in every cluster job

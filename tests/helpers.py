@@ -3,16 +3,19 @@ test samples and config. Tests import it as `from helpers import ...` (pytest pu
 for the conftest.py there); fixtures live in conftest.py."""
 
 import bz2
+import contextlib
 import gzip
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 import yaml
 
@@ -201,3 +204,19 @@ def alive(pid: int) -> bool:
             return "zombie" not in next(line for line in status if line.startswith("State:"))
     except FileNotFoundError:
         return False
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, options: str):
+    """A tmpfs mounted at `path` with `options` (size=...) for the block; the test is skipped,
+    with its reason, where it cannot mount one."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root and mount(8) to mount a small tmpfs")
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)

@@ -3,20 +3,18 @@ file, the record or key and what to do, exit status 2 (Snakemake: non-zero), no 
 no output left behind. Odd but valid input (headers, line endings, case, N, empty records) works."""
 
 import bz2
-import contextlib
 import gzip
 import lzma
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import GENOMES, ROOT, read_fasta, read_tsv
+from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs
 
-from workflow_lib.errors import InputError
+from workflow_lib.errors import InputError, full_disk, full_disk_here
 from workflow_lib.seqio import read_records
 from workflow_lib.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.tables import read_table
@@ -514,26 +512,15 @@ def test_config_that_fails_the_schema(tmp_path, config, args, expected):
 # Resources: a full disk, a read-only file system, an output directory that cannot be made.
 
 
-@contextlib.contextmanager
-def tmpfs(path: Path, options: str):
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root and mount(8) to mount a small tmpfs")
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
 @pytest.mark.slow
 def test_full_disk(tmp_path):
     (tmp_path / "reads.fa").write_bytes(lambda_reads(400))
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         out = disk / "out"
-        message = f"{out}: cannot write the outputs: no space left on device; free space or write them elsewhere"
+        message = (
+            f"{out}: cannot write the outputs: no space left on device (the file system mounted at {disk} is full); "
+            "free space there or write the outputs elsewhere, then run the same command again"
+        )
         assert_refused(tmp_path / "reads.fa", out, message)
         assert os.listdir(disk) == ["out"]
 
@@ -550,10 +537,32 @@ def test_full_disk_hdf5(tmp_path):
             # random values: embeddings are stored compressed, and ones would fit in the 64 kB
             embeddings = np.random.default_rng(0).standard_normal((100, 512), dtype=np.float32)
             h5store.write(disk / "shard_0.h5", ["a"] * 100, embeddings, attrs)
-        assert str(caught.value) == (
-            f"{disk}: cannot write the outputs: no space left on device; free space or write them elsewhere"
-        )
+        assert str(caught.value) == full_disk(disk)
+        assert f"(the file system mounted at {disk} is full)" in str(caught.value)
         assert os.listdir(disk) == []
+
+
+FAILING_JOB = """
+from workflow_lib.errors import InputError, run_cli
+def main():
+    raise InputError("reads.fa: record 'r1' is empty; remove it")
+run_cli(main)
+"""
+
+
+def test_a_job_error_reaches_the_console_when_its_log_is_on_a_full_disk(tmp_path):
+    """scripts/run_logged.sh shows a failed job's one line on the console from the job itself,
+    not from its log, which a full disk may have left empty."""
+    with tmpfs(tmp_path / "disk", "size=16k") as disk:
+        (disk / "ballast").write_bytes(b"x" * 16384)  # writes stop short of 16 kB: the disk is full
+        result = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(disk / "job.log"), sys.executable, "-c", FAILING_JOB],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert (disk / "job.log").read_text() == ""  # the log could not take the line
+        assert full_disk_here(disk) == full_disk(disk)  # what onerror prints when Snakemake's own log met it
+    assert full_disk_here(tmp_path) is None
+    assert (result.returncode, result.stderr) == (2, "error: reads.fa: record 'r1' is empty; remove it\n")
 
 
 @pytest.mark.slow

@@ -348,6 +348,62 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
     assert len(list(parts.glob("part_*.npz"))) > committed  # what was done since the last commit
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["after the last batch", "after the output is written"])
+def test_a_sigterm_at_the_very_end_keeps_the_shard(read_frames, demo_models, tmp_path, moment):
+    """A stop in the job's last moments, its process group signalled as SLURM does, through
+    scripts/run_logged.sh as the rules run it: the job finishes with status 0, its output whole
+    and its commits removed (not 143 after its output was renamed, which Snakemake would delete
+    with the commits gone: a whole shard to embed again). Signalled before it could finish, it
+    exits 143 with every frame committed, and its rerun embeds none again."""
+    shard = read_frames / "shard_0.faa"
+    options = {"num_workers": 0, "token_budget": 1024, "progress_seconds": 1e-6, "commit_seconds": 0}
+    reference = tmp_path / "reference.h5"
+    subprocess.run(
+        embed_command("esm", demo_models["esm"], shard, reference, **options), check=True, capture_output=True
+    )
+    output, log = tmp_path / "e.h5", tmp_path / "embed.log"
+    command = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(log)]
+    command += embed_command("esm", demo_models["esm"], shard, output, **options)
+    total = len(ShardIndex.read(shard))
+    line = f" {total:,} frames of {total:,}" if moment == "after the last batch" else f"wrote {output}"
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    while job.poll() is None and line not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.001)
+    assert job.poll() is None, "the job ended before it could be signalled:\n" + log.read_text()[-3000:]
+    os.killpg(job.pid, signal.SIGTERM)
+    status = job.wait(timeout=120)
+    if status == 128 + signal.SIGTERM:  # stopped before it could finish: every frame committed
+        assert moment == "after the last batch" and not output.exists()
+        rerun = subprocess.run(command, capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stderr
+        assert f"resuming: {total} of {total} frames" in log.read_text()
+    else:
+        assert status == 0, log.read_text()[-3000:]
+        assert "a SIGTERM came after the last batch: the job finishes first" in log.read_text()
+    assert not (tmp_path / ".e.h5.parts").exists()
+    with h5py.File(output) as got, h5py.File(reference) as expected:
+        assert got["ids"][()].tolist() == expected["ids"][()].tolist()
+        assert np.abs(got["embeddings"][()] - expected["embeddings"][()]).max() <= EMBEDDING_TOLERANCE
+
+
+def test_run_logged_reports_the_jobs_own_status_after_a_sigterm(tmp_path):
+    """SIGTERM to the process group reaches scripts/run_logged.sh too: it waits for the job and
+    exits with the job's status (a job that finishes first: 0), not with 143 of its own."""
+    job = (
+        "import signal, time\ngot = []\nsignal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
+        "print('ready', flush=True)\nwhile not got:\n    time.sleep(0.01)\ntime.sleep(0.5)\n"
+    )
+    log = tmp_path / "job.log"
+    command = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(log), sys.executable, "-c", job]
+    shell = subprocess.Popen(command, start_new_session=True)
+    while "ready" not in (log.read_text() if log.exists() else ""):
+        assert shell.poll() is None
+        time.sleep(0.01)
+    os.killpg(shell.pid, signal.SIGTERM)
+    assert shell.wait(timeout=60) == 0
+
+
 class Lines:
     """The lines of a child's output as they come, read by a thread (the child never blocks on a
     full pipe). The time limits only turn a hung child into a failure."""

@@ -1,7 +1,9 @@
 """Interrupted and repeated runs of the whole workflow: an embed job killed mid-shard is retried
-by the profile and resumes from its last commit; the same inputs and config give the same results."""
+by the profile and resumes from its last commit; a run on a disk that fills up says so and, given
+room, finishes as if nothing had happened; the same inputs and config give the same results."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -9,8 +11,9 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, write_config
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, tmpfs, write_config
 
 from workflow_lib.stages import write_reads
 
@@ -200,3 +203,28 @@ def test_repeated_ids_are_found_in_bounded_memory(tmp_path, monkeypatch, held):
         assert len(hashes.held) < held
         assert hashes.repeated() == {hash(b"read_3"), hash(b"read_49")}
     assert list(tmp_path.iterdir()) == []  # the bucket files are gone
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_any_stage_says_so_and_loses_nothing(runs, tmp_path):
+    """The run on a tmpfs with 1 MB of room past its inputs, then 2, 4, 8 ... as a user frees
+    space: each run that meets the full disk, at whatever stage, fails with the line that names the
+    file system and says it is full, and no traceback; the same command, given room, finishes with
+    the results of a run on a roomy disk (every embed job's commits kept through the failures)."""
+    first, *_ = runs
+    with tmpfs(tmp_path / "disk", "size=64m") as disk:
+        workdir = setup(disk / "run")
+        used = shutil.disk_usage(disk).used
+        stages = []
+        for room in (1 << 20) * 2 ** np.arange(12):
+            subprocess.run(["mount", "-o", f"remount,size={used + room}", str(disk)], check=True)
+            result = snakemake(workdir)
+            if result.returncode == 0:
+                break
+            output = result.stdout + result.stderr
+            assert f"(the file system mounted at {disk} is full)" in output, output[-3000:]
+            assert "Traceback" not in output and "Segmentation fault" not in output, output[-3000:]
+            stages.append(sorted(set(re.findall(r"Error in rule (\w+)", output))))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert len(stages) >= 2 and len(set(map(tuple, stages))) >= 2, stages  # several stages met it
+        assert_same_results(workdir, first)

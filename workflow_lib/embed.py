@@ -112,16 +112,30 @@ def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
 @contextlib.contextmanager
 def sigterm_exits():
     """SLURM preemption sends SIGTERM: leave through the normal exits, so loader workers are
-    shut down and no partial output is left."""
+    shut down, what was embedded is committed and no partial output is left. Yields `finishing`:
+    called once every frame is committed, a SIGTERM from then on, to the end of the process, is
+    only noted. Stopped after its output was renamed into place, the job would exit 143 and
+    Snakemake would delete that output, its commits perhaps removed already: a whole shard to
+    embed again."""
 
-    def handler(signum, _frame):
+    def stop(signum, _frame):
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def noted(signum, _frame):
+        log.warning("a SIGTERM came after the last batch: the job finishes first")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    finished = []
+
+    def finishing() -> None:
+        signal.signal(signal.SIGTERM, noted)
+        finished.append(True)
+
     try:
-        yield
+        yield finishing
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not finished:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class Meter:
@@ -185,13 +199,13 @@ def embed_shard(
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
     `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
-    instead of tokenising. A SIGTERM at any moment ends the job through its normal exits (its
-    status says so)."""
-    with sigterm_exits():
-        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path)
+    instead of tokenising. A SIGTERM before every frame is committed ends the job through its
+    normal exits (its status says so); after, the job finishes (sigterm_exits)."""
+    with sigterm_exits() as finishing:
+        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path, finishing)
 
 
-def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings, tokens_path) -> dict:
+def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings, tokens_path, finishing) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
     index = ShardIndex.read(input_path)
@@ -229,6 +243,7 @@ def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings,
         feed = DeviceFeed(embedder, device)
         dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
         meter = run_batches(dataset, feed, rows, workers, settings)
+        finishing()
         check_complete(input_path, index, rows.written)
         stats = {
             **_attributes(settings, embedder, device, precision, digests),

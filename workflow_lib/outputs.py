@@ -8,9 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import InputError
-
-_FULL = (errno.ENOSPC, errno.EDQUOT)
+from .errors import InputError, disk_full, full_disk
 
 
 def _temporary_name(path: Path) -> Path:
@@ -33,26 +31,27 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
     try:
         yield tmp
         os.replace(tmp, path)
-    except OSError as error:
-        code = errno.ENOSPC if "No space left" in str(error) else error.errno
-        if not _refused(error, code, tmp):
+    except (OSError, RuntimeError) as error:  # h5py reports a failed write as either
+        if disk_full(error):  # this file's disk, or that of another file written in the block
+            other = getattr(error, "filename", None)
+            mine = not other or os.fspath(other) == os.fspath(tmp)
+            raise InputError(full_disk(path.parent if mine else Path(other).parent)) from None
+        if not (isinstance(error, OSError) and _refused(error, tmp)):
             raise
-        advice = "free space" if code in _FULL else "make it writable"
         raise InputError(
-            f"{path.parent}: cannot write the outputs: {os.strerror(code).lower()}; {advice} or write them elsewhere"
+            f"{path.parent}: cannot write the outputs: {os.strerror(error.errno).lower()}; make it writable or write "
+            "them elsewhere"
         ) from None
     finally:
         with contextlib.suppress(OSError):  # a read-only file system refuses even a missing file
             tmp.unlink()
 
 
-def _refused(error: OSError, code: int | None, tmp: Path) -> bool:
-    """Whether the disk or the directory refused `tmp`: no space (a write names no file), or a
-    read-only or forbidden place for this very file (h5py names it only in its message)."""
+def _refused(error: OSError, tmp: Path) -> bool:
+    """Whether the directory refused `tmp`: a read-only or forbidden place for this very file
+    (h5py names it only in its message)."""
     ours = os.fspath(error.filename) == os.fspath(tmp) if error.filename else str(tmp) in str(error)
-    return (code in _FULL and (ours or not error.filename)) or (
-        code in (errno.EROFS, errno.EACCES, errno.EPERM) and ours
-    )
+    return error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and ours
 
 
 @contextlib.contextmanager
