@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs
 
@@ -510,6 +511,43 @@ def test_config_that_fails_the_schema(tmp_path, config, args, expected):
 
 
 # Resources: a full disk, a read-only file system, an output directory that cannot be made.
+
+
+@pytest.mark.parametrize("name", ["chunks.tsv", "frames.tsv.gz"])
+def test_a_table_cut_short_is_refused_by_name(tmp_path, name):
+    """A table that a crash left cut short after its rename (its data never reached the disk) is
+    refused with its name and what to do, whichever reader meets it: never a short last row read
+    as data, never a traceback from pandas or gzip."""
+    from workflow_lib.tables import read_chunks, read_table, write_tsv
+
+    path = tmp_path / name
+    write_tsv(pd.DataFrame({"sequence_id": [f"r{i}" for i in range(5000)], "chunk": range(5000)}), path)
+    whole = path.read_bytes()
+    assert len(read_table(path)) == 5000
+    for size in (0, len(whole) // 2, len(whole) - 1):
+        path.write_bytes(whole[:size])
+        for read in (read_table, lambda p: list(read_chunks(p, rows=100))):
+            with pytest.raises(InputError, match=f"^{path}: cut short.*; delete it and run the workflow again$"):
+                read(path)
+
+
+def test_outputs_reach_the_disk_before_their_rename(tmp_path, monkeypatch):
+    """A finished output's data is flushed (fsync) under its temporary name, and the directory after
+    the rename: a crash then leaves the old state or the whole new file, never its name alone."""
+    from workflow_lib import outputs
+
+    flushed, fsync = [], os.fsync
+
+    def recorded(fd):
+        flushed.append((os.readlink(f"/proc/self/fd/{fd}"), (tmp_path / "out" / "t.tsv").exists()))
+        fsync(fd)
+
+    monkeypatch.setattr(outputs.os, "fsync", recorded)
+    with outputs.atomic_open(tmp_path / "out" / "t.tsv") as handle:
+        handle.write("a\n")
+    name, renamed = flushed[0]
+    assert Path(name).parent == tmp_path / "out" and Path(name).name.startswith(".t.tsv.tmp") and not renamed
+    assert flushed[1:] == [(str(tmp_path / "out"), True)]
 
 
 @pytest.mark.slow

@@ -135,6 +135,12 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
         assert np.array_equal(a["embeddings"][()], b["embeddings"][()])
     with pytest.raises(InputError, match="tokens of another shard or tokenizer than .*shard_1.fna; delete it"):
         embed_into(shard / "shard_1.fna", tmp_path / "other.h5", settings, tokens_path)
+    del stored  # closes its file: HDF5 would hand the open one back to the next opening
+    whole = tokens_path.read_bytes()
+    for size in (0, len(whole) // 2, len(whole) - 1):  # cut short by a crash: refused, never a crash in h5py
+        tokens_path.write_bytes(whole[:size])
+        with pytest.raises(InputError, match=f"{tokens_path}: not a readable tokens file .*; delete it and run again"):
+            embed_into(path, tmp_path / "cut.h5", settings, tokens_path)
 
 
 def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_path, monkeypatch):
@@ -519,10 +525,23 @@ def test_embed_cli(shard, demo_models, tmp_path):
     assert workers.returncode == 2 and "--num-workers: expected a whole number or 'auto', got 'many'" in workers.stderr
 
 
+def cut_short(files: list[Path], rng: np.random.Generator) -> list[Path]:
+    """Cut every other file at a random byte offset, the first of them to zero bytes, as a crash
+    leaves files whose data never reached the disk; the files cut."""
+    cut = files[::2]
+    for i, path in enumerate(cut):
+        data = path.read_bytes()
+        path.write_bytes(data[: int(rng.integers(0, len(data))) if i else 0])
+    return cut
+
+
 @pytest.mark.slow
-def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_path):
+@pytest.mark.parametrize("cut", [False, True])
+def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_path, cut):
     """SIGKILL in the middle of a shard, then the same command again: it embeds only what was not
-    committed, says so in its log, and writes exactly what an uninterrupted run writes."""
+    committed, says so in its log, and writes exactly what an uninterrupted run writes. With its
+    commits and unfinished output cut short (a node lost before they reached the disk): each cut
+    commit is named in the log and its frames embedded again, no row of it is kept."""
     shard, output = read_frames / "shard_0.faa", tmp_path / "e.h5"
     options = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0}  # a commit after every batch
     reference = subprocess.run(
@@ -541,12 +560,21 @@ def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_p
     job.kill()
     assert job.wait() == -signal.SIGKILL, "the job ended before it could be killed"
     assert not output.exists() and not list(tmp_path.glob(".e.h5.tmp*"))
+    intact = sorted(parts.glob("part_*.npz"))
+    if cut:
+        rng = np.random.default_rng(7)
+        damaged = cut_short(intact, rng) + cut_short(list(parts.glob("output.tmp*.h5")), rng)
+        intact = [part for part in intact if part not in damaged]
+    kept = sum(map(_rows, intact))
 
     resumed = subprocess.run(command, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     n = len(ShardIndex.read(shard))
     committed = int(resumed.stderr.split("resuming: ")[1].split(" of ")[0])
-    assert 20 <= committed < n and f"resuming: {committed} of {n} frames" in resumed.stderr
+    assert committed == kept and 10 <= committed < n and f"resuming: {committed} of {n} frames" in resumed.stderr
+    if cut:
+        unreadable = re.findall(r"(part_\d+\.npz): unreadable \(.*\); its frames are embedded again", resumed.stderr)
+        assert sorted(unreadable) == sorted(part.name for part in damaged if part.suffix == ".npz")
     with h5py.File(output) as got, h5py.File(tmp_path / "reference.h5") as want:
         assert got["ids"][()].tolist() == want["ids"][()].tolist()
         # the same batches (test_a_resumed_shard_gives_the_same_batches), computed in three processes
@@ -596,6 +624,9 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
 
     (first.dir / "part_000001.npz").write_bytes(b"not a zip")  # rows 4: embedded again
     assert restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).sum() == 2
+    stamp = first.dir / "fingerprint.json"
+    stamp.write_bytes(stamp.read_bytes()[:5])  # cut short by a crash: from zero, not a traceback
+    assert not restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).any()
     other = Commits(tmp_path / "e.h5", {"token_budget": 1024}, 0)
     assert not restore(other, restored, restored_tokens).any()
     assert not list(other.dir.glob("part_*"))

@@ -199,6 +199,31 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
 
 
 @pytest.mark.slow
+def test_a_table_cut_short_by_a_crash_is_refused(workflow_run, tmp_path):
+    """predict's chunks table cut short after its rename (a node lost before its data reached the
+    disk), which Snakemake takes as finished: the call job that reads it refuses it in one line,
+    with its name and what to do (the job itself; scripts/run_logged.sh brings the line to the
+    console)."""
+    from workflow_lib.settings import CallSettings
+    from workflow_lib.stages import script_command
+
+    results = workflow_run[0] / "results" / "phix"
+    chunks = tmp_path / "chunks.tsv"
+    chunks.write_bytes((results / "chunks.tsv").read_bytes()[:-10])
+    outputs = {"sequences": "sequences.tsv", "viral": "viral.fasta", "regions": "regions.tsv"}
+    outputs |= {"regions_fasta": "regions.fasta", "manifest": "manifest.json"}
+    command = script_command(
+        "call", CallSettings, prepared_sequences=results / "prepare" / "sequences.tsv.gz", chunks=chunks,
+        scoring=results / "scoring.json", input=workflow_run[0] / "inputs" / "phix.fa",
+        **{option: tmp_path / name for option, name in outputs.items()},
+    )  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    expected = f"error: {chunks}: cut short (its last line is not whole); delete it and run the workflow again\n"
+    assert (refused.returncode, refused.stderr) == (2, expected)
+    assert not any((tmp_path / name).exists() for name in outputs.values())
+
+
+@pytest.mark.slow
 def test_a_missing_classifier_stops_a_run_with_results(workflow_run, tmp_path):
     """With results present Snakemake would not miss the classifier (no job that needs it is due,
     while the summaries would be made again): the run stops before its first job, in one line."""

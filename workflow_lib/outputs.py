@@ -18,7 +18,7 @@ def _temporary_name(path: Path) -> Path:
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
     """Yield a temporary path beside `path` (or `tmp`, on the same file system); rename it to
-    `path` only if the block succeeds.
+    `path` only if the block succeeds, its data flushed to the disk first (`_flushed`).
     A full disk or an unwritable directory is an InputError that says so."""
     path = Path(path)
     try:
@@ -30,7 +30,9 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
     tmp = Path(tmp) if tmp is not None else _temporary_name(path)
     try:
         yield tmp
+        _flushed(tmp, *(tmp.rglob("*") if tmp.is_dir() else ()))
         os.replace(tmp, path)
+        _flushed(path.parent)
     except (OSError, RuntimeError) as error:  # h5py reports a failed write as either
         if disk_full(error):  # this file's disk, or that of another file written in the block
             other = getattr(error, "filename", None)
@@ -45,6 +47,23 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
     finally:
         with contextlib.suppress(OSError):  # a read-only file system refuses even a missing file
             tmp.unlink()
+
+
+def _flushed(*paths: Path) -> None:
+    """fsync files and directories (a directory: its entries). Without it a crash (a lost node)
+    can leave a renamed output with its data missing: zero bytes or a length of zeros (ext4
+    without auto_da_alloc, XFS, network file systems), which Snakemake takes as finished.
+    Measured: 0.2 s for a 287 MB commit (a minute of ESM-2 3B) on this project's development VM
+    (docs/reliability.md)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as error:  # a directory that its file system cannot flush (EINVAL)
+            if error.errno != errno.EINVAL:
+                raise
+        finally:
+            os.close(fd)
 
 
 def _refused(error: OSError, tmp: Path) -> bool:

@@ -43,14 +43,14 @@ class Commits:
         """Keep an earlier run's parts if they were made with this fingerprint, else start from
         zero; remove unfinished outputs of killed runs."""
         stamp = self.dir / "fingerprint.json"
-        if stamp.is_file() and json.loads(stamp.read_text()) == self.fingerprint:
+        if _read_stamp(stamp) == self.fingerprint:
             for old in self.dir.glob("output.tmp*"):
                 old.unlink(missing_ok=True)
             self.parts = sorted(self.dir.glob("part_*.npz"))
             self.next_part = len(self.parts)
             return
         if self.dir.exists():
-            log.info("%s: left by a run of another shard or other settings; starting from zero", self.dir)
+            log.info("%s: left by a run of another shard or other settings, or cut short; starting from zero", self.dir)
             shutil.rmtree(self.dir)
         write_json(self.fingerprint, stamp)
         self.parts = []
@@ -63,7 +63,7 @@ class Commits:
             try:
                 with np.load(part, allow_pickle=False) as data:
                     rows, embeddings, tokens = data["rows"], data["embeddings"], data["tokens"]
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+            except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:  # cut short, or not ours
                 log.warning("%s: unreadable (%s); its frames are embedded again", part, error)
                 continue
             write(rows, embeddings)
@@ -83,3 +83,11 @@ class Commits:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _read_stamp(path: Path) -> dict | None:
+    """The fingerprint a run left, or None: none, or a file cut short by a crash."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

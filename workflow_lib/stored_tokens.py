@@ -79,8 +79,11 @@ class StoredTokens:
     @classmethod
     def checked(cls, path: str | Path, index: ShardIndex, tokenizer_sha256: str) -> "StoredTokens":
         """The tokens file of this shard and tokenizer, or a one-line error."""
-        with h5py.File(path, "r") as h5:
-            made = (h5.attrs.get("shard_sha256"), h5.attrs.get("tokenizer_sha256"), len(h5["offsets"]) - 1)
+        try:
+            with h5py.File(path, "r") as h5:
+                made = (h5.attrs.get("shard_sha256"), h5.attrs.get("tokenizer_sha256"), len(h5["offsets"]) - 1)
+        except (OSError, KeyError) as error:  # HDF5 checks a file's length against its superblock on opening
+            raise InputError(f"{path}: not a readable tokens file ({error}); delete it and run again") from None
         if made != (index.sha256, tokenizer_sha256, len(index)):
             raise InputError(f"{path}: tokens of another shard or tokenizer than {index.path}; delete it and run again")
         return cls(path, index.blocks.size)

@@ -3,13 +3,16 @@
 
 import contextlib
 import csv
+import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .errors import InputError
 from .outputs import atomic_open
 
 # prepare: frames.tsv.gz (chunk coordinates 1-based, inclusive) and sequences.tsv.gz
@@ -59,13 +62,32 @@ CHUNK_ROWS = 1 << 17  # rows a chunked reader holds at a time: tens of MB
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A table of this workflow, whole (or only `columns`)."""
-    return pd.read_csv(path, usecols=columns, **_READ)
+    with _whole(path):
+        return pd.read_csv(path, usecols=columns, **_READ)
 
 
 def read_chunks(path: str | Path, columns: list[str] | None = None, rows: int = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
     """A table of this workflow in blocks of `rows` rows: memory bounded whatever its size."""
-    with pd.read_csv(path, usecols=columns, chunksize=rows, **_READ) as reader:
+    with _whole(path), pd.read_csv(path, usecols=columns, chunksize=rows, **_READ) as reader:
         yield from reader
+
+
+@contextlib.contextmanager
+def _whole(path: str | Path):
+    """Refuse, in one line, a table cut short: by a crash after its rename, before its data reached
+    the disk. Every table ends its last line; a gzip table's end is checked as it is read."""
+    redo = "delete it and run the workflow again"  # the job that wrote it then runs again
+    if not str(path).endswith(".gz"):
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(size - 1, 0))
+            last = handle.read(1)
+        if last != b"\n":
+            raise InputError(f"{path}: cut short ({'empty' if not size else 'its last line is not whole'}); {redo}")
+    try:
+        yield
+    except (pd.errors.EmptyDataError, EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise InputError(f"{path}: cut short or damaged ({error}); {redo}") from None
 
 
 def whole_groups(blocks: Iterable[pd.DataFrame], keys: list[str]) -> Iterator[pd.DataFrame]:
