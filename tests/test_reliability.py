@@ -2,11 +2,13 @@
 by the profile and resumes from its last commit; a run on a disk that fills up says so and, given
 room, finishes as if nothing had happened; the same inputs and config give the same results."""
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -228,3 +230,46 @@ def test_a_full_disk_at_any_stage_says_so_and_loses_nothing(runs, tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         assert len(stages) >= 2 and len(set(map(tuple, stages))) >= 2, stages  # several stages met it
         assert_same_results(workdir, first)
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str, limit: int):
+    """A memory cgroup (v2, else v1) of `limit` bytes for the block: its cgroup.procs. The test is
+    skipped, with its reason, where none can be made (not root, no memory controller)."""
+    v2 = Path("/sys/fs/cgroup")
+    controllers = v2 / "cgroup.controllers"
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        group, limit_file = v2 / name, "memory.max"
+    else:
+        group, limit_file = v2 / "memory" / name, "memory.limit_in_bytes"
+    try:
+        group.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot make a memory cgroup: {error}")
+    try:
+        if not (group / limit_file).exists():
+            pytest.skip(f"{group}: no memory controller")
+        (group / limit_file).write_text(str(limit))
+        yield group / "cgroup.procs"
+    finally:
+        group.rmdir()  # its processes have ended
+
+
+def test_a_job_killed_for_memory_says_so(tmp_path):
+    """A job killed by the kernel's OOM killer in its memory cgroup (as under SLURM's cgroups) is
+    reported as such, with its rule, its mem_mb and how to raise it: on the console and as the last
+    line of its log (which a SLURM run prints), not as a bare status 137."""
+    log = tmp_path / "logs" / "embed" / "esm_0-0.log"  # the rule's log: run_logged.sh names the rule from it
+    log.parent.mkdir(parents=True)
+    hog = "x = b'x' * (512 << 20)"  # written, so every page is charged to the cgroup
+    with memory_cgroup(f"workflow-test-{os.getpid()}", 64 << 20) as procs:
+        enter = f'echo $$ > {procs}; exec "$@"'  # the job's shell joins the cgroup, as a SLURM step does
+        command = ["sh", "-c", enter, "sh", "bash", str(ROOT / "scripts" / "run_logged.sh"), str(log)]
+        env = {**ENV, "SLURM_MEM_PER_NODE": "64"}  # as SLURM sets it for mem_mb
+        result = subprocess.run([*command, sys.executable, "-c", hog], capture_output=True, text=True, env=env)
+    expected = (
+        "error: rule embed was killed for memory by the kernel's OOM killer; it asked for mem_mb=64: raise it in "
+        "the profile (set-resources: embed: mem_mb: ...) and run again"
+    )
+    assert (result.returncode, result.stderr) == (128 + signal.SIGKILL, expected + "\n")
+    assert log.read_text().splitlines()[-1] == expected
