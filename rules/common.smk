@@ -337,6 +337,15 @@ def pool_pieces(pool):
     return read_pools(checkpoints.plan.get(generation=generation).output.plan)[pool]
 
 
+def planned_frames(wildcards):
+    """--planned-frames: the frames of a pooled shard by its plan, which its tokenize and embed jobs
+    check the FASTA against (a file cut short by a crash is refused). A resource, not a param: one
+    that Snakemake never compares, so runs made before it rerun nothing."""
+    return cli(
+        planned_frames=sum(piece["frames"] for piece in pool_pieces(wildcards.pool))
+    )
+
+
 def pooled_shard_fasta(wildcards):
     """What a pooled shard's jobs read: prepare's shards directory of its one sample's shard, or the
     FASTA pair that pool_shard makes of several."""

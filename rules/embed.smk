@@ -48,6 +48,7 @@ rule tokenize:
     resources:
         mem_mb=2000,
         runtime=tokenize_runtime,
+        planned=planned_frames,
     params:
         fasta=nucleotide_shard,
         settings=settings_of(TokenizeSettings),
@@ -56,7 +57,7 @@ rule tokenize:
         script_job(
             "tokenize_shard",
             "{params.settings} --model-check {input.check:q} --input {params.fasta:q} "
-            "--output {output.tokens:q}",
+            "{resources.planned} --output {output.tokens:q}",
             env="{params.env}",
         )
 
@@ -92,6 +93,7 @@ rule embed:
         runtime=embed_runtime,
         tuning=tuning_of(EmbedSettings),
         compile_cache=runtime(compile_cache()),
+        planned=planned_frames,
     params:
         fasta=shard_fasta,
         tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
@@ -101,7 +103,7 @@ rule embed:
         script_job(
             "embed",
             "--model {wildcards.model} {params.settings} {resources.tuning} --threads {threads} "
-            "--model-check {input.check:q} --input {params.fasta:q} {params.tokens} "
+            "--model-check {input.check:q} --input {params.fasta:q} {resources.planned} {params.tokens} "
             "--output {output.embeddings:q} --figures {output.figures:q}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
             "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",

@@ -14,6 +14,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
     parser.add_argument("--tokens", help="DNABERT-S: the shard's tokens from the tokenize job (else tokenised here)")
+    parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")
     parser.add_argument("--model-check", required=True, help="the run's model check (JSON): checksums to reuse")
@@ -22,7 +23,7 @@ def main() -> None:
     setup_logging()
     use_threads(args.threads)
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
-    embed_shard(args.input, args.output, args.figures, settings, args.tokens)
+    embed_shard(args.input, args.output, args.figures, settings, args.tokens, args.planned_frames)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import os
 import platform
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,28 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
         tokens_path.write_bytes(whole[:size])
         with pytest.raises(InputError, match=f"{tokens_path}: not a readable tokens file .*; delete it and run again"):
             embed_into(path, tmp_path / "cut.h5", settings, tokens_path)
+
+
+def test_a_shard_of_other_length_than_its_plan_is_refused(read_frames, demo_models, tmp_path):
+    """A shard FASTA cut short (or changed) since the plan counted its frames: the embed job, given
+    the plan's count as the rules give it, refuses it in one line, saying what to delete so that
+    the run makes it again: the file, or the prepare shards directory that holds it."""
+    shard = read_frames / "shard_0.faa"
+    n = len(ShardIndex.read(shard))
+    command = embed_command("esm", demo_models["esm"], shard, tmp_path / "e.h5", planned_frames=n + 3)
+    refused = subprocess.run(command, capture_output=True, text=True)
+    expected = f"error: {shard}: {n} frames where the plan has {n + 3}: cut short or changed since it was made; "
+    assert (refused.returncode, refused.stderr.splitlines()[-1]) == (
+        2,
+        expected + f"delete {shard} and run the workflow again",
+    )
+    assert not (tmp_path / "e.h5").exists()
+    prepared = tmp_path / "phix" / "prepare" / "shards" / "shard_0.faa"
+    prepared.parent.mkdir(parents=True)
+    shutil.copy(shard, prepared)
+    with pytest.raises(InputError, match=f"delete {prepared.parent} and run the workflow again$"):
+        ShardIndex.read(prepared, planned=n - 1)
+    assert len(ShardIndex.read(prepared, planned=n)) == n
 
 
 def test_a_lost_or_repeated_frame_fails_the_job_loudly(shard, demo_models, tmp_path, monkeypatch):

@@ -195,20 +195,22 @@ def embed_shard(
     figures_path: str | Path,
     settings: EmbedSettings,
     tokens_path: str | Path | None = None,
+    planned_frames: int | None = None,
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
     `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
-    instead of tokenising. A SIGTERM before every frame is committed ends the job through its
-    normal exits (its status says so); after, the job finishes (sigterm_exits)."""
+    instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
+    A SIGTERM before every frame is committed ends the job through its normal exits (its status
+    says so); after, the job finishes (sigterm_exits)."""
     with sigterm_exits() as finishing:
-        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path, finishing)
+        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing)
 
 
-def _embed_shard(input_path, output_path, figures_path, settings: EmbedSettings, tokens_path, finishing) -> dict:
+def _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing) -> dict:
     if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
         set_allocator_conf("expandable_segments:True")
-    index = ShardIndex.read(input_path)
+    index = ShardIndex.read(input_path, planned=planned_frames)
     # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
     device = select_device(settings.device) if len(index) else torch.device("cpu")
     precision = select_precision(settings.precision, device)

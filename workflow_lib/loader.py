@@ -99,8 +99,9 @@ class ShardIndex:
     sha256: str
 
     @classmethod
-    def read(cls, path: str | Path, block_size: int | None = None) -> "ShardIndex":
-        """Read in pieces of PIECE bytes: memory holds where the blocks start, not the file."""
+    def read(cls, path: str | Path, block_size: int | None = None, planned: int | None = None) -> "ShardIndex":
+        """Read in pieces of PIECE bytes: memory holds where the blocks start, not the file.
+        `planned`: the frames the run's plan gives the shard; a shard of other length is refused."""
         path, block_size = Path(path), block_size or BLOCK
         n, offsets, digest = 0, [], hashlib.sha256()
         tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it
@@ -119,6 +120,13 @@ class ShardIndex:
                 start, n_lines = start + int(sizes.sum()), n_lines + len(lines)
         if tail or n_lines % 2:
             raise _not_a_shard(path)
+        if planned is not None and n != planned:
+            # a prepare shard lies in the sample's shards directory, which Snakemake makes as a whole
+            made = path.parent if path.parent.name == "shards" and path.parent.parent.name == "prepare" else path
+            raise InputError(
+                f"{path}: {n} frames where the plan has {planned}: cut short or changed since it was made; delete "
+                f"{made} and run the workflow again"
+            )
         blocks = ShardBlocks(path, block_size, offsets + [start])
         return cls(ShardIds(blocks, n), blocks, digest.hexdigest())
 
