@@ -337,13 +337,13 @@ def pool_pieces(pool):
     return read_pools(checkpoints.plan.get(generation=generation).output.plan)[pool]
 
 
-def planned_frames(wildcards):
-    """--planned-frames: the frames of a pooled shard by its plan, which its tokenize and embed jobs
-    check the FASTA against (a file cut short by a crash is refused). A resource, not a param: one
-    that Snakemake never compares, so runs made before it rerun nothing."""
-    return cli(
-        planned_frames=sum(piece["frames"] for piece in pool_pieces(wildcards.pool))
-    )
+def embed_tuning(wildcards):
+    """The embed job's settings that cannot change its results, and the frames its pooled shard
+    has by the plan, which the job checks the FASTA against (a file cut short by a crash is
+    refused). One resource: Snakemake never compares resources, while a change of the rule's
+    shell command would run every embed job of a finished run again."""
+    planned = sum(piece["frames"] for piece in pool_pieces(wildcards.pool))
+    return f"{tuning_of(EmbedSettings)(wildcards)} {cli(planned_frames=planned)}"
 
 
 def pooled_shard_fasta(wildcards):

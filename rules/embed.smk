@@ -48,7 +48,6 @@ rule tokenize:
     resources:
         mem_mb=2000,
         runtime=tokenize_runtime,
-        planned=planned_frames,
     params:
         fasta=nucleotide_shard,
         settings=settings_of(TokenizeSettings),
@@ -57,7 +56,7 @@ rule tokenize:
         script_job(
             "tokenize_shard",
             "{params.settings} --model-check {input.check:q} --input {params.fasta:q} "
-            "{resources.planned} --output {output.tokens:q}",
+            "--output {output.tokens:q}",
             env="{params.env}",
         )
 
@@ -91,9 +90,8 @@ rule embed:
         gpu=embed_gpus,
         mem_mb=16000,
         runtime=embed_runtime,
-        tuning=tuning_of(EmbedSettings),
+        tuning=embed_tuning,
         compile_cache=runtime(compile_cache()),
-        planned=planned_frames,
     params:
         fasta=shard_fasta,
         tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
@@ -103,7 +101,7 @@ rule embed:
         script_job(
             "embed",
             "--model {wildcards.model} {params.settings} {resources.tuning} --threads {threads} "
-            "--model-check {input.check:q} --input {params.fasta:q} {resources.planned} {params.tokens} "
+            "--model-check {input.check:q} --input {params.fasta:q} {params.tokens} "
             "--output {output.embeddings:q} --figures {output.figures:q}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
             "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",

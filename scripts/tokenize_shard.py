@@ -15,13 +15,12 @@ def main() -> None:
         "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
     )
     parser.add_argument("--input", required=True, help="the shard's nucleotide FASTA from prepare")
-    parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
     parser.add_argument("--output", required=True, help="the tokens file to write (HDF5)")
     add_arguments(parser, TokenizeSettings)
     args = parser.parse_args()
     setup_logging()
     known = known_checksums(args.model_check, "dnabert")
-    tokenize_shard(args.checkpoint, args.cache_dir, known, args.input, args.output, args.planned_frames)
+    tokenize_shard(args.checkpoint, args.cache_dir, known, args.input, args.output)
 
 
 if __name__ == "__main__":

@@ -24,22 +24,16 @@ IDS_CHUNK = 1 << 20  # tokens per HDF5 chunk of `ids`
 
 
 def tokenize_shard(
-    checkpoint: str,
-    cache_dir: str | None,
-    known: dict,
-    shard_path: str | Path,
-    output: str | Path,
-    planned_frames: int | None = None,
+    checkpoint: str, cache_dir: str | None, known: dict, shard_path: str | Path, output: str | Path
 ) -> int:
     """The tokenize job: a DNABERT-S checkpoint's tokenizer over a shard's nucleotides, into `output`.
-    `known`: the run's model check of the checkpoint's files (their SHA-256, not computed again);
-    `planned_frames`: the frames the plan gives the shard (ShardIndex.read)."""
+    `known`: the run's model check of the checkpoint's files (their SHA-256, not computed again)."""
     from .models import dnabert
 
     start, tokenizer = time.monotonic(), dnabert.resolve(checkpoint, cache_dir) / "tokenizer.json"
     digest = checksums.digests(checksums.describe([tokenizer], known))["tokenizer.json"]
     vocab_size = dnabert.read_config(checkpoint, cache_dir)["vocab_size"]
-    n_tokens = write(shard_path, DNABERTTokens(tokenizer), digest, vocab_size, output, planned_frames)
+    n_tokens = write(shard_path, DNABERTTokens(tokenizer), digest, vocab_size, output)
     seconds = time.monotonic() - start
     log.info(
         "%d tokens of %s in %.1f s (%.0f tokens/s) into %s",
@@ -52,11 +46,9 @@ def tokenize_shard(
     return n_tokens
 
 
-def write(
-    shard_path: str | Path, encode, tokenizer_sha256: str, vocab_size: int, output: str | Path, planned: int | None
-) -> int:
+def write(shard_path: str | Path, encode, tokenizer_sha256: str, vocab_size: int, output: str | Path) -> int:
     """Tokenise a shard FASTA block by block into `output`; returns its token count."""
-    index = ShardIndex.read(shard_path, planned=planned)
+    index = ShardIndex.read(shard_path)
     dtype = np.uint16 if vocab_size <= 1 << 16 else np.int32
     offsets = np.zeros(len(index) + 1, dtype=np.int64)
     with atomic_path(output) as tmp, h5py.File(tmp, "w") as h5:
