@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-FULL = (errno.ENOSPC, errno.EDQUOT)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 # HDF5 reports a failed write inside h5py's RuntimeError or OSError text, not in its errno
-_FULL_TEXT = re.compile(rf"No space left on device|Disk quota exceeded|errno = ({'|'.join(map(str, FULL))})\b")
+_FULL_TEXT = re.compile(rf"No space left on device|Disk quota exceeded|errno = ({'|'.join(map(str, _FULL))})\b")
 
 
 class InputError(Exception):
@@ -21,10 +21,10 @@ class InputError(Exception):
 
 def disk_full(error: BaseException) -> bool:
     """Whether `error` says that a file system refused a write for want of space (or quota)."""
-    return getattr(error, "errno", None) in FULL or bool(_FULL_TEXT.search(str(error)))
+    return getattr(error, "errno", None) in _FULL or bool(_FULL_TEXT.search(str(error)))
 
 
-def mount_point(path: Path) -> Path:
+def _mount_point(path: Path) -> Path:
     path = path.resolve()
     while not path.is_mount() and path != path.parent:
         path = path.parent
@@ -37,7 +37,7 @@ def full_disk(directory: str | os.PathLike) -> str:
     existing = next(p for p in (directory, *directory.parents) if p.exists())
     return (
         f"{directory}: cannot write the outputs: no space left on device (the file system mounted at "
-        f"{mount_point(existing)} is full); free space there or write the outputs elsewhere, then run the same "
+        f"{_mount_point(existing)} is full); free space there or write the outputs elsewhere, then run the same "
         "command again"
     )
 
