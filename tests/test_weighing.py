@@ -6,12 +6,13 @@ import json
 import shutil
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv
 
-from workflow_lib import calibration
+from workflow_lib import calibration, tables
 from workflow_lib.checksums import sha256
 
 
@@ -80,8 +81,12 @@ def test_a_calibrated_run_weighs_every_table(weighed):
     unscored = reads[reads["n_chunks_scored"] == 0]
     assert (unscored["qvalue"] == "NA").all() and (unscored["reliable"] == "False").all()
     # a record no more probable than another never gets the lower q-value
-    ordered = scored.astype({"probability_virus": float, "qvalue": float}).sort_values("probability_virus")
+    ordered = scored.astype({"probability_virus": float, "qvalue": float})
+    ordered = ordered.sort_values(["probability_virus", "qvalue"], ascending=[True, False])
     assert ordered["qvalue"].is_monotonic_decreasing
+    # probabilities with 4 decimals, atypicality with 3 (docs/outputs.md)
+    assert scored["probability_virus"].str.fullmatch(r"[01]\.\d{4}").all()
+    assert scored["atypicality"].str.fullmatch(r"\d+\.\d{3}").all()
     passing = {name.split()[0] for name, _ in read_fasta(workdir / "results" / "reads" / "viral_qvalue.fasta")}
     assert passing == set(scored.loc[scored["qvalue"].astype(float) <= 0.2, "sequence_id"])
     # the regions within the q-value: those of regions.fasta, in order, their headers weighed
@@ -92,8 +97,19 @@ def test_a_calibrated_run_weighs_every_table(weighed):
         f"{r.sequence_id}|region_{r.region}" for r in wanted.itertuples()
     ]
     for (name, bases), region in zip(within, wanted.itertuples()):
-        assert name.endswith(f" probability_virus={region.probability_virus:.4g} qvalue={region.qvalue:.4g}")
+        assert name.endswith(f" probability_virus={region.probability_virus:.4f} qvalue={region.qvalue:.4g}")
         assert bases == every[name.split(" probability_virus=")[0]]
+
+
+def test_probabilities_and_atypicality_are_written_with_fixed_decimals():
+    values = np.random.default_rng(0).random(10_000)
+    written = tables.decimal_text(values, 4).astype(float)
+    assert np.abs(written - values).max() <= 0.5e-4 + 1e-12
+    assert tables.decimal_text(np.array([0, 1e-5, 0.99996, 1, np.nan]), 4).tolist() == [
+        "0.0000", "0.0000", "1.0000", "1.0000", "NA"
+    ]  # fmt: skip
+    atypicality = tables.decimal_text(np.array([0.0004, 2.5, 12.3456, np.nan]), 3, limit=10.0, encoded=True)
+    assert atypicality.tolist() == [b"0.000", b"2.500", b"12.346", b"NA"]  # beyond the lookup, formatted
 
 
 @pytest.mark.slow

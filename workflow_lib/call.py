@@ -20,7 +20,7 @@ from .errors import InputError
 from .outputs import atomic_open
 from .regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, regions_table
 from .seqio import read_batches
-from .tables import CHUNK_ROWS, SEQUENCES, read_chunks, read_json, tsv_writer, whole_groups, write_json
+from .tables import CHUNK_ROWS, CHUNKS, SEQUENCES, read_chunks, read_json, tsv_writer, whole_groups, write_json
 from .weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing
 
 log = logging.getLogger("workflow")
@@ -68,7 +68,8 @@ def scored_sequences(
 ) -> Iterator[tuple]:
     """predict's chunks table summed per record (indexed by sequence_id) and the records' regions,
     in blocks, in its order; with a calibration, the sum of each one's chunk LLRs too (sum_llr)."""
-    for chunks in whole_groups(read_chunks(chunks_path, rows=rows), ["sequence_id"]):
+    columns = list(CHUNKS) + (["atypicality"] if calibration else [])  # not the chunks' probabilities
+    for chunks in whole_groups(read_chunks(chunks_path, columns, rows=rows), ["sequence_id"]):
         summed = PER_SEQUENCE
         if calibration:
             chunks["llr"] = calibration.chunk_llrs(chunks["max_score_virus"].to_numpy())
@@ -180,7 +181,7 @@ def fasta_pieces(
     columns = ["sequence_id", "max_score_virus", "viral_fraction"] + (
         ["probability_virus", "qvalue"] if weighed else []
     )
-    header = b" virus_score=%.4g viral_fraction=%.4g" + (b" probability_virus=%.4g qvalue=%.4g" if weighed else b"")
+    header = b" virus_score=%.4g viral_fraction=%.4g" + (b" probability_virus=%.4f qvalue=%.4g" if weighed else b"")
     for sid, *values in zip(*(viral[c].tolist() for c in columns)):  # lists: a row at a time costs more
         by_record[sid] = [(viral_fasta, None, header % tuple(values), None, None)]
     for r in found.itertuples(index=False):
@@ -188,7 +189,7 @@ def fasta_pieces(
         suffix = b" start=%d end=%d length=%d mean_score_virus=%.4g max_score_virus=%.4g" % (
             r.start, r.end, r.length, r.mean_score_virus, r.max_score_virus
         )  # fmt: skip
-        suffix += b" probability_virus=%.4g qvalue=%.4g" % (r.probability_virus, r.qvalue) if weighed else b""
+        suffix += b" probability_virus=%.4f qvalue=%.4g" % (r.probability_virus, r.qvalue) if weighed else b""
         by_record.setdefault(r.sequence_id, []).append((regions_fasta, name, suffix, r.start, r.end))
     return by_record
 
@@ -278,7 +279,7 @@ def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Pat
     """The regions of `regions_fasta` listed in `passing` (in its order, with their probability and
     q-value), to `output` with those in their headers."""
     wanted = iter(
-        (b">%s|region_%d " % (sid.encode(), region), b" probability_virus=%.4g qvalue=%.4g" % (p, q))
+        (b">%s|region_%d " % (sid.encode(), region), b" probability_virus=%.4f qvalue=%.4g" % (p, q))
         for sid, region, p, q in passing.itertuples(index=False)
     )
     name, suffix = next(wanted, (None, None))

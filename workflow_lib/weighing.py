@@ -17,7 +17,7 @@ from .calibration import Calibration, expit, logit
 from .errors import InputError
 from .outputs import atomic_open
 from .regions import REGIONS
-from .tables import FLOAT, formatted, read_chunks, tsv_writer
+from .tables import decimal_text, formatted, read_chunks, tsv_writer
 
 # columns a calibration adds, after the contract's (docs/outputs.md)
 CHUNK_COLUMNS = ("probability_virus", "atypicality")
@@ -25,6 +25,14 @@ SEQUENCE_COLUMNS = ("probability_virus", "qvalue", "atypicality", "reliable")
 REGION_COLUMNS = ("probability_virus", "qvalue", "in_seq_edge")
 # call's scratch regions table, before the regions' q-values are known
 WEIGHED_REGION = ("probability_virus", "in_seq_edge", "llr_bin")
+
+
+def probability_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
+    return decimal_text(values, 4, encoded=encoded)
+
+
+def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
+    return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
 
 
 def composition(counts: np.ndarray, fallback: float, minimum: int) -> dict:
@@ -85,17 +93,11 @@ class ChunkWeighing:
             done = 0
             while lines := list(itertools.islice(table, self.LINES)):
                 block = evidence[done : done + len(lines)]
-                cells = [None] * (3 * len(lines))  # one format for the block: a value at a time costs 5 times more
+                cells = [None] * (3 * len(lines))  # one format for the block, not one a line
                 cells[0::3] = [line[:-1] for line in lines]
-                cells[1::3] = expit(block[:, 0] + shift).tolist()
-                missing = np.isnan(block[:, 1]).any()  # atypicality of scores that predate it
-                cells[2::3] = [v.encode() for v in formatted(block[:, 1])] if missing else block[:, 1].tolist()
-                out.write(
-                    b"%%s\t%s\t%s\n"
-                    % (FLOAT.encode(), b"%s" if missing else FLOAT.encode())
-                    * len(lines)
-                    % tuple(cells)
-                )
+                cells[1::3] = probability_text(expit(block[:, 0] + shift), encoded=True).tolist()
+                cells[2::3] = atypicality_text(block[:, 1], encoded=True).tolist()  # NA: scores that predate it
+                out.write(b"%s\t%s\t%s\n" * len(lines) % tuple(cells))
                 done += len(lines)
         bins = np.flatnonzero(self.records)
         return {
@@ -160,7 +162,10 @@ class RecordWeighing:
         if max_qvalue is not None:
             passing = table[table["qvalue"] <= max_qvalue]
             self.tallied.update(records_passing=len(passing))
-        # the q-values as the table writes them, formatted once per histogram bin, not per record
+        # the probabilities and q-values as the table writes them; the q-values formatted once per
+        # histogram bin, not per record
+        table["probability_virus"] = probability_text(table["probability_virus"].to_numpy())
+        table["atypicality"] = atypicality_text(atypicality)
         table["qvalue"] = np.where(scored, self.record_q_text[bins], "NA")
         return passing
 
@@ -184,7 +189,8 @@ class RecordWeighing:
         with tsv_writer(output, REGIONS + REGION_COLUMNS) as write:
             for block in read_chunks(weighed):
                 block["qvalue"] = region_q[block["llr_bin"].to_numpy(dtype=np.int64)]
-                write(block)
+                written = block.assign(probability_virus=probability_text(block["probability_virus"].to_numpy()))
+                write(written)
                 if max_qvalue is not None:
                     passing.append(
                         block.loc[block["qvalue"] <= max_qvalue, ["sequence_id", "region", *REGION_COLUMNS[:2]]]
