@@ -38,7 +38,12 @@ from workflow_lib import job_resources
 from workflow_lib.errors import InputError, full_disk_here
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
-from workflow_lib.scheduler import keep_one_timer, mend_job_groups, mend_needrun_mask
+from workflow_lib.scheduler import (
+    bound_passes,
+    keep_one_timer,
+    mend_job_groups,
+    mend_needrun_mask,
+)
 from workflow_lib.settings import (
     CallSettings,
     CheckModelsSettings,
@@ -81,6 +86,7 @@ configfile: DEFAULT_CONFIG
 # hold far more samples than group-components asks, and a job behind an ancient input would go
 # untested while the job before it is due (workflow_lib/scheduler.py).
 keep_one_timer()
+bound_passes()
 mend_job_groups()
 mend_needrun_mask()
 # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error

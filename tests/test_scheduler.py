@@ -1,5 +1,6 @@
 """Snakemake's scheduling mended (workflow_lib/scheduler.py): one pending re-evaluation timer per
-delay, group components merged once, jobs behind an ancient input tested on their own."""
+delay, passes that weigh a bounded number of jobs, group components merged once, jobs behind an
+ancient input tested on their own."""
 
 import os
 import subprocess
@@ -10,7 +11,15 @@ from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 
-from workflow_lib.scheduler import DAG, JobScheduler, keep_one_timer, mend_job_groups, mend_needrun_mask
+from workflow_lib.scheduler import (
+    DAG,
+    JobScheduler,
+    bound_passes,
+    keep_one_timer,
+    mend_job_groups,
+    mend_needrun_mask,
+    weighed_in_a_pass,
+)
 
 
 def timers() -> list[threading.Thread]:
@@ -30,6 +39,53 @@ def test_a_due_timer_of_a_pending_delay_is_not_armed_again():
     JobScheduler._schedule_reevalutation(scheduler, 0.01)  # fired, so it can be armed again
     assert scheduler._open_jobs.acquire(timeout=60)
     assert not scheduler._open_jobs.acquire(blocking=False)  # one pass per timer, no more
+
+
+class Ready:
+    def __init__(self, name, priority):
+        self.name, self.priority = name, priority
+
+
+def test_a_pass_weighs_the_first_ready_jobs_of_each_rule():
+    """Many samples' prepare jobs ready at once: a pass weighs the first of them, and still the
+    embed jobs of highest priority and the one plan job."""
+    assert bound_passes() and bound_passes()
+    prepare = [Ready("prepare", 0) for _ in range(50)]
+    embed = [Ready("embed", 1_000_000 - shard) for shard in range(30)]
+    plan = Ready("plan", 3_000_000)
+    weighed = weighed_in_a_pass(prepare + embed + [plan], per_rule=20)
+    assert len(weighed) == 41 and plan in weighed and set(embed[:20]) <= weighed
+    assert sum(job.name == "prepare" for job in weighed) == 20
+    assert weighed_in_a_pass(embed[:5], per_rule=20) == set(embed[:5])
+
+
+MANY_READY = """
+from workflow_lib.scheduler import bound_passes, RULE_JOBS_A_PASS
+bound_passes()
+rule all:
+    input: expand("done/{i}.txt", i=range(3 * RULE_JOBS_A_PASS)), "first.txt"
+rule small:
+    output: "done/{i}.txt"
+    shell: "touch {output}"
+rule first:
+    output: "first.txt"
+    priority: 10
+    shell: "mkdir -p done && ls done | wc -l > {output}"
+"""
+
+
+def test_every_ready_job_runs_when_passes_are_bounded(tmp_path):
+    """Three passes' worth of ready jobs of one rule: each runs, and the job of highest priority
+    runs before them."""
+    (tmp_path / "Snakefile").write_text(MANY_READY)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(tmp_path / "Snakefile")]
+    result = subprocess.run(
+        [*command, "--directory", str(tmp_path), "--cores", "1"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list((tmp_path / "done").iterdir())) == 60
+    assert (tmp_path / "first.txt").read_text().strip() == "0"
 
 
 class Factory:
