@@ -16,7 +16,7 @@ without the minutes the jobs themselves take; the output says which mode made it
     python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 30 300 1000 --no-compare --slurm
 
 --slurm runs under the project's SLURM test bed (tests/slurm: one node of 6 CPUs; needs root on
-Debian) with its profile and profiles/slurm's group-components, and counts the sbatch
+Debian) with the shipped profiles/slurm, its SITE lines filled in, and counts the sbatch
 submissions, by rule or group. --slurm-dry-run counts them without a cluster: the jobs that
 `snakemake -n --profile profiles/slurm` shows before the plan (grouped jobs as groups), and the
 pooled shards' jobs of the plan that the run made.
@@ -43,7 +43,7 @@ from workflow_lib.plan import read_plans
 from workflow_lib.stages import ROOT, write_reads
 
 sys.path.insert(0, str(ROOT / "tests"))
-from slurm_testbed import SLURM, slurm_cluster  # noqa: E402
+from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: E402
 
 # A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
 SWAPPED = (
@@ -86,9 +86,7 @@ def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: d
     if cluster is None:
         command += ["--profile", str(workflow / "profiles" / "local")]
     else:
-        shipped = yaml.safe_load((workflow / "profiles" / "slurm" / "config.yaml").read_text())
-        command += ["--profile", str(SLURM / "profile"), "--verbose"]
-        command += ["--group-components", *shipped["group-components"]]
+        command += ["--profile", str(shipped_profile(run.parent / "profile")), "--verbose", *TEST_OPTIONS]
     env = cluster or {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode:
@@ -221,7 +219,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         cluster = None
         if args.slurm:
-            result["slurm"] = "the SLURM test bed: one node of 6 CPUs, profiles/slurm's group-components"
+            result["slurm"] = "the SLURM test bed: one node of 6 CPUs, profiles/slurm with its SITE lines filled in"
             args.workdir.mkdir(parents=True, exist_ok=True)
             cluster = stack.enter_context(slurm_cluster(Path(tempfile.mkdtemp(dir=args.workdir, prefix="bed_"))))
         for n in args.samples:

@@ -1,9 +1,10 @@
 """The workflow through a real SLURM cluster (tests/slurm/up.sh: Debian's slurm-wlm and munge, one
-node of 6 CPUs, two fake GPUs) with tests/slurm/profile, the test variant of profiles/slurm: embed
+node of 6 CPUs, two fake GPUs) with the shipped profiles/slurm, its SITE lines filled in: embed
 jobs reach SLURM with --gpus=1 and two CPUs, see the GPU it gave them and run side by side, CPU
-jobs get none, and the tables equal a local run; a failing job's error line and a job that can
-never start reach the console. Each test bed has its own directory and free ports, and whatever it
-started is stopped when the test ends, passed or failed: test runs side by side do not collide."""
+jobs get none and go grouped as the profile says, and the tables equal a local run; a failing
+job's error line and a job that can never start reach the console. Each test bed has its own
+directory and free ports, and whatever it started is stopped when the test ends, passed or failed:
+test runs side by side do not collide."""
 
 import itertools
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import ENV, SNAKEMAKE, write_config, write_inputs
-from slurm_testbed import SLURM, slurm_cluster
+from slurm_testbed import SHIPPED, TEST_OPTIONS, shipped_profile, slurm_cluster
 
 from workflow_lib.cluster_watch import job_name
 from workflow_lib.plan import read_plans
@@ -63,7 +64,8 @@ def test_two_test_beds_run_side_by_side(tmp_path):
 LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
 TINY = ("tiny1", "tiny2", "tiny3", "tiny4")  # two mitochondrial reads each, unlabelled
 SAMPLES = LABELLED + TINY
-GROUPED = 3  # samples a grouped job of the test profile holds (group-components)
+# samples a grouped job of the shipped profile holds (group-components)
+GROUPED = dict(g.split("=") for g in yaml.safe_load(SHIPPED.read_text())["group-components"])
 GROUPS = ("small_prepare", "small_samples", "sample_report")
 
 
@@ -83,6 +85,7 @@ def configured(workdir):
     path = write_config(workdir)
     config = yaml.safe_load(path.read_text())
     config["shard_tokens"] = 2500  # one shard a sample (about 1,600 tokens each), each pooled alone
+    config["embedding"]["num_workers"] = 1  # embed jobs of two CPUs: two side by side on the node
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -91,17 +94,15 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     local, slurm = tmp_path / "local", tmp_path / "slurm"
     local.mkdir()
     slurm.mkdir()
-    # the embed jobs' threads as under the SLURM profile: BLAS splits sums by thread count, and
-    # embeddings made with other counts can differ in their last bit
     ran = subprocess.run(
-        SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local)), "--set-threads", "embed=2"],
+        SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local))],
         capture_output=True,
         text=True,
         env=ENV,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
 
-    profile = ["--profile", str(SLURM / "profile"), "--verbose"]
+    profile = ["--profile", str(shipped_profile(tmp_path / "profile")), "--verbose", *TEST_OPTIONS]
     command = SNAKEMAKE[:5] + ["--directory", str(slurm), "--configfile", str(configured(slurm))] + profile
     ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
     output = ran.stdout + ran.stderr
@@ -122,8 +123,8 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     # every sample is small: its CPU jobs go GROUPED samples to a submission, none alone
     groups = [re.search(r"--comment rule_(small_prepare|small_samples)_", line) for line in cpu_jobs]
     submitted = [g.group(1) for g in groups if g]
-    grouped = -(-len(SAMPLES) // GROUPED)
-    assert submitted.count("small_prepare") == submitted.count("small_samples") == grouped, sbatch
+    for group in ("small_prepare", "small_samples"):
+        assert submitted.count(group) == -(-len(SAMPLES) // int(GROUPED[group])), sbatch
     per_sample = ("prepare", "predict", "call", "summarize", "plot_sample")
     assert not [line for line in cpu_jobs if re.search(rf"rule_({'|'.join(per_sample)})_wildcards", line)]
 
@@ -156,7 +157,7 @@ def test_failures_reach_the_console(cluster, tmp_path):
     """A failing job's one-line error reaches the console, not only its log; a job that no
     partition can run (runtime beyond the partition's MaxTime) is cancelled with its reason
     instead of pending for ever."""
-    profile = ["--profile", str(SLURM / "profile")]
+    profile = ["--profile", str(shipped_profile(tmp_path / "profile")), *TEST_OPTIONS]
     failing = tmp_path / "failing"
     failing.mkdir()
     (failing / "protein.fa").write_text(">p\nMKVLAAGIVGLLLAAQPAMAQWERTYIPSDFGHKLCVNM\n")

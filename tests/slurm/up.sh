@@ -15,7 +15,7 @@ BASE=${BASE:-${TMPDIR:-/tmp}/slurm-testbed}
 ACCOUNTING=${ACCOUNTING:-0}
 NODE=$(hostname -s)
 NCPU=${NCPU:-$(nproc)}  # more than the machine has is allowed (config_overrides): jobs are not bound to cores
-MEM_MB=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 2048 ))   # 2 GiB headroom
+MEM_MB=${MEM_MB:-$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 2048 ))}  # 2 GiB headroom; more is allowed too
 T0=$(date +%s.%N)
 
 # Ports: those given, else free ones (bound to port 0 together, so that they differ). A port
