@@ -26,9 +26,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import EMBEDDING_TOLERANCE  # noqa: E402
 
-from workflow_lib import demo_models  # noqa: E402
-from workflow_lib.loader import ShardIndex  # noqa: E402
-from workflow_lib.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads  # noqa: E402
+from workflow_lib.embed.loader import ShardIndex  # noqa: E402
+from workflow_lib.harness.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads  # noqa: E402
+from workflow_lib.workflow import demo_models  # noqa: E402
 
 UNREADABLE = re.compile(r"(part_\d+\.npz): unreadable \(.*\); its frames are embedded again")
 OPTIONS = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0, "progress_seconds": 600}  # a commit a batch

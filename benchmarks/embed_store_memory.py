@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from workflow_lib import h5store
+from workflow_lib.io import h5store
 
 DIM, BLOCK, BATCH, FLUSH = 2560, 8192, 256, 30000
 

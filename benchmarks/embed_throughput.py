@@ -25,10 +25,8 @@ import h5py
 import numpy as np
 import torch
 
-from workflow_lib import demo_models
-from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
-from workflow_lib.models import dnabert, esm
-from workflow_lib.stages import (
+from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
+from workflow_lib.harness.stages import (
     DEFAULTS,
     GENOMES,
     ONE_SHARD,
@@ -38,7 +36,9 @@ from workflow_lib.stages import (
     shard_fastas,
     write_reads,
 )
-from workflow_lib.tokens import ESMTokens
+from workflow_lib.models import dnabert, esm
+from workflow_lib.models.tokens import ESMTokens
+from workflow_lib.workflow import demo_models
 
 
 def loader_rate(index: ShardIndex, encode, budget: int, workers: int) -> dict:

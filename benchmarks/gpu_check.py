@@ -62,13 +62,13 @@ from embed_throughput import (
     sync,
 )
 
-from workflow_lib import demo_models
-from workflow_lib.device_feed import DeviceFeed
-from workflow_lib.embed import PRECISIONS, set_allocator_conf
+from workflow_lib.embed.device_feed import DeviceFeed
+from workflow_lib.embed.job import PRECISIONS, set_allocator_conf
+from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.harness.stages import GENOMES, ONE_SHARD, prepare_into, shard_fastas, write_reads
 from workflow_lib.models import classifier, dnabert, esm, varlen
-from workflow_lib.packing import greedy_batches, pack
-from workflow_lib.stages import GENOMES, ONE_SHARD, prepare_into, shard_fastas, write_reads
-from workflow_lib.tokens import ESMTokens
+from workflow_lib.models.tokens import ESMTokens
+from workflow_lib.workflow import demo_models
 
 ROOT = Path(__file__).resolve().parents[1]
 # dense FP16/BF16 tensor cores, by device name (the first that the name holds)
@@ -456,13 +456,13 @@ def model_alone(args, workdir: Path, device, result: dict, record: Record) -> No
                 ]
                 batches = [b._replace(tokens=b.tokens.to(device), cu_seqlens=b.cu_seqlens.to(device)) for b in batches]
                 start = time.perf_counter()
-                embedder(batches[0])  # warm-up: the kernel check, a compile
+                embedder(batches[0].tokens, batches[0].layout())  # warm-up: the kernel check, a compile
                 sync(device)
                 warm_up = time.perf_counter() - start
                 free(device)
                 start = time.perf_counter()
                 for batch in batches:
-                    embedder(batch)
+                    embedder(batch.tokens, batch.layout())
                 sync(device)
                 seconds = time.perf_counter() - start
                 rate = sum(b.n_tokens for b in batches) / seconds

@@ -33,11 +33,13 @@ from pathlib import Path
 import esm as fair_esm
 import torch
 
-from workflow_lib import demo_models, embed, h5store, loader, resume
-from workflow_lib.loader import ShardBatches, ShardIndex
-from workflow_lib.models import dnabert
-from workflow_lib.packing import PackedBatch
-from workflow_lib.stages import (
+from workflow_lib.cli.threads import use_threads
+from workflow_lib.embed import job as embed
+from workflow_lib.embed import loader, resume
+from workflow_lib.embed.loader import ShardBatches, ShardIndex
+from workflow_lib.embed.packing import PackedBatch
+from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.harness.stages import (
     GENOMES,
     ONE_SHARD,
     embed_into,
@@ -47,9 +49,10 @@ from workflow_lib.stages import (
     tokenize_into,
     write_reads,
 )
-from workflow_lib.stored_tokens import StoredTokens
-from workflow_lib.threads import use_threads
-from workflow_lib.tokens import ESMTokens
+from workflow_lib.io import h5store
+from workflow_lib.models import dnabert
+from workflow_lib.models.tokens import ESMTokens
+from workflow_lib.workflow import demo_models
 
 WIDTH = {"esm": 2560, "dnabert": 768}  # the production models'
 # --one-layer: models with real attention and almost no other compute
@@ -70,8 +73,8 @@ class FreeEmbedder:
         self.tokens, self.dim = tokens, dim
         self.zeros = torch.zeros(1 << 16, dim)
 
-    def __call__(self, batch: PackedBatch) -> torch.Tensor:
-        return self.zeros[: len(batch.rows)]
+    def __call__(self, tokens: torch.Tensor, layout) -> torch.Tensor:
+        return self.zeros[: layout.n_seqs]
 
 
 class Timers:

@@ -39,8 +39,8 @@ from pathlib import Path
 import yaml
 from workflow_scale import models
 
-from workflow_lib.plan import read_plans
-from workflow_lib.stages import ROOT, write_reads
+from workflow_lib.harness.stages import ROOT, write_reads
+from workflow_lib.prepare.plan import read_plans
 
 sys.path.insert(0, str(ROOT / "tests"))
 from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: E402

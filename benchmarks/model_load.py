@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from workflow_lib import demo_models
+from workflow_lib.workflow import demo_models
 
 ROOT = Path(__file__).resolve().parents[1]
 # The peak is VmHWM, the process's own: ru_maxrss keeps, across exec, the high-water mark of the

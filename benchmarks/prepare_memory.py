@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from workflow_lib.seqio import read_records
-from workflow_lib.stages import DEFAULTS, GENOMES, prepare_command, write_reads
+from workflow_lib.harness.stages import DEFAULTS, GENOMES, prepare_command, write_reads
+from workflow_lib.io.seqio import read_records
 
 READ_LENGTH = 500
 

@@ -20,7 +20,7 @@ import time
 import types
 from pathlib import Path
 
-from workflow_lib.stages import DEFAULTS, prepare_into, write_reads
+from workflow_lib.harness.stages import DEFAULTS, prepare_into, write_reads
 
 
 def load_virnucpro(units_path: str):

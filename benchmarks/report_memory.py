@@ -39,7 +39,7 @@ def write_scored(folder: Path, ids, length, status, rng):
     import numpy as np
     import pandas as pd
 
-    from workflow_lib.tables import write_tsv
+    from workflow_lib.io.tables import write_tsv
 
     n_chunks = -(-length // CHUNK)
     prepared = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
@@ -77,8 +77,8 @@ def write_calls(folder: Path, chunks, ids, length, status, rng) -> None:
     import numpy as np
     import pandas as pd
 
-    from workflow_lib.regions import REGIONS
-    from workflow_lib.tables import write_tsv
+    from workflow_lib.classify.regions import REGIONS
+    from workflow_lib.io.tables import write_tsv
 
     n_chunks = -(-length // CHUNK)
     best = chunks.groupby("sequence_id", sort=False)["max_score_virus"].max().reindex(ids).to_numpy().copy()
@@ -100,7 +100,7 @@ def write_calls(folder: Path, chunks, ids, length, status, rng) -> None:
 
 def write_summaries(folder: Path, records: int, bases: int, chunks: int, frames: int) -> None:
     """The run summary, manifest, benchmark and figures files that summarize and plot_sample read."""
-    from workflow_lib.tables import write_json
+    from workflow_lib.io.tables import write_json
 
     shards = [
         {"model": m, "shard": s, "tokens_per_s": 1000.0, "fill": 0.9, "precision": "fp16", "device": "cuda:0"}

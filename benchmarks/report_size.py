@@ -29,8 +29,8 @@ from pathlib import Path
 
 from scale import size_mb, synthetic_embeddings
 
-from workflow_lib.stages import ROOT, write_reads
-from workflow_lib.tables import read_json
+from workflow_lib.harness.stages import ROOT, write_reads
+from workflow_lib.io.tables import read_json
 
 SAMPLE = "reads"
 MODELS = {"esm": "faa", "dnabert": "fna"}  # the shard FASTA each model embeds (rules/common.smk)

@@ -23,12 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib import h5store
-from workflow_lib.demo_models import ESM_CONFIG, build_esm
-from workflow_lib.loader import ShardIndex
-from workflow_lib.report import SampleFigures
-from workflow_lib.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
-from workflow_lib.stages import (
+from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
+from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.stages import (
     DEFAULTS,
     embed_command,
     prepare_command,
@@ -36,7 +33,10 @@ from workflow_lib.stages import (
     shard_fastas,
     write_reads,
 )
-from workflow_lib.tables import write_json
+from workflow_lib.io import h5store
+from workflow_lib.io.tables import write_json
+from workflow_lib.report.figures import SampleFigures
+from workflow_lib.workflow.demo_models import ESM_CONFIG, build_esm
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
 SUFFIX = {"dnabert": "fna", "esm": "faa"}

@@ -22,8 +22,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from workflow_lib import demo_models
-from workflow_lib.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads
+from workflow_lib.harness.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads
+from workflow_lib.workflow import demo_models
 
 STOPPED = re.compile(r"stopped after ([\d,]+) of [\d,]+ frames; they are committed")
 

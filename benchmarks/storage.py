@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib import h5store
+from workflow_lib.io import h5store
 
 WIDTHS = {"dnabert": 768, "esm": 2560}
 FILTERS = {

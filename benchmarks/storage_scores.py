@@ -13,13 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib import h5store
-from workflow_lib.demo_models import build_in
-from workflow_lib.models import classifier
-from workflow_lib.stages import (
+from workflow_lib.classify.train import load_examples, train
+from workflow_lib.harness.stages import (
     GENOMES as STAGE_GENOMES,
 )
-from workflow_lib.stages import (
+from workflow_lib.harness.stages import (
     ONE_SHARD,
     call_into,
     embed_into,
@@ -29,8 +27,10 @@ from workflow_lib.stages import (
     shard_fastas,
     train_settings,
 )
-from workflow_lib.tables import read_table
-from workflow_lib.train import load_examples, train
+from workflow_lib.io import h5store
+from workflow_lib.io.tables import read_table
+from workflow_lib.models import classifier
+from workflow_lib.workflow.demo_models import build_in
 
 GENOMES = sorted(STAGE_GENOMES.glob("*.fasta"))
 VIRUSES = ("phage", "lambda", "phiX174")

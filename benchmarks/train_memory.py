@@ -16,8 +16,8 @@ from pathlib import Path
 
 from scale import SUFFIX, WIDTH, measured, size_mb, synthetic_embeddings
 
-from workflow_lib.loader import ShardIndex
-from workflow_lib.stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas, write_reads
+from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas, write_reads
 
 
 def main() -> None:

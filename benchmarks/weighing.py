@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 from scale import measured
 
-from workflow_lib import calibration
-from workflow_lib.checksums import sha256
-from workflow_lib.loader import ShardIndex
-from workflow_lib.reconcile import IDDigest
-from workflow_lib.settings import CallSettings, PredictSettings
-from workflow_lib.stages import prepare_command, script_command, shard_fastas, write_reads
+from workflow_lib.classify import calibration
+from workflow_lib.cli.settings import CallSettings, PredictSettings
+from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.stages import prepare_command, script_command, shard_fastas, write_reads
+from workflow_lib.io.checksums import sha256
+from workflow_lib.prepare.reconcile import IDDigest
 
 
 def synthetic_scores(shard: Path, output: Path, rng: np.random.Generator) -> None:

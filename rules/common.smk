@@ -21,7 +21,7 @@ ROOT = str(Path(str(workflow.current_basedir)).parent)
 # workflow_lib, from a checkout without installing (jobs: scripts/run_logged.sh)
 sys.path.insert(0, ROOT)
 
-from workflow_lib.config_check import (
+from workflow_lib.workflow.config_check import (
     check_config,
     check_yaml,
     check_calibration_file,
@@ -33,18 +33,23 @@ from workflow_lib.config_check import (
     read_samples,
     source_of,
 )
-from workflow_lib.cluster_watch import PendingWatch, failed_job_reasons
-from workflow_lib import job_resources
-from workflow_lib.errors import InputError, full_disk_here
+from workflow_lib.workflow.cluster_watch import PendingWatch, failed_job_reasons
+from workflow_lib.workflow import job_resources
+from workflow_lib.cli.errors import InputError, full_disk_here
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
-from workflow_lib.plan import generations, plan_is_current, read_plan, read_pools
-from workflow_lib.scheduler import (
+from workflow_lib.prepare.plan import (
+    generations,
+    plan_is_current,
+    read_plan,
+    read_pools,
+)
+from workflow_lib.workflow.snakemake_patches import (
     bound_passes,
     keep_one_timer,
     mend_job_groups,
     mend_needrun_mask,
 )
-from workflow_lib.settings import (
+from workflow_lib.cli.settings import (
     CallSettings,
     CheckModelsSettings,
     EmbedSettings,
@@ -59,8 +64,8 @@ from workflow_lib.settings import (
     options,
     tuning_keys,
 )
-from workflow_lib.sharding import FASTA_SUFFIX
-from workflow_lib.sharding import shard_fasta as shard_fasta_of
+from workflow_lib.io.sharding import FASTA_SUFFIX
+from workflow_lib.io.sharding import shard_fasta as shard_fasta_of
 
 
 def refuse(error):
@@ -84,7 +89,7 @@ configfile: DEFAULT_CONFIG
 
 # Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
 # hold far more samples than group-components asks, and a job behind an ancient input would go
-# untested while the job before it is due (workflow_lib/scheduler.py).
+# untested while the job before it is due (workflow_lib/workflow/snakemake_patches.py).
 keep_one_timer()
 bound_passes()
 mend_job_groups()

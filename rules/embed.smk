@@ -1,4 +1,4 @@
-# A pooled shard of several samples' shards (the plan, workflow_lib/plan.py): their FASTA pairs one
+# A pooled shard of several samples' shards (the plan, workflow_lib/prepare/plan.py): their FASTA pairs one
 # after the other. A pool of one sample's shard needs none: its jobs read prepare's shard.
 rule pool_shard:
     input:

@@ -35,7 +35,7 @@ rule prepare:
 
 # The checkpoint of a generation of samples (those planned together; samples appended to a finished
 # run are the next generation): once they are prepared, the plan lists each one's shards and packs
-# them into pooled shards of at most shard_tokens (workflow_lib/plan.py), and the jobs of every
+# them into pooled shards of at most shard_tokens (workflow_lib/prepare/plan.py), and the jobs of every
 # pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
 # time quadratic in the samples). It waits for the model check too, so that a wrong classifier
 # stops the run before any embedding, and a dry run shows the check. A local rule: it only

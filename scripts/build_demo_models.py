@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.demo_models import build
-from workflow_lib.errors import run_cli
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.workflow.demo_models import build
 
 
 def main() -> None:

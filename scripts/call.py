@@ -4,12 +4,12 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.calibration import Calibration
-from workflow_lib.call import CallFiles, call
-from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
-from workflow_lib.regions import RegionSettings
-from workflow_lib.settings import CallSettings, add_arguments, from_arguments
+from workflow_lib.classify.calibration import Calibration
+from workflow_lib.classify.call import CallFiles, call
+from workflow_lib.classify.regions import RegionSettings
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import CallSettings, add_arguments, from_arguments
 
 
 def main() -> None:

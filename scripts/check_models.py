@@ -2,10 +2,10 @@
 
 import argparse
 
-from workflow_lib.check_models import check_models
-from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
-from workflow_lib.settings import CheckModelsSettings, add_arguments, from_arguments
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import CheckModelsSettings, add_arguments, from_arguments
+from workflow_lib.workflow.check_models import check_models
 
 
 def main() -> None:

@@ -5,10 +5,10 @@ import argparse
 import logging
 import re
 
-from workflow_lib.errors import run_cli
-from workflow_lib.fetch_models import fetch_models
-from workflow_lib.progress import setup_logging
-from workflow_lib.settings import FetchSettings, add_arguments, from_arguments
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import FetchSettings, add_arguments, from_arguments
+from workflow_lib.workflow.fetch_models import fetch_models
 
 
 def main() -> None:

@@ -3,8 +3,8 @@ sample's estimated viral fraction, and the records called viral within each q-va
 
 import argparse
 
-from workflow_lib.errors import run_cli
-from workflow_lib.report import calibration_report
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.report.figures import calibration_report
 
 
 def main() -> None:

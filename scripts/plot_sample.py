@@ -3,9 +3,9 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.errors import run_cli
-from workflow_lib.report import SampleFigures, SampleTables, sample_report
-from workflow_lib.settings import PlotSampleSettings, add_arguments, from_arguments
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.settings import PlotSampleSettings, add_arguments, from_arguments
+from workflow_lib.report.figures import SampleFigures, SampleTables, sample_report
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 import argparse
 
-from workflow_lib.errors import run_cli
-from workflow_lib.report import training_report
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.report.figures import training_report
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 import argparse
 import logging
 
-from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
-from workflow_lib.sharding import pool_shards
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.io.sharding import pool_shards
 
 
 def main() -> None:

@@ -3,11 +3,11 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.calibration import Calibration
-from workflow_lib.errors import run_cli
-from workflow_lib.predict import ScoreFiles, write_tables
-from workflow_lib.progress import setup_logging
-from workflow_lib.settings import PredictSettings, add_arguments
+from workflow_lib.classify.calibration import Calibration
+from workflow_lib.classify.predict import ScoreFiles, write_tables
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import PredictSettings, add_arguments
 
 
 def main() -> None:

@@ -3,10 +3,10 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.errors import run_cli
-from workflow_lib.prepare import PreparedFiles, prepare
-from workflow_lib.progress import setup_logging
-from workflow_lib.settings import PrepareSettings, add_arguments, from_arguments
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import PrepareSettings, add_arguments, from_arguments
+from workflow_lib.prepare.job import PreparedFiles, prepare
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ shift
 # The scripts import workflow_lib from this checkout in any environment (a conda env of --sdm conda
 # has it not installed).
 export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
-# The job also writes its error line to descriptor 3 (workflow_lib.errors.run_cli), kept here: the
+# The job also writes its error line to descriptor 3 (workflow_lib.cli.errors.run_cli), kept here: the
 # log may be on a disk too full to hold it.
 # SLURM and Snakemake send SIGTERM to the whole process group: the job gets it too and leaves through
 # its own exits (an embed job that has embedded every frame finishes first); its status is the one

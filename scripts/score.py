@@ -3,11 +3,11 @@
 import argparse
 from pathlib import Path
 
-from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
-from workflow_lib.score import score_shard
-from workflow_lib.settings import ScoreSettings, add_arguments
-from workflow_lib.threads import use_threads
+from workflow_lib.classify.score import score_shard
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import ScoreSettings, add_arguments
+from workflow_lib.cli.threads import use_threads
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ figures per shard) as JSON."""
 import argparse
 import json
 
-from workflow_lib.errors import run_cli
-from workflow_lib.summarize import summarize
-from workflow_lib.tables import write_json
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.io.tables import write_json
+from workflow_lib.report.summary import summarize
 
 
 def main() -> None:

@@ -2,11 +2,11 @@
 
 import argparse
 
-from workflow_lib.errors import run_cli
-from workflow_lib.progress import setup_logging
-from workflow_lib.settings import TrainSettings, add_arguments, from_arguments
-from workflow_lib.threads import use_threads
-from workflow_lib.train import train_classifier
+from workflow_lib.classify.train import train_classifier
+from workflow_lib.cli.errors import run_cli
+from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import TrainSettings, add_arguments, from_arguments
+from workflow_lib.cli.threads import use_threads
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from workflow_lib.seqio import read_records
+from workflow_lib.io.seqio import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

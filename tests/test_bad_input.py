@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs
 
-from workflow_lib.errors import InputError, full_disk, full_disk_here
-from workflow_lib.seqio import read_records
-from workflow_lib.stages import prepare_command, prepare_into, shard_fastas
-from workflow_lib.tables import read_table
+from workflow_lib.cli.errors import InputError, full_disk, full_disk_here
+from workflow_lib.harness.stages import prepare_command, prepare_into, shard_fastas
+from workflow_lib.io.seqio import read_records
+from workflow_lib.io.tables import read_table
 
 LAMBDA = GENOMES / "lambda_NC_001416.fasta"
 
@@ -86,7 +86,7 @@ def test_damaged_compressed_file(tmp_path, name, damage, reason):
 
 def test_truncation_names_the_last_record_read(tmp_path, monkeypatch):
     """Past the first read block, the message says how far the file could be read."""
-    from workflow_lib import seqio
+    from workflow_lib.io import seqio
 
     monkeypatch.setattr(seqio, "_BLOCK", 4096)
     path = tmp_path / "cut.fa.gz"
@@ -465,7 +465,7 @@ def test_classifier_for_other_chunks_is_refused_whatever_its_name(tmp_path, made
 
 
 def test_config_yaml_syntax_error_names_file_and_line(tmp_path):
-    from workflow_lib.config_check import check_yaml
+    from workflow_lib.workflow.config_check import check_yaml
 
     (tmp_path / "c.yaml").write_text("chunk_length: 500\nmodels:\n\tcache_dir: x\n")
     with pytest.raises(InputError) as error:
@@ -518,7 +518,7 @@ def test_a_table_cut_short_is_refused_by_name(tmp_path, name):
     """A table that a crash left cut short after its rename (its data never reached the disk) is
     refused with its name and what to do, whichever reader meets it: never a short last row read
     as data, never a traceback from pandas or gzip."""
-    from workflow_lib.tables import read_chunks, read_table, write_tsv
+    from workflow_lib.io.tables import read_chunks, read_table, write_tsv
 
     path = tmp_path / name
     write_tsv(pd.DataFrame({"sequence_id": [f"r{i}" for i in range(5000)], "chunk": range(5000)}), path)
@@ -534,7 +534,7 @@ def test_a_table_cut_short_is_refused_by_name(tmp_path, name):
 def test_outputs_reach_the_disk_before_their_rename(tmp_path, monkeypatch):
     """A finished output's data is flushed (fsync) under its temporary name, and the directory after
     the rename: a crash then leaves the old state or the whole new file, never its name alone."""
-    from workflow_lib import outputs
+    from workflow_lib.io import outputs
 
     flushed, fsync = [], os.fsync
 
@@ -567,7 +567,7 @@ def test_full_disk(tmp_path):
 def test_full_disk_hdf5(tmp_path):
     import numpy as np
 
-    from workflow_lib import h5store
+    from workflow_lib.io import h5store
 
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         attrs = dict.fromkeys(h5store.REQUIRED_ATTRS, "x")
@@ -581,7 +581,7 @@ def test_full_disk_hdf5(tmp_path):
 
 
 FAILING_JOB = """
-from workflow_lib.errors import InputError, run_cli
+from workflow_lib.cli.errors import InputError, run_cli
 def main():
     raise InputError("reads.fa: record 'r1' is empty; remove it")
 run_cli(main)
@@ -629,7 +629,7 @@ def test_output_directory_under_a_file(tmp_path):
 def test_a_long_samples_sheet_is_checked_in_one_pass_in_line_order(tmp_path):
     """One validator for all rows: every problem still names its line, in line order (line 12
     after line 3, not before it as text would sort)."""
-    from workflow_lib.config_check import read_samples
+    from workflow_lib.workflow.config_check import read_samples
 
     reads = tmp_path / "reads.fa"
     reads.write_text(">r\nACGT\n")

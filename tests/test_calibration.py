@@ -6,8 +6,8 @@ import functools
 import numpy as np
 import pytest
 
-from workflow_lib import calibration
-from workflow_lib.calibration import Calibration, expit, logit
+from workflow_lib.classify import calibration
+from workflow_lib.classify.calibration import Calibration, expit, logit
 
 
 def synthetic(n_records: int, viral_share: float, seed: int, chunks=(1, 12)) -> dict[str, np.ndarray]:

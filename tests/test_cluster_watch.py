@@ -1,7 +1,7 @@
 """The parsing behind what a cluster run tells its console (the real thing runs in test_slurm.py,
 which needs root): failed jobs' reasons from Snakemake's log, pending jobs that never start."""
 
-from workflow_lib.cluster_watch import failed_job_reasons, job_name, never_runs
+from workflow_lib.workflow.cluster_watch import failed_job_reasons, job_name, never_runs
 
 
 def test_failed_jobs_reasons_are_their_logs_last_lines(tmp_path):

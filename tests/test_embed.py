@@ -24,14 +24,14 @@ import pytest
 import torch
 from helpers import EMBEDDING_TOLERANCE, ROOT, alive
 
-import workflow_lib.loader
-from workflow_lib.device_feed import DeviceFeed
-from workflow_lib.embed import allocator_conf_variable, build_embedder, set_allocator_conf
-from workflow_lib.errors import InputError
-from workflow_lib.loader import ShardBatches, ShardIndex, open_loader
-from workflow_lib.models import esm
-from workflow_lib.packing import greedy_batches, pack
-from workflow_lib.stages import (
+import workflow_lib.embed.loader
+from workflow_lib.cli.errors import InputError
+from workflow_lib.embed.device_feed import DeviceFeed
+from workflow_lib.embed.job import allocator_conf_variable, build_embedder, set_allocator_conf
+from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
+from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.harness.stages import (
     DEFAULTS,
     embed_command,
     embed_into,
@@ -40,8 +40,8 @@ from workflow_lib.stages import (
     tokenize_into,
     write_reads,
 )
-from workflow_lib.stored_tokens import StoredTokens
-from workflow_lib.tokens import DNABERTTokens, ESMTokens
+from workflow_lib.models import esm
+from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
 CPU = torch.device("cpu")
 GENOMES = ROOT / "resources" / "genomes"
@@ -97,7 +97,8 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     embedder = build_embedder(settings, CPU, torch.float32)
     sequences = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
-        alone = embedder(pack([0], embedder.tokens([sequences[row]]), budget).tensors())[0].numpy()
+        packed = pack([0], embedder.tokens([sequences[row]]), budget).tensors()
+        alone = embedder(packed.tokens, packed.layout())[0].numpy()
         assert np.abs(embeddings[row] - alone).max() < 1e-5
 
 
@@ -105,7 +106,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
 def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
     """Three spawn workers over many small blocks give what the main process alone gives."""
-    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 97)  # read by the main process only: workers get its blocks
+    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 97)  # read by the main process only: workers get its blocks
     path = read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=3)
@@ -119,7 +120,7 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
     """The tokenize job's file holds, block by block, what the DNABERT-S tokenizer gives; the embed
     job reading it (loader workers too) writes the same embeddings to the bit; a tokens file of
     another shard is refused."""
-    monkeypatch.setattr(workflow_lib.loader, "BLOCK", 13)
+    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 13)
     path, tokens_path = shard / "shard_0.fna", tmp_path / "tokens.h5"
     n_tokens = tokenize_into(path, demo_models["dnabert"], tokens_path)
     index = ShardIndex.read(path)
@@ -190,8 +191,8 @@ def read_pieces(monkeypatch, piece: int) -> list[int]:
             sizes.append(len(data))
             return data
 
-    monkeypatch.setattr(workflow_lib.loader, "PIECE", piece)
-    monkeypatch.setattr(workflow_lib.loader, "open", lambda path, mode: Pieces(io.FileIO(path)), raising=False)
+    monkeypatch.setattr(workflow_lib.embed.loader, "PIECE", piece)
+    monkeypatch.setattr(workflow_lib.embed.loader, "open", lambda path, mode: Pieces(io.FileIO(path)), raising=False)
     return sizes
 
 
@@ -273,14 +274,14 @@ class RunsOutOfMemory:
         self.activations = []  # weak references to the failed forwards' activations
         self.alive_at_retry = []  # per later call: how many of them were still held
 
-    def __call__(self, batch):
-        self.seen.append(batch.n_tokens)
+    def __call__(self, tokens, layout):
+        self.seen.append(len(tokens))
         self.alive_at_retry.append(sum(ref() is not None for ref in self.activations))
-        if batch.n_tokens > self.limit:
-            activation = torch.empty(batch.n_tokens, 1024)  # what a forward holds when memory runs out
+        if len(tokens) > self.limit:
+            activation = torch.empty(len(tokens), 1024)  # what a forward holds when memory runs out
             self.activations.append(weakref.ref(activation))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-        return self.embedder(batch)
+        return self.embedder(tokens, layout)
 
 
 def test_out_of_memory_halves_the_batch(demo_models):
@@ -289,7 +290,7 @@ def test_out_of_memory_halves_the_batch(demo_models):
     proteins = [b"MKV" * n for n in range(1, 40)]
     encoded = embedder.tokens(proteins)
     batch = pack(np.arange(len(encoded)), encoded, 5000).tensors()
-    expected = embedder(batch).numpy()
+    expected = embedder(batch.tokens, batch.layout()).numpy()
     feed = DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU)
     results = list(feed.compute(*feed.send(batch)))
     rows = np.concatenate([r for r, _ in results])
@@ -476,7 +477,7 @@ def _rows(part) -> int:
 
 
 CLAIM = (
-    "import logging, sys; from pathlib import Path; from workflow_lib import locks; "
+    "import logging, sys; from pathlib import Path; from workflow_lib.io import locks; "
     "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
     "print(locks.claim_gpu(['GPU-a', 'GPU-b'], Path({dir!r}), 0.1), flush=True); sys.stdin.read()"
 )
@@ -622,7 +623,7 @@ def test_a_resumed_shard_gives_the_same_batches(read_frames, demo_models):
 
 
 def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
-    from workflow_lib.resume import Commits
+    from workflow_lib.embed.resume import Commits
 
     out, tokens = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6)
 
@@ -670,7 +671,7 @@ def whole_array_reference(path, model, checkpoint, budget):
 def test_streamed_output_equals_the_whole_array(shard, demo_models, tmp_path, monkeypatch):
     """float32 storage is the whole-array result to the bit, also when the writer flushes after
     every batch into small chunks (partial chunks read back and rewritten); float16 is its rounding."""
-    from workflow_lib import h5store
+    from workflow_lib.io import h5store
 
     path = shard / "shard_0.faa"
     want = whole_array_reference(path, "esm", demo_models["esm"], 600)
@@ -727,7 +728,7 @@ def test_non_finite_embeddings_fail_the_job_at_their_batch(shard, demo_models, t
 )
 def test_gpus_this_torch_has_no_kernels_for_are_refused_at_start(capability, arch_list, runs):
     """Device-independent: the check that the embed job runs on a GPU before its first kernel."""
-    from workflow_lib.embed import check_gpu
+    from workflow_lib.embed.job import check_gpu
 
     if runs:
         check_gpu("GPU", capability, arch_list, "13.0")

@@ -22,10 +22,10 @@ import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE
 from model_server import ModelServer
 
-from workflow_lib.errors import InputError
-from workflow_lib.fetch_models import fetch_models
+from workflow_lib.cli.errors import InputError
+from workflow_lib.harness.stages import DEFAULTS, embed_command
 from workflow_lib.models import classifier
-from workflow_lib.stages import DEFAULTS, embed_command
+from workflow_lib.workflow.fetch_models import fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
 ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"
@@ -221,7 +221,7 @@ def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_pa
 
 
 HOLD = (
-    "import logging, sys; from pathlib import Path; from workflow_lib import locks; "
+    "import logging, sys; from pathlib import Path; from workflow_lib.io import locks; "
     "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
     "held = locks.exclusive(Path({path!r})); held.__enter__(); print('held', flush=True); sys.stdin.read()"
 )

@@ -5,8 +5,8 @@ import h5py
 import numpy as np
 import pytest
 
-from workflow_lib import h5store
-from workflow_lib.errors import InputError
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io import h5store
 
 ATTRS = dict.fromkeys(h5store.REQUIRED_ATTRS, "x")
 

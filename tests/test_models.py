@@ -15,11 +15,11 @@ import pytest
 import torch
 from helpers import DATA, ENV
 
-from workflow_lib import demo_models
-from workflow_lib.errors import InputError
+from workflow_lib.cli.errors import InputError
+from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.models import checkpoints, classifier, classifier_chunks, dnabert, esm, varlen
 from workflow_lib.models.checkpoints import is_local
-from workflow_lib.packing import greedy_batches, pack
+from workflow_lib.workflow import demo_models
 
 CPU = torch.device("cpu")
 # 1 residue, fair-esm's usual truncation (1022), VirNucPro's pooling limit (1024) and past both,
@@ -30,13 +30,20 @@ PROTEINS = [
 ]  # fmt: skip
 
 
+def one(encoded: np.ndarray) -> tuple[torch.Tensor, object]:
+    """A model's input for one sequence alone: its tokens and their layout."""
+    packed = pack([0], [encoded], 1).tensors()
+    return packed.tokens, packed.layout()
+
+
 def packed_run(embedder, encoded: list[np.ndarray], budget: int) -> torch.Tensor:
     """Embeddings in input order, through greedy packed batches of the given token budget."""
     lengths = np.array([len(e) for e in encoded])
     out = torch.zeros(len(encoded), embedder.dim)
     batches = greedy_batches(lengths, budget)
     for batch in batches:
-        out[batch] = embedder(pack(batch, [encoded[i] for i in batch.tolist()], budget).tensors())
+        packed = pack(batch, [encoded[i] for i in batch.tolist()], budget).tensors()
+        out[batch] = embedder(packed.tokens, packed.layout())
     return out, len(batches)
 
 
@@ -329,7 +336,7 @@ def test_embeddings_do_not_depend_on_the_batch(demo_models, model):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        alone = torch.stack([embedder(pack([0], [e], 1).tensors())[0] for e in encoded])
+        alone = torch.stack([embedder(*one(e))[0] for e in encoded])
         for n_threads, budget in ((1, 100_000), (2, 100_000), (2, 700), (1, 2000)):
             torch.set_num_threads(n_threads)
             order = rng.permutation(len(encoded))  # other neighbours in every run
@@ -579,9 +586,10 @@ from workflow_lib.models import esm
 model, alphabet = esm.load(sys.argv[1])
 eager = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, torch.device("cpu"))
 compiled = esm.ESMEmbedder(model, alphabet, 2, torch.device("cpu"), compiled=True)
-batch = __import__("workflow_lib.packing", fromlist=["pack"]).pack(
+batch = __import__("workflow_lib.embed.packing", fromlist=["pack"]).pack(
     [0, 1], eager.tokens([b"MKVLAAGWPQ", b"ACDEFGHIKLMNPQRSTVWY"]), 100).tensors()
-print(json.dumps([float((compiled(batch) - eager(batch)).abs().max()), compiled.compiled]))
+inputs = batch.tokens, batch.layout()
+print(json.dumps([float((compiled(*inputs) - eager(*inputs)).abs().max()), compiled.compiled]))
 """
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from helpers import ENV, GENOMES, ROOT, read_tsv
 
-from workflow_lib.regions import REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
-from workflow_lib.seqio import read_records
-from workflow_lib.stages import DEFAULTS
+from workflow_lib.classify.regions import REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
+from workflow_lib.harness.stages import DEFAULTS
+from workflow_lib.io.seqio import read_records
 
 DEMO_SAMPLES = {
     "lambda": ("lambda_NC_001416.fasta", "virus"),

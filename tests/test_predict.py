@@ -11,11 +11,8 @@ import pytest
 import torch
 from helpers import GENOMES, ROOT, read_fasta, read_tsv
 
-from workflow_lib import h5store
-from workflow_lib.errors import InputError
-from workflow_lib.models import classifier
-from workflow_lib.seqio import read_records
-from workflow_lib.stages import (
+from workflow_lib.cli.errors import InputError
+from workflow_lib.harness.stages import (
     call_into,
     embed_into,
     embed_settings,
@@ -24,6 +21,9 @@ from workflow_lib.stages import (
     shard_fastas,
     write_reads,
 )
+from workflow_lib.io import h5store
+from workflow_lib.io.seqio import read_records
+from workflow_lib.models import classifier
 
 SHARD_TOKENS = 336  # the sample's 4 frames (phiX174's) cost 168 tokens each: 2 shards of 2
 
@@ -170,7 +170,7 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path, case, me
 def test_manifest_names_the_checkpoints_and_counts(sample, demo_models):
     import json
 
-    from workflow_lib.checksums import sha256
+    from workflow_lib.io.checksums import sha256
 
     root, _ = sample
     manifest = json.loads((root / "out" / "manifest.json").read_text())
@@ -205,21 +205,21 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
 def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     """score logs a shard's frames scored, predict the sample's frames tabled, with rate and ETA
     block by block, then a final line; so do their CLIs, whose outputs are those of the stages."""
-    import workflow_lib.predict
-    import workflow_lib.score
-    from workflow_lib.predict import ScoreFiles
+    import workflow_lib.classify.predict
+    import workflow_lib.classify.score
+    from workflow_lib.classify.predict import ScoreFiles
 
     root, files = sample
     prepared = root / "prepare"
     frames, shard_frames = len(read_tsv(prepared / "frames.tsv.gz")), len(read_fasta(shard_fastas(prepared, "faa")[0]))
     scores = scores_files(root / "out", len(files["esm"]))
-    monkeypatch.setattr(workflow_lib.score, "SCORE_ROWS", 1)
-    monkeypatch.setattr(workflow_lib.predict, "TABLE_ROWS", 1)
+    monkeypatch.setattr(workflow_lib.classify.score, "SCORE_ROWS", 1)
+    monkeypatch.setattr(workflow_lib.classify.predict, "TABLE_ROWS", 1)
     outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
     with caplog.at_level("INFO", logger="workflow"):
         args = (files["dnabert"][0], files["esm"][0], root / "classifier.pt", tmp_path / "shard_0.npz")
-        workflow_lib.score.score_shard(*args, 1e-6)
-        workflow_lib.predict.write_tables(
+        workflow_lib.classify.score.score_shard(*args, 1e-6)
+        workflow_lib.classify.predict.write_tables(
             prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, outputs, 1e-6
         )
     for total in (shard_frames, frames):
@@ -288,17 +288,17 @@ def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
     """Each shard's frames scored 5 at a time, the frames table read 5 rows at a time (blocks that
     span shards), VirNucPro's chunk rows sorted in runs of 3 and merged, records called 4 at a time:
     the same bytes as each table in one block."""
-    import workflow_lib.call
-    import workflow_lib.predict
-    import workflow_lib.score
+    import workflow_lib.classify.call
+    import workflow_lib.classify.predict
+    import workflow_lib.classify.score
 
     root, files = many
     for blocks in ("whole", "small"):
         if blocks == "small":
-            monkeypatch.setattr(workflow_lib.score, "SCORE_ROWS", 5)
-            monkeypatch.setattr(workflow_lib.predict, "TABLE_ROWS", 5)
-            monkeypatch.setattr(workflow_lib.predict.VirNucProTables, "RUN_ROWS", 3)
-            monkeypatch.setattr(workflow_lib.call, "BLOCK_ROWS", 4)
+            monkeypatch.setattr(workflow_lib.classify.score, "SCORE_ROWS", 5)
+            monkeypatch.setattr(workflow_lib.classify.predict, "TABLE_ROWS", 5)
+            monkeypatch.setattr(workflow_lib.classify.predict.VirNucProTables, "RUN_ROWS", 3)
+            monkeypatch.setattr(workflow_lib.classify.call, "BLOCK_ROWS", 4)
         score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / blocks)
         call_into(root / "prepare", root / "in.fa", tmp_path / blocks)
     calls = [s["call"] for s in read_tsv(tmp_path / "whole" / "sequences.tsv")]
@@ -318,7 +318,7 @@ def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
 def test_tables_do_not_depend_on_the_sharding(many, tmp_path):
     """The same frames prepared into one shard instead of 5, each with the same embeddings, scored
     by the same classifier: the same bytes in every table; only the frames' shard numbers differ."""
-    from workflow_lib.tables import read_table
+    from workflow_lib.io.tables import read_table
 
     root, several = many
     prepare = tmp_path / "prepare"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
-from workflow_lib.chunking import chunk_bounds
-from workflow_lib.prepare import short_records_advice
-from workflow_lib.seqio import read_records
-from workflow_lib.sharding import read_shards
-from workflow_lib.stages import prepare_command, prepare_into, shard_fastas
+from workflow_lib.harness.stages import prepare_command, prepare_into, shard_fastas
+from workflow_lib.io.seqio import read_records
+from workflow_lib.io.sharding import read_shards
+from workflow_lib.prepare.chunking import chunk_bounds
+from workflow_lib.prepare.job import short_records_advice
 
 FIXTURES = sorted((DATA / "virnucpro_frames").glob("*.tsv"))
 
@@ -233,7 +233,7 @@ def test_parser_across_block_boundaries(tmp_path, monkeypatch):
     same, also when a record spans many blocks (collected without its line breaks)."""
     import random
 
-    from workflow_lib import seqio
+    from workflow_lib.io import seqio
 
     rng = random.Random(0)
     for trial in range(60):
@@ -254,7 +254,7 @@ def test_parser_across_block_boundaries(tmp_path, monkeypatch):
 
 
 def test_fastq_with_trailing_blank_lines(tmp_path):
-    from workflow_lib.seqio import read_records
+    from workflow_lib.io.seqio import read_records
 
     (tmp_path / "r.fq").write_text("@r1\nACGT\n+\nIIII\n@r2\n\n+\n\n" + "\n" * 6)  # r2 is an empty read
     assert [(rid, seq) for rid, _, seq in read_records(tmp_path / "r.fq")] == [("r1", b"ACGT"), ("r2", b"")]
@@ -262,7 +262,7 @@ def test_fastq_with_trailing_blank_lines(tmp_path):
 
 def test_cli_logs_progress_lines(tmp_path):
     """The prepare CLI logs records done, rate and ETA at the interval asked for, then a final line."""
-    from workflow_lib.stages import write_reads
+    from workflow_lib.harness.stages import write_reads
 
     write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
     command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", "--progress-seconds", "0.000001")

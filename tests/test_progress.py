@@ -5,7 +5,7 @@ import logging
 import re
 import time
 
-from workflow_lib.progress import Progress
+from workflow_lib.cli.progress import Progress
 
 
 class Timed(logging.Handler):

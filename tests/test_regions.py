@@ -4,7 +4,14 @@ chunk, none, and records too short for a region."""
 import pandas as pd
 import pytest
 
-from workflow_lib.regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
+from workflow_lib.classify.regions import (
+    EVIDENCE,
+    REGIONS,
+    RegionSettings,
+    extend_to_ends,
+    record_regions,
+    regions_table,
+)
 
 
 def chunks(pattern: str, sequence_id: str = "r", length: int = 500, scored: str | None = None) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, tmpfs, write_config
 
-from workflow_lib.stages import write_reads
+from workflow_lib.harness.stages import write_reads
 
 KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the fault hits (every sample pooled)
 
@@ -110,10 +110,10 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
 
 def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
-    from workflow_lib.errors import InputError
-    from workflow_lib.reconcile import IDDigest, check_prepared
-    from workflow_lib.stages import prepare_into, prepared_files, shard_fastas
-    from workflow_lib.tables import read_chunks
+    from workflow_lib.cli.errors import InputError
+    from workflow_lib.harness.stages import prepare_into, prepared_files, shard_fastas
+    from workflow_lib.io.tables import read_chunks
+    from workflow_lib.prepare.reconcile import IDDigest, check_prepared
 
     counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 900, chunk_length=300)
     assert counts["shards"] == 2  # 16 frames of 101 or 102 tokens, 8 a shard
@@ -149,9 +149,9 @@ def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
 )
 def test_predict_refuses_tables_that_disagree(tmp_path, frames, message):
     """prepare's frames table is checked against its sequences table as predict reads it, a row at a time."""
-    from workflow_lib.errors import InputError
-    from workflow_lib.predict import ListedFrames
-    from workflow_lib.tables import read_chunks
+    from workflow_lib.classify.predict import ListedFrames
+    from workflow_lib.cli.errors import InputError
+    from workflow_lib.io.tables import read_chunks
 
     (tmp_path / "sequences.tsv").write_text("sequence_id\tn_frames\na\t2\nb\t1\nempty\t0\n")
     rows = [(f"{f[0]}_chunk_{f[1]}{f[2:]}", f[0], f[1], f[2:]) for f in frames.split()]
@@ -178,7 +178,7 @@ def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):
     import hashlib
     import os
 
-    from workflow_lib.checksums import describe, digests
+    from workflow_lib.io.checksums import describe, digests
 
     path = tmp_path / "model.pt"
     path.write_bytes(b"weights")
@@ -194,10 +194,10 @@ def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):
 @pytest.mark.parametrize("held", [2, 1000], ids=["spread over bucket files", "in memory"])
 def test_repeated_ids_are_found_in_bounded_memory(tmp_path, monkeypatch, held):
     """prepare keeps at most HELD ID hashes in memory; repeats across spills to the buckets are found."""
-    import workflow_lib.unique_ids
-    from workflow_lib.unique_ids import IDHashes
+    import workflow_lib.prepare.unique_ids
+    from workflow_lib.prepare.unique_ids import IDHashes
 
-    monkeypatch.setattr(workflow_lib.unique_ids, "HELD", held)
+    monkeypatch.setattr(workflow_lib.prepare.unique_ids, "HELD", held)
     ids = [f"read_{i}".encode() for i in range(50)]
     with IDHashes(tmp_path) as hashes:
         for batch in ([*ids[:20], b"read_3"], ids[20:], [b"read_49", b"read_3"]):

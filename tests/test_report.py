@@ -23,9 +23,10 @@ import snakemake
 import yaml
 from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
 
-from workflow_lib import report, report_data
-from workflow_lib.plan import read_plans
-from workflow_lib.seqio import read_records
+from workflow_lib.io.seqio import read_records
+from workflow_lib.prepare.plan import read_plans
+from workflow_lib.report import data as report_data
+from workflow_lib.report import figures as report
 
 
 def merged(base: dict, override: dict) -> dict:

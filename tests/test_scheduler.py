@@ -1,4 +1,4 @@
-"""Snakemake's scheduling mended (workflow_lib/scheduler.py): one pending re-evaluation timer per
+"""Snakemake's scheduling mended (workflow_lib/workflow/snakemake_patches.py): one pending re-evaluation timer per
 delay, passes that weigh a bounded number of jobs, group components merged once, jobs behind an
 ancient input tested on their own."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 
-from workflow_lib.scheduler import (
+from workflow_lib.workflow.snakemake_patches import (
     DAG,
     JobScheduler,
     bound_passes,
@@ -60,7 +60,7 @@ def test_a_pass_weighs_the_first_ready_jobs_of_each_rule():
 
 
 MANY_READY = """
-from workflow_lib.scheduler import bound_passes, RULE_JOBS_A_PASS
+from workflow_lib.workflow.snakemake_patches import bound_passes, RULE_JOBS_A_PASS
 bound_passes()
 rule all:
     input: expand("done/{i}.txt", i=range(3 * RULE_JOBS_A_PASS)), "first.txt"
@@ -170,7 +170,7 @@ def test_a_group_that_leaves_and_enters_itself_again_is_refused():
 
 
 BEHIND_ANCIENT = """
-from workflow_lib.scheduler import mend_needrun_mask
+from workflow_lib.workflow.snakemake_patches import mend_needrun_mask
 if config["mend"]:
     mend_needrun_mask()
 rule embed:

@@ -1,4 +1,4 @@
-"""Each stage's settings are declared once (workflow_lib/settings.py): the command line a rule builds
+"""Each stage's settings are declared once (workflow_lib/cli/settings.py): the command line a rule builds
 from the config is the one its script parses back, and every declared key is a config key."""
 
 import argparse
@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from workflow_lib import job_resources
-from workflow_lib.settings import (
+from workflow_lib.cli.settings import (
     MODELS,
     STAGES,
     EmbedSettings,
@@ -19,7 +18,8 @@ from workflow_lib.settings import (
     options,
     tuning_keys,
 )
-from workflow_lib.stages import DEFAULTS
+from workflow_lib.harness.stages import DEFAULTS
+from workflow_lib.workflow import job_resources
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
 PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}

@@ -18,9 +18,9 @@ import yaml
 from helpers import ENV, SNAKEMAKE, write_config, write_inputs
 from slurm_testbed import SHIPPED, TEST_OPTIONS, shipped_profile, slurm_cluster
 
-from workflow_lib.cluster_watch import job_name
-from workflow_lib.plan import read_plans
-from workflow_lib.seqio import read_records
+from workflow_lib.io.seqio import read_records
+from workflow_lib.prepare.plan import read_plans
+from workflow_lib.workflow.cluster_watch import job_name
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,5 +1,6 @@
 """The workflow lints clean, and the code is formatted (snakefmt for Snakemake files, ruff for Python)."""
 
+import ast
 import subprocess
 import sys
 
@@ -30,3 +31,55 @@ def test_snakemake_lint_is_clean():
 def test_formatted(command):
     result = run(*command)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# workflow_lib's packages, lowest floor first: a package imports only those below it
+FLOORS = ["cli", "io", "models", "prepare", "embed", "classify", "report", "workflow", "harness"]
+
+
+def library_imports() -> dict[str, set[str]]:
+    """Each module of workflow_lib and the library modules it imports (at any depth of its code)."""
+    graph = {}
+    for path in sorted((ROOT / "workflow_lib").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("workflow_lib"):
+                imported |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith("workflow_lib")}
+        graph[module] = imported
+    return {
+        module: {name for name in imported if name in graph and name != module} for module, imported in graph.items()
+    }
+
+
+def test_packages_are_floors_without_circles():
+    graph = library_imports()
+    packages = {module.split(".")[1] for module in graph if module.count(".") >= 1}
+    assert packages == set(FLOORS), packages
+    upward = [
+        f"{module} imports {name}"
+        for module, imported in graph.items()
+        for name in imported
+        if module.count(".") >= 1
+        and name.count(".") >= 1  # the top package holds only the version
+        and FLOORS.index(name.split(".")[1]) > FLOORS.index(module.split(".")[1])
+    ]
+    assert not upward, upward
+    # no circle: every module can be ordered after all it imports
+    done: set[str] = set()
+    while len(done) < len(graph):
+        ready = {module for module, imported in graph.items() if module not in done and imported <= done}
+        assert ready, f"an import circle among {sorted(set(graph) - done)}"
+        done |= ready
+
+
+def test_packages_are_small_and_say_what_they_own():
+    for package in FLOORS:
+        folder = ROOT / "workflow_lib" / package
+        modules = [path for path in folder.glob("*.py") if path.name != "__init__.py"]
+        assert len(modules) <= 12, f"{package}: {len(modules)} modules"
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{package} has no docstring"
+    top = [path.name for path in (ROOT / "workflow_lib").glob("*.py")]
+    assert top == ["__init__.py"], top

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from helpers import ROOT, read_tsv
 
-from workflow_lib import h5store
-from workflow_lib.errors import InputError
-from workflow_lib.seqio import read_records
-from workflow_lib.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas
-from workflow_lib.train import Examples, load_examples, metrics, roc_curve, split
+from workflow_lib.classify.train import Examples, load_examples, metrics, roc_curve, split
+from workflow_lib.cli.errors import InputError
+from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas
+from workflow_lib.io import h5store
+from workflow_lib.io.seqio import read_records
 
 # Each sample's 46 to 75 frames (4,659 to 7,604 tokens) fill 2 to 4 shards of 2,500 tokens.
 RECORDS, RECORD_LENGTH, SHARD_TOKENS = 4, 6000, 2500

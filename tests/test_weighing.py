@@ -12,8 +12,9 @@ import pytest
 import yaml
 from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv
 
-from workflow_lib import calibration, tables
-from workflow_lib.checksums import sha256
+from workflow_lib.classify import calibration
+from workflow_lib.io import tables
+from workflow_lib.io.checksums import sha256
 
 
 def run(workdir, config, *targets):

@@ -25,11 +25,11 @@ from helpers import (
     write_inputs,
 )
 
-from workflow_lib import h5store
+from workflow_lib.io import h5store
+from workflow_lib.io.seqio import read_records
+from workflow_lib.io.sharding import SHARDS
 from workflow_lib.models import classifier
-from workflow_lib.plan import pack, plan_is_current, read_plans, write_plan
-from workflow_lib.seqio import read_records
-from workflow_lib.sharding import SHARDS
+from workflow_lib.prepare.plan import pack, plan_is_current, read_plans, write_plan
 
 
 @pytest.mark.slow
@@ -204,8 +204,8 @@ def test_a_table_cut_short_by_a_crash_is_refused(workflow_run, tmp_path):
     disk), which Snakemake takes as finished: the call job that reads it refuses it in one line,
     with its name and what to do (the job itself; scripts/run_logged.sh brings the line to the
     console)."""
-    from workflow_lib.settings import CallSettings
-    from workflow_lib.stages import script_command
+    from workflow_lib.cli.settings import CallSettings
+    from workflow_lib.harness.stages import script_command
 
     results = workflow_run[0] / "results" / "phix"
     chunks = tmp_path / "chunks.tsv"

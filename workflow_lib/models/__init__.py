@@ -1,8 +1,11 @@
-"""Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier.
+"""Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier, their
+tokenizers, checkpoints and attention over packed rows.
 
 The two embedding models share one interface, by the names the config and the HDF5 files use:
 each module gives resolve, read_config, checkpoint_files, load and embedder, with the same
 arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put it).
+
+May import: cli, io.
 """
 
 import importlib

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import InputError
-from .checkpoints import load_weights
-from .classifier_chunks import check_chunk_length
+from workflow_lib.cli.errors import InputError
+from workflow_lib.models.checkpoints import load_weights
+from workflow_lib.models.classifier_chunks import check_chunk_length
 
 FORMAT = "virnucpro-mlp/1"
 HIDDEN_DIM = 512

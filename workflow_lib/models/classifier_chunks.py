@@ -15,7 +15,7 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from ..errors import InputError
+from workflow_lib.cli.errors import InputError
 
 # github.com/Li-Jing-1997/VirNucPro, main: the published classifiers, their git blob ids and chunk lengths
 VIRNUCPRO_URL = "https://github.com/Li-Jing-1997/VirNucPro/raw/main/{}_model.pth"

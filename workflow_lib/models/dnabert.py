@@ -16,11 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import InputError
-from ..packing import PackedBatch
-from ..tokens import DNABERTTokens
-from . import varlen
-from .checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
+from workflow_lib.cli.errors import InputError
+from workflow_lib.models import varlen
+from workflow_lib.models.checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
+from workflow_lib.models.tokens import DNABERTTokens
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -226,6 +225,6 @@ class DNABERTEmbedder:
         self.tokens, self.device, self.dim = tokens, device, model.dim
 
     @torch.inference_mode()
-    def __call__(self, batch: PackedBatch) -> torch.Tensor:
-        layout = varlen.Layout(batch.cu_seqlens, batch.max_len, batch.n_tokens)
-        return layout.mean(self.model(batch.tokens, layout))
+    def __call__(self, tokens: torch.Tensor, layout: varlen.Layout) -> torch.Tensor:
+        """Pooled embeddings [B, dim] of a packed row of tokens [T] laid out by `layout`."""
+        return layout.mean(self.model(tokens, layout))

@@ -14,11 +14,18 @@ import esm
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
-from ..packing import PackedBatch
-from ..tokens import ESMTokens
-from . import varlen
-from .checkpoints import ESM2_MODELS, check_esm_layer, converted, is_local, load_weights, not_fetched, uninitialised
+from workflow_lib.cli.errors import InputError
+from workflow_lib.models import varlen
+from workflow_lib.models.checkpoints import (
+    ESM2_MODELS,
+    check_esm_layer,
+    converted,
+    is_local,
+    load_weights,
+    not_fetched,
+    uninitialised,
+)
+from workflow_lib.models.tokens import ESMTokens
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -247,9 +254,9 @@ class ESMEmbedder:
             return self._layers(x, cos, sin, layout)
 
     @torch.inference_mode()
-    def __call__(self, batch: PackedBatch) -> torch.Tensor:
-        m, tokens = self.model, batch.tokens
-        layout = varlen.Layout(batch.cu_seqlens, batch.max_len, batch.n_tokens)
+    def __call__(self, tokens: torch.Tensor, layout: varlen.Layout) -> torch.Tensor:
+        """Pooled embeddings [B, dim] of a packed row of tokens [T] laid out by `layout`."""
+        m = self.model
         x = m.embed_scale * m.embed_tokens(tokens)
         if m.token_dropout:
             masked = tokens == m.mask_idx

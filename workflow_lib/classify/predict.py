@@ -1,0 +1,374 @@
+"""The predict stage: a sample's tables from its shards' scores (score.py), joined on prepare's
+frames table. It writes the frames table (a score per frame), the chunks table (VirNucPro's call
+per chunk), the scoring JSON (the checkpoints with their SHA-256) and optionally VirNucPro's own
+tables, a block of rows at a time. Calls per record are the call stage's (call.py), so that a new
+threshold needs no embeddings."""
+
+import contextlib
+import heapq
+import json
+import logging
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from workflow_lib.classify.calibration import Calibration
+from workflow_lib.classify.weighing import ChunkWeighing
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
+from workflow_lib.prepare.reconcile import IDDigest
+from workflow_lib.prepare.translation import FRAME_NAMES
+
+log = logging.getLogger("workflow")
+
+
+class ScoreFiles(NamedTuple):
+    frames: Path  # the frames table
+    chunks: Path  # the chunks table
+    scoring: Path  # JSON
+    virnucpro: tuple[Path, Path] | None  # VirNucPro's prediction_results.txt and _highestscore.csv, or none
+
+
+# Frames-table rows read and written at a time, with their scores, whatever the sample's size.
+TABLE_ROWS = 32768
+_FRAME_INDEX = {name: i for i, name in enumerate(FRAME_NAMES)}
+
+
+class ListedFrames:
+    """prepare's frames table checked block by block against its sequences table, read alongside:
+    each record's frames together, once each, in chunk and frame order, and as many as listed."""
+
+    def __init__(self, frames_path: str | Path, sequences_path: str | Path):
+        self.paths = Path(frames_path), Path(sequences_path)
+        self.listed = (b[b["n_frames"] > 0] for b in read_chunks(sequences_path, ["sequence_id", "n_frames"]))
+        self.ids, self.counts = np.empty(0, dtype=object), np.empty(0, dtype=np.int64)  # listed, not yet matched
+        self.last = (None, -1)  # record and (chunk, frame) key of the frame before this block
+        self.run: list | None = None  # the record whose frames the last block ended in, and their count
+        self.rows = 0
+
+    def check(self, block: pd.DataFrame) -> None:
+        if block.empty:  # a table of no frames is read as one empty block
+            return
+        records = block["sequence_id"].to_numpy(dtype=object)
+        keys = block["chunk"].to_numpy(dtype=np.int64) * len(FRAME_NAMES) + block["frame"].map(_FRAME_INDEX).to_numpy()
+        same = records == np.concatenate(([self.last[0]], records[:-1]))
+        unordered = np.flatnonzero(same & (keys <= np.concatenate(([self.last[1]], keys[:-1]))))
+        if unordered.size:
+            i = unordered[0]
+            raise InputError(
+                f"{self.paths[0]}: row {self.rows + i + 2} repeats a frame of '{records[i]}' or lists it out of "
+                "chunk and frame order; delete the sample's prepare outputs and run again"
+            )
+        self.rows += len(block)
+        self.last = (records[-1], keys[-1])
+        starts = np.flatnonzero(~same)
+        counts = np.diff(np.append(starts, len(records)))
+        if self.run is not None:
+            self.run[1] += int(starts[0]) if starts.size else len(records)
+        if starts.size:
+            done = ([self.run[0]], [self.run[1]]) if self.run is not None else ([], [])
+            self._match(done[0] + records[starts[:-1]].tolist(), done[1] + counts[:-1].tolist())
+            self.run = [records[starts[-1]], int(counts[-1])]
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self._match([self.run[0]], [self.run[1]])
+        self._pull(1)
+        if self.ids.size:
+            self._disagree(f"'{self.ids[0]}' has {self.counts[0]} frames listed, none in the frames table")
+
+    def _pull(self, n: int) -> None:
+        while self.ids.size < n:
+            block = next(self.listed, None)
+            if block is None:
+                return
+            self.ids = np.concatenate((self.ids, block["sequence_id"].to_numpy(dtype=object)))
+            self.counts = np.concatenate((self.counts, block["n_frames"].to_numpy(dtype=np.int64)))
+
+    def _match(self, records: list[str], counts: list[int]) -> None:
+        self._pull(len(records))
+        if self.ids.size < len(records):
+            self._disagree(f"the frames of '{records[self.ids.size]}' are not listed")
+        wrong = np.flatnonzero(
+            (self.ids[: len(records)] != np.array(records, dtype=object)) | (self.counts[: len(records)] != counts)
+        )
+        if wrong.size:
+            i = wrong[0]
+            if records[i] != self.ids[i]:
+                self._disagree(f"the frames of '{records[i]}' come where those of '{self.ids[i]}' are listed")
+            self._disagree(f"'{records[i]}' has {self.counts[i]} frames listed, {counts[i]} in the frames table")
+        self.ids, self.counts = self.ids[len(records) :], self.counts[len(records) :]
+
+    def _disagree(self, what: str) -> None:
+        raise InputError(
+            f"{self.paths[0]} and {self.paths[1]} disagree: {what}; delete the sample's prepare outputs and run again"
+        )
+
+
+class ShardScores:
+    """A sample's shards' scores, read in shard order as the frames table asks for them. Shard i's
+    scores are in the (pooled) scores file `paths[i]`, its piece (score.py, plan.py) found by the
+    sample's name and the shard's number: a file is loaded at its first shard and let go at the
+    first shard of another file (shard numbers never fall along the frames table), so that memory
+    holds one pooled shard's scores. Each shard's frame IDs are digested as they are matched, and
+    checked when it is let go."""
+
+    def __init__(self, paths: list[str | Path], sample: str = ""):
+        self.paths, self.sample = [Path(p) for p in paths], sample
+        self.shard, self.next_row, self.loaded = -1, 0, None
+        self.scores = np.empty((0, 3), dtype=np.float32)  # this shard's: others, virus, atypicality
+        self.checkpoints: dict | None = None  # every shard's must be the first's
+        self.pieces = {path: _pieces(path) for path in dict.fromkeys(self.paths)}  # a pooled file's, read once
+        self.frames = sum(
+            int(self.pieces[path]["frames"][self._piece(self.pieces[path], shard)])
+            for shard, path in enumerate(self.paths)
+        )
+
+    def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
+        """The scores and atypicality of the next len(frame_ids) frames of `shard` (this shard or a
+        later one), which the frames table names `frame_ids`."""
+        while self.shard < shard:
+            self._next()
+        start, stop = self.next_row, self.next_row + len(frame_ids)
+        if stop > len(self.scores):
+            self._disagree(f"holds {len(self.scores)} frames where the frames table lists more")
+        self.digest.update([i.encode() for i in frame_ids])
+        self.next_row = stop
+        return self.scores[start:stop]
+
+    def finish(self) -> None:
+        """Check the shard being read and every shard after it (they can only be empty)."""
+        while self.shard < len(self.paths) - 1:
+            self._next()
+        self._check()
+
+    def _next(self) -> None:
+        if self.shard >= 0:
+            self._check()
+        self.shard += 1
+        path = self.paths[self.shard]
+        if self.loaded is None or self.loaded[0] != path:
+            self.loaded = (path, *_load(path))
+        _, scores, checkpoints = self.loaded
+        pieces = self.pieces[path]
+        piece = self._piece(pieces, self.shard)
+        start = int(pieces["frames"][:piece].sum())
+        self.scores = scores[start : start + pieces["frames"][piece]]
+        self.expected = str(pieces["ids_blake2b"][piece])
+        if self.checkpoints is None:
+            self.checkpoints = checkpoints
+        elif checkpoints != self.checkpoints:
+            raise InputError(
+                f"{path}: made with {checkpoints} but {self.paths[0]} with {self.checkpoints}; delete the "
+                "sample's embeddings and scores and run again"
+            )
+        self.next_row, self.digest = 0, IDDigest()
+
+    def _piece(self, pieces: dict, shard: int) -> int:
+        """Where in its scores file (`pieces`: _pieces) the sample's shard is."""
+        if "samples" not in pieces:  # a file of one sample's shard (made by hand, or before pooled shards)
+            return 0
+        found = np.flatnonzero((pieces["samples"] == self.sample) & (pieces["shards"] == shard))
+        if not found.size:
+            self._disagree(f"holds no frames of sample '{self.sample}' shard {shard}, where the plan puts them")
+        return int(found[0])
+
+    def _check(self) -> None:
+        if self.next_row != len(self.scores):
+            self._disagree(f"holds {len(self.scores)} frames where the frames table lists {self.next_row}")
+        if self.digest.hash.hexdigest() != self.expected:
+            self._disagree("was made from other frames than the frames table lists")
+
+    def _disagree(self, what: str) -> None:
+        raise InputError(
+            f"{self.paths[self.shard]}: the scores do not match shard {self.shard} of the frames table (it "
+            f"{what}); delete the sample's prepare outputs and run again"
+        )
+
+
+def _load(path: Path) -> tuple[np.ndarray, dict]:
+    """A scores file's scores and atypicality (one array) and its checkpoints."""
+    try:
+        with np.load(path) as data:
+            scores = data["scores"]
+            # NaN where a scores file predates the atypicality
+            atypicality = data["atypicality"] if "atypicality" in data else np.full(len(scores), np.nan)
+            checkpoints = json.loads(str(data["checkpoints"]))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+    return np.column_stack([scores, atypicality]).astype(np.float32), checkpoints
+
+
+def _pieces(path: Path) -> dict[str, np.ndarray]:
+    """The samples' shards a scores file holds, in order: `frames` and `ids_blake2b` of each, and
+    `samples` and `shards` where it pools several; read without its scores."""
+    try:
+        with np.load(path) as data:
+            if "pieces" in data:
+                names = {"pieces": "frames", "ids_blake2b": "ids_blake2b"}
+                names |= {"piece_samples": "samples", "piece_shards": "shards"} if "piece_samples" in data else {}
+                return {name: data[key] for key, name in names.items()}
+            digest = np.atleast_1d(data["ids_blake2b"])  # made before pooled shards: one sample's shard
+        with zipfile.ZipFile(path) as archive, archive.open("scores.npy") as member:
+            version = np.lib.format.read_magic(member)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return {"frames": np.array([header(member)[0][0]]), "ids_blake2b": digest}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+
+
+def scored_blocks(
+    frames_path: str | Path, listed: ListedFrames, shards: ShardScores, progress: Progress
+) -> Iterator[pd.DataFrame]:
+    """prepare's frames table in blocks of TABLE_ROWS rows, each frame with its scores (frames-table
+    columns), read from the shards' scores files in turn."""
+    columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard"]
+    for block in read_chunks(frames_path, columns, TABLE_ROWS):
+        listed.check(block)
+        frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
+        scores = np.empty((len(block), 3), dtype=np.float32)
+        for shard in np.unique(shard_of).tolist():
+            if shard >= len(shards.paths):
+                _unlike_the_shards(frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored")
+            if shard < max(shards.shard, 0):
+                _unlike_the_shards(frames_path, f"frames of shard {shard} after those of shard {shards.shard}")
+            rows = np.flatnonzero(shard_of == shard)
+            scores[rows] = shards.read(shard, frame_ids[rows].tolist())
+        progress.update(listed.rows)
+        yield frame_table(block, scores)
+    shards.finish()
+
+
+def _unlike_the_shards(frames_path: str | Path, what: str) -> None:
+    raise InputError(f"{frames_path}: {what}; delete the sample's prepare outputs and run again")
+
+
+def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
+    """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
+    table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
+    table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
+    table["atypicality"] = scores[:, 2]
+    # torch.max picks the first maximum: a tie is 'other', as in VirNucPro (which says 'others').
+    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
+    return table
+
+
+def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
+    """The chunks table's rows of whole chunks' frames, and each chunk's mean atypicality."""
+    grouped = frames.groupby(["sequence_id", "chunk"], sort=False)
+    table = grouped.agg(
+        chunk_start=("chunk_start", "first"),
+        chunk_end=("chunk_end", "first"),
+        n_frames=("frame_id", "size"),
+        max_score_other=("score_other", "max"),
+        max_score_virus=("score_virus", "max"),
+        atypicality=("atypicality", "mean"),
+    ).reset_index()
+    table["is_virus"] = table["max_score_virus"] >= table["max_score_other"]  # VirNucPro's rule
+    return table[[*CHUNKS, "atypicality"]]
+
+
+class VirNucProTables:
+    """VirNucPro's prediction_results.txt and prediction_results_highestscore.csv as it writes them:
+    scores printed as str() of float32, and chunks (the frame ID less its last two characters)
+    sorted by ID, as its pandas groupby does. The chunk rows are sorted in runs of RUN_ROWS kept in
+    temporary files, then merged: memory holds one run."""
+
+    RUN_ROWS = 1 << 20
+
+    def __init__(self, per_frame, runs_dir: Path):
+        self.per_frame, self.runs_dir = per_frame, runs_dir
+        self.runs: list[Path] = []
+        self.held: list[str] = []
+        per_frame.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
+
+    @classmethod
+    @contextlib.contextmanager
+    def writing(cls, paths: tuple[Path, Path]) -> Iterator["VirNucProTables"]:
+        """Yield the tables being written to `paths`; in place when the block succeeds."""
+        with atomic_open(paths[0]) as per_frame, tempfile.TemporaryDirectory(dir=paths[1].parent) as runs_dir:
+            tables = cls(per_frame, Path(runs_dir))
+            yield tables
+            with contextlib.ExitStack() as runs, atomic_open(paths[1]) as per_chunk:
+                merged = [sorted(tables.held, key=_chunk_id)] + [runs.enter_context(open(r)) for r in tables.runs]
+                per_chunk.write("Modified_ID\tIs_Virus\n")
+                per_chunk.writelines(heapq.merge(*merged, key=_chunk_id))
+
+    def write(self, frames: pd.DataFrame) -> None:
+        """Frames in frames-table order, each chunk's frames in one call."""
+        self.per_frame.write(
+            "".join(
+                f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
+                for fid, prediction, other, virus in zip(
+                    frames["frame_id"],
+                    np.where(frames["prediction"] == "virus", "virus", "others"),  # VirNucPro's word
+                    frames["score_other"].to_numpy(np.float32),
+                    frames["score_virus"].to_numpy(np.float32),
+                )
+            )
+        )
+        grouped = frames.groupby(frames["frame_id"].str[:-2], sort=False)
+        is_virus = grouped["score_virus"].max() >= grouped["score_other"].max()
+        self.held += [f"{chunk}\t{value}\n" for chunk, value in is_virus.items()]
+        if len(self.held) >= self.RUN_ROWS:
+            self.runs.append(self.runs_dir / f"{len(self.runs)}.tsv")
+            self.runs[-1].write_text("".join(sorted(self.held, key=_chunk_id)))
+            self.held = []
+
+
+def _chunk_id(line: str) -> str:
+    return line.split("\t", 1)[0]
+
+
+def write_tables(
+    frames_path: str | Path,
+    sequences_path: str | Path,
+    score_files: list[str],
+    outputs: ScoreFiles,
+    progress_seconds: float,
+    calibration: Calibration | None = None,
+    sample: str = "",
+) -> dict:
+    """Every frame of prepare's frames table (checked against its sequences table) with its score from
+    the shards' (pooled) scores files, in shard order, where they hold `sample`'s shards; write
+    `outputs` block by block, in frames-table order. With a `calibration`, the chunks table gains
+    each chunk's probability of being viral."""
+    shards = ShardScores(score_files, sample)
+    progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
+    listed = ListedFrames(frames_path, sequences_path)
+    with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
+        weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None
+        # with a calibration the chunks go to a scratch table first: their probabilities need the
+        # sample's viral fraction, known once every chunk is scored
+        chunks_path = Path(scratch, "chunks.tsv") if weighed else outputs.chunks
+        with contextlib.ExitStack() as stack:
+            write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
+            write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
+            virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
+            for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
+                write_frames(frames)  # a chunk's frames in one block
+                chunks = chunk_table(frames)
+                write_chunks(chunks)
+                if weighed:
+                    weighed.count(chunks)
+                if virnucpro:
+                    virnucpro.write(frames)
+            listed.finish()
+            log.info(progress.line(listed.rows))
+        scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
+        if weighed:
+            scoring |= weighed.write(chunks_path, outputs.chunks)
+            log.info(
+                "chunks' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)",
+                scoring["chunk_composition"],
+            )
+    write_json(scoring, outputs.scoring)
+    log.info("%d frames of %d shards into %s and %s", listed.rows, len(score_files), outputs.frames, outputs.chunks)
+    return scoring

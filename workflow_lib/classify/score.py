@@ -1,0 +1,96 @@
+"""The score stage: VirNucPro's classifier over one shard's frames, as soon as both of its
+embeddings files exist, so that they can go (outputs.keep_embeddings: false) long before the
+sample's last shard is embedded.
+
+A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
+([N, 2] float32: others, virus; the shard FASTA's order), `atypicality` ([N] float32: how unlike the
+classifier's training frames each frame is, MLPClassifier.atypicality), the samples' shards that
+the pooled shard holds, in order (plan.py): `piece_samples`, `piece_shards` and `pieces` (their
+frames), `ids_blake2b` (per piece, the digest of its frame IDs in order: predict checks it against
+the sample's frames table) and
+`checkpoints` (JSON: each embedding model's checkpoint, layer, precision and SHA-256, and the
+classifier's path and SHA-256). 12 bytes a frame: a shard's scores are held whole, bounded by
+shard_tokens."""
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.io import checksums, h5store
+from workflow_lib.io.outputs import atomic_path
+from workflow_lib.models import classifier
+from workflow_lib.prepare.reconcile import IDDigest
+
+log = logging.getLogger("workflow")
+
+# Frames scored at a time: one float32 block of their features (32,768 x (768 + 2560) is 436 MB at
+# production width), whatever the shard's size.
+SCORE_ROWS = 32768
+
+
+def score_shard(
+    dnabert_path: str | Path,
+    esm_path: str | Path,
+    classifier_path: str | Path,
+    output: str | Path,
+    progress_seconds: float,
+    pieces: list[tuple[str, int, int]] | None = None,
+) -> int:
+    """Score every frame of one pooled shard into its scores file `output`, the shard made of
+    `pieces` (each sample's shard: sample, shard, frames; in order); return the number of frames."""
+    model, _ = classifier.load(classifier_path)
+    with h5store.FeatureBlocks(dnabert_path, esm_path, rows=SCORE_ROWS) as blocks:
+        made_with = _made_with(blocks, model)
+        made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
+        progress = Progress(log, "frames", total=blocks.n, interval=progress_seconds)
+        frames = [n for _, _, n in pieces] if pieces else [blocks.n]
+        if sum(frames) != blocks.n:
+            raise InputError(
+                f"{dnabert_path}: {blocks.n} frames where the plan's shards hold {sum(frames)}; delete it and run again"
+            )
+        ends = np.cumsum(frames)
+        digests, scores = [IDDigest() for _ in frames], np.empty((blocks.n, 2), dtype=np.float32)
+        atypicality = np.empty(blocks.n, dtype=np.float32)
+        for rows, ids, features in blocks:
+            probabilities, atypical = classifier.scores_and_atypicality(model, torch.from_numpy(features))
+            scores[rows], atypicality[rows] = probabilities.numpy(), atypical.numpy()
+            piece = np.searchsorted(ends, np.arange(rows.start, rows.stop), side="right")
+            for p in np.unique(piece).tolist():
+                digests[p].update([i.encode() for i in np.asarray(ids, dtype=object)[piece == p]])
+            progress.update(rows.stop)
+    with atomic_path(output) as tmp, open(tmp, "wb") as handle:  # a file object: savez adds no suffix
+        pooled = {"piece_samples": [p[0] for p in pieces or ()], "piece_shards": [p[1] for p in pieces or ()]}
+        np.savez(
+            handle,
+            scores=scores,
+            atypicality=atypicality,
+            **({k: np.array(v) for k, v in pooled.items()} if pieces else {}),
+            pieces=np.array(frames, dtype=np.int64),
+            ids_blake2b=np.array([d.hash.hexdigest() for d in digests]),
+            checkpoints=json.dumps(made_with),
+        )
+    log.info(progress.line(blocks.n, f"scored into {output}"))
+    return blocks.n
+
+
+def _made_with(blocks: h5store.FeatureBlocks, model) -> dict[str, dict]:
+    """Each embedding model's checkpoint; features as wide as the classifier's input."""
+    if blocks.dim != model.input_dim:
+        raise InputError(
+            f"{blocks.paths[0]} + {blocks.paths[1]}: {blocks.dim} features per frame but the classifier "
+            f"takes {model.input_dim}; use the classifier trained for these models"
+        )
+    return {
+        name: {
+            "checkpoint": str(attrs["checkpoint"]),
+            "layer": int(attrs["layer"]),
+            "precision": str(attrs["precision"]),
+            "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
+        }
+        for name, attrs in blocks.attrs.items()
+    }

@@ -1,0 +1,397 @@
+"""Training VirNucPro's classifier on frames of samples labelled `virus` or `other`.
+
+VirNucPro's recipe: SGD (lr 2e-4, momentum 0.9), StepLR (10 epochs, gamma 0.85), batch 32,
+cross-entropy, early stopping on the validation loss (patience 5), a held-out split. Deliberate
+differences: the best weights are really restored (VirNucPro keeps a reference to the live
+state dict, so it restores the last); classes may be weighted by their inverse frequency
+instead of VirNucPro's down-sampling of the larger class; and the validation split holds out
+whole chunks (whole sequences when there are enough), not single frames: the six frames of a
+chunk are near-duplicates, and a split by frame scores the classifier on frames it was trained on.
+"""
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from workflow_lib.classify import calibration
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.cli.settings import TrainSettings
+from workflow_lib.io import checksums, h5store
+from workflow_lib.io.outputs import atomic_path
+from workflow_lib.io.tables import read_table, write_json
+from workflow_lib.models import classifier
+
+log = logging.getLogger("workflow")
+LABELS = {"other": 0, "virus": 1}
+# Whole sequences are held out when each class has at least this many; with fewer, one sequence
+# would be too large a share of its class, and chunks are held out instead.
+MIN_SEQUENCES_PER_CLASS = 10
+FEW_FRAMES = 1000  # of a class: fewer, and the train job warns
+# the job's settings, not the training's: metrics.json's settings are the train section's
+NOT_THE_RECIPE = ("chunk_length", "progress_seconds", "threads")
+SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.scores' batch, 55 MB at production width
+
+
+@dataclass(frozen=True)
+class Examples:
+    x: np.ndarray  # [N, D] features: DNABERT-S then ESM-2
+    y: np.ndarray  # [N] labels, 1 = virus
+    chunk: np.ndarray  # [N] the frame's chunk, numbered over all samples
+    sequence: np.ndarray  # [N] the frame's input record, numbered over all samples
+
+
+def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
+    """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table[, first
+    row, end row]) per shard: a sample's shard is rows first:end of a pooled shard's files (all of
+    them when left out); chunks and sequences come from the frames table, joined on frame_id (a
+    sample is its table). The features are read once, into one array."""
+    shards = [(*s[:4], *(map(int, s[4:]) if len(s) > 4 else (0, None))) for s in shards]
+    shapes = _shapes(shards)
+    x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
+    tables: dict[str, pd.DataFrame] = {}
+    labels, keys, offset = [], [], 0
+    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
+    for done, ((label, dna_path, esm_path, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
+        if frames_path not in tables:
+            if not Path(frames_path).is_file():
+                raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
+            tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
+        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            ids = blocks.read_all(x[offset : offset + n], first, end)
+        where = tables[frames_path].index.get_indexer(ids)
+        if (where < 0).any():
+            raise InputError(
+                f"{dna_path}: {(where < 0).sum()} frames are not in {frames_path} (e.g. "
+                f"{[ids[i] for i in np.flatnonzero(where < 0)[:3]]}); delete the sample's embeddings and run again"
+            )
+        keys.append(tables[frames_path].iloc[where].reset_index().assign(sample=frames_path))
+        labels.append(np.full(n, LABELS[label]))
+        offset += n
+        progress.update(done)
+    key = pd.concat(keys, ignore_index=True)
+    repeated = key.duplicated(["sample", "frame_id"])
+    if repeated.any():
+        raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
+    y = _checked_labels(np.concatenate(labels))
+    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
+    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
+    return Examples(x, y, chunk, sequence)
+
+
+def _shapes(shards: list[tuple]) -> list[tuple[int, int]]:
+    """(frames, features) of each shard, once its label and features are checked."""
+    for label, dna_path, *_ in shards:
+        if label not in LABELS:
+            raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
+    shapes = []
+    for _, dna_path, esm_path, _, first, end in shards:
+        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
+    for (_, dna_path, esm_path, *_), (_, dim) in zip(shards, shapes):
+        if dim != shapes[0][1]:
+            raise InputError(
+                f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
+                f"have {shapes[0][1]}; embed every training sample with the same models"
+            )
+    return shapes
+
+
+def _checked_labels(y: np.ndarray) -> np.ndarray:
+    """Both classes, with a warning when one has few frames."""
+    if len(np.unique(y)) < 2:
+        raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
+    if np.bincount(y).min() < FEW_FRAMES:
+        log.warning(
+            "training on %d virus and %d other frames: with fewer than %d of a class the classifier will hardly "
+            "generalise (VirNucPro trained on hundreds of thousands); label more sequences",
+            (y == 1).sum(),
+            (y == 0).sum(),
+            FEW_FRAMES,
+        )
+    return y
+
+
+def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(training rows, validation rows, unit): whole sequences are held out when each class has
+    MIN_SEQUENCES_PER_CLASS of them, else whole chunks. Per class, its groups in a seeded order
+    until they hold `fraction` of its frames: at least one group, never all of them."""
+    y = examples.y
+    per_class = [np.unique(examples.sequence[y == label]).size for label in (0, 1)]
+    unit = "sequence" if min(per_class) >= MIN_SEQUENCES_PER_CLASS else "chunk"
+    group = examples.sequence if unit == "sequence" else examples.chunk
+    rng = np.random.default_rng(seed)
+    held = np.zeros(y.size, dtype=bool)
+    for label in (0, 1):
+        groups, sizes = np.unique(group[y == label], return_counts=True)
+        if groups.size < 2:
+            continue  # its one group is needed for training
+        order = rng.permutation(groups.size)
+        cumulative = np.cumsum(sizes[order])
+        n = min(int(np.searchsorted(cumulative, fraction * cumulative[-1])) + 1, groups.size - 1)
+        held |= np.isin(group, groups[order[:n]])
+    if not held.any():
+        raise InputError("too few chunks to hold out a validation split: give the train target more sequences")
+    return np.flatnonzero(~held), np.flatnonzero(held), unit
+
+
+def metrics(y: np.ndarray, score: np.ndarray) -> dict:
+    """Accuracy, precision, recall, F1 (class virus, threshold: virus > other) and ROC-AUC."""
+    predicted = score > 0.5
+    tp, fp = int((predicted & (y == 1)).sum()), int((predicted & (y == 0)).sum())
+    fn, tn = int((~predicted & (y == 1)).sum()), int((~predicted & (y == 0)).sum())
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    return {
+        "n": int(y.size),
+        "n_virus": int((y == 1).sum()),
+        "accuracy": float((predicted == (y == 1)).mean()),
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "roc_auc": _roc_auc(y, score),
+        "confusion": {"tp": tp, "fp": fp, "tn": tn, "fn": fn},
+    }
+
+
+def _roc_auc(y: np.ndarray, score: np.ndarray) -> float | None:
+    """Probability that a random virus frame outscores a random other frame (ties count half)."""
+    positives, negatives = score[y == 1], score[y == 0]
+    if not positives.size or not negatives.size:
+        return None
+    ranks = pd.Series(np.concatenate([positives, negatives])).rank().to_numpy()  # ties: average rank
+    return float(
+        (ranks[: positives.size].sum() - positives.size * (positives.size + 1) / 2) / (positives.size * negatives.size)
+    )
+
+
+def roc_curve(y: np.ndarray, score: np.ndarray) -> dict | None:
+    """The exact ROC curve: one step per distinct score from the highest down (tied frames step
+    together, a diagonal), from (0, 0) to (1, 1). Points inside straight runs are left out: the
+    curve and its area are the same. threshold[i]: frames scoring at least this are called virus
+    (None at (0, 0), where no frame is)."""
+    positives = int((y == 1).sum())
+    negatives = y.size - positives
+    if not positives or not negatives:
+        return None
+    order = np.argsort(-score, kind="stable")
+    ranked = score[order]
+    last = np.r_[np.flatnonzero(np.diff(ranked)), ranked.size - 1]  # the last frame of each distinct score
+    tp = np.r_[0, np.cumsum(y[order] == 1)[last]]
+    fp = np.r_[0, last + 1 - tp[1:]]
+    keep = np.r_[True, (np.diff(tp, 2) != 0) | (np.diff(fp, 2) != 0), True]
+    return {
+        "false_positive_rate": (fp[keep] / negatives).tolist(),
+        "true_positive_rate": (tp[keep] / positives).tolist(),
+        "threshold": [None, *ranked[last][keep[1:]].tolist()],
+    }
+
+
+@dataclass
+class Fit:
+    """The outcome of fitting with early stopping: the best weights and when they were reached."""
+
+    best_state: dict
+    best_epoch: int
+    best_loss: float
+    epochs_run: int
+    stopped_early: bool
+    history: dict
+
+
+def _epoch(model, optimizer, data: tuple[torch.Tensor, torch.Tensor], batches, weight, on_step) -> float:
+    """One epoch of SGD over `batches` (row indices of the features and labels in `data`); its mean
+    training loss. `on_step(share of the epoch done)` after every batch."""
+    (x, y), total, seen = data, 0.0, 0
+    model.train()
+    for step, batch in enumerate(batches, 1):
+        if len(batch) >= 2:  # BatchNorm needs two rows in training mode
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
+            loss.backward()
+            optimizer.step()
+            total, seen = total + loss.item() * len(batch), seen + len(batch)
+        on_step(step / len(batches))
+    return total / max(seen, 1)
+
+
+def fit(
+    model: classifier.MLPClassifier,
+    training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, torch.Tensor],
+    weight: torch.Tensor | None,
+    settings: TrainSettings,
+) -> Fit:
+    """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
+    once the validation loss has not improved for `patience` epochs; the best epoch's weights are kept."""
+    (x, y, rows), (x_val, y_val) = training, validation
+    generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
+    best_loss, best_state, best_epoch, stale, epoch = float("inf"), None, 0, 0, 0
+    history = {"train_loss": [], "validation_loss": []}
+    # Checked after every batch: the first line comes after one interval even when epochs are long.
+    progress = Progress(log, "epochs", total=settings.epochs, interval=settings.progress_seconds)
+    status = "epoch 1 running"
+    for epoch in range(1, settings.epochs + 1):
+        batches = rows[torch.randperm(len(rows), generator=generator)].split(settings.batch_size)
+
+        def step(done: float, epoch: int = epoch, status: str = status) -> None:
+            progress.update(epoch - 1 + done, status)
+
+        train_loss = _epoch(model, optimizer, (x, y), batches, weight, step)
+        scheduler.step()
+        model.eval()
+        with torch.no_grad():
+            loss = float(F.cross_entropy(model(x_val), y_val, weight=weight))
+        history["train_loss"].append(train_loss)
+        history["validation_loss"].append(loss)
+        if loss < best_loss:
+            best_loss, best_epoch, stale = loss, epoch, 0
+            best_state = {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            stale += 1
+        status = f"validation loss {loss:.4f} at epoch {epoch}, best {best_loss:.4f} at epoch {best_epoch}"
+        progress.update(float(epoch), status)
+        if stale >= settings.patience:
+            break
+    if best_state is None:
+        raise InputError(
+            "the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
+            "or train.learning_rate is far too high"
+        )
+    log.info(
+        "%d epochs in %.1f s (%s); best validation loss %.4f at epoch %d",
+        epoch,
+        time.monotonic() - progress.start,
+        f"early stop: no improvement for {settings.patience} epochs" if stale >= settings.patience else "all epochs",
+        best_loss,
+        best_epoch,
+    )
+    return Fit(best_state, best_epoch, best_loss, epoch, stale >= settings.patience, history)
+
+
+def virus_scores(model: classifier.MLPClassifier, features: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+    """The virus scores of `rows` of `features`, SCORE_ROWS at a time (a multiple of the scoring
+    batch: the same batches, so the same figures, as scoring a copy of those rows)."""
+    scores = np.zeros(rows.size, dtype=np.float32)
+    for i in range(0, rows.size, SCORE_ROWS):
+        scores[i : i + SCORE_ROWS] = classifier.scores(model, features[rows[i : i + SCORE_ROWS]])[:, 1].numpy()
+    return scores
+
+
+def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
+    """Split, fit with early stopping, and describe the result (the metrics JSON)."""
+    torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
+    training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
+    x, y = examples.x, examples.y
+    # the training rows are indexed in place (a copy would double the memory); the validation rows,
+    # scored whole every epoch, are copied
+    features, labels = torch.from_numpy(x), torch.from_numpy(y)
+    x_val, y_val = torch.from_numpy(x[validation]), torch.from_numpy(y[validation])
+    log.info(
+        "held out by %s: %d validation frames (%d virus), %d training frames (%d virus)",
+        unit,
+        len(validation),
+        y[validation].sum(),
+        len(training),
+        y[training].sum(),
+    )
+    if len(np.unique(y[validation])) < 2:
+        log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
+    weight = None
+    if settings.balance_classes:
+        counts = torch.bincount(labels[training], minlength=2).clamp(min=1).float()
+        weight = counts.sum() / (2 * counts)
+    model = classifier.MLPClassifier(x.shape[1])
+    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
+    model.load_state_dict(fitted.best_state)
+    model.eval()
+    validation_scores, atypicality = classifier.scores_and_atypicality(model, x_val)
+    validation_scores = validation_scores[:, 1].numpy()
+    chunks = validation_chunks(examples, validation, validation_scores, atypicality.numpy())
+    result = {
+        "epochs_run": fitted.epochs_run,
+        "best_epoch": fitted.best_epoch,
+        "best_validation_loss": fitted.best_loss,
+        "split": {
+            "unit": unit,
+            "train_frames": int(training.size),
+            "validation_frames": int(validation.size),
+            "train_chunks": int(np.unique(examples.chunk[training]).size),
+            "validation_chunks": int(np.unique(examples.chunk[validation]).size),
+            "train_sequences": int(np.unique(examples.sequence[training]).size),
+            "validation_sequences": int(np.unique(examples.sequence[validation]).size),
+            "seed": settings.seed,
+        },
+        "train": metrics(y[training], virus_scores(model, features, training)),
+        "validation": metrics(y[validation], validation_scores),
+        "roc_curve": roc_curve(y[validation], validation_scores),
+        "history": fitted.history,
+        "settings": {k: v for k, v in asdict(settings).items() if k not in NOT_THE_RECIPE},
+    }
+    return model, result, chunks
+
+
+def validation_chunks(
+    examples: Examples, rows: np.ndarray, scores: np.ndarray, atypicality: np.ndarray
+) -> pd.DataFrame:
+    """The validation split's chunks as a calibration learns from them: each one's best virus score
+    (chunks.tsv's max_score_virus), mean atypicality, label and record, a record's chunks together
+    in their order."""
+    frames = pd.DataFrame(
+        {"chunk": examples.chunk[rows], "record": examples.sequence[rows], "score": scores, "atypicality": atypicality}
+    )
+    chunks = frames.groupby("chunk").agg(
+        record=("record", "first"), max_score_virus=("score", "max"), atypicality=("atypicality", "mean")
+    )
+    chunks["label"] = pd.Series(examples.y[rows], index=examples.chunk[rows]).groupby(level=0).first()
+    return chunks.reset_index().sort_values(["record", "chunk"], kind="stable")
+
+
+def train_classifier(
+    shards: list[tuple[str, str, str, str]],
+    output: str | Path,
+    metrics_path: str | Path,
+    settings: TrainSettings,
+    calibration_path: str | Path | None = None,
+) -> dict:
+    """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
+    and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
+    the calibration fitted on the validation split (chunks the classifier did not learn from)."""
+    examples = load_examples(shards, settings.progress_seconds)
+    x, y = examples.x, examples.y
+    log.info(
+        "training on %d frames (%d virus, %d other) of %d chunks, %d features",
+        len(y),
+        (y == 1).sum(),
+        (y == 0).sum(),
+        np.unique(examples.chunk).size,
+        x.shape[1],
+    )
+    model, result, chunks = train(examples, settings)
+    with atomic_path(output) as tmp:
+        classifier.save(model, tmp, validation=result["validation"], chunk_length=settings.chunk_length)
+    if calibration_path:
+        fitted = calibration.fit(
+            chunks["max_score_virus"].to_numpy(),
+            chunks["label"].to_numpy(),
+            chunks["record"].to_numpy(),
+            checksums.sha256(output),
+            settings.chunk_length,
+            atypicality=chunks["atypicality"].to_numpy(),
+        )
+        fitted.save(calibration_path)
+        result["calibration"] = {"method": fitted.method, **fitted.fitted_on}
+        result["calibration"].pop("reliability")
+    write_json(result, metrics_path)
+    log.info(
+        "validation: %s", ", ".join(f"{k} {v:.3f}" for k, v in result["validation"].items() if isinstance(v, float))
+    )
+    return result

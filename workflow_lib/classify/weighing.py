@@ -1,0 +1,211 @@
+"""A calibration (calibration.py) applied to a sample's tables: the probability that each chunk,
+record and region is viral at the sample's own estimated viral fraction, and q-values. The tables
+are read and written in blocks; what must see the whole sample first (its viral fraction, the
+q-values) is taken from histograms of LLRs, so that memory does not grow with the sample."""
+
+import functools
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workflow_lib.classify import calibration
+from workflow_lib.classify.calibration import Calibration, expit, logit
+from workflow_lib.classify.regions import REGIONS
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.tables import decimal_text, formatted, read_chunks, tsv_writer
+
+# columns a calibration adds, after the contract's (docs/outputs.md)
+CHUNK_COLUMNS = ("probability_virus", "atypicality")
+SEQUENCE_COLUMNS = ("probability_virus", "qvalue", "atypicality", "reliable")
+REGION_COLUMNS = ("probability_virus", "qvalue", "in_seq_edge")
+# call's scratch regions table, before the regions' q-values are known
+WEIGHED_REGION = ("probability_virus", "in_seq_edge", "llr_bin")
+
+
+def probability_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
+    return decimal_text(values, 4, encoded=encoded)
+
+
+def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
+    return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
+
+
+def composition(counts: np.ndarray, fallback: float, minimum: int) -> dict:
+    """The viral fraction of the items counted in `counts` (a histogram of LLRs), or the
+    calibration's own (`fallback`) when fewer than `minimum` were counted."""
+    n = int(counts.sum())
+    if n < minimum:
+        return {"viral_fraction_estimate": fallback, "source": "calibration", "counted": n}
+    return {"viral_fraction_estimate": calibration.estimate_prior(counts), "source": "sample", "counted": n}
+
+
+class ChunkWeighing:
+    """predict's chunks: counted as they are written to a scratch table, each one's LLR and
+    atypicality kept in a scratch file beside it (8 bytes a chunk, on disk), then the table copied
+    line by line with their columns added: its probability at the sample's viral fraction of chunks
+    and its atypicality. Copying lines, not parsing them again, keeps the cost of weighing small.
+    The records' LLRs are counted on the way (a record's chunks come together), so that call knows
+    the records' composition and q-values before its one pass (scoring.json's `record_llrs`)."""
+
+    LINES = 1 << 16  # lines copied at a time
+
+    def __init__(self, cal: Calibration, scratch: Path):
+        self.cal, self.path = cal, scratch
+        self.counts = np.zeros(calibration.N_BINS, dtype=np.int64)
+        self.records = np.zeros(calibration.N_BINS, dtype=np.int64)
+        self.held = (None, 0, 0.0)  # the latest block's last record (ID, chunks, sum of LLRs): it may go on
+        self.evidence = open(scratch, "wb")
+
+    def count(self, chunks: pd.DataFrame) -> None:
+        llr = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
+        self.counts += calibration.histogram(llr)
+        np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
+        ids = chunks["sequence_id"].to_numpy()
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # of each record's run of chunks
+        sizes, sums = np.diff(np.r_[starts, ids.size]), np.add.reduceat(llr, starts)
+        if ids[0] == self.held[0]:
+            sizes[0], sums[0] = sizes[0] + self.held[1], sums[0] + self.held[2]
+        elif self.held[0] is not None:
+            self.count_records([self.held[1]], [self.held[2]])
+        self.count_records(sizes[:-1], sums[:-1])
+        self.held = (ids[-1], sizes[-1], sums[-1])
+
+    def count_records(self, sizes, sums) -> None:
+        self.records += calibration.histogram(self.cal.record_llrs(np.asarray(sizes), np.asarray(sums)))
+
+    def write(self, unweighed: Path, output: Path) -> dict:
+        """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
+        CHUNK_COLUMNS, to `output`; scoring.json's entries: the composition used and the records'
+        LLRs (a sparse histogram)."""
+        self.evidence.close()
+        if self.held[0] is not None:
+            self.count_records([self.held[1]], [self.held[2]])
+        found = composition(self.counts, self.cal.chunk_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
+        shift = logit(found["viral_fraction_estimate"])
+        evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
+        with open(unweighed, "rb") as table, atomic_open(output, "wb") as out:
+            out.write(table.readline().rstrip(b"\n") + "".join(f"\t{c}" for c in CHUNK_COLUMNS).encode() + b"\n")
+            done = 0
+            while lines := list(itertools.islice(table, self.LINES)):
+                block = evidence[done : done + len(lines)]
+                cells = [None] * (3 * len(lines))  # one format for the block, not one a line
+                cells[0::3] = [line[:-1] for line in lines]
+                cells[1::3] = probability_text(expit(block[:, 0] + shift), encoded=True).tolist()
+                cells[2::3] = atypicality_text(block[:, 1], encoded=True).tolist()  # NA: scores that predate it
+                out.write(b"%s\t%s\t%s\n" * len(lines) % tuple(cells))
+                done += len(lines)
+        bins = np.flatnonzero(self.records)
+        return {
+            "chunk_composition": found,
+            "record_llrs": {"bins": bins.tolist(), "counts": self.records[bins].tolist()},
+        }
+
+
+@dataclass
+class RecordWeighing:
+    """call's records and regions: each one's probability at the sample's viral fraction of records,
+    and its q-value. The records' composition and q-values come from the histogram of their LLRs
+    that predict counted (scoring.json); the regions' q-values need every region, so call adds them
+    at the end (weigh_region_table)."""
+
+    cal: Calibration
+    found: dict  # the records' composition
+    record_q: np.ndarray  # the q-value of each histogram bin, of records
+    regions: np.ndarray = field(default_factory=lambda: np.zeros(calibration.N_BINS, np.int64))  # regions' LLRs
+    tallied: Counter = field(default_factory=Counter)  # unreliable records, and those within max_qvalue
+
+    @classmethod
+    def of(cls, cal: Calibration, scoring: dict, scoring_path: Path) -> "RecordWeighing":
+        if "record_llrs" not in scoring:
+            raise InputError(
+                f"{scoring_path}: written without the records' LLRs (no calibration, or an older version); delete the "
+                "sample's predict outputs and run again"
+            )
+        records = np.zeros(calibration.N_BINS, np.int64)
+        records[scoring["record_llrs"]["bins"]] = scoring["record_llrs"]["counts"]
+        found = composition(records, cal.record_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
+        return cls(cal, found, calibration.qvalues(records, found["viral_fraction_estimate"]))
+
+    @property
+    def shift(self) -> float:
+        return logit(self.found["viral_fraction_estimate"])
+
+    def llr(self, table: pd.DataFrame) -> np.ndarray:
+        """LLR of records or regions with their scored chunks (n_chunks_scored or n_chunks) and sum_llr."""
+        n = table["n_chunks_scored"] if "n_chunks_scored" in table else table["n_chunks"]
+        return self.cal.record_llrs(n.to_numpy(dtype=np.float64), table["sum_llr"].to_numpy(dtype=np.float64))
+
+    def weigh_records(self, table: pd.DataFrame, max_qvalue: float | None) -> pd.DataFrame | None:
+        """probability_virus and qvalue of the sequences table's rows (NA where no chunk is scored),
+        and whether each record is like the data the classifier learned from and the calibration
+        was fitted on: a record with no scored chunk is not (reliable: false), nor one whose median
+        chunk is above the calibration's limit (calibration.Calibration.atypicality_limit). Count
+        the unreliable ones; return those within `max_qvalue` (None without one)."""
+        n = table["n_chunks_scored"].to_numpy(dtype=np.float64)
+        scored = n > 0
+        llr = self.cal.record_llrs(n, np.nan_to_num(table["sum_llr"].to_numpy(dtype=np.float64)))
+        bins = calibration.bin_of(llr)
+        table["probability_virus"] = np.where(scored, expit(llr + self.shift), np.nan)
+        table["qvalue"] = np.where(scored, self.record_q[bins], np.nan)
+        # a record whose scores predate the atypicality (NaN) keeps its flag NA
+        atypicality = table["atypicality"].to_numpy(dtype=np.float64)
+        reliable = scored & (atypicality <= self.cal.atypicality_limit)
+        dated = np.isnan(atypicality) & scored
+        table["reliable"] = pd.array(np.where(dated, None, reliable), dtype="boolean") if dated.any() else reliable
+        self.tallied.update(unreliable_records=int((~reliable & ~dated).sum()))
+        passing = None
+        if max_qvalue is not None:
+            passing = table[table["qvalue"] <= max_qvalue]
+            self.tallied.update(records_passing=len(passing))
+        # the probabilities and q-values as the table writes them; the q-values formatted once per
+        # histogram bin, not per record
+        table["probability_virus"] = probability_text(table["probability_virus"].to_numpy())
+        table["atypicality"] = atypicality_text(atypicality)
+        table["qvalue"] = np.where(scored, self.record_q_text[bins], "NA")
+        return passing
+
+    @functools.cached_property
+    def record_q_text(self) -> np.ndarray:
+        return np.array(formatted(self.record_q), dtype=object)
+
+    def weigh_regions(self, regions: pd.DataFrame) -> None:
+        """probability_virus of regions, and the bin of their LLRs (`llr_bin`) for their q-values."""
+        llr = self.llr(regions)
+        regions["probability_virus"] = expit(llr + self.shift)
+        regions["llr_bin"] = calibration.bin_of(llr)
+        self.regions += np.bincount(regions["llr_bin"], minlength=calibration.N_BINS)
+
+    def weigh_region_table(self, weighed: Path, output: Path, max_qvalue: float | None) -> pd.DataFrame:
+        """The regions table at `weighed` (REGIONS, probability_virus, in_seq_edge and llr_bin) with
+        their q-values, to `output` (REGIONS and REGION_COLUMNS); the regions within `max_qvalue`
+        (sequence_id, region, probability_virus, qvalue), in order."""
+        region_q = calibration.qvalues(self.regions, self.found["viral_fraction_estimate"])
+        passing = []
+        with tsv_writer(output, REGIONS + REGION_COLUMNS) as write:
+            for block in read_chunks(weighed):
+                block["qvalue"] = region_q[block["llr_bin"].to_numpy(dtype=np.int64)]
+                written = block.assign(probability_virus=probability_text(block["probability_virus"].to_numpy()))
+                write(written)
+                if max_qvalue is not None:
+                    passing.append(
+                        block.loc[block["qvalue"] <= max_qvalue, ["sequence_id", "region", *REGION_COLUMNS[:2]]]
+                    )
+        passing = pd.concat(passing, ignore_index=True) if passing else None
+        if passing is not None:
+            self.tallied.update(regions_passing=len(passing))
+        return passing
+
+    def summary(self, chunk_composition: dict | None, max_qvalue: float | None) -> dict:
+        """The manifest's `weighing`."""
+        passing = {key: self.tallied[key] for key in ("records_passing", "regions_passing")}
+        return {
+            "composition": {"records": self.found, "chunks": chunk_composition},
+            "unreliable_records": self.tallied["unreliable_records"],
+            "max_qvalue": max_qvalue,
+            "passing": None if max_qvalue is None else passing,
+        }

@@ -1,0 +1,429 @@
+"""The embed job: one shard FASTA through one model (ESM-2 or DNABERT-S) into the HDF5 contract.
+
+Loader workers read, tokenize and pack the shard; the main process copies each batch to the
+device on a side stream while the previous one computes, and brings pooled embeddings back
+without waiting on every batch. Finished rows (each batch checked finite) are written into the
+chunked HDF5 output as they come, a bounded number held at a time; every frame comes out exactly
+once (checked before the output is renamed into place), in the shard's order.
+"""
+
+import contextlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import re
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workflow_lib import __version__
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.cli.settings import EmbedSettings
+from workflow_lib.embed.device_feed import DeviceFeed
+from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
+from workflow_lib.embed.packing import PackedBatch
+from workflow_lib.embed.resume import Commits
+from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.io import checksums, h5store, locks
+from workflow_lib.io.tables import write_json
+from workflow_lib.models import embedding_model, varlen
+
+log = logging.getLogger("workflow")
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
+
+
+def allocator_conf_variable() -> str:
+    """The variable this torch reads its allocator settings from: PYTORCH_ALLOC_CONF since the
+    allocator config became device-generic (torch 2.9, which warns on the old CUDA name)."""
+    return "PYTORCH_ALLOC_CONF" if hasattr(torch._C, "_accelerator_setAllocatorSettings") else "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def set_allocator_conf(value: str) -> None:
+    """Allocator settings for this process, unless the user gave their own under either name."""
+    if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & os.environ.keys():
+        os.environ[allocator_conf_variable()] = value
+
+
+def select_device(name: str) -> torch.device:
+    """The device to embed on. With several GPUs visible, this job claims one that no concurrent
+    job holds (SLURM gives each job its own; a local run on a multi-GPU node does not)."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            "embedding.device is 'cuda' but no CUDA device is visible to this job; "
+            "request a GPU or set embedding.device to 'auto' or 'cpu'"
+        )
+    if name == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    index = locks.claim_gpu([str(torch.cuda.get_device_properties(i).uuid) for i in range(count)]) if count > 1 else 0
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def select_precision(precision: str, device: torch.device) -> str:
+    """Half precision is for GPUs; on the CPU embeddings are always computed in float32. A GPU
+    this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do."""
+    if device.type != "cuda":
+        return "fp32"
+    major, minor = torch.cuda.get_device_capability(device)
+    check_gpu(torch.cuda.get_device_name(device), (major, minor), torch.cuda.get_arch_list(), torch.version.cuda)
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise InputError(
+            f"{torch.cuda.get_device_name(device)} does not compute in bf16; set embedding.precision to fp16"
+        )
+    return precision
+
+
+def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:
+    """This torch build runs kernels on a GPU of `capability` when it holds code for it: a binary
+    for the same major version and a minor one no newer (sm_80 runs on 8.6), or PTX for an older
+    capability (compute_XY, compiled on the device). `arch_list`: torch.cuda.get_arch_list()."""
+    major, minor = capability
+    built = [(match[1], int(match[2]), int(match[3])) for match in map(_ARCH.match, arch_list) if match]
+    binaries = [(m, n) for kind, m, n in built if kind == "sm"]
+    ptx = [(m, n) for kind, m, n in built if kind == "compute"]
+    if any(m == major and n <= minor for m, n in binaries) or any((m, n) <= capability for m, n in ptx):
+        return
+    raise InputError(
+        f"{name} (compute capability {major}.{minor}) is not supported by this torch build (CUDA {cuda}, kernels "
+        f"for {', '.join(arch_list) or 'none'}); run the embed jobs on newer GPUs (slurm_extra --constraint or "
+        "gpu_model in the profile), install a torch build for this GPU, or set embedding.device to cpu"
+    )
+
+
+def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.dtype):
+    model = embedding_model(settings.model)
+    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype)
+
+
+def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
+    """{file name: SHA-256} of the model files the job loaded."""
+    files = embedding_model(settings.model).checkpoint_files(settings.checkpoint, settings.cache_dir)
+    return checksums.digests(checksums.describe(files, settings.known_checksums))
+
+
+@contextlib.contextmanager
+def sigterm_exits():
+    """SLURM preemption sends SIGTERM: leave through the normal exits, so loader workers are
+    shut down, what was embedded is committed and no partial output is left. Yields `finishing`:
+    called once every frame is committed, a SIGTERM from then on, to the end of the process, is
+    only noted. Stopped after its output was renamed into place, the job would exit 143 and
+    Snakemake would delete that output, its commits perhaps removed already: a whole shard to
+    embed again."""
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    def noted(signum, _frame):
+        log.warning("a SIGTERM came after the last batch: the job finishes first")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    finished = []
+
+    def finishing() -> None:
+        signal.signal(signal.SIGTERM, noted)
+        finished.append(True)
+
+    try:
+        yield finishing
+    finally:
+        if not finished:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Meter:
+    """Throughput figures of a job: tokens, packing fill, and time waiting for the loader. The
+    rate is the steady one, from the end of the first batch on: the loader's start-up (spawning
+    workers) and the first forward (a kernel check, a compile) are `startup_s`, apart."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.steady_from, self.tokens_before = None, 0
+        self.tokens = self.slots = self.batches = 0
+        self.loader_wait = 0.0
+
+    def add(self, batch: PackedBatch) -> None:
+        if self.batches == 1 and self.steady_from is None:  # the first batch is done
+            self.steady_from, self.tokens_before = time.monotonic(), self.tokens
+        self.tokens += batch.n_tokens
+        self.slots += batch.slots
+        self.batches += 1
+
+    @property
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.start, 1e-9)
+
+    def rate(self) -> float:
+        """Tokens/s from the end of the first batch on (of the whole job when it had one batch)."""
+        if self.steady_from is None:
+            return self.tokens / self.elapsed
+        return (self.tokens - self.tokens_before) / max(time.monotonic() - self.steady_from, 1e-9)
+
+    def figures(self, feed: DeviceFeed) -> dict:
+        """The job's figures for the HDF5 attributes and the run summary."""
+        seconds = self.elapsed
+        return {
+            "seconds": round(seconds, 3),
+            "startup_s": round((self.steady_from or time.monotonic()) - self.start, 3),
+            "tokens_per_s": round(self.rate()),
+            "fill": round(self.tokens / max(self.slots, 1), 4),
+            "batches": self.batches,
+            "oom_splits": feed.splits,
+            "loader_wait_s": round(self.loader_wait, 3),
+            "peak_memory_bytes": int(feed.peak_memory()),
+        }
+
+    def summary(self, feed: DeviceFeed, depth: int | None = None) -> str:
+        text = (
+            f"{self.rate():,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
+            f"loader wait {self.loader_wait:.1f} s of {self.elapsed:.1f} s, "
+            f"peak memory {feed.peak_memory() / 2**30:.2f} GiB"
+        )
+        return text + (f", {depth} batches queued" if depth is not None else "")
+
+
+def embed_shard(
+    input_path: str | Path,
+    output_path: str | Path,
+    figures_path: str | Path,
+    settings: EmbedSettings,
+    tokens_path: str | Path | None = None,
+    planned_frames: int | None = None,
+) -> dict:
+    """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
+    count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
+    `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
+    instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
+    A SIGTERM before every frame is committed ends the job through its normal exits (its status
+    says so); after, the job finishes (sigterm_exits)."""
+    with sigterm_exits() as finishing:
+        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing)
+
+
+def _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing) -> dict:
+    if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
+        set_allocator_conf("expandable_segments:True")
+    index = ShardIndex.read(input_path, planned=planned_frames)
+    # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
+    device = select_device(settings.device) if len(index) else torch.device("cpu")
+    precision = select_precision(settings.precision, device)
+    loading = time.monotonic()
+    embedder = build_embedder(settings, device, PRECISIONS[precision])
+    asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
+    # Workers take whole blocks; with a single block one would only add its start-up (seconds).
+    workers = min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0
+    log.info(
+        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
+        "CUDA_VISIBLE_DEVICES=%s",
+        settings.model,
+        device,
+        precision,
+        len(index),
+        input_path,
+        settings.token_budget,
+        workers,
+        asked,
+        len(index.blocks),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+    )
+    digests = checkpoint_digests(settings)
+    stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
+    load_seconds = time.monotonic() - loading
+
+    commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
+    commits.open()
+    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
+        rows = ShardRows(index, commits, writer)
+        committed = rows.resume()
+        feed = DeviceFeed(embedder, device)
+        dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
+        meter = run_batches(dataset, feed, rows, workers, settings)
+        finishing()
+        check_complete(input_path, index, rows.written)
+        stats = {
+            **_attributes(settings, embedder, device, precision, digests),
+            "n_tokens": int(rows.tokens.sum()),
+            "load_seconds": round(load_seconds, 3),
+            **meter.figures(feed),
+            "num_workers": workers,
+            "resumed_frames": int(committed.sum()),
+        }
+        writer.attrs = stats
+    write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
+    commits.remove()
+    log.info("wrote %s and %s", output_path, figures_path)
+    return {**stats, "storage": settings.storage}
+
+
+def _attributes(settings: EmbedSettings, embedder, device: torch.device, precision: str, digests: dict) -> dict:
+    """What made the embeddings, for the HDF5 attributes (the job's figures join them)."""
+    return {
+        "model": settings.model,
+        "checkpoint": settings.checkpoint,
+        "layer": int(embedder.layer),
+        "dim": int(embedder.dim),
+        "precision": precision,
+        "pooling": embedder.pooling,
+        "workflow_version": __version__,
+        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
+        "device": str(device),
+        "attention": varlen.kernel_name(device, PRECISIONS[precision], embedder.alibi),
+        "token_budget": settings.token_budget,
+        "prefetch_factor": settings.prefetch_factor,
+        "versions": json.dumps(versions(device)),
+    }
+
+
+class ShardRows:
+    """Where a shard's embedded rows go: checked finite, into the HDF5 writer, counted (each row
+    must be written exactly once: `written`; its tokens: `tokens`), and committed for a killed job
+    to resume from. What the job holds per frame is these 6 bytes (the IDs stay in the shard file)."""
+
+    def __init__(self, index: ShardIndex, commits: Commits, writer: h5store.Writer):
+        self.index, self.commits, self.writer = index, commits, writer
+        self.tokens = np.zeros(len(index), dtype=np.int32)
+        self.written = np.zeros(len(index), dtype=np.uint8)
+        self.committed = np.zeros(len(index), dtype=bool)
+        self.done = 0
+
+    def resume(self) -> np.ndarray:
+        """Replay an interrupted run's commits into the writer; the rows they hold."""
+        self.committed = self.commits.replay(self.writer.write, self.tokens)
+        self.written[self.committed] = 1
+        self.done = int(self.committed.sum())
+        if self.done:
+            log.info("resuming: %d of %d frames were committed by an interrupted run", self.done, len(self.index))
+        return self.committed
+
+    def store(self, results) -> None:
+        for rows, pooled in results:
+            rows, values = np.asarray(rows), np.asarray(pooled)
+            fresh = ~self.committed[rows]  # a batch split after running out of memory may be partly committed
+            if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
+                rows, values = rows[fresh], values[fresh]
+            with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
+                stored = values.astype(self.writer.dtype, copy=False)
+            check_finite(self.index.path, self.index.ids, rows, values, stored, self.writer.storage)
+            self.writer.put(rows, stored)
+            self.written[rows] += 1
+            self.done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
+
+    def commit(self) -> None:
+        # SIGTERM is held back until the commit is written: raised inside it, rows taken from the
+        # writer would reach neither the commit log nor the final commit
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            rows, values = self.writer.flush()
+            self.commits.commit(rows, values, self.tokens[rows])
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def run_batches(dataset: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
+    """Embed every batch of `dataset` into `rows`, the GPU computing one batch while the host sends
+    the next; what the writer holds is committed when a commit is due or the writer is full. A
+    SIGTERM or Ctrl-C commits what is done and leaves. Returns the meter."""
+    total = len(rows.written)
+    progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
+    meter = Meter()  # embedding only: loading the model is load_seconds
+    with open_loader(dataset, workers, settings.prefetch_factor) as batches:
+
+        def send():
+            waited = time.monotonic()
+            batch = next(batches, None)
+            meter.loader_wait += time.monotonic() - waited
+            if batch is None:
+                return None
+            rows.tokens[batch.rows] = np.diff(batch.cu_seqlens)
+            return feed.send(batch.tensors(pin=feed.cuda))
+
+        try:
+            sent = send()
+            while sent is not None:
+                meter.add(sent[0])
+                results = feed.compute(*sent)
+                first = next(results, None)  # the GPU runs this batch while the host sends the next
+                sent = send()
+                rows.store([first] if first is not None else [])
+                rows.store(results)
+                if rows.commits.due() or rows.writer.full():
+                    rows.commit()
+                if progress.due():
+                    log.info(progress.line(rows.done, meter.summary(feed, queue_depth(batches))))
+            rows.store(feed.flush())
+            rows.commit()
+        except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
+            rows.commit()
+            log.warning(
+                "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
+            )
+            raise
+    log.info(progress.line(rows.done, meter.summary(feed)))
+    return meter
+
+
+def check_finite(
+    path: Path, ids: Sequence[str], rows: np.ndarray, values: np.ndarray, stored: np.ndarray, storage: str
+) -> None:
+    """A batch's embeddings are finite, computed and as stored; else the job fails naming frames."""
+    finite = np.isfinite(stored).all(axis=1)
+    if finite.all():
+        return
+    bad = rows[~finite]
+    if np.isfinite(values[~finite]).all():
+        advice = f"they overflow {storage}: set embedding.storage to float32"
+    else:
+        advice = "set embedding.precision to fp32 or bf16"
+    raise RuntimeError(f"{path}: non-finite embeddings for {[ids[i] for i in bad[:3]]}; {advice}")
+
+
+def check_complete(input_path: str | Path, index: ShardIndex, written: np.ndarray) -> None:
+    """Every frame embedded exactly once, before the output is renamed into place."""
+    if not (written == 1).all():
+        lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
+        raise RuntimeError(
+            f"{input_path}: {lost.size} frames not embedded (e.g. {[index.ids[i] for i in lost[:3]]}), "
+            f"{repeated.size} embedded more than once (e.g. {[index.ids[i] for i in repeated[:3]]})"
+        )
+
+
+def versions(device: torch.device) -> dict:
+    """The software and the device that made the embeddings, for the run summary."""
+    packages = {}
+    for name in ("torch", "fair-esm", "numpy", "h5py", "tokenizers"):
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "python": platform.python_version(),
+        **packages,
+        "cuda": torch.version.cuda,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+    }
+
+
+def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, precision: str, device) -> dict:
+    """What committed results depend on: the shard, the model files and the batches."""
+    return {
+        "shard_sha256": index.sha256,
+        "block_size": index.blocks.size,
+        "model": settings.model,
+        "checkpoint_sha256": digests,
+        "layer": settings.layer,
+        "precision": precision,
+        "storage": settings.storage,
+        "device": device.type,
+        # a retry on another GPU model computes other last bits: it must not append to these rows
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "token_budget": settings.token_budget,
+        "workflow_version": __version__,
+    }

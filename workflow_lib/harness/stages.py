@@ -1,0 +1,192 @@
+"""Each stage run outside the workflow, from Python or as its script, as the tests and benchmarks
+run them: settings are the config's defaults (from config/schema.yaml) unless given, and a stage's
+files lie in one directory under the names the rules give them. Also their input: reads sampled
+from the bundled genomes."""
+
+import functools
+import os
+import random
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GENOMES = ROOT / "resources" / "genomes"
+
+
+def config_defaults() -> dict:
+    """The config a run gets for every key it does not set: the schema's defaults."""
+    from snakemake.utils import validate
+
+    config = {"samples": "samples.tsv"}
+    validate(config, str(ROOT / "config" / "schema.yaml"))
+    return config
+
+
+DEFAULTS = config_defaults()
+ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
+
+
+def prepare_settings(**settings):
+    """PrepareSettings with the config's defaults unless `settings` give others."""
+    from workflow_lib.cli.settings import PrepareSettings, from_config
+
+    return from_config(PrepareSettings, DEFAULTS, **settings)
+
+
+def prepared_files(outdir: Path):
+    from workflow_lib.prepare.job import PreparedFiles
+
+    outdir = Path(outdir)
+    return PreparedFiles(
+        outdir / "shards", outdir / "shards.tsv", outdir / "frames.tsv.gz", outdir / "sequences.tsv.gz"
+    )
+
+
+def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
+    """The prepare stage into `outdir`; `settings`: those of PrepareSettings to change."""
+    from workflow_lib.prepare.job import prepare
+
+    tokens = {"shard_tokens": shard_tokens} if shard_tokens else {}
+    return prepare(input_path, prepared_files(outdir), prepare_settings(**settings | tokens))
+
+
+def script_command(script: str, declaration=None, *, model: str | None = None, **options) -> list[str]:
+    """scripts/<script>.py with `options` (`_` for `-`: its files, and settings to change; None leaves
+    one out) and, for the rest of the stage's declared settings, the config's defaults (`model`'s,
+    where a key names it; also passed as --model)."""
+    from workflow_lib.cli.settings import cli, config_values
+
+    values = config_values(declaration, DEFAULTS, model=model) if declaration else {}
+    values |= {"model": model} if model else {}
+    return [sys.executable, str(ROOT / "scripts" / f"{script}.py"), *shlex.split(cli(**values | options))]
+
+
+def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
+    """scripts/prepare.py into `outdir`, with the config's defaults unless `options` (the script's
+    words: option, value, ...) give others."""
+    from workflow_lib.cli.settings import PrepareSettings
+
+    files = prepared_files(outdir)
+    given = {option[2:].replace("-", "_"): value for option, value in zip(options[::2], options[1::2])}
+    return script_command(
+        "prepare",
+        PrepareSettings,
+        input=input_path,
+        shards=files.shards,
+        shard_table=files.shard_table,
+        frames=files.frames,
+        sequences=files.sequences,
+        **given,
+    )
+
+
+@functools.cache
+def model_check(model: str, checkpoint: str, cache_dir: str | None = None) -> dict:
+    """What a run's model check records of a checkpoint's files (their SHA-256 among them), once a
+    process: embed jobs given it hash nothing (ESM-2 3B's 5.7 GB take seconds). A file changed
+    since is hashed again by the job (checksums.describe compares size and time)."""
+    from workflow_lib.io import checksums
+    from workflow_lib.models import embedding_model
+
+    return checksums.describe(embedding_model(model).checkpoint_files(checkpoint, cache_dir))
+
+
+def embed_settings(model: str, checkpoint, **settings):
+    """EmbedSettings with the config's defaults, on the CPU, unless `settings` give others."""
+    from workflow_lib.cli.settings import EmbedSettings, from_config
+
+    values = {"checkpoint": str(checkpoint), "layer": None, "cache_dir": None, "device": "cpu"}
+    values |= {"threads": len(os.sched_getaffinity(0))} | settings
+    if "known_checksums" not in settings:  # as a run's model check gives every embed job
+        values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
+    return from_config(EmbedSettings, DEFAULTS, model=model, **values)
+
+
+def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) -> dict:
+    """The embed stage, its figures JSON beside the HDF5 output; `tokens`: the tokenize stage's file."""
+    from workflow_lib.embed.job import embed_shard
+
+    return embed_shard(shard, output, Path(output).with_suffix(".json"), settings, tokens)
+
+
+def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
+    """The tokenize stage (DNABERT-S) on one shard's nucleotides, with a model check of its files."""
+    from workflow_lib.embed.stored_tokens import tokenize_shard
+
+    return tokenize_shard(str(checkpoint), None, model_check("dnabert", str(checkpoint)), shard, output)
+
+
+def train_settings(**settings):
+    """TrainSettings with the config's defaults unless `settings` give others."""
+    from workflow_lib.cli.settings import TrainSettings, from_config
+
+    return from_config(TrainSettings, DEFAULTS, **{"threads": 1} | settings)
+
+
+def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) -> list[str]:
+    """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
+    script's options, `_` for `-`) give others. A model check of this model's files is written
+    beside the output, as the check_models job writes it, unless `model_check` names another."""
+    from workflow_lib.cli.settings import EmbedSettings
+    from workflow_lib.io.tables import write_json
+
+    output = Path(output)
+    values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard}
+    values |= {"output": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
+    values |= {"model_check": output.with_name(f"{output.stem}.models.json")} | options
+    if "model_check" not in options and not Path(values["model_check"]).exists():
+        cache_dir = values.get("cache_dir", DEFAULTS["models"]["cache_dir"])
+        write_json({model: {"files": model_check(model, str(checkpoint), str(cache_dir))}}, values["model_check"])
+    return script_command("embed", EmbedSettings, model=model, **values)
+
+
+def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:
+    """prepare's shard FASTAs in `prepare_dir` (`fna` or `faa`), in shard order, as its shards table lists them."""
+    from workflow_lib.io.sharding import read_shards, shard_fasta
+
+    files = prepared_files(prepare_dir)
+    return [shard_fasta(files.shards, row["shard"], suffix) for row in read_shards(files.shard_table)]
+
+
+def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifier_path: Path, outdir: Path) -> dict:
+    """The score stage on each shard's embeddings (scores files in `outdir`/scores), then the predict
+    stage on them and prepare's tables in `prepare_dir`: its tables (VirNucPro's too) into `outdir`."""
+    from workflow_lib.classify.predict import ScoreFiles, write_tables
+    from workflow_lib.classify.score import score_shard
+
+    prepare_dir, outdir = Path(prepare_dir), Path(outdir)
+    scores = [outdir / "scores" / f"shard_{shard}.npz" for shard in range(len(dnabert_files))]
+    for dnabert, esm, path in zip(dnabert_files, esm_files, scores, strict=True):
+        score_shard(dnabert, esm, classifier_path, path, DEFAULTS["progress_seconds"])
+    virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")
+    outputs = ScoreFiles(outdir / "frames.tsv", outdir / "chunks.tsv", outdir / "scoring.json", virnucpro)
+    frames, sequences = prepare_dir / "frames.tsv.gz", prepare_dir / "sequences.tsv.gz"
+    return write_tables(frames, sequences, scores, outputs, DEFAULTS["progress_seconds"])
+
+
+def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
+    """The call stage on predict's tables in `outdir`, with the config's settings; its files into `outdir`."""
+    from workflow_lib.classify.call import CallFiles, call
+    from workflow_lib.classify.regions import RegionSettings
+
+    outdir = Path(outdir)
+    names = ("sequences.tsv", "viral.fasta", "regions.tsv", "regions.fasta", "manifest.json")
+    outputs = CallFiles(*(outdir / name for name in names))
+    threshold = DEFAULTS["predict"]["min_viral_fraction"]
+    regions = RegionSettings(**DEFAULTS["regions"], min_viral_fraction=threshold)
+    sequences = Path(prepare_dir) / "sequences.tsv.gz"
+    return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold, regions)
+
+
+def write_reads(path: Path, n: int, length: int, seed: int) -> None:
+    """Sample n reads uniformly from the bundled genomes (both strands are covered by the frames)."""
+    from workflow_lib.io.seqio import read_records
+
+    genomes = [seq for f in sorted(GENOMES.glob("*.fasta")) for _, _, seq in read_records(f)]
+    rng = random.Random(seed)
+    with open(path, "w") as out:
+        for i in range(n):
+            genome = rng.choice(genomes)
+            start = rng.randrange(len(genome) - length)
+            out.write(f">read_{i}\n{genome[start : start + length].decode()}\n")

@@ -1,0 +1,205 @@
+"""The embeddings HDF5 contract: dataset `ids` (UTF-8, shard FASTA order), dataset `embeddings`
+([N, D], float32 or float16 as the attribute `storage` says; chunked by rows, shuffled and
+compressed), and attributes describing how they were made.
+
+Files written before `storage` existed (contiguous float32, no `storage` attribute) read the same.
+Readers never hold a whole dataset: `FeatureBlocks` reads a shard's two files in row blocks into
+one preallocated float32 block."""
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io.outputs import atomic_path
+
+REQUIRED_ATTRS = ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version")
+STORAGE = {"float32": np.float32, "float16": np.float16}
+CHUNK_ROWS = 1024  # rows per HDF5 chunk: each chunk is compressed (and written by embed) whole
+# lzf rather than gzip level 1, both after the byte shuffle (benchmarks/storage.py, docs/performance.md):
+# at 768 + 2560 float16 features lzf wrote 20,000 frames in 4.5 s against 5.8 s and read them in
+# 1.0 s against 1.9 s, for 11% more bytes (6,760 against 6,072 per frame); at float32 it wrote in
+# 7.5 s against 17.4 s. Embed and predict both sit on these paths; disk is already halved by float16.
+COMPRESSION = {"compression": "lzf", "shuffle": True}
+BLOCK_ROWS = 65536  # rows a block reader holds: 65,536 x (768 + 2560) float32 is 870 MB at production width
+BUFFER_BYTES = 256 << 20  # finished rows a writer holds before it writes them
+
+
+def _open(path: str | Path) -> h5py.File:
+    handle = None
+    try:
+        handle = h5py.File(path, "r")
+        handle["ids"], handle["embeddings"]  # both must be there
+        return handle
+    except (OSError, KeyError) as error:
+        if handle is not None:
+            handle.close()
+        raise InputError(
+            f"{path}: not a readable embeddings file ({error}); delete it and run the workflow again"
+        ) from None
+
+
+def _ids(values) -> list[str]:
+    return [i.decode() if isinstance(i, bytes) else i for i in values]
+
+
+class Writer:
+    """An open embeddings file being filled: rows come in any order (`put`), are held up to
+    BUFFER_BYTES and written (`flush`) chunk by chunk, each chunk in one write."""
+
+    def __init__(self, handle: h5py.File, ids: list[str], dim: int, storage: str):
+        if storage not in STORAGE:
+            raise ValueError(f"storage must be one of {tuple(STORAGE)}, not {storage!r}")
+        self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
+        n = len(ids)
+        names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        for start in range(0, n, BLOCK_ROWS):  # in blocks: converting all at once held 50 MB a million IDs
+            names[start : start + BLOCK_ROWS] = np.array(ids[start : start + BLOCK_ROWS], dtype=object)
+        layout = {"chunks": (min(n, CHUNK_ROWS), dim), **COMPRESSION} if n and dim else {}
+        self.data = handle.create_dataset("embeddings", shape=(n, dim), dtype=self.dtype, **layout)
+        self.chunk_rows = self.data.chunks[0] if self.data.chunks else max(n, 1)
+        self.rows: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.held = 0
+
+    def put(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Hold `values` (already of the storage dtype) for `rows`."""
+        self.rows.append(np.asarray(rows, dtype=np.int64))
+        self.values.append(values)
+        self.held += values.nbytes
+
+    def full(self) -> bool:
+        return self.held >= BUFFER_BYTES
+
+    def flush(self) -> tuple[np.ndarray, np.ndarray]:
+        """Write the rows held; return them (sorted by row) and their values."""
+        if not self.rows:
+            return np.zeros(0, np.int64), np.zeros((0, self.data.shape[1]), self.dtype)
+        # a repeated row (a loader fault) keeps one value: the embed job counts the writes and fails
+        rows = np.unique(np.concatenate(self.rows))
+        values = np.empty((rows.size, self.data.shape[1]), self.dtype)
+        while self.rows:  # each piece into its sorted place, then let go: memory holds the rows once
+            values[np.searchsorted(rows, self.rows.pop())] = self.values.pop()
+        self.held = 0
+        self.write(rows, values)
+        return rows, values
+
+    def write(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Write `values` to `rows` (sorted, unique): one read-modify-write per chunk touched, a
+        plain write where the rows cover the whole chunk."""
+        chunk_of = rows // self.chunk_rows
+        cuts = np.flatnonzero(np.diff(chunk_of)) + 1
+        for part in np.split(np.arange(rows.size), cuts):
+            if not part.size:
+                continue
+            start = int(chunk_of[part[0]]) * self.chunk_rows
+            stop = min(start + self.chunk_rows, self.data.shape[0])
+            if part.size == stop - start:
+                self.data[start:stop] = values[part]
+            else:
+                block = self.data[start:stop]
+                block[rows[part] - start] = values[part]
+                self.data[start:stop] = block
+
+
+@contextlib.contextmanager
+def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | Path | None = None):
+    """Yield a Writer of `path`, written under a temporary name (`tmp`, or one beside `path`) and
+    renamed into place when the block succeeds; set `writer.attrs` before leaving."""
+    # No chunk cache: the Writer writes whole chunks, and a cached chunk would reach the disk only
+    # when the file closes, where a full disk fails with a RuntimeError and leaves HDF5 unusable;
+    # uncached, it fails in the write, as an OSError that atomic_path reports (no space left).
+    with atomic_path(path, tmp) as name, h5py.File(name, "w", rdcc_nbytes=0) as handle:
+        writer = Writer(handle, ids, dim, storage)
+        writer.attrs = None
+        yield writer
+        writer.flush()
+        attrs = writer.attrs
+        missing = [a for a in REQUIRED_ATTRS if a not in (attrs or {})]
+        assert not missing, f"HDF5 attributes missing: {missing}"
+        for key, value in {**attrs, "storage": storage}.items():
+            handle.attrs[key] = value
+
+
+def write(path: str | Path, ids: list[str], embeddings: np.ndarray, attrs: dict, storage: str = "float32") -> None:
+    """A whole embeddings file at once."""
+    embeddings = np.asarray(embeddings)
+    with create(path, ids, embeddings.shape[1] if embeddings.ndim == 2 else 0, storage) as writer:
+        writer.write(np.arange(len(ids)), embeddings.astype(writer.dtype, copy=False))
+        writer.attrs = attrs
+
+
+def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
+    """A whole file, embeddings as float32 (for tests and small files: readers of shards use FeatureBlocks)."""
+    with _open(path) as handle:
+        return _ids(handle["ids"][()]), handle["embeddings"][()].astype(np.float32, copy=False), dict(handle.attrs)
+
+
+class FeatureBlocks:
+    """One shard's classifier input, DNABERT-S then ESM-2 embedding per frame (VirNucPro's order),
+    read in blocks of `rows` rows into one preallocated float32 block; the two files' IDs are
+    checked block by block. Use as a context manager."""
+
+    def __init__(self, dnabert_path: str | Path, esm_path: str | Path, rows: int = BLOCK_ROWS):
+        self.paths = (Path(dnabert_path), Path(esm_path))
+        self.rows = rows
+        self.stack = contextlib.ExitStack()
+        self.files = [self.stack.enter_context(_open(path)) for path in self.paths]
+        self.attrs = {"dnabert": dict(self.files[0].attrs), "esm": dict(self.files[1].attrs)}
+        shapes = [f["embeddings"].shape for f in self.files]
+        counts = {len(f["ids"]) for f in self.files} | {s[0] for s in shapes}
+        if len(counts) != 1 or any(len(s) != 2 for s in shapes):
+            self.close()
+            raise InputError(f"{dnabert_path} and {esm_path} hold different frames; delete both and run again")
+        self.n = shapes[0][0]
+        self.dims = (shapes[0][1], shapes[1][1])
+        self.block: np.ndarray | None = None
+
+    @property
+    def dim(self) -> int:
+        return sum(self.dims)
+
+    def __enter__(self) -> "FeatureBlocks":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
+        """Rows start:stop of the two files into `out` (float32, [stop - start, dim]); their IDs."""
+        ids = [_ids(f["ids"][start:stop]) for f in self.files]
+        if ids[0] != ids[1]:
+            raise InputError(f"{self.paths[0]} and {self.paths[1]} hold different frames; delete both and run again")
+        column = 0
+        for handle, dim in zip(self.files, self.dims):
+            if dim and stop > start:  # HDF5 reads (and converts float16) into the block's columns
+                handle["embeddings"].read_direct(
+                    out, np.s_[start:stop, :], np.s_[0 : stop - start, column : column + dim]
+                )
+            column += dim
+        return ids[0]
+
+    def __iter__(self) -> Iterator[tuple[slice, list[str], np.ndarray]]:
+        """(rows of the files, their IDs, their features: a view of the one block, valid until the next)."""
+        if self.block is None:
+            self.block = np.empty((min(self.rows, max(self.n, 1)), self.dim), dtype=np.float32)
+        for start in range(0, self.n, self.rows):
+            stop = min(start + self.rows, self.n)
+            ids = self.read_rows(start, stop, self.block)
+            yield slice(start, stop), ids, self.block[: stop - start]
+
+    def read_all(self, out: np.ndarray, first: int = 0, end: int | None = None) -> list[str]:
+        """Every row (or rows first:end) into `out` (float32, [rows, dim]: e.g. rows of a larger
+        array), a block of rows at a time and without the block buffer; their IDs."""
+        ids: list[str] = []
+        end = self.n if end is None else end
+        for start in range(first, end, self.rows):
+            stop = min(start + self.rows, end)
+            ids += self.read_rows(start, stop, out[start - first : stop - first])
+        return ids

@@ -1,0 +1,64 @@
+"""Shards sized by the work: frames fill shard 0 up to `shard_tokens` ESM-2 tokens, then shard 1,
+and so on, so that a sample gets as many shards as its tokens need (at least one) and an embed
+job's work, memory and runtime follow the setting, never the sample's size. A shard's frames are
+one run of prepare's frames table (shard numbers never fall along it).
+
+Each shard is a FASTA pair in one directory, `shard_{i}.fna` and `shard_{i}.faa`, with the same
+IDs in the same order; the shards table (SHARDS columns) lists every shard with its frames and
+ESM-2 tokens, from which the workflow plans its jobs."""
+
+import shutil
+from pathlib import Path
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.tables import read_table
+
+# the shards table of a sample: a row per shard, in shard order
+SHARDS = ("shard", "frames", "tokens")
+FASTA_SUFFIX = {"esm": "faa", "dnabert": "fna"}  # the shard FASTA each model embeds
+
+
+def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
+    """A shard's nucleotide (`fna`) or protein (`faa`) FASTA in prepare's shards directory."""
+    return Path(directory) / f"shard_{shard}.{suffix}"
+
+
+class ShardFiller:
+    """Assigns frames, in order, to shards of at most `shard_tokens` tokens (a frame larger than
+    that is a shard of its own); counts each shard's frames and tokens."""
+
+    def __init__(self, shard_tokens: int):
+        if shard_tokens < 1:
+            raise InputError(f"shard tokens must be a positive number of ESM-2 tokens, got {shard_tokens}")
+        self.limit = shard_tokens
+        self.frames, self.tokens = [0], [0]
+
+    def assign(self, tokens: int) -> int:
+        if self.frames[-1] and self.tokens[-1] + tokens > self.limit:
+            self.frames.append(0)
+            self.tokens.append(0)
+        self.frames[-1] += 1
+        self.tokens[-1] += tokens
+        return len(self.frames) - 1
+
+    def rows(self) -> list[tuple[int, int, int]]:
+        return list(zip(range(len(self.frames)), self.frames, self.tokens))
+
+
+def read_shards(path: str | Path) -> list[dict]:
+    """A shards table's rows, in shard order (one per shard: small whatever the sample)."""
+    return read_table(path).to_dict("records")
+
+
+def pool_shards(pieces: list[tuple[str | Path, int]], fna: str | Path, faa: str | Path) -> int:
+    """A pooled shard's FASTA pair (plan.py): the (shards directory, shard) pieces' pairs one after
+    the other, in order; return the bytes written."""
+    written = 0
+    for suffix, output in (("fna", fna), ("faa", faa)):
+        with atomic_open(output, "wb") as out:
+            for directory, shard in pieces:
+                with open(shard_fasta(directory, shard, suffix), "rb") as piece:
+                    shutil.copyfileobj(piece, out, 1 << 20)
+            written += out.tell()
+    return written

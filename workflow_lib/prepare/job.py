@@ -1,0 +1,256 @@
+"""The prepare stage: validate, chunk, translate in six frames, write shards of at most
+`shard_tokens` ESM-2 tokens (sharding.py).
+
+Outputs (written under temporary names and renamed at the end, then read back and reconciled
+with what was written; on a mismatch they are removed and the job fails):
+  the shards directory         per shard a FASTA pair of kept frames, nucleotide (.fna) and protein (.faa)
+  the shards table             sharding.SHARDS: a row per shard, its frames and tokens
+  the frames table             tables.PREPARED_FRAMES: a row per kept frame, with its shard
+  the sequences table          tables.PREPARED_SEQUENCES: a row per input record
+"""
+
+import contextlib
+import itertools
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.cli.settings import PrepareSettings
+from workflow_lib.io.outputs import atomic_dir, atomic_open
+from workflow_lib.io.seqio import Batch, read_batches
+from workflow_lib.io.sharding import SHARDS, ShardFiller, shard_fasta
+from workflow_lib.io.tables import PREPARED_FRAMES, PREPARED_SEQUENCES
+from workflow_lib.prepare.chunking import chunk_bounds
+from workflow_lib.prepare.reconcile import IDDigest, check_prepared
+from workflow_lib.prepare.translation import FRAME_NAMES, Frames, base_codes, six_frames
+from workflow_lib.prepare.unique_ids import IDHashes, check_unique_ids
+
+# Record status: only `ok` records are chunked; the others are reported, never silently dropped.
+STATUS = (b"ok", b"empty", b"too_short", b"too_ambiguous")
+# Records are translated in batches of about this many bases: large enough to vectorise well,
+# small enough for the temporary arrays to stay in cache (measured fastest) and memory bounded.
+BATCH_BASES = 1_000_000
+_FRAME_IDS = [name.encode() for name in FRAME_NAMES]
+
+log = logging.getLogger("workflow")
+
+
+@dataclass(frozen=True)
+class PreparedFiles:
+    """Where the prepare stage writes: the shards directory and table, the frames and sequences tables."""
+
+    shards: Path
+    shard_table: Path
+    frames: Path
+    sequences: Path
+
+    def shard_pairs(self, n: int) -> list[tuple[Path, Path]]:
+        """The (nucleotide, protein) FASTA pair of each of `n` shards."""
+        return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
+
+
+def prepare(input_path: str | Path, files: PreparedFiles, settings: PrepareSettings) -> dict:
+    """Run the prepare stage on one input file into `files`, in shards of at most
+    settings.shard_tokens ESM-2 tokens; return the counts."""
+    input_path = Path(input_path)
+    with contextlib.ExitStack() as stack:
+        shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
+        stack.callback(shards.close)  # before the directory is renamed into place
+        frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
+        sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
+        frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
+        sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
+        writer = _Writer(shards, frames_table, sequences_table, settings)
+        id_hashes = stack.enter_context(IDHashes(files.frames.parent))
+        progress = Progress(log, "records", interval=settings.progress_seconds)
+        for batch in read_batches(input_path, BATCH_BASES):
+            id_hashes.add(batch.ids)
+            writer.write_batch(batch)
+            progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
+        check_unique_ids(input_path, id_hashes.repeated())
+        rows = shards.filler.rows()
+        with atomic_open(files.shard_table) as table:
+            table.write("\t".join(SHARDS) + "\n" + "".join("%d\t%d\t%d\n" % row for row in rows))
+        counts = dict(writer.counts, shards=len(rows), shard_tokens=[tokens for _, _, tokens in rows])
+        log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
+    try:
+        check_prepared(files, shards.digests, counts["records"])
+    except InputError:
+        shutil.rmtree(files.shards, ignore_errors=True)
+        for path in (files.shard_table, files.frames, files.sequences):
+            path.unlink(missing_ok=True)
+        raise
+    log.info(
+        "reconciled: %d records in %s, %d frames once each in %s and %d shards",
+        counts["records"],
+        files.sequences.name,
+        counts["frames"],
+        files.frames.name,
+        counts["shards"],
+    )
+    if counts["shorter_than_chunk"] > counts["records"] / 2:
+        log.warning("%s: %s", input_path, short_records_advice(writer.short_lengths, counts["records"]))
+    return counts
+
+
+def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
+    """The warning for inputs mostly shorter than a chunk: their lengths, what becomes of them, and
+    what fits them. `short_lengths[n]`: the records of n bp, for n below chunk_length."""
+    chunk_length, short = short_lengths.size, int(short_lengths.sum())
+    cumulative = np.cumsum(short_lengths)
+    tenth, median = (int(np.searchsorted(cumulative, q * short)) for q in (0.1, 0.5))
+    advice = (
+        "chunk_length 300 with VirNucPro's 300 bp classifier fits them better"
+        if chunk_length > 300 and median >= 300
+        else f"no published classifier is made for chunks this short: train one at chunk_length {median} (the "
+        "train target), or read their scores with care"
+    )
+    return (
+        f"{short:,} of {records:,} records are shorter than chunk_length {chunk_length} (median {median} bp, 10th "
+        f"percentile {tenth} bp); as in VirNucPro, each is scored as one chunk of its own length, shorter than the "
+        f"chunks the classifier learned from, so their scores are less reliable; {advice}"
+    )
+
+
+class _ShardFiles:
+    """The shards' FASTA pairs in `directory`, filled in turn (ShardFiller): a shard's files are
+    closed when the next shard's open, so one pair is open at a time; a digest of each shard's
+    frame IDs, to reconcile the files."""
+
+    def __init__(self, directory: Path, shard_tokens: int):
+        self.directory, self.filler = directory, ShardFiller(shard_tokens)
+        self.digests: list[IDDigest] = []
+        self.open: tuple = ()
+        self._next()  # a sample without a frame has one shard, empty
+
+    def _next(self) -> None:
+        self.close()
+        shard = len(self.digests)
+        self.open = tuple(open(shard_fasta(self.directory, shard, suffix), "wb") for suffix in ("fna", "faa"))
+        self.digests.append(IDDigest())
+
+    def write(self, shard: int, frame_ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes]) -> None:
+        while shard >= len(self.digests):
+            self._next()
+        fna, faa = self.open
+        fna.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, nucleotides)))
+        faa.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, proteins)))
+        self.digests[shard].update(frame_ids)
+
+    def close(self) -> None:
+        for handle in self.open:
+            handle.close()
+        self.open = ()
+
+
+class _Writer:
+    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: PrepareSettings):
+        self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
+        self.policy = policy
+        self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
+        self.short_lengths = np.zeros(policy.chunk_length, dtype=np.int64)  # records by length, below a chunk
+
+    def write_batch(self, batch: Batch) -> None:
+        codes = base_codes(batch.buf)
+        ambiguous, status = self._status(batch, codes)
+        usable = np.where(status == STATUS.index(b"ok"), batch.lengths, 0)  # records that are not ok get no chunk
+        record_of_chunk, starts, ends = chunk_bounds(usable, self.policy.chunk_length)
+        offsets = batch.offsets()[record_of_chunk]
+        frames = self._translate(batch.buf, codes, starts + offsets, ends + offsets)
+        chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
+        self._write_frames(batch.ids, frames, record_of_chunk, chunk_number, starts, ends)
+
+        n_chunks = np.bincount(record_of_chunk, minlength=len(batch.ids))
+        n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=len(batch.ids))
+        self.sequences_table.write(
+            b"".join(
+                b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
+                for row in zip(
+                    batch.ids,
+                    batch.lengths.tolist(),
+                    n_chunks.tolist(),
+                    n_frames.tolist(),
+                    ambiguous.tolist(),
+                    [STATUS[i] for i in status.tolist()],
+                )
+            )
+        )
+        self.counts["records"] += len(batch.ids)
+        short = usable[(usable > 0) & (usable < self.policy.chunk_length)]
+        self.short_lengths += np.bincount(short, minlength=self.policy.chunk_length)
+        self.counts["shorter_than_chunk"] += short.size
+        self.counts["chunks"] += int(record_of_chunk.size)
+        self.counts["frames"] += len(frames.proteins)
+
+    def _translate(self, buf: bytes, codes: tuple[np.ndarray, bool], starts: np.ndarray, ends: np.ndarray) -> Frames:
+        """six_frames over windows of about BATCH_BASES bases of chunks, so that its temporary
+        arrays stay small however long a record is (a whole batch of reads is one window)."""
+        per_window = max(1, BATCH_BASES // self.policy.chunk_length)
+        parts, firsts = [], list(range(0, starts.size, per_window))
+        for lo in firsts:
+            hi = lo + per_window
+            base, top = int(starts[lo]), int(ends[lo:hi].max())
+            parts.append(
+                six_frames(
+                    buf[base:top],
+                    starts[lo:hi] - base,
+                    ends[lo:hi] - base,
+                    self.policy.ambiguous_codons,
+                    (codes[0][base:top], codes[1]),
+                )
+            )
+        return Frames.concat(parts, firsts)
+
+    def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
+        """Fraction of non-ACGT bases and status (index into STATUS) of each record."""
+        lengths = batch.lengths
+        non_acgt = np.zeros(lengths.size, dtype=np.int64)
+        if codes[1]:
+            # count from the positions of the ambiguous bases: a running sum over the batch would
+            # cost 8 bytes per base, 800 MB for a 100 Mb contig
+            where = np.flatnonzero(codes[0] == 4)
+            record = np.searchsorted(batch.offsets(), where, side="right") - 1
+            non_acgt = np.bincount(record, minlength=lengths.size)
+        ambiguous = np.divide(non_acgt, lengths, out=np.zeros(lengths.size), where=lengths > 0)
+        status = np.select(
+            [lengths == 0, lengths < self.policy.min_length, ambiguous > self.policy.max_ambiguous_fraction],
+            [STATUS.index(b"empty"), STATUS.index(b"too_short"), STATUS.index(b"too_ambiguous")],
+            STATUS.index(b"ok"),
+        )
+        return ambiguous, status
+
+    def _write_frames(self, ids: list[bytes], frames, record_of_chunk, chunk_number, starts, ends) -> None:
+        """Each kept frame to the shard being filled, and its row to the frames table."""
+        chunk = frames.chunk
+        records = [ids[r] for r in record_of_chunk[chunk].tolist()]
+        numbers = chunk_number[chunk].tolist()
+        names = [_FRAME_IDS[f] for f in frames.frame.tolist()]
+        frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
+        shards = [self.shards.filler.assign(len(protein) + 2) for protein in frames.proteins]  # BOS + EOS
+        start = 0
+        for shard, run in itertools.groupby(shards):  # shard numbers never fall: one run per shard
+            stop = start + len(list(run))
+            self.shards.write(shard, frame_ids[start:stop], frames.nucleotides[start:stop], frames.proteins[start:stop])
+            start = stop
+        self.frames_table.write(
+            b"".join(
+                [
+                    b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
+                    for row in zip(
+                        frame_ids,
+                        records,
+                        numbers,
+                        (starts[chunk] + 1).tolist(),
+                        ends[chunk].tolist(),
+                        names,
+                        map(len, frames.proteins),
+                        shards,
+                    )
+                ]
+            )
+        )

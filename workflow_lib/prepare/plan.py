@@ -1,0 +1,131 @@
+"""The run's plan: every sample's shards, from the shards tables that prepare writes, packed into
+pooled shards (PLAN columns), written by the workflow's one checkpoint once every sample is
+prepared. A pool is what one tokenize, embed (per model) and score job work on: consecutive shards,
+in the sheet's order, of at most `shard_tokens` ESM-2 tokens together, so that many small samples
+share their GPU jobs while a large sample's shards (each near `shard_tokens`) stay pools of their
+own. A shard lies at `offset` rows into its pool, whose files keep the frames of its shards in
+plan order: record IDs may repeat across samples, so rows are found by position, never by ID.
+
+The samples are planned in generations: those of the run that first plans them together, and
+each sample appended to a finished run in the next generation, with pooled shards and a
+checkpoint of its own (`results/plan/shards_{generation}.tsv`), so that adding samples leaves the
+earlier samples' pooled shards and jobs alone (generations). The rules read a plan once (cached
+per version of the file) to know each sample's shards and each pool's; a checkpoint per sample
+would cost Snakemake time quadratic in the samples. Whether the plan on disk is still the one it
+would write (plan_is_current) decides how it waits for the model check (rules/common.smk,
+plan_check)."""
+
+import functools
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.sharding import SHARDS, read_shards
+
+PLAN = ("sample", *SHARDS, "pool", "offset")
+
+
+PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
+
+
+def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
+    """Each sample's generation: that of the plan in `plan_dir` that lists it, or, for a sample no
+    plan lists, the generation after the latest."""
+    plans = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    listed = {sample: g for g, path in sorted(plans.items()) for sample in _listed(path)}
+    new = max(plans, default=-1) + 1
+    return {sample: listed.get(sample, new) for sample in sheet}
+
+
+def _listed(path: Path) -> list[str]:
+    try:
+        return list(read_plan(path))
+    except (OSError, ValueError):  # cut short: planned again
+        return []
+
+
+def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
+    """PLAN rows of the (sample, its shards) pairs: each shard, in order, joins the latest pool
+    while their tokens stay within `shard_tokens`, else starts the next (a shard is never cut).
+    Pools are named `{generation}-{n}`."""
+    rows, pool, tokens, offset = [], 0, 0, 0
+    for sample, shards in shard_tables:
+        for shard in shards:
+            if offset and tokens + shard["tokens"] > shard_tokens:
+                pool, tokens, offset = pool + 1, 0, 0
+            place = {"pool": f"{generation}-{pool}", "offset": offset}
+            rows.append({"sample": sample, **{c: shard[c] for c in SHARDS}, **place})
+            tokens, offset = tokens + shard["tokens"], offset + shard["frames"]
+    return rows
+
+
+def write_plan(
+    shard_tables: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path, generation: int = 0
+) -> dict:
+    """The plan of a generation's (sample, shards table) pairs, in that order; return its counts."""
+    rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens, generation)
+    with atomic_open(output) as handle:
+        handle.write("\t".join(PLAN) + "\n")
+        handle.writelines("\t".join(str(row[c]) for c in PLAN) + "\n" for row in rows)
+    return {"shards": len(rows), "pools": len({row["pool"] for row in rows})}
+
+
+def read_plan(path: str | Path) -> dict[str, list[dict]]:
+    """Each sample's shards (SHARDS fields, pool and offset), in shard order; read once per version
+    of the file."""
+    return _read_plan(*_version(path))[0]
+
+
+def read_pools(path: str | Path) -> dict[str, list[dict]]:
+    """Each pool's shards (PLAN fields), in pool order."""
+    return _read_plan(*_version(path))[1]
+
+
+def read_plans(plan_dir: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Every generation's plan in `plan_dir`, in generation order: each sample's shards (read_plan)
+    and each pool's (read_pools)."""
+    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    samples, pools = {}, {}
+    for _, path in sorted(found.items()):
+        samples |= read_plan(path)
+        pools |= read_pools(path)
+    return samples, pools
+
+
+def plan_is_current(path: str | Path, shard_tables: list[tuple[str, str | Path]]) -> bool:
+    """Whether the plan at `path` is the one write_plan would make now of the (sample, shards table)
+    pairs: it lists these samples, in this order, and each shards table written after it holds the
+    shards it lists (one not newer is one it was made from). Reads only the plan and those tables."""
+    try:
+        made = os.stat(path).st_mtime_ns
+        plan = read_plan(path)
+    except (FileNotFoundError, ValueError):  # no plan yet, or not one (pandas' errors are ValueErrors)
+        return False
+    if list(plan) != [sample for sample, _ in shard_tables]:
+        return False
+    for sample, table in shard_tables:
+        try:
+            newer = os.stat(table).st_mtime_ns > made
+        except FileNotFoundError:
+            return False
+        if newer and read_shards(table) != [{c: row[c] for c in SHARDS} for row in plan[sample]]:
+            return False
+    return True
+
+
+def _version(path: str | Path) -> tuple[str, int, int]:
+    stat = os.stat(path)
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=256)  # a plan per generation
+def _read_plan(path: str, mtime_ns: int, size: int) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    samples: dict[str, list[dict]] = {}
+    pools: dict[str, list[dict]] = {}
+    for row in pd.read_csv(path, sep="\t", usecols=list(PLAN), dtype={"sample": str, "pool": str}).to_dict("records"):
+        pools.setdefault(row["pool"], []).append(row)
+        samples.setdefault(row["sample"], []).append({c: row[c] for c in PLAN if c != "sample"})
+    return samples, pools

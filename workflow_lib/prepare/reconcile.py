@@ -1,0 +1,87 @@
+"""Counts reconciled after the prepare stage: what was written is read back from disk.
+
+Every frame the prepare stage kept must be in the frames table once and in its shard's two FASTA
+files once, in the same order, and every input record in the sequences table once. The writer keeps
+a digest of each shard's frame IDs; the files are read back in blocks and digested the same way,
+so the check needs no memory per frame. Only when digests differ are IDs collected, to name them.
+"""
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io.tables import read_chunks
+
+_BLOCK = 1 << 22
+
+
+class IDDigest:
+    """Order-sensitive digest and count of a stream of IDs (bytes)."""
+
+    def __init__(self):
+        self.hash, self.count = hashlib.blake2b(digest_size=16), 0
+
+    def update(self, ids: list[bytes]) -> None:
+        if ids:
+            self.hash.update(b"\n".join(ids) + b"\n")
+            self.count += len(ids)
+
+    def __eq__(self, other) -> bool:
+        return self.count == other.count and self.hash.digest() == other.hash.digest()
+
+
+def fasta_ids(path: Path) -> Iterator[list[bytes]]:
+    """The IDs of a shard FASTA (one header line, one sequence line per record), a block at a time."""
+    with open(path, "rb") as handle:
+        rest, line = b"", 0  # `line`: the number of lines read so far, to know which are headers
+        while block := handle.read(_BLOCK):
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            yield [h[1:] for h in lines[line % 2 :: 2]]
+            line += len(lines)
+        if rest:
+            raise InputError(f"{path}: ends in the middle of a line; delete the prepare directory and run again")
+
+
+def check_prepared(files, written: list[IDDigest], records: int) -> None:
+    """Fail, naming the file and the frames or records that differ, unless the outputs on disk
+    (prepare.PreparedFiles) hold exactly what the writer wrote."""
+    frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shard_pairs(len(written))
+    in_table = [IDDigest() for _ in written]
+    for chunk in read_chunks(frames_path, ["frame_id", "shard"]):
+        for shard, ids in chunk.groupby("shard", sort=False)["frame_id"]:
+            in_table[shard].update([i.encode() for i in ids])
+    n_frames = 0
+    rows = 0
+    for chunk in read_chunks(sequences_path, ["sequence_id", "n_frames"]):
+        rows += len(chunk)
+        n_frames += int(chunk["n_frames"].sum())
+    if rows != records:
+        raise InputError(f"{sequences_path}: {rows} rows for {records} input records; delete it and run again")
+    if n_frames != sum(d.count for d in written):
+        raise InputError(f"{sequences_path}: counts {n_frames} frames but {sum(d.count for d in written)} were kept")
+    for shard, expected in enumerate(written):
+        if in_table[shard] != expected:
+            raise InputError(f"{frames_path}: shard {shard} lists other frames than were written; run prepare again")
+        for path in shard_files[shard]:
+            found = IDDigest()
+            for ids in fasta_ids(path):
+                found.update(ids)
+            if found != expected:
+                _name_the_difference(path, frames_path, shard)
+
+
+def _name_the_difference(path: Path, frames_path: Path, shard: int) -> None:
+    expected = [
+        i
+        for chunk in read_chunks(frames_path, ["frame_id", "shard"])
+        for i in chunk.loc[chunk["shard"] == shard, "frame_id"]
+    ]
+    found = [i.decode() for ids in fasta_ids(path) for i in ids]
+    missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    repeated = len(found) - len(set(found))
+    raise InputError(
+        f"{path}: holds {len(found)} frames but {frames_path.name} gives {len(expected)} to shard {shard} "
+        f"(missing {missing[:3]}, extra {extra[:3]}, {repeated} repeated); delete the prepare directory and run again"
+    )

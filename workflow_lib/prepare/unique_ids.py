@@ -1,0 +1,91 @@
+"""Duplicate record IDs, found in bounded memory: a 64-bit hash per record, sorted bucket by bucket;
+only when hashes repeat is the input read again to tell a real duplicate from a collision."""
+
+import tempfile
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.io.seqio import read_batches
+
+HELD = 1 << 20  # hashes held in memory (8 MB) before they are spread over the bucket files
+BUCKET_BITS = 6  # 64 buckets by the hashes' top bits: 12.5 MB a bucket at 10^8 records
+# Repeated hashes looked up in the second pass, at most: enough to name the duplicates (64-bit
+# hashes of 10^8 distinct IDs collide about 3e-4 times), few enough for a file of only duplicates.
+MAX_REPEATED = 100_000
+
+
+class IDHashes:
+    """The hashes of record IDs as they are read: held up to HELD, then appended to temporary bucket
+    files (in `directory`), each sorted on its own at the end. Use as a context manager."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = directory
+        self.held = array("q")
+        self.tmp: tempfile.TemporaryDirectory | None = None
+
+    def __enter__(self) -> "IDHashes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+    def add(self, ids: list[bytes]) -> None:
+        self.held.extend(map(hash, ids))
+        if len(self.held) >= HELD:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.tmp is None:
+            self.tmp = tempfile.TemporaryDirectory(dir=self.directory, prefix=".id_hashes")
+        values = np.frombuffer(self.held, dtype=np.int64)
+        bucket = values.view(np.uint64) >> np.uint64(64 - BUCKET_BITS)
+        order = np.argsort(bucket, kind="stable")
+        cuts = np.searchsorted(bucket[order], np.arange(1, 1 << BUCKET_BITS))
+        for number, part in enumerate(np.split(values[order], cuts)):
+            with open(Path(self.tmp.name) / str(number), "ab") as handle:
+                part.tofile(handle)
+        self.held = array("q")
+
+    def repeated(self) -> set[int]:
+        """The hashes seen more than once (MAX_REPEATED of them at most)."""
+        if self.tmp is None:
+            buckets = [np.frombuffer(self.held, dtype=np.int64).copy()]
+        else:
+            self._spill()
+            buckets = (np.fromfile(path, dtype=np.int64) for path in sorted(Path(self.tmp.name).iterdir()))
+        repeated: set[int] = set()
+        for values in buckets:
+            values.sort()
+            repeated.update(values[1:][values[1:] == values[:-1]][: MAX_REPEATED - len(repeated)].tolist())
+        return repeated
+
+
+def check_unique_ids(path: Path, repeated: set[int]) -> None:
+    """Fail on duplicate record IDs, given the hashes of IDs that repeat (IDHashes.repeated)."""
+    if not repeated:
+        return
+    seen: dict[bytes, int] = {}
+    duplicates, gaps = [], set()
+    for batch in read_batches(path):
+        for number, record_id in enumerate(batch.ids, batch.first):
+            if hash(record_id) in repeated:
+                if record_id in seen:
+                    duplicates.append(f"'{record_id.decode()}' (records {seen[record_id]} and {number})")
+                    gaps.add(number - seen[record_id])
+                else:
+                    seen[record_id] = number
+    if duplicates:
+        shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
+        # Illumina names both mates of a pair alike (the mate is after the space): records that
+        # repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after R1
+        hint = (
+            "these look like the two mates of paired-end reads in one file: give each mate file as a sample "
+            "of its own, or merge the pairs first (README: Paired-end reads)"
+            if len(gaps) == 1
+            else "give every record a unique ID"
+        )
+        raise InputError(f"{path}: duplicate sequence IDs: {shown}; {hint}")

@@ -1,0 +1,337 @@
+"""What the report shows, computed apart from its drawing (report.py): the numbers of each figure
+and table, from a sample's tables or the samples' run summaries.
+
+A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
+bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
+bounded (a few hundred MB) whatever the number of reads."""
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from workflow_lib.cli.settings import PlotSampleSettings, config_value
+from workflow_lib.io.tables import read_chunks, read_json
+from workflow_lib.models.checkpoints import DEMO_FILES
+
+CALL_NAMES = ("virus", "other", "no_coding_frame")
+
+
+class SampleTables(NamedTuple):
+    """What a sample's figures are drawn from."""
+
+    frames: Path  # predict's frames table
+    chunks: Path  # predict's chunks table
+    sequences: Path  # call's sequences table
+    regions: Path  # call's regions table
+    prepared_frames: Path  # prepare's frames table (chunk positions)
+    prepared_sequences: Path  # prepare's sequences table (input statistics)
+    summary: Path  # the run summary (counts, embedding figures)
+
+
+SCORE_BINS = np.linspace(0, 1, 41)
+
+
+class Histogram:
+    """Counts of values in fixed bins, added block by block: drawn, the same bars as `ax.hist` of
+    all the values at once (a value outside the bins, or NA, is counted in `n` only; report.draw)."""
+
+    def __init__(self, edges):
+        self.edges = np.asarray(edges, dtype=float)
+        self.counts = np.zeros(len(self.edges) - 1, dtype=np.int64)
+        self.n = 0
+
+    def add(self, values) -> "Histogram":
+        values = np.asarray(values, dtype=float)
+        self.n += len(values)
+        self.counts += np.histogram(values, bins=self.edges)[0]
+        return self
+
+
+class TopRows:
+    """The n rows of a table with the highest max_score_virus (unscored ones last), ties in table
+    order, kept while the table goes by block by block: at most n rows held besides the block."""
+
+    def __init__(self, n: int):
+        self.n, self.rows = n, None
+
+    def add(self, block: pd.DataFrame) -> "TopRows":
+        held = self.rows is not None and len(self.rows)
+        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n)
+        return self
+
+
+class SequenceStats(NamedTuple):
+    """What a sample's figures need from call's sequences table, gathered in one pass."""
+
+    scores: Histogram  # max_score_virus of the scored sequences
+    calls: Counter  # sequences per call
+    top: pd.DataFrame  # the `top` highest-scoring sequences with a scored chunk
+    shown: pd.DataFrame  # the `rows` highest-scoring sequences, scored or not (the HTML table)
+    picked: pd.DataFrame  # the rows of the sequences asked for by ID, in table order
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> SequenceStats:
+    """`ids`: sequences whose rows to keep as well (`picked`)."""
+    scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
+    empty, picked = None, []
+    for block in blocks:
+        empty = block.head(0)
+        scores.add(block["max_score_virus"].dropna())
+        calls.update(block["call"].value_counts().to_dict())
+        best.add(block[block["n_chunks_scored"] > 0])
+        shown.add(block)
+        picked.append(block[block["sequence_id"].isin(ids)])
+    kept = (t.rows if t.rows is not None else empty for t in (best, shown))
+    return SequenceStats(scores, calls, *kept, pd.concat(picked) if picked else empty)
+
+
+def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
+    """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
+    columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
+    parts = [part[part["sequence_id"].isin(ids)].drop_duplicates() for part in read_chunks(prepared_frames, columns)]
+    return pd.concat(parts or [pd.DataFrame(columns=columns)]).drop_duplicates(["sequence_id", "chunk"])
+
+
+def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
+    """The rows of a table of this workflow for the sequences `ids`, in table order, read in slices
+    (a table holding only its header gives one empty block)."""
+    return pd.concat(part[part["sequence_id"].isin(ids)] for part in read_chunks(table, columns))
+
+
+def strongest_regions(regions: str | Path, n: int) -> list[str]:
+    """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
+    read block by block."""
+    best = None
+    for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
+        best = block if best is None else pd.concat([best, block])
+        best = best.sort_values(["mean_score_virus", "length"], ascending=False, kind="stable").head(n)
+    return [] if best is None else list(dict.fromkeys(best["sequence_id"]))
+
+
+def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The n sequences with the highest max_score_virus (unscored ones last), ties in table order."""
+    return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
+
+
+class InputStats(NamedTuple):
+    """Histograms of prepare's sequences table: record lengths, frames per record, ambiguous fraction."""
+
+    lengths: Histogram
+    length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
+    frames: Histogram
+    ambiguous: Histogram
+
+
+PREPARED_COLUMNS = ["length", "n_frames", "ambiguous_fraction"]
+
+
+def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]]) -> InputStats:
+    """Two passes over the table's blocks (`blocks()` gives them anew): the bins of the lengths and
+    frames depend on their range, as those of `ax.hist(values, bins=30)` would."""
+    low, high, fewest, most = np.inf, -np.inf, np.inf, -np.inf
+    for block in blocks():
+        if len(block):
+            lengths = block["length"].clip(lower=1)
+            low, high = min(low, lengths.min()), max(high, lengths.max())
+            fewest, most = min(fewest, block["n_frames"].min()), max(most, block["n_frames"].max())
+    if low > high:  # no record
+        low, high, fewest, most = 1, 1, 0, 0
+    wide = high > 100 * low
+    length_edges = np.geomspace(low, high + 1, 31) if wide else np.histogram_bin_edges([low, high], 30)
+    frame_edges = np.arange(most + 2) - 0.5 if most < 60 else np.histogram_bin_edges([fewest, most], 60)
+    stats = InputStats(Histogram(length_edges), wide, Histogram(frame_edges), Histogram(np.linspace(0, 1, 41)))
+    for block in blocks():
+        stats.lengths.add(block["length"].clip(lower=1))
+        stats.frames.add(block["n_frames"])
+        stats.ambiguous.add(block["ambiguous_fraction"])
+    return stats
+
+
+# results/report/samples.tsv: a row per sample
+SAMPLE_COUNTS = (
+    "records", "bases", *CALL_NAMES, "chunks", "chunks_scored", "viral_chunks", "viral_bases", "regions", "region_bases"
+)  # fmt: skip
+
+
+# with a calibration (models.calibration)
+WEIGHING_COLUMNS = (
+    "viral_fraction_estimate",
+    "viral_fraction_from",
+    "unreliable_records",
+    "records_passing_qvalue",
+    "regions_passing_qvalue",
+)
+
+
+def samples_table(runs: list[dict]) -> pd.DataFrame:
+    """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
+    chunks scored and called viral, the bases of the records called virus, and the viral regions
+    inside records and their bases.
+    With a calibration, each sample's estimated viral fraction of records (and whether it comes
+    from the sample or, with too few scored records, the calibration), and the records and regions
+    within call.max_qvalue."""
+    rows = []
+    for run in runs:
+        counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
+        row = {"sample": run["sample"], **{key: counts[key] for key in SAMPLE_COUNTS}}
+        if "weighing" in run:
+            records = run["weighing"]["composition"]["records"]
+            passing = run["weighing"]["passing"] or {}
+            row |= {
+                "viral_fraction_estimate": records["viral_fraction_estimate"],
+                "viral_fraction_from": records["source"],
+                "unreliable_records": run["weighing"]["unreliable_records"],
+                "records_passing_qvalue": passing.get("records_passing"),
+                "regions_passing_qvalue": passing.get("regions_passing"),
+            }
+        rows.append(row)
+    weighed = [c for c in WEIGHING_COLUMNS if any(c in row for row in rows)]
+    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS, *weighed])
+
+
+def made_by(run: dict) -> dict:
+    """{what: its value} of what made a sample's results, from its run summary: models, classifier,
+    precision and device, settings and versions."""
+    checkpoints, config, shards = run["checkpoints"], run["config"], run["embedding_shards"]
+    versions = {
+        f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
+        for v in run["versions"]["embed"].values()
+    }
+    return {
+        "ESM-2": f"{checkpoints['esm']['checkpoint']}, layer {checkpoints['esm']['layer']}",
+        "DNABERT-S": checkpoints["dnabert"]["checkpoint"],
+        "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
+        "precision, device, attention": ", ".join(
+            sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})
+        ),
+        "chunk_length": config["chunk_length"],
+        "predict.min_viral_fraction": config["predict"]["min_viral_fraction"],
+        "workflow version": run["workflow_version"],
+        "torch, fair-esm, CUDA, device": ", ".join(sorted(versions)),
+    }
+
+
+# Settings whose values made the results: the overview records them, and a later run whose config
+# names others is told so at start-up (config_check.recorded_differences).
+RECORDED_SETTINGS = (
+    "models.esm.checkpoint",
+    "models.esm.layer",
+    "models.dnabert.checkpoint",
+    "models.classifier",
+    "chunk_length",
+    "predict.min_viral_fraction",
+)
+
+
+def flatten(values: dict, prefix: str = "") -> dict:
+    """Nested dicts of scalars as {"outer inner": value}; lists (curves, histories) left out."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat |= flatten(value, f"{prefix}{key} ")
+        elif not isinstance(value, list):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class Tracks(NamedTuple):
+    """The chunks, their positions and the regions of the sequences whose scores are plotted along them."""
+
+    chunks: pd.DataFrame
+    positions: pd.DataFrame
+    regions: pd.DataFrame
+
+
+class SampleData(NamedTuple):
+    """Everything a sample's figures and table show."""
+
+    frame_scores: Histogram  # score_virus of the frames
+    sequences: SequenceStats
+    strongest: pd.DataFrame  # the records of the strongest regions, strongest first
+    tracks: Tracks
+    inputs: InputStats
+    run: dict  # the run summary: counts, embedding figures per shard
+
+
+def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleData:
+    """One pass over each of a sample's tables (the frames, sequences and regions tables; the
+    chunks and prepare's frames for the plotted sequences only; prepare's sequences twice)."""
+    frame_scores = Histogram(SCORE_BINS)
+    for block in read_chunks(tables.frames, ["score_virus"]):
+        frame_scores.add(block["score_virus"])
+    strongest = strongest_regions(tables.regions, settings.top_regions)
+    sequences = sequence_stats(
+        read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
+    )
+    ids = set(sequences.top["sequence_id"]) | set(strongest)
+    tracks = Tracks(
+        rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
+        chunk_positions(tables.prepared_frames, ids),
+        rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    )
+    records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
+    inputs = input_stats(lambda: read_chunks(tables.prepared_sequences, PREPARED_COLUMNS))
+    return SampleData(frame_scores, sequences, records, tracks, inputs, read_json(tables.summary))
+
+
+class OverviewData(NamedTuple):
+    """The all-samples overview: counts per sample, what made the results, the demo models if any."""
+
+    counts: pd.DataFrame  # samples_table
+    made_with: pd.DataFrame  # per model and setting, each value and the samples made with it
+    demo: list[str]  # the demo model files that made samples
+    recorded: dict  # RECORDED_SETTINGS: the values the samples were made with
+    samples: int
+
+
+def overview_data(summaries: list[str | Path]) -> OverviewData:
+    runs = [read_json(p) for p in summaries]
+    made_with = {}
+    for run in runs:
+        for key, value in made_by(run).items():
+            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
+    table = pd.DataFrame(
+        [
+            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
+            for key, values in made_with.items()
+            for value, names in values.items()
+        ]
+    )
+    demo = sorted(
+        {
+            checkpoints[model]["checkpoint"]
+            for checkpoints in (run["checkpoints"] for run in runs)
+            for model in ("esm", "dnabert")
+            if Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
+        }
+    )
+    recorded = {key: sorted({config_value(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}
+    return OverviewData(samples_table(runs), table, demo, recorded, len(runs))
+
+
+QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])
+
+
+def weighed_calls(sequences: str | Path, manifest: str | Path) -> dict:
+    """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus and its
+    estimated viral fraction, the sequences table read in blocks."""
+    passing, virnucpro = np.zeros(QVALUE_CUTOFFS.size, dtype=np.int64), 0
+    for block in read_chunks(sequences, ["call", "qvalue"]):
+        q = pd.to_numeric(block["qvalue"], errors="coerce").to_numpy()
+        passing += (q[:, None] <= QVALUE_CUTOFFS).sum(axis=0)
+        virnucpro += int((block["call"] == "virus").sum())
+    records = read_json(manifest)["weighing"]["composition"]["records"]
+    return {
+        "passing": passing.tolist(),
+        "virnucpro": virnucpro,
+        "viral_fraction_estimate": records["viral_fraction_estimate"],
+        "from_sample": records["source"] == "sample",
+    }

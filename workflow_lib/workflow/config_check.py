@@ -1,0 +1,279 @@
+"""The config and the samples sheet, checked at start-up: one line per problem, naming the file
+(or --config), the key or the sheet's line, and what to do; never a schema dump."""
+
+import io
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from jsonschema import Draft202012Validator
+
+from workflow_lib.classify.calibration import Calibration
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.settings import config_value
+from workflow_lib.io import checksums
+from workflow_lib.models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
+from workflow_lib.models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
+
+# Keys of earlier versions, and what replaced them.
+REPLACED = {
+    ("shards",): "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its "
+    "tokens need); remove it, and set shard_tokens to change the size of a shard",
+}
+
+
+def check_yaml(path: str | Path) -> None:
+    """A config file that YAML can read; else one line with the file, the line and the column."""
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        tab = " (indent with spaces: YAML allows no tabs)" if "\t" in str(error) else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it") from None
+
+
+def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
+    """(key path, message) for each violation of the schema, in key order."""
+    return _problems(Draft202012Validator(yaml.safe_load(Path(schema_path).read_text())), instance)
+
+
+def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str]]:
+    found = []
+    for error in validator.iter_errors(instance):
+        path = list(error.path)
+        if error.validator == "additionalProperties":
+            unknown = sorted(set(error.instance) - set(error.schema["properties"]))
+            found += [([*path, key], REPLACED.get((*path, key), "unknown key")) for key in unknown]
+        elif error.validator in ("pattern", "not"):
+            allowed = error.schema["description"].rstrip(".")
+            found.append((path, f"{error.instance!r} is not allowed ({allowed})"))
+        else:
+            found.append((path, error.message))
+    return sorted(found, key=lambda problem: list(map(str, problem[0])))
+
+
+def source_of(path: list, sources: list[tuple[str, dict]]) -> str:
+    """The first of (name, values) `sources` that sets the key at `path`."""
+    for name, values in sources:
+        for key in path:
+            values = values.get(key, ...) if isinstance(values, Mapping) else ...
+        if values is not ...:
+            return name
+    return "config"
+
+
+def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]]) -> None:
+    """`sources`: where the values came from, the one that wins first (--config, then config files)."""
+    problems = [
+        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}"
+        + ("" if tuple(path) in REPLACED else f"; fix it (config/{Path(schema_path).name} describes every key)")
+        for path, message in schema_problems(config, schema_path)
+    ]
+    if problems:
+        raise InputError("\n".join(problems))
+
+
+def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
+    """A named ESM-2 model exists and has the configured layer (a local checkpoint, and the
+    classifier's input size, are checked by the check_models job before any embedding)."""
+    checkpoint, layer = config["models"]["esm"]["checkpoint"], config["models"]["esm"]["layer"]
+    if is_local(checkpoint):
+        return
+    if checkpoint not in ESM2_MODELS:
+        raise InputError(
+            f"{source_of(['models', 'esm', 'checkpoint'], sources)}: models.esm.checkpoint: {checkpoint!r} is no "
+            f"fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) and no local .pt file; fix it"
+        )
+    check_esm_layer(checkpoint, layer, ESM2_MODELS[checkpoint][0], source_of(["models", "esm", "layer"], sources))
+
+
+def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
+    """At start-up: the classifier is there, or this run makes it (the train target's output when
+    the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
+    is there was made for chunk_length (its input size is the model check's, which needs torch)."""
+    models, chunk_length = config["models"], config["chunk_length"]
+    classifier = models["classifier"]
+    trained = classifier == config["train"]["classifier"]
+    if trained and labelled:
+        return
+    path = classifier_path(classifier, models["cache_dir"])
+    if os.path.isfile(path):
+        stated_in = source_of(["models", "classifier_chunk_length"], sources)
+        check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
+        return
+    if is_url(classifier):
+        return  # fetch_models downloads it; the model check reads it then
+    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier: {classifier}: no such file"
+    if trained:
+        raise InputError(
+            f"{where}, and the samples sheet labels no sample for the train target to make it from; label "
+            "samples virus or other, or point models.classifier at a classifier file"
+        )
+    published = VIRNUCPRO_URL.format(chunk_length) if chunk_length in (300, 500) else None
+    fetch = f"download VirNucPro's {published} there or set models.classifier to that URL, " if published else ""
+    raise InputError(
+        f"{where}; {fetch}point models.classifier at a classifier written by the train target, or label samples "
+        "virus and other in the samples sheet to train one"
+    )
+
+
+def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
+    """At start-up: models.calibration is there and made for the classifier file (SHA-256) and
+    chunk_length, unless this run makes both (the train target's outputs)."""
+    path = config["models"]["calibration"]
+    if path is None:
+        return
+    trained = config["models"]["classifier"] == config["train"]["classifier"] and labelled
+    if trained and os.path.abspath(path) == os.path.abspath(config["train"]["calibration"]):
+        return
+    where = f"{source_of(['models', 'calibration'], sources)}: models.calibration"
+    if not os.path.isfile(path):
+        raise InputError(
+            f"{where}: {path}: no such file; run the calibrate target (calibration.samples) or the train target, "
+            "or set models.calibration to null"
+        )
+    if trained:
+        raise InputError(
+            f"{where}: {path} cannot weigh the classifier this run trains; point it at {config['train']['calibration']}"
+        )
+    classifier = classifier_path(config["models"]["classifier"], config["models"]["cache_dir"])
+    if not os.path.isfile(classifier):
+        return  # a URL not fetched yet: the predict jobs check it once it is
+    refusal = Calibration.load(path).refusal(checksums.sha256(classifier), config["chunk_length"], path)
+    if refusal:
+        raise InputError(f"{where}: {refusal}")
+
+
+def check_training_labels(samples: pd.DataFrame, sheet: str) -> None:
+    """A sheet that labels samples labels both classes: the train target needs both (found here,
+    not after all their embedding)."""
+    labels = set(samples["label"]) - {""}
+    if labels and labels != {"virus", "other"}:
+        missing = ({"virus", "other"} - labels).pop()
+        raise InputError(
+            f"{sheet}: every labelled sample is {labels.pop()!r}; the train target needs samples of both classes: "
+            f"label at least one sample {missing!r}, or remove the labels"
+        )
+
+
+def recorded_differences(config: Mapping, recorded: str) -> list[str]:
+    """Where the config names other values than those the present results were made with (the
+    report overview's record), one line each: a run makes those results anew, and until then the
+    report describes them as they are."""
+    if not os.path.isfile(recorded):
+        return []
+    differences = []
+    for key, values in json.loads(Path(recorded).read_text()).items():
+        value = config_value(config, key)
+        if values != [value]:
+            differences.append(
+                f"{key} is {value!r} in the config, but the results in results/ were made with "
+                f"{' and '.join(map(repr, values))}"
+            )
+    return differences
+
+
+def _unreadable(path: str) -> str:
+    """What keeps a sample's path from being read, and what to do; '' when nothing does."""
+    if os.path.isdir(path):
+        return "a directory; give the sample's FASTA or FASTQ file (gzipped or not), one sample per line"
+    if not os.path.isfile(path):
+        return f"no such file; fix the path (a relative path starts in {os.getcwd()})"
+    try:
+        open(path, "rb").close()
+    except OSError as error:
+        return f"cannot be read ({error.strerror}); fix its permissions"
+    return ""
+
+
+def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
+    """The samples sheet, indexed by sample; `named_in` says where its path was given."""
+    if not os.path.isfile(sheet):
+        raise InputError(
+            f"{named_in}: samples: {sheet}: no such file; "
+            "give the path of the samples sheet (a TSV with columns sample and path)"
+        )
+    samples = _sheet_table(sheet)
+    problems = _row_problems(sheet, samples, schema_path)
+    if not problems and samples.empty:
+        problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
+    if problems:
+        raise InputError("\n".join(problems))
+    samples = samples.set_index("sample", drop=False)
+    if "label" not in samples.columns:
+        samples["label"] = ""
+    return samples
+
+
+def read_calibration_samples(
+    sheet: str | None, samples: pd.DataFrame, schema_path: Path, named_in: str
+) -> pd.DataFrame:
+    """The calibrate target's samples (calibration.samples), every one labelled virus or other and
+    named unlike the samples sheet's; none when the key is null."""
+    if sheet is None:
+        return samples.iloc[:0]
+    if not os.path.isfile(sheet):
+        raise InputError(f"{named_in}: calibration.samples: {sheet}: no such file; give a sheet of labelled samples")
+    calibration = read_samples(sheet, schema_path, named_in)
+    for name, label in zip(calibration.index, calibration["label"]):
+        if label not in ("virus", "other"):
+            raise InputError(
+                f"{sheet}: sample '{name}': label it virus or other (the calibrate target learns from labels)"
+            )
+        if name in samples.index:
+            raise InputError(
+                f"{sheet}: sample '{name}' is also in the samples sheet; give calibration samples names of their own"
+            )
+    return calibration
+
+
+def _sheet_table(sheet: str) -> pd.DataFrame:
+    """The sheet's rows as text, blank and comment lines left out, each row's index its line - 2."""
+    # a comment line (its first character that is not a space is '#') is read as a blank line, so
+    # that a line's number stays its index + 2
+    try:
+        lines = Path(sheet).read_text(encoding="utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        raise InputError(f"{sheet}: not a text file; give a tab-separated table (UTF-8)") from None
+    text = "".join("\n" if line.lstrip().startswith("#") else line for line in lines)
+    try:
+        samples = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        samples = pd.DataFrame(columns=["sample", "path"])
+    except pd.errors.ParserError as error:
+        raise InputError(f"{sheet}: {str(error).strip()}; give a tab-separated table") from None
+    samples = samples[samples.ne("").any(axis=1)]  # blank lines go; the index keeps line = index + 2
+    if missing := {"sample", "path"} - set(samples.columns):
+        raise InputError(
+            f"{sheet}: no column {' or '.join(sorted(missing))}; its first line must name "
+            "the tab-separated columns sample and path (and optionally label)"
+        )
+    return samples
+
+
+def _row_problems(sheet: str, samples: pd.DataFrame, schema_path: Path) -> list[str]:
+    """A line per row that the schema refuses, per repeated sample name and per unreadable path."""
+    # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
+    row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
+    validator = Draft202012Validator({"type": "array", "items": row_schema})
+    lines = samples.index + 2
+    problems = [
+        f"{sheet}: line {lines[path[0]]}: {'.'.join(map(str, path[1:]))}: {message}; fix the samples sheet"
+        for path, message in sorted(_problems(validator, samples.to_dict("records")), key=lambda problem: problem[0][0])
+    ]
+    first_line = {}
+    for line, name, path in zip(samples.index + 2, samples["sample"], samples["path"]):
+        if name in first_line:
+            problems.append(
+                f"{sheet}: line {line}: sample {name!r} is also on line {first_line[name]}; "
+                "give every sample a unique name"
+            )
+        elif path and (problem := _unreadable(path)):
+            problems.append(f"{sheet}: line {line}: sample {name!r}: {path}: {problem}")
+        first_line.setdefault(name, line)
+    return problems

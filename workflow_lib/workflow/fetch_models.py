@@ -1,0 +1,182 @@
+"""fetch_models: download the configured models into models.cache_dir on a machine with internet,
+verified, so that jobs on compute nodes load them with no network.
+
+- a fair-esm name: the model and its contact regression, in torch hub's layout under
+  cache_dir/torch/hub/checkpoints (jobs run with TORCH_HOME=cache_dir/torch);
+- a Hugging Face id: huggingface_hub's snapshot in cache_dir (jobs find it with HF_HUB_OFFLINE=1);
+- a classifier URL: cache_dir/classifier/<file name>;
+- a local path: not copied; checked to exist and recorded.
+
+Every download is checked against its size as the server declares it (Content-Length; for the Hub,
+its file metadata), the SHA-256 that the Hub publishes for LFS files, and the SHA-256 pinned in
+models.checksums; a file that differs is deleted. A file already in the cache that passes is not
+downloaded again. cache_dir/fetched.json records each model's source and files (paths of fetched
+files relative to cache_dir, which can be copied to another machine).
+"""
+
+import hashlib
+import http.client
+import logging
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.progress import Progress
+from workflow_lib.io import checksums, locks
+from workflow_lib.io.outputs import atomic_path
+from workflow_lib.io.tables import write_json
+from workflow_lib.models import dnabert, esm
+from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
+
+log = logging.getLogger("workflow")
+_BLOCK = 1 << 20
+_TIMEOUT_S = 60
+_AGAIN = "run `snakemake fetch_models` again"
+
+
+def fetch_models(
+    esm_checkpoint: str,
+    dnabert_checkpoint: str,
+    classifier: str | None,
+    cache_dir: str,
+    pinned: dict,
+    progress_seconds: float,
+) -> dict:
+    """Fetch what is not local, verify it (against the `pinned` SHA-256 too, by file name), write
+    cache_dir/fetched.json; return what it records. Downloads log progress every `progress_seconds`."""
+    cache = Path(cache_dir).resolve()
+    with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
+        models = {
+            "esm": _esm(esm_checkpoint, cache, pinned, progress_seconds),
+            "dnabert": _dnabert(dnabert_checkpoint, cache, pinned),
+        }
+        if classifier:
+            models["classifier"] = _classifier(classifier, cache, pinned, progress_seconds)
+        write_json(models, cache / MANIFEST)
+    log.info("models fetched into %s; jobs can run offline (%s)", cache, cache / MANIFEST)
+    return models
+
+
+def _esm(checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
+    esm.read_config(checkpoint)  # a clear error for an unknown name or a missing file
+    if is_local(checkpoint):
+        return {"source": checkpoint, "kind": "local", "files": checksums.describe(esm.checkpoint_files(checkpoint))}
+    files = {
+        _relative(path, cache): _download(url, path, pinned, progress_seconds)
+        for path, url in esm.hub_files(checkpoint, str(cache)).items()
+    }
+    return {"source": checkpoint, "kind": "fair-esm", "files": files}
+
+
+def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
+    if is_local(checkpoint):
+        files = dnabert.checkpoint_files(checkpoint)
+        return {"source": checkpoint, "kind": "local", "files": checksums.describe(files)}
+    from huggingface_hub import HfApi, hf_hub_url, snapshot_download
+
+    endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
+    try:
+        folder = Path(
+            snapshot_download(checkpoint, cache_dir=cache, allow_patterns=dnabert.HUB_FILES, endpoint=endpoint)
+        )
+        info = HfApi(endpoint=endpoint).model_info(checkpoint, revision=folder.name, files_metadata=True)
+    except Exception as error:  # huggingface_hub's many kinds: not found, gated, no network, a short download
+        raise InputError(
+            f"models.dnabert.checkpoint: cannot download '{checkpoint}' from {endpoint or 'huggingface.co'} "
+            f"({_first_line(error)}); check the id and the network, then {_AGAIN}"
+        ) from None
+    files = {}
+    for sibling in info.siblings:
+        if sibling.rfilename in dnabert.HUB_FILES:
+            path = folder / sibling.rfilename
+            size, sha256 = path.stat().st_size, checksums.sha256(path)
+            declared = sibling.lfs.sha256 if sibling.lfs else None  # the Hub publishes SHA-256 for LFS files
+            if problem := _problem(sibling.rfilename, size, sha256, sibling.size, declared, pinned):
+                blob = path.resolve()  # the snapshot links the name to a blob: both go
+                path.unlink()
+                blob.unlink(missing_ok=True)
+                raise InputError(f"{checkpoint}: {sibling.rfilename}: {problem}")
+            url = hf_hub_url(checkpoint, sibling.rfilename, revision=folder.name, endpoint=endpoint)
+            files[_relative(path, cache)] = {"url": url, "size": size, "sha256": sha256}
+    log.info("%s at %s: %d files verified in %s", checkpoint, folder.name, len(files), folder)
+    return {"source": checkpoint, "kind": "huggingface", "revision": folder.name, "files": files}
+
+
+def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
+    if is_url(classifier):
+        path = Path(classifier_path(classifier, str(cache)))
+        return {
+            "source": classifier,
+            "kind": "url",
+            "files": {_relative(path, cache): _download(classifier, path, pinned, progress_seconds)},
+        }
+    if not Path(classifier).is_file():
+        raise InputError(f"{classifier}: classifier file not found; set models.classifier to a path or an http(s) URL")
+    return {"source": classifier, "kind": "local", "files": checksums.describe([Path(classifier)])}
+
+
+def _download(url: str, path: Path, pinned: dict, progress_seconds: float) -> dict:
+    """Download `url` to `path` (streamed to a temporary name, verified, then renamed), unless
+    `path` holds it already: the size the server declares and the pinned SHA-256, if any."""
+    declared = _declared_size(url)
+    if path.is_file() and declared in (None, path.stat().st_size):
+        sha256 = checksums.sha256(path)
+        if pinned.get(path.name, sha256) == sha256:
+            log.info("%s: in the cache already (%s bytes)", path, f"{path.stat().st_size:,}")
+            return {"url": url, "size": path.stat().st_size, "sha256": sha256}
+    log.info("downloading %s to %s", url, path)
+    digest, size = hashlib.sha256(), 0
+    progress = Progress(log, "bytes", total=declared, interval=progress_seconds)
+    with atomic_path(path) as tmp:  # removed, not renamed, when the block fails
+        try:
+            with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response, open(tmp, "wb") as out:
+                while block := response.read(_BLOCK):
+                    out.write(block)
+                    digest.update(block)
+                    size += len(block)
+                    progress.update(size)
+        except (OSError, http.client.HTTPException) as error:
+            raise InputError(f"{url}: the download failed ({_first_line(error)}); {_AGAIN}") from None
+        if problem := _problem(path.name, size, digest.hexdigest(), declared, None, pinned):
+            raise InputError(f"{url}: {problem}")
+    log.info("%s: %s", path, progress.line(size))
+    return {"url": url, "size": size, "sha256": digest.hexdigest()}
+
+
+def _declared_size(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=_TIMEOUT_S) as response:
+            length = response.headers.get("Content-Length")
+    except urllib.error.HTTPError as error:
+        raise InputError(f"{url}: the server answers {error}; check the URL") from None
+    except OSError as error:  # urllib's URLError is one
+        reason = getattr(error, "reason", error)
+        raise InputError(f"{url}: cannot reach it ({reason}); fetch_models needs a machine with internet") from None
+    return int(length) if length else None
+
+
+def _problem(name: str, size: int, sha256: str, declared_size, declared_sha256, pinned: dict) -> str:
+    """What is wrong with a downloaded file, against what its source declares and what
+    models.checksums pins for its name, and what to do; '' when nothing is."""
+    advice = _AGAIN
+    if declared_size is not None and size != declared_size:
+        problem = f"{size:,} bytes where the source declares {declared_size:,} (an incomplete download)"
+    elif declared_sha256 and sha256 != declared_sha256:
+        problem = f"SHA-256 {sha256} where the source declares {declared_sha256} (a damaged download)"
+    elif pinned.get(name, sha256) != sha256:
+        problem = f"SHA-256 {sha256} where models.checksums pins {pinned[name]}"
+        advice = "fix the pin if the source is right"
+    else:
+        return ""
+    return f"{problem}, so it is deleted; {advice}"
+
+
+def _relative(path: Path, cache: Path) -> str:
+    return str(path.relative_to(cache))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
