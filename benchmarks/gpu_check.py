@@ -133,9 +133,10 @@ def feed_embeddings(embedder, encoded: list[np.ndarray], budget: int, device: to
     lengths = np.array([len(e) for e in encoded])
     for rows in greedy_batches(lengths, budget):
         batch = pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors(pin=feed.cuda)
-        for done, pooled in feed.compute(*feed.send(batch)):
+        feed.submit(batch)
+        for done, _, pooled in feed.ready():
             out[done] = pooled
-    for done, pooled in feed.flush():
+    for done, _, pooled in feed.drain():
         out[done] = pooled
     return out
 

@@ -35,7 +35,7 @@ import torch
 
 from workflow_lib.cli.threads import use_threads
 from workflow_lib.embed import job as embed
-from workflow_lib.embed import loader, resume
+from workflow_lib.embed import loader, resume, rows
 from workflow_lib.embed.loader import ShardBatches, ShardIndex
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.stored_tokens import StoredTokens
@@ -124,7 +124,7 @@ def job(
     use_threads(threads)
     main = {
         "tensors (loader arrays to torch)": (PackedBatch, "tensors"),
-        "check_finite": (embed, "check_finite"),
+        "check_finite": (rows, "check_finite"),
         "writer.put (into the write buffer)": (h5store.Writer, "put"),
         "writer.flush (HDF5 writes)": (h5store.Writer, "flush"),
         "commits.commit (the resume log)": (resume.Commits, "commit"),

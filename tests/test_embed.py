@@ -292,23 +292,26 @@ def test_out_of_memory_halves_the_batch(demo_models):
     batch = pack(np.arange(len(encoded)), encoded, 5000).tensors()
     expected = embedder(batch.tokens, batch.layout()).numpy()
     feed = DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU)
-    results = list(feed.compute(*feed.send(batch)))
-    rows = np.concatenate([r for r, _ in results])
+    feed.submit(batch)
+    results = feed.ready()
+    assert not feed.pending  # on the CPU every result is ready at once
+    rows = np.concatenate([result.rows for result in results])
     assert sorted(rows.tolist()) == list(range(len(encoded)))  # nothing lost in the splits
     got = np.zeros_like(expected)
-    for r, pooled in results:
-        got[r] = pooled
+    for result in results:
+        got[result.rows] = result.pooled
+        assert (result.tokens == np.diff(batch.cu_seqlens.numpy())[result.rows]).all()
     assert np.abs(got - expected).max() < 1e-5
     assert feed.splits >= 2 and feed.max_tokens < batch.n_tokens
     # every retry ran with the failed forwards' memory released (not from inside the except block)
     assert len(feed.embedder.activations) >= 2 and set(feed.embedder.alive_at_retry) == {0}
     # later batches are cut to the size that fitted, before trying
     feed.embedder.seen.clear()
-    list(feed.compute(*feed.send(batch)))
+    feed.submit(batch)
     assert max(feed.embedder.seen) <= feed.max_tokens
     one = pack([0], embedder.tokens([b"M" * 900]), 5000).tensors()
     with pytest.raises(RuntimeError, match="one sequence of 902 tokens does not fit in GPU memory"):
-        list(DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU).compute(one, one))
+        DeviceFeed(RunsOutOfMemory(embedder, limit=700), CPU).submit(one)
 
 
 def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
@@ -661,10 +664,9 @@ def whole_array_reference(path, model, checkpoint, budget):
     feed, out = DeviceFeed(embedder, CPU), np.zeros((len(index), embedder.dim), np.float32)
     with open_loader(ShardBatches(index, embedder.tokens, budget), 0, 2) as batches:
         for batch in batches:
-            for rows, pooled in feed.compute(*feed.send(batch.tensors())):
+            feed.submit(batch.tensors())
+            for rows, _, pooled in feed.ready():
                 out[rows] = pooled
-        for rows, pooled in feed.flush():
-            out[rows] = pooled
     return out
 
 
@@ -690,17 +692,19 @@ def test_streamed_output_equals_the_whole_array(shard, demo_models, tmp_path, mo
 
 @pytest.mark.parametrize("value, advice", [(np.nan, "embedding.precision"), (1e6, "embedding.storage to float32")])
 def test_non_finite_embeddings_fail_the_job_at_their_batch(shard, demo_models, tmp_path, monkeypatch, value, advice):
-    compute, calls = DeviceFeed.compute, []
+    ready, calls = DeviceFeed.ready, []
 
-    def poisoned(self, host, moved):
+    def poisoned(self):
         calls.append(len(calls))
-        for rows, pooled in compute(self, host, moved):
-            if len(calls) == 2:
-                pooled = pooled.copy()
-                pooled[-1, 0] = value
-            yield rows, pooled
+        results = ready(self)
+        if len(calls) == 2:
+            rows, tokens, pooled = results[-1]
+            pooled = pooled.copy()
+            pooled[-1, 0] = value
+            results[-1] = rows, tokens, pooled
+        return results
 
-    monkeypatch.setattr(DeviceFeed, "compute", poisoned)
+    monkeypatch.setattr(DeviceFeed, "ready", poisoned)
     index = ShardIndex.read(shard / "shard_0.faa")
     with pytest.raises(RuntimeError, match=rf"non-finite embeddings for \['[^']+'\]; .*{advice}"):
         embed(

@@ -5,6 +5,7 @@ of GPU memory halved and retried. On the CPU all of this reduces to plain calls.
 import logging
 import resource
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -16,11 +17,20 @@ log = logging.getLogger("workflow")
 RESULTS_IN_FLIGHT = 4
 
 
+class Embedded(NamedTuple):
+    """A batch's results: its rows in the shard, their token counts and pooled embeddings."""
+
+    rows: np.ndarray
+    tokens: np.ndarray
+    pooled: np.ndarray
+
+
 class DeviceFeed:
-    """Batches onto the device: copies run on a side stream, overlapping the compute of the
-    batch before; outputs come back through pinned memory, waited for RESULTS_IN_FLIGHT
-    batches later. A CUDA out-of-memory error halves the batch and retries, and later batches
-    are cut to the size that fitted. On the CPU all of this reduces to plain calls."""
+    """`submit` starts a batch: its copy runs on a side stream, overlapping the compute of the
+    batch before, and its forward is queued behind the copy. `ready` gives the results of batches
+    that RESULTS_IN_FLIGHT newer ones have been submitted behind (on the CPU: all of them, computed
+    at submit), `drain` every result still pending. A CUDA out-of-memory error halves the batch
+    and retries, and later batches are cut to the size that fitted."""
 
     def __init__(self, embedder, device: torch.device):
         self.embedder, self.device = embedder, device
@@ -28,46 +38,54 @@ class DeviceFeed:
         self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
         self.max_tokens = None  # set after an out-of-memory error
         self.splits = 0
-        self.pending = deque()  # (rows, host tensor, event)
+        self.pending = deque()  # (rows, tokens, pooled on the host, CUDA event or None)
 
-    def send(self, batch: PackedBatch) -> tuple[PackedBatch, PackedBatch]:
-        """(host batch, device batch); the copy is only enqueued."""
+    def submit(self, batch: PackedBatch) -> None:
+        """Start embedding `batch` (torch tensors on the host, page-locked for CUDA)."""
+        if self.max_tokens is not None and batch.n_tokens > self.max_tokens and len(batch.rows) > 1:
+            return self._submit_halves(batch)
+        moved = self._to_device(batch)
+        pooled = self._forward(moved)
+        if pooled is None:
+            del moved  # this batch's device copies: nothing of the failed forward is left
+            if len(batch.rows) == 1:
+                raise RuntimeError(
+                    f"one sequence of {batch.n_tokens} tokens does not fit in GPU memory; "
+                    "use a larger GPU, or embedding.precision fp16 or bf16 if it is fp32"
+                )
+            if self.cuda:
+                torch.cuda.empty_cache()
+            self.max_tokens = batch.n_tokens // 2
+            log.warning(
+                "out of GPU memory on %d tokens: batches are split to %d tokens", batch.n_tokens, self.max_tokens
+            )
+            return self._submit_halves(batch)
+        self._queue(batch, pooled)
+
+    def ready(self) -> list[Embedded]:
+        """Results of the batches submitted more than RESULTS_IN_FLIGHT batches ago (on the CPU, all)."""
+        keep = RESULTS_IN_FLIGHT if self.cuda else 0
+        return [self._arrived() for _ in range(len(self.pending) - keep)]
+
+    def drain(self) -> list[Embedded]:
+        """Every result still pending, waited for."""
+        return [self._arrived() for _ in range(len(self.pending))]
+
+    def _to_device(self, batch: PackedBatch) -> PackedBatch:
+        """The batch's tensors on the device, copied on the side stream; the compute stream waits
+        for the copy."""
         if not self.cuda:
-            return batch, batch
+            return batch
         with torch.cuda.stream(self.copy_stream):
             moved = batch._replace(
                 tokens=batch.tokens.to(self.device, non_blocking=True),
                 cu_seqlens=batch.cu_seqlens.to(self.device, non_blocking=True),
             )
-        return batch, moved
-
-    def compute(self, host: PackedBatch, moved: PackedBatch):
-        """Embed one sent batch; yields (rows, pooled float32 numpy) as results arrive."""
-        if self.cuda:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_stream(self.copy_stream)
-            for tensor in (moved.tokens, moved.cu_seqlens):
-                tensor.record_stream(current)  # the copy stream's memory is used on this one
-        if self.max_tokens is not None and moved.n_tokens > self.max_tokens and len(host.rows) > 1:
-            yield from self._halves(host)
-            return
-        pooled = self._forward(moved)
-        if pooled is None:
-            del moved  # this batch's device copies: nothing of the failed forward is left
-            if len(host.rows) == 1:
-                raise RuntimeError(
-                    f"one sequence of {host.n_tokens} tokens does not fit in GPU memory; "
-                    "use a larger GPU, or embedding.precision fp16 or bf16 if it is fp32"
-                )
-            if self.cuda:
-                torch.cuda.empty_cache()
-            self.max_tokens = host.n_tokens // 2
-            log.warning(
-                "out of GPU memory on %d tokens: batches are split to %d tokens", host.n_tokens, self.max_tokens
-            )
-            yield from self._halves(host)
-            return
-        yield from self._collect(host.rows.numpy(), pooled)
+        current = torch.cuda.current_stream(self.device)
+        current.wait_stream(self.copy_stream)
+        for tensor in (moved.tokens, moved.cu_seqlens):
+            tensor.record_stream(current)  # the copy stream's memory is used on this one
+        return moved
 
     def _forward(self, moved: PackedBatch) -> torch.Tensor | None:
         """Pooled embeddings, or None when the device ran out of memory. The retry must not run
@@ -78,31 +96,27 @@ class DeviceFeed:
         except torch.OutOfMemoryError:
             return None
 
-    def _halves(self, host: PackedBatch):
+    def _submit_halves(self, batch: PackedBatch) -> None:
         self.splits += 1
-        for half in host.halves():
-            yield from self.compute(*self.send(half))
+        for half in batch.halves():
+            self.submit(half)
 
-    def _collect(self, rows: np.ndarray, pooled: torch.Tensor):
+    def _queue(self, batch: PackedBatch, pooled: torch.Tensor) -> None:
+        rows, tokens = batch.rows.numpy(), np.diff(batch.cu_seqlens.numpy())
         if not self.cuda:
-            yield rows, pooled.numpy()
+            self.pending.append((rows, tokens, pooled, None))
             return
         host = torch.empty(pooled.shape, dtype=torch.float32, pin_memory=True)
         host.copy_(pooled, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        self.pending.append((rows, host, event))
-        while len(self.pending) > RESULTS_IN_FLIGHT:
-            yield self._arrived()
+        self.pending.append((rows, tokens, host, event))
 
-    def _arrived(self) -> tuple[np.ndarray, np.ndarray]:
-        rows, host, event = self.pending.popleft()
-        event.synchronize()
-        return rows, host.numpy()
-
-    def flush(self):
-        while self.pending:
-            yield self._arrived()
+    def _arrived(self) -> Embedded:
+        rows, tokens, host, event = self.pending.popleft()
+        if event is not None:
+            event.synchronize()
+        return Embedded(rows, tokens, host.numpy())
 
     def peak_memory(self) -> int:
         """Peak bytes allocated on the GPU, or the peak resident size of this process on the CPU."""

@@ -7,19 +7,16 @@ chunked HDF5 output as they come, a bounded number held at a time; every frame c
 once (checked before the output is renamed into place), in the shard's order.
 """
 
-import contextlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
 import re
-import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from workflow_lib import __version__
@@ -29,7 +26,9 @@ from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
 from workflow_lib.embed.packing import PackedBatch
-from workflow_lib.embed.resume import Commits
+from workflow_lib.embed.resume import Commits, fingerprint
+from workflow_lib.embed.rows import ShardRows
+from workflow_lib.embed.stopping import sigterm_exits
 from workflow_lib.embed.stored_tokens import StoredTokens
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.tables import write_json
@@ -110,35 +109,6 @@ def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
     return checksums.digests(checksums.describe(files, settings.known_checksums))
 
 
-@contextlib.contextmanager
-def sigterm_exits():
-    """SLURM preemption sends SIGTERM: leave through the normal exits, so loader workers are
-    shut down, what was embedded is committed and no partial output is left. Yields `finishing`:
-    called once every frame is committed, a SIGTERM from then on, to the end of the process, is
-    only noted. Stopped after its output was renamed into place, the job would exit 143 and
-    Snakemake would delete that output, its commits perhaps removed already: a whole shard to
-    embed again."""
-
-    def stop(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    def noted(signum, _frame):
-        log.warning("a SIGTERM came after the last batch: the job finishes first")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    finished = []
-
-    def finishing() -> None:
-        signal.signal(signal.SIGTERM, noted)
-        finished.append(True)
-
-    try:
-        yield finishing
-    finally:
-        if not finished:
-            signal.signal(signal.SIGTERM, previous)
-
-
 class Meter:
     """Throughput figures of a job: tokens, packing fill, and time waiting for the loader. The
     rate is the steady one, from the end of the first batch on: the loader's start-up (spawning
@@ -149,6 +119,17 @@ class Meter:
         self.steady_from, self.tokens_before = None, 0
         self.tokens = self.slots = self.batches = 0
         self.loader_wait = 0.0
+
+    def timed(self, loader: Iterator[PackedBatch]) -> Iterator[PackedBatch]:
+        """The loader's batches, each counted and the wait for it timed."""
+        while True:
+            waited = time.monotonic()
+            batch = next(loader, None)
+            self.loader_wait += time.monotonic() - waited
+            if batch is None:
+                return
+            self.add(batch)
+            yield batch
 
     def add(self, batch: PackedBatch) -> None:
         if self.batches == 1 and self.steady_from is None:  # the first batch is done
@@ -203,64 +184,95 @@ def embed_shard(
     `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
     instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
     A SIGTERM before every frame is committed ends the job through its normal exits (its status
-    says so); after, the job finishes (sigterm_exits)."""
+    says so); after, the job finishes (stopping.sigterm_exits)."""
     with sigterm_exits() as finishing:
-        return _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing)
+        if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
+            set_allocator_conf("expandable_segments:True")
+        index = ShardIndex.read(input_path, planned=planned_frames)
+        # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
+        device = select_device(settings.device) if len(index) else torch.device("cpu")
+        precision = select_precision(settings.precision, device)
+        loading = time.monotonic()
+        embedder = build_embedder(settings, device, PRECISIONS[precision])
+        workers, asked = loader_workers(settings, index)
+        log.info(
+            "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
+            "CUDA_VISIBLE_DEVICES=%s",
+            settings.model,
+            device,
+            precision,
+            len(index),
+            input_path,
+            settings.token_budget,
+            workers,
+            asked,
+            len(index.blocks),
+            os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+        )
+        digests = checkpoint_digests(settings)
+        stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
+        load_seconds = time.monotonic() - loading
 
-
-def _embed_shard(input_path, output_path, figures_path, settings, tokens_path, planned_frames, finishing) -> dict:
-    if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
-        set_allocator_conf("expandable_segments:True")
-    index = ShardIndex.read(input_path, planned=planned_frames)
-    # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
-    device = select_device(settings.device) if len(index) else torch.device("cpu")
-    precision = select_precision(settings.precision, device)
-    loading = time.monotonic()
-    embedder = build_embedder(settings, device, PRECISIONS[precision])
-    asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
-    # Workers take whole blocks; with a single block one would only add its start-up (seconds).
-    workers = min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0
-    log.info(
-        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
-        "CUDA_VISIBLE_DEVICES=%s",
-        settings.model,
-        device,
-        precision,
-        len(index),
-        input_path,
-        settings.token_budget,
-        workers,
-        asked,
-        len(index.blocks),
-        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
-    )
-    digests = checkpoint_digests(settings)
-    stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
-    load_seconds = time.monotonic() - loading
-
-    commits = Commits(output_path, _fingerprint(settings, index, digests, precision, device), settings.commit_seconds)
-    commits.open()
-    with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
-        rows = ShardRows(index, commits, writer)
-        committed = rows.resume()
-        feed = DeviceFeed(embedder, device)
-        dataset = ShardBatches(index, embedder.tokens, settings.token_budget, committed, stored)
-        meter = run_batches(dataset, feed, rows, workers, settings)
-        finishing()
-        check_complete(input_path, index, rows.written)
-        stats = {
-            **_attributes(settings, embedder, device, precision, digests),
-            "n_tokens": int(rows.tokens.sum()),
-            "load_seconds": round(load_seconds, 3),
-            **meter.figures(feed),
-            "num_workers": workers,
-            "resumed_frames": int(committed.sum()),
-        }
-        writer.attrs = stats
-    write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
-    commits.remove()
+        commits = Commits(
+            output_path,
+            fingerprint(settings, index.sha256, index.blocks.size, digests, precision, device),
+            settings.commit_seconds,
+        )
+        commits.open()
+        with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
+            rows = ShardRows(index, commits, writer)
+            resumed = rows.done
+            batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored)
+            feed = DeviceFeed(embedder, device)
+            meter = run_batches(batches, feed, rows, workers, settings)
+            finishing()
+            rows.check_complete()
+            stats = {
+                **_attributes(settings, embedder, device, precision, digests),
+                "n_tokens": int(rows.tokens.sum()),
+                "load_seconds": round(load_seconds, 3),
+                **meter.figures(feed),
+                "num_workers": workers,
+                "resumed_frames": resumed,
+            }
+            writer.attrs = stats
+        write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
+        commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
     return {**stats, "storage": settings.storage}
+
+
+def loader_workers(settings: EmbedSettings, index: ShardIndex) -> tuple[int, int]:
+    """(loader workers, workers asked for): workers take whole blocks, and with a single block one
+    would only add its start-up (seconds)."""
+    asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
+    return (min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0), asked
+
+
+def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
+    """Embed every batch into `rows`: the device computes a batch while the host stores earlier
+    results and reads the next from the loader. A SIGTERM or Ctrl-C commits what is done and
+    leaves. Returns the meter."""
+    total = len(rows.written)
+    progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
+    meter = Meter()  # embedding only: loading the model is load_seconds
+    with open_loader(batches, workers, settings.prefetch_factor) as loader:
+        try:
+            for batch in meter.timed(loader):
+                feed.submit(batch.tensors(pin=feed.cuda))
+                rows.store(feed.ready())
+                if progress.due():
+                    log.info(progress.line(rows.done, meter.summary(feed, queue_depth(loader))))
+            rows.store(feed.drain())
+            rows.commit()
+        except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
+            rows.commit()
+            log.warning(
+                "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
+            )
+            raise
+    log.info(progress.line(rows.done, meter.summary(feed)))
+    return meter
 
 
 def _attributes(settings: EmbedSettings, embedder, device: torch.device, precision: str, digests: dict) -> dict:
@@ -282,119 +294,6 @@ def _attributes(settings: EmbedSettings, embedder, device: torch.device, precisi
     }
 
 
-class ShardRows:
-    """Where a shard's embedded rows go: checked finite, into the HDF5 writer, counted (each row
-    must be written exactly once: `written`; its tokens: `tokens`), and committed for a killed job
-    to resume from. What the job holds per frame is these 6 bytes (the IDs stay in the shard file)."""
-
-    def __init__(self, index: ShardIndex, commits: Commits, writer: h5store.Writer):
-        self.index, self.commits, self.writer = index, commits, writer
-        self.tokens = np.zeros(len(index), dtype=np.int32)
-        self.written = np.zeros(len(index), dtype=np.uint8)
-        self.committed = np.zeros(len(index), dtype=bool)
-        self.done = 0
-
-    def resume(self) -> np.ndarray:
-        """Replay an interrupted run's commits into the writer; the rows they hold."""
-        self.committed = self.commits.replay(self.writer.write, self.tokens)
-        self.written[self.committed] = 1
-        self.done = int(self.committed.sum())
-        if self.done:
-            log.info("resuming: %d of %d frames were committed by an interrupted run", self.done, len(self.index))
-        return self.committed
-
-    def store(self, results) -> None:
-        for rows, pooled in results:
-            rows, values = np.asarray(rows), np.asarray(pooled)
-            fresh = ~self.committed[rows]  # a batch split after running out of memory may be partly committed
-            if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
-                rows, values = rows[fresh], values[fresh]
-            with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
-                stored = values.astype(self.writer.dtype, copy=False)
-            check_finite(self.index.path, self.index.ids, rows, values, stored, self.writer.storage)
-            self.writer.put(rows, stored)
-            self.written[rows] += 1
-            self.done += len(rows)  # a running count: a scan of `written` per batch would be quadratic
-
-    def commit(self) -> None:
-        # SIGTERM is held back until the commit is written: raised inside it, rows taken from the
-        # writer would reach neither the commit log nor the final commit
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        try:
-            rows, values = self.writer.flush()
-            self.commits.commit(rows, values, self.tokens[rows])
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-
-
-def run_batches(dataset: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
-    """Embed every batch of `dataset` into `rows`, the GPU computing one batch while the host sends
-    the next; what the writer holds is committed when a commit is due or the writer is full. A
-    SIGTERM or Ctrl-C commits what is done and leaves. Returns the meter."""
-    total = len(rows.written)
-    progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
-    meter = Meter()  # embedding only: loading the model is load_seconds
-    with open_loader(dataset, workers, settings.prefetch_factor) as batches:
-
-        def send():
-            waited = time.monotonic()
-            batch = next(batches, None)
-            meter.loader_wait += time.monotonic() - waited
-            if batch is None:
-                return None
-            rows.tokens[batch.rows] = np.diff(batch.cu_seqlens)
-            return feed.send(batch.tensors(pin=feed.cuda))
-
-        try:
-            sent = send()
-            while sent is not None:
-                meter.add(sent[0])
-                results = feed.compute(*sent)
-                first = next(results, None)  # the GPU runs this batch while the host sends the next
-                sent = send()
-                rows.store([first] if first is not None else [])
-                rows.store(results)
-                if rows.commits.due() or rows.writer.full():
-                    rows.commit()
-                if progress.due():
-                    log.info(progress.line(rows.done, meter.summary(feed, queue_depth(batches))))
-            rows.store(feed.flush())
-            rows.commit()
-        except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
-            rows.commit()
-            log.warning(
-                "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
-            )
-            raise
-    log.info(progress.line(rows.done, meter.summary(feed)))
-    return meter
-
-
-def check_finite(
-    path: Path, ids: Sequence[str], rows: np.ndarray, values: np.ndarray, stored: np.ndarray, storage: str
-) -> None:
-    """A batch's embeddings are finite, computed and as stored; else the job fails naming frames."""
-    finite = np.isfinite(stored).all(axis=1)
-    if finite.all():
-        return
-    bad = rows[~finite]
-    if np.isfinite(values[~finite]).all():
-        advice = f"they overflow {storage}: set embedding.storage to float32"
-    else:
-        advice = "set embedding.precision to fp32 or bf16"
-    raise RuntimeError(f"{path}: non-finite embeddings for {[ids[i] for i in bad[:3]]}; {advice}")
-
-
-def check_complete(input_path: str | Path, index: ShardIndex, written: np.ndarray) -> None:
-    """Every frame embedded exactly once, before the output is renamed into place."""
-    if not (written == 1).all():
-        lost, repeated = np.flatnonzero(written == 0), np.flatnonzero(written > 1)
-        raise RuntimeError(
-            f"{input_path}: {lost.size} frames not embedded (e.g. {[index.ids[i] for i in lost[:3]]}), "
-            f"{repeated.size} embedded more than once (e.g. {[index.ids[i] for i in repeated[:3]]})"
-        )
-
-
 def versions(device: torch.device) -> dict:
     """The software and the device that made the embeddings, for the run summary."""
     packages = {}
@@ -408,22 +307,4 @@ def versions(device: torch.device) -> dict:
         **packages,
         "cuda": torch.version.cuda,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-    }
-
-
-def _fingerprint(settings: EmbedSettings, index: ShardIndex, digests: dict, precision: str, device) -> dict:
-    """What committed results depend on: the shard, the model files and the batches."""
-    return {
-        "shard_sha256": index.sha256,
-        "block_size": index.blocks.size,
-        "model": settings.model,
-        "checkpoint_sha256": digests,
-        "layer": settings.layer,
-        "precision": precision,
-        "storage": settings.storage,
-        "device": device.type,
-        # a retry on another GPU model computes other last bits: it must not append to these rows
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "token_budget": settings.token_budget,
-        "workflow_version": __version__,
     }

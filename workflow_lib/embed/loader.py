@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import operator
 import os
-import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import PackedBatch, greedy_batches, pack
+from workflow_lib.embed.stopping import ignore_sigterm
 
 # Records per block: large enough that the partly filled last batch of a block costs little
 # fill, small enough that a worker's first batch comes quickly.
@@ -178,13 +178,11 @@ class ShardBatches(IterableDataset):
 
 def init_worker(_worker_id: int) -> None:
     """Worker init: no CUDA in loader workers, no thread pools inside them, and SIGTERM left to
-    the main process. SLURM signals every process of a job: a worker killed by it would make the
-    DataLoader raise over the main process's orderly stop (the final commit); the main process
-    shuts the workers down once it has committed."""
+    the main process (stopping.ignore_sigterm)."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(1)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignore_sigterm()
 
 
 def _as_is(batch: PackedBatch) -> PackedBatch:

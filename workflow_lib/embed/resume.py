@@ -18,7 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from workflow_lib import __version__
+from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.tables import write_json
 
@@ -83,6 +86,26 @@ class Commits:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def fingerprint(
+    settings: EmbedSettings, shard_sha256: str, block_size: int, digests: dict, precision: str, device: torch.device
+) -> dict:
+    """What committed results depend on: the shard, the model files and the batches."""
+    return {
+        "shard_sha256": shard_sha256,
+        "block_size": block_size,
+        "model": settings.model,
+        "checkpoint_sha256": digests,
+        "layer": settings.layer,
+        "precision": precision,
+        "storage": settings.storage,
+        "device": device.type,
+        # a retry on another GPU model computes other last bits: it must not append to these rows
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "token_budget": settings.token_budget,
+        "workflow_version": __version__,
+    }
 
 
 def _read_stamp(path: Path) -> dict | None:
