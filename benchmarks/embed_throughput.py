@@ -36,7 +36,7 @@ from workflow_lib.harness.stages import (
     shard_fastas,
     write_reads,
 )
-from workflow_lib.models import dnabert, esm
+from workflow_lib.models import dnabert_loading, esm, esm_loading
 from workflow_lib.models.tokens import ESMTokens
 from workflow_lib.workflow import demo_models
 
@@ -149,7 +149,7 @@ def main() -> None:
         prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
         proteins, nucleotides = (ShardIndex.read(shard_fastas(tmp / "prepared", s)[0]) for s in ("faa", "fna"))
         demo = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
-        _, dna_tokens = dnabert.load(str(demo["dnabert"]))
+        _, dna_tokens = dnabert_loading.load(str(demo["dnabert"]))
         alphabet = fair_esm.Alphabet.from_architecture("ESM-1b")
         result["loader"] = {
             "workers": args.workers,
@@ -165,7 +165,7 @@ def esm_against_fair_esm(tmp: Path, subset: Path, args: argparse.Namespace) -> d
     """The same proteins through the embed job and fair-esm's own padded batches, one random model."""
     layers, dim, heads = map(int, args.esm_arch.split(","))
     checkpoint = esm_checkpoint(tmp / "models", layers, dim, heads)
-    model, alphabet = esm.load(str(checkpoint))
+    model, alphabet = esm_loading.load(str(checkpoint))
     model.float()
     ours_s, theirs_s = [], []
     for repeat in range(args.repeats):  # interleaved, best of each: this machine's speed drifts

@@ -66,7 +66,7 @@ from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import PRECISIONS, set_allocator_conf
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.harness.stages import GENOMES, ONE_SHARD, prepare_into, shard_fastas, write_reads
-from workflow_lib.models import classifier, dnabert, esm, varlen
+from workflow_lib.models import classifier, dnabert, dnabert_loading, esm, esm_loading, varlen
 from workflow_lib.models.tokens import ESMTokens
 from workflow_lib.workflow import demo_models
 
@@ -217,7 +217,7 @@ def esm_equivalence(config: dict, proteins: list[bytes], device, budget: int, pr
 
 def dnabert_equivalence(directory: Path, sequences_: list[bytes], device, budget: int, precisions) -> dict:
     """Packed half precision against the same model's FP32 forward, one sequence at a time."""
-    model, tokens = dnabert.load(str(directory))
+    model, tokens = dnabert_loading.load(str(directory))
     encoded = tokens(sequences_)
     reference_embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device)
     reference = np.concatenate([feed_embeddings(reference_embedder, [e], 1, device) for e in encoded])
@@ -237,7 +237,7 @@ def fixture_equivalence(device, precisions) -> dict:
     """The shipped tiny DNABERT-S checkpoint against the vectors of the public model code."""
     fixture = ROOT / "tests" / "data" / "dnabert_s_tiny"
     reference = np.load(fixture / "reference.npz", allow_pickle=False)
-    model, tokens = dnabert.load(str(fixture))
+    model, tokens = dnabert_loading.load(str(fixture))
     encoded = tokens([str(s).encode() for s in reference["sequences"]])
     figures = {}
     for precision in ("fp32", *precisions):
@@ -328,7 +328,7 @@ def against_fair_esm(args, proteins_path: Path, checkpoint: Path, device, ours: 
     """fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048), against
     the embed job's `ours` tokens/s."""
     with record.step("fair-esm FP16"):
-        model, alphabet = esm.load(str(checkpoint), device=device)  # built on the device: no host copy
+        model, alphabet = esm_loading.load(str(checkpoint), device=device)  # built on the device: no host copy
         layers = model.num_layers
         subset = sequences(read_frames(proteins_path, args.compare_frames))
         half = copy.deepcopy(model).to(dtype=torch.float16 if device.type == "cuda" else torch.float32)

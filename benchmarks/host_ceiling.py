@@ -50,8 +50,7 @@ from workflow_lib.harness.stages import (
     write_reads,
 )
 from workflow_lib.io import h5store
-from workflow_lib.models import dnabert
-from workflow_lib.models.tokens import ESMTokens
+from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 from workflow_lib.workflow import demo_models
 
 WIDTH = {"esm": 2560, "dnabert": 768}  # the production models'
@@ -110,7 +109,7 @@ def tokenizers(models: dict) -> dict:
     """The real tokenizers: ESM-2's alphabet (fair-esm), the demo DNABERT-S's BPE tokenizer file."""
     return {
         "esm": ESMTokens.of(fair_esm.Alphabet.from_architecture("ESM-1b")),
-        "dnabert": dnabert.DNABERTTokens(Path(models["dnabert"]) / "tokenizer.json"),
+        "dnabert": DNABERTTokens(Path(models["dnabert"]) / "tokenizer.json"),
     }
 
 

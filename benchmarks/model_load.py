@@ -1,4 +1,4 @@
-"""Peak host memory and seconds of loading ESM-2 as the embed job does (`esm.embedder`), in a fresh
+"""Peak host memory and seconds of loading ESM-2 as the embed job does (`esm_loading.embedder`), in a fresh
 process each: a seeded random checkpoint of a published shape in fair-esm's format (float16, as
 published), loaded on the CPU in float32 and in a half dtype (bfloat16: what a GPU job in half
 precision converts to, here without a GPU). Prints JSON.
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # forked parent (here, 17 GB when this process has just built a 3B-shaped checkpoint).
 LOAD = (
     "import re, sys, time, torch; sys.path.insert(0, sys.argv[1]); "
-    "from workflow_lib.models import esm; start = time.perf_counter(); "
-    "e = esm.embedder(sys.argv[2], None, None, torch.device('cpu'), getattr(torch, sys.argv[3])); "
+    "from workflow_lib.models import esm_loading; start = time.perf_counter(); "
+    "e = esm_loading.embedder(sys.argv[2], None, None, torch.device('cpu'), getattr(torch, sys.argv[3])); "
     "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
     "print(time.perf_counter() - start, hwm)"
 )

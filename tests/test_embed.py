@@ -40,7 +40,7 @@ from workflow_lib.harness.stages import (
     tokenize_into,
     write_reads,
 )
-from workflow_lib.models import esm
+from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
 CPU = torch.device("cpu")
@@ -243,11 +243,11 @@ def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, model):
     budget = DEFAULTS["embedding"][f"{model}_token_budget"]
     index = ShardIndex.read(read_frames / f"shard_0.{suffix}")
     if suffix == "faa":
-        encode = ESMTokens.of(esm.load(str(demo_models["esm"]))[1])
+        encode = ESMTokens.of(esm_loading.load(str(demo_models["esm"]))[1])
     else:
-        from workflow_lib.models import dnabert
+        from workflow_lib.models import dnabert_loading
 
-        encode = dnabert.load(str(demo_models["dnabert"]))[1]
+        encode = dnabert_loading.load(str(demo_models["dnabert"]))[1]
     tokens = slots = 0
     with open_loader(ShardBatches(index, encode, budget), 2, DEFAULTS["embedding"]["prefetch_factor"]) as batches:
         for batch in batches:
@@ -285,7 +285,7 @@ class RunsOutOfMemory:
 
 
 def test_out_of_memory_halves_the_batch(demo_models):
-    model, alphabet = esm.load(str(demo_models["esm"]))
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
     embedder = esm.ESMEmbedder(model, alphabet, 2, CPU)
     proteins = [b"MKV" * n for n in range(1, 40)]
     encoded = embedder.tokens(proteins)
@@ -612,7 +612,7 @@ def test_a_resumed_shard_gives_the_same_batches(read_frames, demo_models):
     """What makes a resumed job equal to an uninterrupted one: with any rows committed, the loader
     yields the batches of a run from zero that hold a row not committed, the same to the token."""
     index = ShardIndex.read(read_frames / "shard_0.faa")
-    encode = ESMTokens.of(esm.load(str(demo_models["esm"]))[1])
+    encode = ESMTokens.of(esm_loading.load(str(demo_models["esm"]))[1])
     whole = list(ShardBatches(index, encode, 1024))
     done = np.zeros(len(index), dtype=bool)
     done[: len(index) // 3] = True  # a prefix, as commits leave it

@@ -17,7 +17,16 @@ from helpers import DATA, ENV
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.models import checkpoints, classifier, classifier_chunks, dnabert, esm, varlen
+from workflow_lib.models import (
+    checkpoints,
+    classifier,
+    classifier_chunks,
+    dnabert,
+    dnabert_loading,
+    esm,
+    esm_loading,
+    varlen,
+)
 from workflow_lib.models.checkpoints import is_local
 from workflow_lib.workflow import demo_models
 
@@ -53,7 +62,7 @@ def test_esm_packed_matches_fair_esm_padded(demo_models, layer, budget):
     """Packed varlen batches equal VirNucPro's recipe: fair-esm's own forward on one padded batch of
     all lengths, whole proteins (its batch converter without truncation), the mean of the first
     1024 residues."""
-    model, alphabet = esm.load(str(demo_models["esm"]))
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
     embedder = esm.ESMEmbedder(model, alphabet, layer, CPU)
     packed, n_batches = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS]), budget)
     assert n_batches == {100_000: 1, 1100: 4, 200: 6}[budget]
@@ -72,7 +81,7 @@ def test_esm_checkpoint_stored_in_float16_as_published(tmp_path):
     exact ones, a 6-layer model differed by 4e-5)."""
     config = {"encoder_layers": 6, "encoder_embed_dim": 320, "encoder_attention_heads": 20, "token_dropout": True}
     path = demo_models.build_esm(tmp_path / "esm2_t6_half.pt", 0, config, dtype=torch.float16)
-    model, alphabet = esm.load(str(path))
+    model, alphabet = esm_loading.load(str(path))
     embedder = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 6, CPU)
     packed, _ = packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS[:4]]), 100_000)
     with torch.no_grad():
@@ -84,7 +93,7 @@ def test_esm_checkpoint_stored_in_float16_as_published(tmp_path):
 
 def test_esm_token_dropout_rescale_per_sequence(demo_models):
     """<mask> tokens scale each sequence by 0.88 / (1 - its own mask share), as fair-esm does."""
-    model, alphabet = esm.load(str(demo_models["esm"]))
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
     embedder = esm.ESMEmbedder(model, alphabet, 2, CPU)
     encoded = embedder.tokens([b"MKVLAAGW", b"ACDE", b"MKVLAAGWPQ"])
     encoded[0][[2, 5]] = alphabet.mask_idx
@@ -100,12 +109,12 @@ def test_esm_checkpoint_is_fair_esm_format(demo_models):
     """The demo checkpoint loads with fair-esm's own loader (file name, Namespace cfg, regression file)."""
     torch.serialization.add_safe_globals([__import__("argparse").Namespace])
     reference, _ = fair_esm.pretrained.load_model_and_alphabet_local(str(demo_models["esm"]))
-    ours, _ = esm.load(str(demo_models["esm"]))
+    ours, _ = esm_loading.load(str(demo_models["esm"]))
     assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), ours.state_dict().values()))
-    assert esm.read_config(str(demo_models["esm"])) == {"layers": 2, "dim": 64}
-    assert esm.read_config("esm2_t36_3B_UR50D") == {"layers": 36, "dim": 2560}
+    assert esm_loading.read_config(str(demo_models["esm"])) == {"layers": 2, "dim": 64}
+    assert esm_loading.read_config("esm2_t36_3B_UR50D") == {"layers": 36, "dim": 2560}
     with pytest.raises(InputError, match="no fair-esm ESM-2 model"):
-        esm.read_config("esm2_t99_1T")
+        esm_loading.read_config("esm2_t99_1T")
 
 
 def test_the_embedding_models_share_one_interface(demo_models):
@@ -137,7 +146,7 @@ def test_the_embedding_models_share_one_interface(demo_models):
 
 
 def test_esm_layer_out_of_range(demo_models):
-    model, alphabet = esm.load(str(demo_models["esm"]))
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
     with pytest.raises(InputError, match="models.esm.layer: 3 is out of range"):
         esm.ESMEmbedder(model, alphabet, 3, CPU)
 
@@ -148,7 +157,7 @@ def test_dnabert_packed_matches_public_reference_code(budget):
     so non-power-of-two ALiBi slopes; 3 to 845 tokens, past the 512 ALiBi starting size), against
     packed rows of every size: one row of all, and rows split across the budget."""
     reference = np.load(DATA / "dnabert_s_tiny" / "reference.npz", allow_pickle=False)
-    model, tokens = dnabert.load(str(DATA / "dnabert_s_tiny"))
+    model, tokens = dnabert_loading.load(str(DATA / "dnabert_s_tiny"))
     embedder = dnabert.DNABERTEmbedder(model, tokens, CPU)
     encoded = tokens([str(s).encode() for s in reference["sequences"]])
     assert [len(t) for t in encoded] == reference["n_tokens"].tolist()
@@ -312,7 +321,7 @@ def test_every_attention_kernel_reproduces_the_public_dnabert_s_code(kernel, mon
     }
     monkeypatch.setattr(varlen, "_kernel", lambda q, alibi: (kernel, kernels[kernel]))
     reference = np.load(DATA / "dnabert_s_tiny" / "reference.npz", allow_pickle=False)
-    model, tokens = dnabert.load(str(DATA / "dnabert_s_tiny"))
+    model, tokens = dnabert_loading.load(str(DATA / "dnabert_s_tiny"))
     embedder = dnabert.DNABERTEmbedder(model, tokens, CPU)
     packed, _ = packed_run(embedder, tokens([str(s).encode() for s in reference["sequences"]]), 1000)
     assert np.abs(packed.numpy() - reference["embeddings"]).max() < 1e-5
@@ -324,11 +333,11 @@ def test_embeddings_do_not_depend_on_the_batch(demo_models, model):
     any token budget, on 1 or 2 threads."""
     rng = np.random.default_rng(0)
     if model == "esm":
-        m, alphabet = esm.load(str(demo_models["esm"]))
+        m, alphabet = esm_loading.load(str(demo_models["esm"]))
         embedder = esm.ESMEmbedder(m, alphabet, 2, CPU)
         letters = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY", dtype=np.uint8)
     else:
-        m, tokens = dnabert.load(str(demo_models["dnabert"]))
+        m, tokens = dnabert_loading.load(str(demo_models["dnabert"]))
         embedder = dnabert.DNABERTEmbedder(m, tokens, CPU)
         letters = np.frombuffer(b"ACGT", dtype=np.uint8)
     sequences = [letters[rng.integers(0, len(letters), n)].tobytes() for n in rng.integers(1, 600, 40)]
@@ -362,8 +371,8 @@ def test_dnabert_loads_prefixed_checkpoint_with_heads(tmp_path):
     state = {f"bert.{k}": v for k, v in state.items()}
     state["cls.predictions.bias"] = torch.zeros(256)
     torch.save(state, directory / "pytorch_model.bin")
-    a, _ = dnabert.load(str(DATA / "dnabert_s_tiny"))
-    b, _ = dnabert.load(str(directory))
+    a, _ = dnabert_loading.load(str(DATA / "dnabert_s_tiny"))
+    b, _ = dnabert_loading.load(str(directory))
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
@@ -501,7 +510,7 @@ def test_pickle_that_runs_code_is_refused(demo_models, tmp_path, kind):
     loading is refused with one line, and the command never runs."""
     import shutil
 
-    from workflow_lib.models import dnabert
+    from workflow_lib.models import dnabert_loading
 
     payload = _Payload()
     payload.marker = tmp_path / "pwned"
@@ -512,13 +521,13 @@ def test_pickle_that_runs_code_is_refused(demo_models, tmp_path, kind):
         assert classifier_chunks.made_for(tmp_path / "evil.pth")[0] == 300 and not payload.marker.exists()
     elif kind == "esm":
         torch.save({"cfg": {}, "model": payload}, tmp_path / "esm2_evil.pt")
-        load, message = lambda: esm.load(str(tmp_path / "esm2_evil.pt")), "fair-esm ESM-2 checkpoint"
+        load, message = lambda: esm_loading.load(str(tmp_path / "esm2_evil.pt")), "fair-esm ESM-2 checkpoint"
     else:
         directory = tmp_path / "dnabert"
         shutil.copytree(demo_models["dnabert"], directory)
         (directory / "model.safetensors").unlink()
         torch.save({"bert.embeddings.word_embeddings.weight": payload}, directory / "pytorch_model.bin")
-        load, message = lambda: dnabert.load(str(directory)), "DNABERT-S weights"
+        load, message = lambda: dnabert_loading.load(str(directory)), "DNABERT-S weights"
     with pytest.raises(
         InputError, match=f"refused to load: not a {message} file, or it holds code that would run"
     ) as e:
@@ -547,9 +556,9 @@ def test_named_models_load_from_the_cache_offline(demo_models, tmp_path):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(revision)
     script = (
-        "import json, sys; from workflow_lib.models import dnabert, esm\n"
-        f"model, _ = esm.load('esm2_t6_8M_UR50D', {str(cache)!r})\n"
-        f"print(json.dumps([model.num_layers, str(dnabert.resolve('zhihan1996/DNABERT-S', {str(cache)!r}))]))\n"
+        "import json, sys; from workflow_lib.models import dnabert_loading, esm_loading\n"
+        f"model, _ = esm_loading.load('esm2_t6_8M_UR50D', {str(cache)!r})\n"
+        f"print(json.dumps([model.num_layers, str(dnabert_loading.resolve('zhihan1996/DNABERT-S', {str(cache)!r}))]))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(DATA.parents[1])}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
@@ -569,7 +578,7 @@ def test_no_remote_code_is_ever_trusted(root):
 def test_esm_compiled_layers_match_eager(demo_models):
     """The compiled layer work (torch.compile fusing LayerNorms, rotary, GELU and adds around the
     attention kernel) gives the eager forward's embeddings, on rows of every length at once."""
-    model, alphabet = esm.load(str(demo_models["esm"]))
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
     eager = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, CPU)
     compiled = esm.ESMEmbedder(model, alphabet, 2, CPU, compiled=True)
     encoded = eager.tokens([p.encode() for p in PROTEINS])
@@ -582,8 +591,8 @@ def test_esm_compiled_layers_match_eager(demo_models):
 
 COMPILE_WITHOUT_COMPILER = """
 import copy, json, sys, torch
-from workflow_lib.models import esm
-model, alphabet = esm.load(sys.argv[1])
+from workflow_lib.models import esm, esm_loading
+model, alphabet = esm_loading.load(sys.argv[1])
 eager = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, torch.device("cpu"))
 compiled = esm.ESMEmbedder(model, alphabet, 2, torch.device("cpu"), compiled=True)
 batch = __import__("workflow_lib.embed.packing", fromlist=["pack"]).pack(

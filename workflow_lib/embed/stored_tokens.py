@@ -28,11 +28,11 @@ def tokenize_shard(
 ) -> int:
     """The tokenize job: a DNABERT-S checkpoint's tokenizer over a shard's nucleotides, into `output`.
     `known`: the run's model check of the checkpoint's files (their SHA-256, not computed again)."""
-    from workflow_lib.models import dnabert
+    from workflow_lib.models import dnabert_loading
 
-    start, tokenizer = time.monotonic(), dnabert.resolve(checkpoint, cache_dir) / "tokenizer.json"
+    start, tokenizer = time.monotonic(), dnabert_loading.resolve(checkpoint, cache_dir) / "tokenizer.json"
     digest = checksums.digests(checksums.describe([tokenizer], known))["tokenizer.json"]
-    vocab_size = dnabert.read_config(checkpoint, cache_dir)["vocab_size"]
+    vocab_size = dnabert_loading.read_config(checkpoint, cache_dir)["vocab_size"]
     n_tokens = write(shard_path, DNABERTTokens(tokenizer), digest, vocab_size, output)
     seconds = time.monotonic() - start
     log.info(

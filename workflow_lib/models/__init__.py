@@ -2,8 +2,9 @@
 tokenizers, checkpoints and attention over packed rows.
 
 The two embedding models share one interface, by the names the config and the HDF5 files use:
-each module gives resolve, read_config, checkpoint_files, load and embedder, with the same
-arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put it).
+each one's loading module (esm_loading, dnabert_loading; their forwards are in esm and dnabert)
+gives resolve, read_config, checkpoint_files, load and embedder, with the same arguments
+(checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put it).
 
 May import: cli, io.
 """
@@ -18,4 +19,4 @@ def embedding_model(name: str) -> ModuleType:
     """The module of an embedding model, imported when first asked for (fair-esm and torch take seconds)."""
     if name not in EMBEDDING_MODELS:
         raise ValueError(f"no embedding model '{name}': one of {', '.join(EMBEDDING_MODELS)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"{__name__}.{name}_loading")

@@ -1,156 +1,23 @@
-"""ESM-2 through fair-esm: load by fair-esm name or local checkpoint, mean-pool residue embeddings.
+"""ESM-2's forward over packed rows, on fair-esm's modules and weights: mean-pooled residue
+embeddings of a layer.
 
 VirNucPro's protein embedding is the chosen layer's representation of BOS + the whole sequence +
 EOS (its batch converter is called without truncation), averaged over the first 1,024 residues
 (positions 1..min(L, 1024): BOS and EOS excluded).
 """
 
-import argparse
 import logging
-import os
-from pathlib import Path
 
 import esm
 import torch
 import torch.nn.functional as F
 
-from workflow_lib.cli.errors import InputError
 from workflow_lib.models import varlen
-from workflow_lib.models.checkpoints import (
-    ESM2_MODELS,
-    check_esm_layer,
-    converted,
-    is_local,
-    load_weights,
-    not_fetched,
-    uninitialised,
-)
+from workflow_lib.models.checkpoints import check_esm_layer
 from workflow_lib.models.tokens import ESMTokens
 
-FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
 log = logging.getLogger("workflow")
-CONTACT_HEAD = ("contact_head.regression.weight", "contact_head.regression.bias")  # in the regression file
-
-
-def _torch_load(path: Path):
-    # Real fair-esm checkpoints hold their config as an argparse.Namespace: torch >= 2.6 loads
-    # with weights_only=True and refuses it unless it is allowlisted.
-    return load_weights(path, "fair-esm ESM-2 checkpoint", [argparse.Namespace], mmap=True)
-
-
-def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
-    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model (a named model's from
-    fair-esm's table, fetched or not)."""
-    if not is_local(checkpoint):
-        _known(checkpoint)
-        layers, dim = ESM2_MODELS[checkpoint]
-        return {"layers": layers, "dim": dim}
-    cfg = _local_data(Path(checkpoint))["cfg"]["model"]
-    return {"layers": cfg.encoder_layers, "dim": cfg.encoder_embed_dim}
-
-
-def _known(name: str) -> None:
-    if name not in ESM2_MODELS:
-        raise InputError(
-            f"models.esm.checkpoint: '{name}' is no fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) "
-            "and no local .pt file"
-        )
-
-
-def _local_data(path: Path) -> dict:
-    if not path.is_file():
-        raise InputError(
-            f"{path}: ESM-2 checkpoint not found; set models.esm.checkpoint to a fair-esm name or a .pt file"
-        )
-    data = _torch_load(path)
-    if not isinstance(data, dict) or "cfg" not in data or "model" not in data:
-        raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint (no 'cfg' and 'model' entries)")
-    return data
-
-
-def _hub_dir(cache_dir: str | None) -> Path:
-    """torch hub's directory for named models: cache_dir/torch/hub (jobs run with TORCH_HOME=cache_dir/torch),
-    else torch's own."""
-    return Path(cache_dir) / "torch" / "hub" if cache_dir else Path(torch.hub.get_dir())
-
-
-def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
-    """A named model's files in torch hub's layout, and the URLs that fetch_models downloads them from
-    (FAIR_ESM_URL in the environment replaces fair-esm's site, e.g. with a mirror)."""
-    base = os.environ.get("FAIR_ESM_URL", FAIR_ESM_URL).rstrip("/")
-    checkpoints = _hub_dir(cache_dir) / "checkpoints"
-    return {
-        checkpoints / f"{name}.pt": f"{base}/models/{name}.pt",
-        checkpoints / f"{name}-contact-regression.pt": f"{base}/regression/{name}-contact-regression.pt",
-    }
-
-
-def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
-    """The .pt file of a checkpoint: the path itself, or a named model's file that fetch_models
-    put in cache_dir (jobs never download)."""
-    if is_local(checkpoint):
-        return Path(checkpoint)
-    _known(checkpoint)
-    files = hub_files(checkpoint, cache_dir)
-    if not all(p.is_file() for p in files):
-        raise not_fetched("models.esm.checkpoint", checkpoint, cache_dir or torch.hub.get_dir())
-    return next(iter(files))
-
-
-def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
-    """The files a checkpoint loads from, those that exist (a named model's once it is fetched)."""
-    path = Path(checkpoint) if is_local(checkpoint) else next(iter(hub_files(checkpoint, cache_dir)))
-    return [p for p in (path, regression_path(path)) if p.is_file()]
-
-
-def regression_path(path: Path) -> Path:
-    """fair-esm's contact regression file, beside the checkpoint, as its loaders look for it."""
-    return path.with_name(f"{path.stem}-contact-regression.pt")
-
-
-def load(
-    checkpoint: str,
-    cache_dir: str | None = None,
-    device: torch.device | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[esm.ESM2, esm.Alphabet]:
-    """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt
-    path, its weights in `dtype` on `device`.
-
-    Built in place: fair-esm's ESM-2 is made with its parameters uninitialised (never written, so
-    not held), and each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on
-    `device`. So a GPU job in half precision never holds a float32 copy on the host (ESM-2 3B:
-    11.4 GB), and a CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which
-    downloads what is missing and unpickles with weights_only=False. A local checkpoint may have
-    `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
-    used for embeddings, so it is optional (without it, its parameters stay unset).
-    """
-    device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
-    data = _local_data(path)
-    if regression_path(path).exists():
-        data["model"].update(_torch_load(regression_path(path))["model"])
-    with uninitialised():  # fair-esm's ESM-2 builder, whatever the file is called
-        model, alphabet, state = esm.pretrained._load_model_and_alphabet_core_v2(data)
-    parameters, built = dict(model.named_parameters()).keys(), model.state_dict()
-    wrong = (set(built) - set(state) - set(CONTACT_HEAD)) | (set(state) - set(built))
-    if wrong:
-        raise InputError(f"{path}: not a fair-esm ESM-2 checkpoint of its own config (keys {sorted(wrong)[:3]})")
-    # buffers (the rotary frequencies) as fair-esm's float32 model holds them: the file's values, in float32
-    state = converted(
-        state, lambda name, t: t.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
-    )
-    model.load_state_dict(state, strict=False, assign=True)
-    return model.eval(), alphabet
-
-
-def embedder(
-    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
-) -> "ESMEmbedder":
-    """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA."""
-    model, alphabet = load(checkpoint, cache_dir, device, dtype)
-    layer = model.num_layers if layer is None else layer
-    return ESMEmbedder(model, alphabet, layer, device, dtype, name=checkpoint, compiled=device.type == "cuda")
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

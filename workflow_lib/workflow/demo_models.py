@@ -61,7 +61,7 @@ def build_esm(path: Path, seed: int, config: dict = ESM_CONFIG, dtype: torch.dty
     checkpoints store float16 (`dtype`), which halves a large model's file."""
     import esm
 
-    from workflow_lib.models.esm import regression_path
+    from workflow_lib.models.esm_loading import regression_path
 
     torch.manual_seed(seed)
     model = esm.ESM2(

@@ -27,7 +27,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import write_json
-from workflow_lib.models import dnabert, esm
+from workflow_lib.models import dnabert_loading, esm_loading
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 log = logging.getLogger("workflow")
@@ -60,26 +60,30 @@ def fetch_models(
 
 
 def _esm(checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    esm.read_config(checkpoint)  # a clear error for an unknown name or a missing file
+    esm_loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
     if is_local(checkpoint):
-        return {"source": checkpoint, "kind": "local", "files": checksums.describe(esm.checkpoint_files(checkpoint))}
+        return {
+            "source": checkpoint,
+            "kind": "local",
+            "files": checksums.describe(esm_loading.checkpoint_files(checkpoint)),
+        }
     files = {
         _relative(path, cache): _download(url, path, pinned, progress_seconds)
-        for path, url in esm.hub_files(checkpoint, str(cache)).items()
+        for path, url in esm_loading.hub_files(checkpoint, str(cache)).items()
     }
     return {"source": checkpoint, "kind": "fair-esm", "files": files}
 
 
 def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
     if is_local(checkpoint):
-        files = dnabert.checkpoint_files(checkpoint)
+        files = dnabert_loading.checkpoint_files(checkpoint)
         return {"source": checkpoint, "kind": "local", "files": checksums.describe(files)}
     from huggingface_hub import HfApi, hf_hub_url, snapshot_download
 
     endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
     try:
         folder = Path(
-            snapshot_download(checkpoint, cache_dir=cache, allow_patterns=dnabert.HUB_FILES, endpoint=endpoint)
+            snapshot_download(checkpoint, cache_dir=cache, allow_patterns=dnabert_loading.HUB_FILES, endpoint=endpoint)
         )
         info = HfApi(endpoint=endpoint).model_info(checkpoint, revision=folder.name, files_metadata=True)
     except Exception as error:  # huggingface_hub's many kinds: not found, gated, no network, a short download
@@ -89,7 +93,7 @@ def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
         ) from None
     files = {}
     for sibling in info.siblings:
-        if sibling.rfilename in dnabert.HUB_FILES:
+        if sibling.rfilename in dnabert_loading.HUB_FILES:
             path = folder / sibling.rfilename
             size, sha256 = path.stat().st_size, checksums.sha256(path)
             declared = sibling.lfs.sha256 if sibling.lfs else None  # the Hub publishes SHA-256 for LFS files

@@ -1,0 +1,99 @@
+"""Loading DNABERT-S: a Hugging Face model directory (local, or a hub id that fetch_models put in
+cache_dir), its weights converted once into the job's precision; the embedder (dnabert.DNABERTEmbedder).
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.models.checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
+from workflow_lib.models.dnabert import DNABERT, DNABERTEmbedder
+from workflow_lib.models.tokens import DNABERTTokens
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
+
+
+def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
+    """The local directory of a DNABERT-S checkpoint: the path itself, or the Hugging Face snapshot
+    of an id that fetch_models downloaded into cache_dir (found there with no network)."""
+    if is_local(checkpoint):
+        path = Path(checkpoint)
+        if not (path / "config.json").is_file():
+            raise InputError(
+                f"{path}: no config.json; models.dnabert.checkpoint must be a DNABERT-S directory "
+                "(config.json, model.safetensors or pytorch_model.bin, tokenizer.json) or a Hugging Face id"
+            )
+        return path
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        path = Path(snapshot_download(checkpoint, cache_dir=cache_dir, allow_patterns=HUB_FILES, local_files_only=True))
+        if (path / "config.json").is_file():
+            return path
+    except Exception:  # huggingface_hub raises several kinds for "not in the cache"
+        pass
+    raise not_fetched("models.dnabert.checkpoint", checkpoint, cache_dir or constants.HF_HUB_CACHE)
+
+
+def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
+    """The checkpoint's config.json, with "layers" and "dim" as for ESM-2."""
+    config = _hf_config(resolve(checkpoint, cache_dir))
+    return {**config, "layers": config["num_hidden_layers"], "dim": config["hidden_size"]}
+
+
+def _hf_config(directory: Path) -> dict:
+    return json.loads((directory / "config.json").read_text())
+
+
+def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
+    """The files a checkpoint loads from."""
+    directory = resolve(checkpoint, cache_dir)
+    names = ("config.json", *WEIGHT_FILES, "tokenizer.json")
+    return [directory / name for name in names if (directory / name).is_file()]
+
+
+def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(path)
+            return load_weights(path, "DNABERT-S weights")
+    raise InputError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
+
+
+def load(
+    checkpoint: str,
+    cache_dir: str | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[DNABERT, DNABERTTokens]:
+    """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds ESM-2
+    (parameters uninitialised, each checkpoint tensor converted once)."""
+    device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
+    config = _hf_config(directory)
+    with uninitialised():
+        model = DNABERT(config)
+    state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
+    wanted = model.state_dict().keys()
+    missing = [k for k in wanted if k not in state]
+    if missing:
+        raise InputError(f"{directory}: not a DNABERT-S checkpoint, missing weights {missing[:3]}")
+    state = {k: state[k] for k in wanted}  # the pooler and MLM head are not needed
+    model.load_state_dict(converted(state, lambda _, t: t.to(device=device, dtype=dtype)), assign=True)
+    return model.eval(), DNABERTTokens(directory / "tokenizer.json")
+
+
+def embedder(
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
+) -> "DNABERTEmbedder":
+    """VirNucPro embeds with the last hidden state: `layer` must be None."""
+    if layer is not None:
+        raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
+    model, tokens = load(checkpoint, cache_dir, device, dtype)
+    return DNABERTEmbedder(model, tokens, device, dtype)
