@@ -37,12 +37,10 @@ Random weights: the figures measure kernels, numerics of the shapes and speed, n
 import argparse
 import contextlib
 import copy
-import gc
 import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,9 +51,10 @@ import numpy as np
 import torch
 from embed_throughput import (
     cosines,
+    device_figures,
     esm_checkpoint,
     fair_esm_embed,
-    machine,
+    free,
     production_embed,
     read_frames,
     sequences,
@@ -65,12 +64,12 @@ from embed_throughput import (
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import PRECISIONS, set_allocator_conf
 from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.harness.stages import GENOMES, ONE_SHARD, prepare_into, shard_fastas, write_reads
+from workflow_lib.harness.measure import header, print_figures, snakemake
+from workflow_lib.harness.stages import GENOMES, ROOT, prepared_reads, write_reads
 from workflow_lib.models import classifier, dnabert, esm, varlen
 from workflow_lib.models.tokens import ESMTokens
 from workflow_lib.workflow import demo_models
 
-ROOT = Path(__file__).resolve().parents[1]
 # dense FP16/BF16 tensor cores, by device name (the first that the name holds)
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 TINY_ESM = {
@@ -114,16 +113,25 @@ class Record:
 def shapes(tiny: bool) -> dict:
     """Model shapes: the published ones, or tiny ones for the CPU dry run."""
     if tiny:
-        return {"esm": TINY_ESM, "speed_esm": TINY_ESM["t2"], "dnabert": demo_models.DNABERT_CONFIG}
-    esm_shapes = demo_models.ESM2_SHAPES
-    return {"esm": esm_shapes, "speed_esm": esm_shapes["3B"], "dnabert": demo_models.DNABERT_S}
+        return {
+            "esm": TINY_ESM,
+            "speed_esm": TINY_ESM["t2"],
+            "oom_esm": TINY_ESM["t2"],
+            "dnabert": demo_models.DNABERT_CONFIG,
+        }
+    published = demo_models.ESM2_SHAPES
+    return {
+        "esm": published,
+        "speed_esm": published["3B"],
+        "oom_esm": published["650M"],
+        "dnabert": demo_models.DNABERT_S,
+    }
 
 
-def read_shards(workdir: Path, reads: int) -> tuple[Path, Path]:
-    """The protein and nucleotide frames of `reads` 500 bp reads sampled from the bundled genomes."""
-    write_reads(workdir / "reads.fa", reads, 500, seed=1)
-    prepare_into(workdir / "reads.fa", workdir / "prepared", ONE_SHARD, chunk_length=500)
-    return tuple(shard_fastas(workdir / "prepared", suffix)[0] for suffix in ("faa", "fna"))
+def peak_tflops(device) -> float | None:
+    """The device's dense FP16 tensor-core TFLOP/s; None where not known (a CPU)."""
+    gpu = device_figures(device).get("gpu", "")
+    return next((tflops for name, tflops in PEAK_TFLOPS.items() if name in gpu), None)
 
 
 def feed_embeddings(embedder, encoded: list[np.ndarray], budget: int, device: torch.device) -> np.ndarray:
@@ -147,14 +155,6 @@ def agreement(got: np.ndarray, expected: np.ndarray) -> dict:
         "mean_cosine": round(float(cosine.mean()), 7),
         "max_abs_diff": float(np.abs(got - expected).max()),
     }
-
-
-def free(device: torch.device) -> None:
-    """Release what the last step left on the device, and restart its peak memory count."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
 
 
 # ---------------------------------------------------------------- equivalence
@@ -248,23 +248,22 @@ def fixture_equivalence(device, precisions) -> dict:
     return figures
 
 
-def equivalence(args, workdir: Path, device, result: dict, record: Record) -> None:
+def equivalence(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     with record.step("frames"):
-        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
-    proteins = [s.encode() for s in sequences(read_frames(proteins_path, args.equivalence_frames))]
-    nucleotides = [s.encode() for s in sequences(read_frames(nucleotides_path, args.equivalence_frames))]
+        shards = prepared_reads(workdir, args.reads)
+    proteins = [s.encode() for s in sequences(read_frames(shards["faa"], args.equivalence_frames))]
+    nucleotides = [s.encode() for s in sequences(read_frames(shards["fna"], args.equivalence_frames))]
     rng = np.random.default_rng(1)
     nucleotides += [b"A", np.frombuffer(b"ACGT", dtype=np.uint8)[rng.integers(0, 4, 3000)].tobytes()]
     precisions = args.precisions.split(",")
     result["esm"] = {}
-    for name, config in shapes(args.tiny)["esm"].items():
+    for name, config in shapes["esm"].items():
         if args.esm_shapes and name not in args.esm_shapes.split(","):
             continue
         with record.step(f"ESM-2 {name}"):
             result["esm"][name] = esm_equivalence(config, proteins, device, args.budget, precisions)
     with record.step("DNABERT-S"):
-        shape = shapes(args.tiny)["dnabert"]
-        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape)
+        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
         result["dnabert"] = dnabert_equivalence(directory, nucleotides, device, args.budget, precisions)
     with record.step("DNABERT-S fixture"):
         result["dnabert_fixture"] = fixture_equivalence(device, precisions)
@@ -306,18 +305,17 @@ def esm_tokens(proteins: list[str]) -> int:
     return sum(len(p) + 2 for p in proteins)
 
 
-def embed_job_figures(stats: dict, frames: int, device, dim: int, layers: int) -> dict:
+def embed_job_figures(stats: dict, frames: int, device, config: dict) -> dict:
     """The ESM-2 embed job's figures: rates, start-up, model FLOPs utilisation, memory."""
-    flop_per_token = 24 * dim**2 * layers  # GEMMs; attention adds about 1% at 168 tokens
-    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
+    flop, peak = flop_per_token("esm", config), peak_tflops(device)
     job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
     job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
     job["frames"] = frames
     # tokens_per_s is the steady rate; the gap to the whole job's is start-up (workers, kernel check, compile)
     job["startup_s"] = stats["startup_s"]
     job["whole_job_tokens_per_s"] = round(stats["n_tokens"] / stats["seconds"])
-    job["gflop_per_token"] = round(flop_per_token / 1e9, 2)
-    job["mfu"] = round(stats["tokens_per_s"] * flop_per_token / (peak * 1e12), 3) if peak else None
+    job["gflop_per_token"] = round(flop / 1e9, 2)
+    job["mfu"] = round(stats["tokens_per_s"] * flop / (peak * 1e12), 3) if peak else None
     job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
     job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
     return job
@@ -347,14 +345,14 @@ def against_fair_esm(args, proteins_path: Path, checkpoint: Path, device, ours: 
         free(device)
 
 
-def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
+def speed(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     with record.step("frames and checkpoint"):
-        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
-        shard = read_frames(proteins_path, args.frames)
-        config = shapes(args.tiny)["speed_esm"]
-        layers, dim = config["encoder_layers"], config["encoder_embed_dim"]
+        shards = prepared_reads(workdir, args.reads)
+        shard = read_frames(shards["faa"], args.frames)
+        config = shapes["speed_esm"]
+        layers = config["encoder_layers"]
         start = time.perf_counter()
-        checkpoint = esm_checkpoint(args.models, layers, dim, config["encoder_attention_heads"])
+        checkpoint = esm_checkpoint(args.models, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
         result["checkpoint_build_seconds"] = round(time.perf_counter() - start, 1)
     common = {"device": device.type, "num_workers": args.workers, "precision": "fp16"}
     with record.step("embed job, ESM-2"):
@@ -363,20 +361,19 @@ def speed(args, workdir: Path, device, result: dict, record: Record) -> None:
             shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers,
             token_budget=args.budget, **common,
         )  # fmt: skip
-        result["embed_job"] = job = embed_job_figures(stats, len(embeddings), device, dim, layers)
+        result["embed_job"] = job = embed_job_figures(stats, len(embeddings), device, config)
     with record.step("embed job, ESM-2, profiled"):
         job["profile"] = profiled_embed(
-            read_frames(proteins_path, args.profile_frames), workdir / "profiled.h5", model="esm",
+            read_frames(shards["faa"], args.profile_frames), workdir / "profiled.h5", model="esm",
             checkpoint=str(checkpoint), layer=layers, token_budget=args.budget, **common,
         )  # fmt: skip
         free(device)
 
-    against_fair_esm(args, proteins_path, checkpoint, device, stats["tokens_per_s"], result, record)
+    against_fair_esm(args, shards["faa"], checkpoint, device, stats["tokens_per_s"], result, record)
     with record.step("embed job, DNABERT-S"):
-        shape = shapes(args.tiny)["dnabert"]
-        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape)
+        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
         _, stats = production_embed(
-            read_frames(nucleotides_path, args.frames), workdir / "dnabert.h5", model="dnabert",
+            read_frames(shards["fna"], args.frames), workdir / "dnabert.h5", model="dnabert",
             checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
         )  # fmt: skip
         keys = ("tokens_per_s", "n_tokens", "seconds", "attention", "fill", "peak_memory_bytes")
@@ -423,19 +420,18 @@ def flop_per_token(model: str, config: dict) -> int:
     return 2 * (4 * d * d + 3 * d * inner) * config["num_hidden_layers"]  # Wqkv, out, gated MLP
 
 
-def model_alone(args, workdir: Path, device, result: dict, record: Record) -> None:
+def model_alone(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     """The model alone on pre-packed batches of read-derived frames already on the device, a
     warm-up pass (kernel check, compile) left out, over a sweep of token budgets."""
     with record.step("frames"):
-        proteins_path, nucleotides_path = read_shards(workdir, args.reads)
-        frames = {"esm": read_frames(proteins_path, args.frames), "dnabert": read_frames(nucleotides_path, args.frames)}
-        shape = shapes(args.tiny)
-        tokenizer_dir = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shape["dnabert"])
+        shards = prepared_reads(workdir, args.reads)
+        frames = {"esm": read_frames(shards["faa"], args.frames), "dnabert": read_frames(shards["fna"], args.frames)}
+        tokenizer_dir = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
     dtype = torch.float16 if device.type == "cuda" else torch.float32
-    peak = next((tflops for gpu, tflops in PEAK_TFLOPS.items() if gpu in machine(device).get("gpu", "")), None)
-    runs = [("esm", shape["speed_esm"]), ("dnabert", shape["dnabert"])]
+    peak = peak_tflops(device)
+    runs = [("esm", shapes["speed_esm"]), ("dnabert", shapes["dnabert"])]
     if args.compiled:  # the lever: torch.compile fusing the work around ESM-2's attention and GEMMs
-        runs.insert(1, ("esm_compiled", shape["speed_esm"]))
+        runs.insert(1, ("esm_compiled", shapes["speed_esm"]))
     for run, config in runs:
         model = run.removesuffix("_compiled")
         with record.step(f"{run}: model"):
@@ -484,11 +480,10 @@ def model_alone(args, workdir: Path, device, result: dict, record: Record) -> No
 # ---------------------------------------------------------------- out of memory
 
 
-def out_of_memory(args, workdir: Path, device, result: dict, record: Record) -> None:
+def out_of_memory(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     with record.step("frames and checkpoint"):
-        proteins_path, _ = read_shards(workdir, args.reads)
-        shard = read_frames(proteins_path, args.frames)
-        config = shapes(args.tiny)["esm"]["t2" if args.tiny else "650M"]
+        shard = read_frames(prepared_reads(workdir, args.reads)["faa"], args.frames)
+        config = shapes["oom_esm"]
         layers = config["encoder_layers"]
         checkpoint = esm_checkpoint(args.models, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
     settings = dict(model="esm", checkpoint=str(checkpoint), layer=layers, device=device.type, precision="fp16")
@@ -531,51 +526,47 @@ def capped_run(device, config, layers, shard, workdir, settings, free_run, free_
 # ---------------------------------------------------------------- whole workflow
 
 
-def workflow(args, workdir: Path, device, result: dict, record: Record) -> None:
+def workflow(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     with record.step("models and reads"):
-        command, setup = workflow_setup(args, workdir)
+        setup = workflow_setup(args, shapes, workdir)
     with record.step("snakemake"):
-        start = time.perf_counter()
-        env = {
-            **os.environ,
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        }  # rules call `python`
-        run = subprocess.run(command, capture_output=True, text=True, env=env)
-        seconds = time.perf_counter() - start
-        if run.returncode:
-            kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
+        kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
+        kept.mkdir(parents=True, exist_ok=True)
+        cores = len(os.sched_getaffinity(0))
+        options = ("--configfile", workdir / "config.yaml", "--cores", cores, "--resources", "gpu=1")
+        try:
+            run, _ = snakemake(workdir, *options, log=kept / "snakemake.log")
+        except RuntimeError:
             if (workdir / "logs").is_dir():  # none when Snakemake stops before any job
                 shutil.copytree(workdir / "logs", kept, dirs_exist_ok=True)
-            kept.mkdir(parents=True, exist_ok=True)
-            (kept / "snakemake.stderr").write_text(run.stderr)
-            raise RuntimeError(f"the workflow failed (its logs are kept in {kept}): {run.stderr.strip()[-300:]}")
+            raise
     summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
     result |= {
         "reads": args.workflow_reads,
         "shards": len(summary["timings"]["score"]["shards"]),
         "setup_seconds": round(setup, 1),
-        "seconds": round(seconds, 1),
-        "reads_per_hour": round(args.workflow_reads / seconds * 3600),
+        "seconds": run["seconds"],
+        "reads_per_hour": round(args.workflow_reads / run["seconds"] * 3600),
         "counts": summary["counts"],
         "timings": summary["timings"],
         "embedding_shards": summary["embedding_shards"],
     }
 
 
-def workflow_setup(args, workdir: Path) -> tuple[list[str], float]:
-    """The models, reads and config of the workflow part; its Snakemake command and the seconds it took."""
+def workflow_setup(args, shapes: dict, workdir: Path) -> float:
+    """The models, reads and config (config.yaml) of the workflow part in `workdir`; the seconds they took."""
     import yaml
 
     models = workdir / "models"
     models.mkdir()
-    config = shapes(args.tiny)["speed_esm"]
+    config = shapes["speed_esm"]
     start = time.perf_counter()
     checkpoint = esm_checkpoint(
         args.models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
     )
-    directory = demo_models.build_dnabert(models / "dnabert_s", TOKENIZER_GENOMES, 0, shapes(args.tiny)["dnabert"])
+    directory = demo_models.build_dnabert(models / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
     torch.manual_seed(0)
-    dims = shapes(args.tiny)["dnabert"]["hidden_size"] + config["encoder_embed_dim"]
+    dims = shapes["dnabert"]["hidden_size"] + config["encoder_embed_dim"]
     classifier.save(classifier.MLPClassifier(dims), models / "classifier.pt", chunk_length=500)
     write_reads(workdir / "reads.fa", args.workflow_reads, 500, seed=2)
     (workdir / "samples.tsv").write_text(f"sample\tpath\nreads\t{workdir / 'reads.fa'}\n")
@@ -596,11 +587,7 @@ def workflow_setup(args, workdir: Path) -> tuple[list[str], float]:
         },
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(settings))
-    setup = time.perf_counter() - start
-    cores = str(len(os.sched_getaffinity(0)))
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
-    command += ["--configfile", str(workdir / "config.yaml"), "--cores", cores, "--resources", "gpu=1"]
-    return command, setup
+    return time.perf_counter() - start
 
 
 PARTS = {"equivalence": equivalence, "model": model_alone, "speed": speed, "oom": out_of_memory, "workflow": workflow}
@@ -645,19 +632,18 @@ def main() -> None:
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    figures = {"part": args.part, **machine(device), "date": time.strftime("%Y-%m-%d"), "tiny": args.tiny}
-    figures[args.part] = {}
+    figures = header("gpu_check") | {"part": args.part, "tiny": args.tiny, **device_figures(device), args.part: {}}
     record = Record(args.out, figures)
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            PARTS[args.part](args, Path(workdir), device, figures[args.part], record)
+            PARTS[args.part](args, shapes(args.tiny), Path(workdir), device, figures[args.part], record)
     except Exception:
         log.exception("step %r failed; the figures measured before it are in %s", figures.get("failed_step"), args.out)
         sys.exit(1)
     figures["part_seconds"] = round(time.perf_counter() - start, 1)
     record.save()
-    print(json.dumps(figures, indent=2))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

@@ -18,41 +18,30 @@ WORKDIR/report.html`: its size, the tables' sizes and whether the report attache
 """
 
 import argparse
-import json
-import os
-import platform
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from scale import size_mb, synthetic_embeddings
 
+from workflow_lib.harness import measure
 from workflow_lib.harness.stages import ROOT, write_reads
 from workflow_lib.io.tables import read_json
 
 SAMPLE = "reads"
 MODELS = {"esm": "faa", "dnabert": "fna"}  # the shard FASTA each model embeds (rules/common.smk)
 CONFIG = ROOT / "config" / "demo.yaml"
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", ROOT / "Snakefile", "--configfile", CONFIG]
-SNAKEMAKE += ["--profile", ROOT / "profiles" / "local", "--cores", "2"]
-# The rules call `python`: this one, as in an activated environment.
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+OPTIONS = ("--configfile", CONFIG, "--profile", ROOT / "profiles" / "local", "--cores", 2)
 # A Snakemake benchmark file's columns; the synthetic embed jobs took no measured time or memory.
 BENCHMARK = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 BENCHMARK += "1.0\t0:00:01\t-\t-\t-\t-\t-\t-\t-\t-\n"
 TABLE_LABELS = ("chunks table (download)", "sequences table (download)")  # the report's labels (rules/predict.smk)
 
 
-def snakemake(workdir: Path, samples: Path, log: str, *args: str) -> str:
-    """Snakemake in `workdir` with the demo config and the samples sheet `samples`; its output in `log`."""
-    command = [*map(str, SNAKEMAKE), "--directory", str(workdir), *args, "--config", f"samples={samples}"]
-    out = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    (workdir / log).write_text(out.stdout + out.stderr)
-    if out.returncode:
-        raise SystemExit(f"snakemake {' '.join(args)} failed ({workdir / log}):\n{out.stderr[-3000:]}")
-    return out.stdout + out.stderr
+def snakemake(workdir: Path, samples: Path, log: str, *args: str) -> dict:
+    """Snakemake in `workdir` with the demo config and the samples sheet `samples`, its output in
+    `log`: its figures (`measure.snakemake`)."""
+    figures, _ = measure.snakemake(workdir, *OPTIONS, *args, "--config", f"samples={samples}", log=workdir / log)
+    return figures
 
 
 def training_sheet(workdir: Path) -> Path:
@@ -85,12 +74,6 @@ def synthetic_embed_jobs(workdir: Path) -> int:
     return jobs
 
 
-def planned_jobs(dry_run: str) -> dict:
-    """The jobs a dry run would run, per rule, from its job stats table."""
-    table = dry_run.split("Job stats:", 1)[1] if "Job stats:" in dry_run else ""
-    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.MULTILINE) if rule != "total"}
-
-
 def run(workdir: Path, reads: int) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     marks, seconds = [time.perf_counter()], {}
@@ -114,7 +97,7 @@ def run(workdir: Path, reads: int) -> dict:
     lap("prepare_and_check")
     embed_jobs = synthetic_embed_jobs(workdir)
     lap("synthetic_embeddings")
-    planned = planned_jobs(snakemake(workdir, sheet, "snakemake_dry_run.log", "--dry-run"))
+    planned = snakemake(workdir, sheet, "snakemake_dry_run.log", "--dry-run")["jobs_by_rule"]
     if "embed" in planned:
         raise SystemExit(f"Snakemake would run {planned['embed']} embed jobs: {workdir / 'snakemake_dry_run.log'}")
     snakemake(workdir, sheet, "snakemake_run.log")
@@ -150,9 +133,7 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="where the workflow runs (reads and results are kept)")
     parser.add_argument("--reads", type=int, default=5_000_000, help="reads of 500 bp in the one sample")
     args = parser.parse_args()
-    result = {"benchmark": "report_size", "machine": f"{platform.machine()}, {os.cpu_count()} cpus"}
-    result |= run(Path(args.workdir), args.reads)
-    print(json.dumps(result, indent=2))
+    measure.print_figures(measure.header("report_size") | run(Path(args.workdir), args.reads))
 
 
 if __name__ == "__main__":
