@@ -24,6 +24,7 @@ import yaml
 from workflow_lib.harness.measure import header, print_figures, print_progress, snakemake
 from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
 from workflow_lib.models import classifier
+from workflow_lib.prepare.plan import read_plans
 from workflow_lib.workflow import demo_models
 
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
@@ -73,7 +74,7 @@ class Watch:
                 self.peak_bytes = total
             self.peak_files = max(self.peak_files, sum(p.suffix == ".h5" for p in sizes))
             for path, size in sizes.items():
-                if re.fullmatch(r"shard_\d+\.h5", path.name):
+                if re.fullmatch(r"shard_[\d-]+\.h5", path.name):  # shard_{pool}.h5, as rules/embed.smk names it
                     self.written[path] = max(size, self.written.get(path, 0))
 
     def close(self) -> None:
@@ -123,8 +124,8 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
         snakemake_run, _ = snakemake(run_dir, *options, log=folder / "snakemake.log")
     finally:
         watch.close()
-    shards = pd.read_csv(run_dir / "results" / "plan" / "shards.tsv", sep="\t")
-    figures = {"reads": reads, "frames": int(shards["frames"].sum()), "shards": len(shards)}
+    samples, pools = read_plans(run_dir / "results" / "plan")
+    figures = {"reads": reads, "frames": sum(shard["frames"] for shard in samples["reads"]), "shards": len(pools)}
     figures |= {"shard_tokens": shard_tokens, "jobs": snakemake_run["jobs_by_rule"]} | disk_figures(run_dir, watch)
     figures["rules"] = rule_figures(run_dir)
     return figures | {"snakemake_own_cpu_s": snakemake_run["own_cpu_s"], "seconds": snakemake_run["seconds"]}
