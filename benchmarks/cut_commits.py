@@ -9,9 +9,6 @@ DNABERT-S in turn, on the demo models. Prints JSON.
 """
 
 import argparse
-import json
-import os
-import platform
 import re
 import signal
 import subprocess
@@ -27,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import EMBEDDING_TOLERANCE  # noqa: E402
 
 from workflow_lib.embed.loader import ShardIndex  # noqa: E402
-from workflow_lib.harness.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads  # noqa: E402
+from workflow_lib.harness.measure import header, print_figures, print_progress  # noqa: E402
+from workflow_lib.harness.stages import GENOMES, READS_PER_FRAME, embed_command, prepared_reads  # noqa: E402
 from workflow_lib.workflow import demo_models  # noqa: E402
 
 UNREADABLE = re.compile(r"(part_\d+\.npz): unreadable \(.*\); its frames are embedded again")
@@ -78,13 +76,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    result = {
-        "benchmark": "cut_commits",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "options": OPTIONS,
-        "jobs": [],
-    }
+    result = header("cut_commits") | {"options": OPTIONS, "jobs": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shards, models = inputs(tmp, args.frames)
@@ -105,17 +97,16 @@ def main() -> None:
                 figures["max_abs_difference"] = float(np.abs(got[1] - want[1]).max(initial=0))
                 output.unlink()
             result["jobs"].append(figures)
-            print(json.dumps(figures), flush=True)
+            print_progress(figures)
     result["summary"] = summary(result["jobs"])
-    print(json.dumps(result, indent=2))
+    print_figures(result)
 
 
 def inputs(tmp: Path, frames: int) -> tuple[dict[str, Path], dict[str, Path]]:
     """A protein and a nucleotide shard of about `frames` frames of 500 bp reads, and the demo models."""
-    write_reads(tmp / "reads.fa", round(frames * 2.6), 500, seed=1)
-    prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
-    shards = {"esm": shard_fastas(tmp / "prepared", "faa")[0], "dnabert": shard_fastas(tmp / "prepared", "fna")[0]}
-    return shards, demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
+    shards = prepared_reads(tmp, round(frames * READS_PER_FRAME))
+    models = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
+    return {"esm": shards["faa"], "dnabert": shards["fna"]}, models
 
 
 def embeddings(output: Path) -> tuple[list, np.ndarray]:

@@ -13,9 +13,7 @@
 """
 
 import argparse
-import json
-import os
-import platform
+import gc
 import tempfile
 import time
 from pathlib import Path
@@ -26,16 +24,8 @@ import numpy as np
 import torch
 
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
-from workflow_lib.harness.stages import (
-    DEFAULTS,
-    GENOMES,
-    ONE_SHARD,
-    embed_into,
-    embed_settings,
-    prepare_into,
-    shard_fastas,
-    write_reads,
-)
+from workflow_lib.harness.measure import header, print_figures
+from workflow_lib.harness.stages import DEFAULTS, GENOMES, embed_into, embed_settings, prepared_reads
 from workflow_lib.models import dnabert_loading, esm, esm_loading
 from workflow_lib.models.tokens import ESMTokens
 from workflow_lib.workflow import demo_models
@@ -62,6 +52,14 @@ def loader_rate(index: ShardIndex, encode, budget: int, workers: int) -> dict:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def free(device: torch.device) -> None:
+    """Release what the last step left on the device, and restart its peak memory count."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def read_frames(path: Path, n: int) -> Path:
@@ -124,9 +122,9 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def machine(device: torch.device) -> dict:
-    found = {"device": str(device), "torch": torch.__version__, "cpus": len(os.sched_getaffinity(0))}
-    found["machine"] = platform.machine()
+def device_figures(device: torch.device) -> dict:
+    """The device and torch that a figure was measured with."""
+    found = {"device": str(device), "torch": torch.__version__}
     if device.type == "cuda":
         found["gpu"], found["cuda"] = torch.cuda.get_device_name(device), torch.version.cuda
     return found
@@ -142,12 +140,11 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=16384, help="tokens per batch (toks_per_batch for fair-esm)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    result = {"benchmark": "embed_throughput", **machine(torch.device("cpu"))}
+    result = header("embed_throughput") | device_figures(torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_reads(tmp / "reads.fa", args.reads, 500, seed=1)
-        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
-        proteins, nucleotides = (ShardIndex.read(shard_fastas(tmp / "prepared", s)[0]) for s in ("faa", "fna"))
+        shards = prepared_reads(tmp, args.reads)
+        proteins, nucleotides = ShardIndex.read(shards["faa"]), ShardIndex.read(shards["fna"])
         demo = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
         _, dna_tokens = dnabert_loading.load(str(demo["dnabert"]))
         alphabet = fair_esm.Alphabet.from_architecture("ESM-1b")
@@ -158,7 +155,7 @@ def main() -> None:
         }
         result["esm"] = esm_against_fair_esm(tmp, read_frames(proteins.path, args.esm_proteins), args)
         result["dnabert"] = dnabert_job(tmp, read_frames(nucleotides.path, args.dnabert_sequences), args)
-    print(json.dumps(result, indent=2))
+    print_figures(result)
 
 
 def esm_against_fair_esm(tmp: Path, subset: Path, args: argparse.Namespace) -> dict:

@@ -21,9 +21,6 @@ writes it to --out.
 """
 
 import argparse
-import json
-import os
-import platform
 import tempfile
 import time
 from collections import defaultdict
@@ -39,15 +36,14 @@ from workflow_lib.embed import loader, resume, rows
 from workflow_lib.embed.loader import ShardBatches, ShardIndex
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.harness.measure import header, print_figures, print_progress
 from workflow_lib.harness.stages import (
     GENOMES,
-    ONE_SHARD,
+    READS_PER_FRAME,
     embed_into,
     embed_settings,
-    prepare_into,
-    shard_fastas,
+    prepared_reads,
     tokenize_into,
-    write_reads,
 )
 from workflow_lib.io import h5store
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
@@ -60,7 +56,6 @@ ONE_LAYER = {
     "dnabert": {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 48, "intermediate_size": 96},
 }
 SUFFIX = {"esm": "faa", "dnabert": "fna"}
-READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
 
 
 class FreeEmbedder:
@@ -208,21 +203,14 @@ def main() -> None:
         "--one-layer", action="store_true", help="also the job with 1-layer models of real attention (ONE_LAYER)"
     )
     args = parser.parse_args()
-    result = {
-        "benchmark": "host_ceiling",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "torch": torch.__version__,
-    }
+    result = header("host_ceiling") | {"torch": torch.__version__}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_reads(tmp / "reads.fa", round(args.frames * READS_PER_FRAME), 500, seed=1)
-        prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
+        shards = prepared_reads(tmp, round(args.frames * READS_PER_FRAME))
         models = demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)
         encoders = tokenizers(models)
         for model in args.models:
-            source = shard_fastas(tmp / "prepared", SUFFIX[model])[0]
-            lines = source.read_bytes().split(b"\n")
+            lines = shards[SUFFIX[model]].read_bytes().split(b"\n")
             if len(lines) // 2 < args.frames:
                 raise SystemExit(f"the reads gave {len(lines) // 2} frames, fewer than {args.frames}")
             shard = tmp / f"{model}.{SUFFIX[model]}"
@@ -241,9 +229,8 @@ def main() -> None:
                 figures["one_layer_model"] = job(model, shard, small, None, tmp / "small.h5", *run[1:3], stored)
                 figures["one_layer_model"]["config"] = ONE_LAYER[model]
             result[model] = figures
-            print(json.dumps({model: figures}), flush=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+            print_progress({model: figures})
+    print_figures(result, args.out)
 
 
 if __name__ == "__main__":

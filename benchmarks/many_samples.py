@@ -24,21 +24,17 @@ pooled shards' jobs of the plan that the run made.
 
 import argparse
 import contextlib
-import json
-import os
-import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
 import yaml
 from workflow_scale import models
 
+from workflow_lib.harness import measure
 from workflow_lib.harness.stages import ROOT, write_reads
 from workflow_lib.prepare.plan import read_plans
 
@@ -50,13 +46,6 @@ SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
     '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
-)
-# Snakemake run in this process, so that RUSAGE_SELF is its own CPU and not its jobs'.
-OWN_CPU = (
-    "import atexit, json, resource, sys, time; start = time.perf_counter(); "
-    "atexit.register(lambda: print(json.dumps({'own_cpu_s': sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), "
-    "'seconds': time.perf_counter() - start}), file=sys.stderr)); "
-    "from snakemake.cli import main; sys.argv = ['snakemake', *sys.argv[1:]]; main()"
 )
 
 
@@ -81,21 +70,12 @@ def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: d
     """Its own CPU seconds, the wall seconds and the jobs of one invocation, as the profile runs it
     (the local profile, or under `cluster`, the environment of a SLURM test bed, the test bed's
     profile with profiles/slurm's job groups: then the sbatch submissions too)."""
-    command = [sys.executable, "-c", OWN_CPU, *targets, "--snakefile", str(workflow / "Snakefile")]
-    command += ["--directory", str(run), "--configfile", str(config)]
+    options = [*targets, "--configfile", config]
     if cluster is None:
-        command += ["--profile", str(workflow / "profiles" / "local")]
+        options += ["--profile", workflow / "profiles" / "local"]
     else:
-        command += ["--profile", str(shipped_profile(run.parent / "profile")), "--verbose", *TEST_OPTIONS]
-    env = cluster or {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
-    if result.returncode:
-        raise SystemExit(f"the workflow failed:\n{result.stderr[-4000:]}")
-    figures = json.loads(result.stderr.strip().splitlines()[-1])
-    output = result.stdout + result.stderr
-    rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", output, re.M)
-    by_rule = {rule: rules.count(rule) for rule in sorted(set(rules))}
-    figures = {key: round(value, 1) for key, value in figures.items()} | {"jobs": len(rules), "jobs_by_rule": by_rule}
+        options += ["--profile", shipped_profile(run.parent / "profile"), "--verbose", *TEST_OPTIONS]
+    figures, output = measure.snakemake(run, *options, workflow=workflow, env=cluster)
     if cluster is not None:
         # the plugin's job comment: rule_RULE_wildcards_..., or rule_GROUP_RULES for a group
         sbatch = re.findall(r"sbatch call: .*?--comment rule_(\w+?)(?:_wildcards_\S*)? ", output)
@@ -112,12 +92,8 @@ def slurm_dry_run(workflow: Path, folder: Path, config: Path, plan_dir: Path) ->
     run = folder / "slurm_dry_run"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
-    command = [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(workflow / "Snakefile")]
-    command += ["--directory", str(run), "--configfile", str(config), "--profile", str(workflow / "profiles" / "slurm")]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        raise SystemExit(f"the dry run failed:\n{result.stderr[-4000:]}")
-    output = result.stdout + result.stderr
+    options = ("-n", "--configfile", config, "--profile", workflow / "profiles" / "slurm")
+    _, output = measure.snakemake(run, *options, workflow=workflow)
     local = {
         name
         for smk in (workflow / "rules").glob("*.smk")
@@ -208,14 +184,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.slurm and not args.no_compare:
         parser.error("--slurm measures the user's run only: add --no-compare")
-    result = {
-        "benchmark": "many_samples",
-        "mode": args.mode
-        + ("" if args.mode == "real" else ": the real rules, each job's command swapped for one writing its outputs"),
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "runs": [],
-    }
+    swapped = ": the real rules, each job's command swapped for one writing its outputs"
+    result = measure.header("many_samples") | {"mode": args.mode + ("" if args.mode == "real" else swapped), "runs": []}
     with contextlib.ExitStack() as stack:
         cluster = None
         if args.slurm:
@@ -227,8 +197,8 @@ def main() -> None:
                 args.workdir, n, args.mode, not args.no_compare, args.reads, args.append, cluster, args.slurm_dry_run
             )
             result["runs"].append(figures)
-            print(json.dumps(figures), file=sys.stderr, flush=True)
-    print(json.dumps(result, indent=2))
+            measure.print_progress(figures)
+    measure.print_figures(result)
 
 
 if __name__ == "__main__":

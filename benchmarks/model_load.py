@@ -9,38 +9,33 @@ precision converts to, here without a GPU). Prints JSON.
 """
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import torch
 
+from workflow_lib.harness.measure import header, measured, print_figures, print_progress
+from workflow_lib.harness.stages import ROOT
 from workflow_lib.workflow import demo_models
 
-ROOT = Path(__file__).resolve().parents[1]
-# The peak is VmHWM, the process's own: ru_maxrss keeps, across exec, the high-water mark of the
-# forked parent (here, 17 GB when this process has just built a 3B-shaped checkpoint).
+# In the child: the seconds of loading alone (Python and torch imported), written to argv[4].
 LOAD = (
-    "import re, sys, time, torch; sys.path.insert(0, sys.argv[1]); "
+    "import pathlib, sys, time, torch; sys.path.insert(0, sys.argv[1]); "
     "from workflow_lib.models import esm_loading; start = time.perf_counter(); "
     "e = esm_loading.embedder(sys.argv[2], None, None, torch.device('cpu'), getattr(torch, sys.argv[3])); "
-    "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
-    "print(time.perf_counter() - start, hwm)"
+    "pathlib.Path(sys.argv[4]).write_text(str(time.perf_counter() - start))"
 )
 
 
 def load(root: Path, checkpoint: Path, dtype: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", LOAD, str(root), str(checkpoint), dtype], capture_output=True, text=True
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr[-3000:])
-    seconds, kib = out.stdout.split()
-    return {"seconds": round(float(seconds), 1), "peak_rss_gb": round(int(kib) * 1024 / 1e9, 2)}
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds = Path(tmp) / "seconds"
+        usage = measured([sys.executable, "-c", LOAD, root, checkpoint, dtype, seconds])
+        return {
+            "seconds": round(float(seconds.read_text()), 1),
+            "peak_rss_gb": round(usage["peak_rss_mb"] * 2**20 / 1e9, 2),
+        }
 
 
 def main() -> None:
@@ -53,18 +48,12 @@ def main() -> None:
     checkpoint = args.workdir / f"esm2_{args.shape}_random.pt"
     if not checkpoint.exists():
         demo_models.build_esm(checkpoint, 0, demo_models.ESM2_SHAPES[args.shape], dtype=torch.float16)
-    result = {
-        "benchmark": "model_load",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "shape": args.shape,
-        "root": str(args.root),
-        "checkpoint_gb": round(checkpoint.stat().st_size / 1e9, 2),
-    }
+    result = header("model_load") | {"shape": args.shape, "root": str(args.root)}
+    result["checkpoint_gb"] = round(checkpoint.stat().st_size / 1e9, 2)
     for dtype in ("float32", "bfloat16"):
         result[dtype] = load(args.root, checkpoint, dtype)
-        print(json.dumps({dtype: result[dtype]}), file=sys.stderr, flush=True)
-    print(json.dumps(result, indent=2))
+        print_progress({dtype: result[dtype]})
+    print_figures(result)
 
 
 if __name__ == "__main__":

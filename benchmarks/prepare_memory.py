@@ -3,7 +3,7 @@
 
 Prints JSON. The input is written once under --workdir and reused by later runs; prepare's
 outputs go to a temporary folder there and are deleted after counting. The peak is the
-resident set (ru_maxrss) of the prepare process, the only child of this one.
+resident set (ru_maxrss) of the prepare process, the only child of a fresh process.
 
     python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --gb 2 --shard-tokens 180000000
     python benchmarks/prepare_memory.py --workdir /tmp/prepare_memory --contig-mb 100
@@ -12,16 +12,11 @@ resident set (ru_maxrss) of the prepare process, the only child of this one.
 import argparse
 import functools
 import gzip
-import json
-import os
-import platform
 import random
-import resource
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
+from workflow_lib.harness.measure import header, measured, print_figures
 from workflow_lib.harness.stages import DEFAULTS, GENOMES, prepare_command, write_reads
 from workflow_lib.io.seqio import read_records
 
@@ -71,35 +66,16 @@ def main() -> None:
         command = prepare_command(
             path, Path(outdir), "--shard-tokens", str(args.shard_tokens), "--chunk-length", str(READ_LENGTH)
         )
-        start = time.perf_counter()
-        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
-        seconds = time.perf_counter() - start
-        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+        usage = measured(command)
         with gzip.open(Path(outdir) / "sequences.tsv.gz", "rb") as table:
             records = sum(1 for _ in table) - 1
         with gzip.open(Path(outdir) / "frames.tsv.gz", "rb") as table:
             frames = sum(1 for _ in table) - 1
         output_bytes = sum(f.stat().st_size for f in Path(outdir).iterdir())
     input_bytes = path.stat().st_size
-    print(
-        json.dumps(
-            {
-                "benchmark": "prepare_memory",
-                "input": path.name,
-                "input_bytes": input_bytes,
-                "records": records,
-                "frames": frames,
-                "shard_tokens": args.shard_tokens,
-                "output_bytes": output_bytes,
-                "seconds": round(seconds, 2),
-                "mb_per_s": round(input_bytes / 1e6 / seconds, 1),
-                "peak_rss_mb": round(peak_kib / 1024),
-                "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
-                "python": platform.python_version(),
-            },
-            indent=2,
-        )
-    )
+    result = header("prepare_memory") | {"input": path.name, "input_bytes": input_bytes, "records": records}
+    result |= {"frames": frames, "shard_tokens": args.shard_tokens, "output_bytes": output_bytes, **usage}
+    print_figures(result | {"mb_per_s": round(input_bytes / 1e6 / usage["seconds"], 1)})
 
 
 if __name__ == "__main__":

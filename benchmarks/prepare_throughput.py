@@ -11,15 +11,14 @@ in the same run, one core each, and reports the ratio.
 import argparse
 import gzip
 import importlib.util
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
 import types
 from pathlib import Path
 
+from workflow_lib.harness.measure import header, print_figures
 from workflow_lib.harness.stages import DEFAULTS, prepare_into, write_reads
 
 
@@ -86,23 +85,20 @@ def main() -> None:
                 workdir = tmp / f"virnucpro_{repeat}"
                 workdir.mkdir()
                 theirs.append(args.virnucpro_reads / timed(run_virnucpro, units, small, workdir, args.length))
-        result = {
-            "benchmark": "prepare_throughput",
+        result = header("prepare_throughput") | {
             "read_length": args.length,
             "reads": args.reads,
             "input": "FASTA, gzip" if args.gzip else "FASTA",
             "repeats": args.repeats,
             "reads_per_s": round(max(ours)),
             "reads_per_s_all": [round(x) for x in ours],
-            "machine": f"{platform.machine()}, {os.cpu_count()} cpus, pinned to 1 core",
-            "python": platform.python_version(),
         }
         if units:
             result["virnucpro_reads"] = args.virnucpro_reads
             result["virnucpro_reads_per_s"] = round(max(theirs))
             result["virnucpro_reads_per_s_all"] = [round(x) for x in theirs]
             result["speedup"] = round(max(ours) / max(theirs), 1)
-    print(json.dumps(result, indent=2))
+    print_figures(result)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,27 @@
 """Peak memory and time of the plot_sample and summarize jobs on a large synthetic sample: the
 tables that prepare, predict and call write for --records reads of 150-2,000 bp (random scores,
 two kept frames a chunk), made once under --workdir and reused by later runs. Each job runs as
-its CLI in a child process; the peak is that child's resident set (ru_maxrss). Prints JSON.
+its CLI, the only child of a fresh process; the peak is its resident set (ru_maxrss). Prints JSON.
 
     python benchmarks/report_memory.py --workdir /tmp/report_memory --records 1000000
 """
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import numpy as np
+import pandas as pd
+
+from workflow_lib.classify.regions import REGIONS
+from workflow_lib.harness.measure import header, measured, print_figures
+from workflow_lib.harness.stages import ROOT
+from workflow_lib.io.tables import write_json, write_tsv
+
 CHUNK = 300
 
 
 def write_sample(folder: Path, records: int, seed: int = 0) -> None:
-    # imported here: the measuring process stays small, as a child's peak counts its parent's
-    # memory at the fork
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     ids = np.char.add("read", np.arange(records).astype(str))
@@ -36,11 +34,6 @@ def write_sample(folder: Path, records: int, seed: int = 0) -> None:
 
 def write_scored(folder: Path, ids, length, status, rng):
     """prepare's tables, and predict's chunks and frames tables, of records of these lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from workflow_lib.io.tables import write_tsv
-
     n_chunks = -(-length // CHUNK)
     prepared = pd.DataFrame({"sequence_id": ids, "length": length, "n_chunks": n_chunks})
     prepared["n_frames"] = rng.integers(0, 7, len(ids)) * n_chunks
@@ -74,12 +67,6 @@ def write_scored(folder: Path, ids, length, status, rng):
 
 def write_calls(folder: Path, chunks, ids, length, status, rng) -> None:
     """call's sequences table, and a regions table of one region in 1% of the records."""
-    import numpy as np
-    import pandas as pd
-
-    from workflow_lib.classify.regions import REGIONS
-    from workflow_lib.io.tables import write_tsv
-
     n_chunks = -(-length // CHUNK)
     best = chunks.groupby("sequence_id", sort=False)["max_score_virus"].max().reindex(ids).to_numpy().copy()
     best[rng.random(len(ids)) < 0.05] = np.nan
@@ -100,8 +87,6 @@ def write_calls(folder: Path, chunks, ids, length, status, rng) -> None:
 
 def write_summaries(folder: Path, records: int, bases: int, chunks: int, frames: int) -> None:
     """The run summary, manifest, benchmark and figures files that summarize and plot_sample read."""
-    from workflow_lib.io.tables import write_json
-
     shards = [
         {"model": m, "shard": s, "tokens_per_s": 1000.0, "fill": 0.9, "precision": "fp16", "device": "cuda:0"}
         for m in ("esm", "dnabert")
@@ -119,27 +104,14 @@ def write_summaries(folder: Path, records: int, bases: int, chunks: int, frames:
         write_json({"model": job, "frames": 1, "n_tokens": 1, "seconds": 1.0}, folder / f"figures_{job}.json")
 
 
-def measure(command: list[str]) -> dict:
-    """Seconds and the peak resident set (MB) of one child process (its own rusage, from wait4)."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{command[1]} failed: {child.stderr.read().decode()[-2000:]}")
-    return {"seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": usage.ru_maxrss // 1024}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = args.workdir / f"records_{args.records}"
-    if args.write_only:
-        return write_sample(folder, args.records)
     if not (folder / "manifest.json").is_file():
-        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--write-only"], check=True)
+        write_sample(folder, args.records)
     out = folder / "out"
     out.mkdir(exist_ok=True)
     python = [sys.executable]
@@ -160,9 +132,8 @@ def main() -> None:
     for name in ("scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"):
         plot += [f"--{name.replace('_', '-')}-out", str(out / f"{name}.{'html' if name == 'table' else 'png'}")]
     tables_mb = sum(f.stat().st_size for f in folder.glob("*.tsv*")) / 1e6
-    result = {"records": args.records, "tables_mb": round(tables_mb, 1), "machine": platform.machine()}
-    result |= {"summarize": measure(summarize), "plot_sample": measure(plot)}
-    print(json.dumps(result, indent=2))
+    result = header("report_memory") | {"records": args.records, "tables_mb": round(tables_mb, 1)}
+    print_figures(result | {"summarize": measured(summarize), "plot_sample": measured(plot)})
 
 
 if __name__ == "__main__":

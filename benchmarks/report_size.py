@@ -18,27 +18,20 @@ WORKDIR/report.html`: its size, the tables' sizes and whether the report attache
 """
 
 import argparse
-import json
-import os
-import platform
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from scale import size_mb, synthetic_embeddings
 
+from workflow_lib.harness import measure
 from workflow_lib.harness.stages import ROOT, write_reads
 from workflow_lib.io.tables import read_json
 
 SAMPLE = "reads"
 MODELS = {"esm": "faa", "dnabert": "fna"}  # the shard FASTA each model embeds (rules/common.smk)
 CONFIG = ROOT / "config" / "demo.yaml"
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", ROOT / "Snakefile", "--configfile", CONFIG]
-SNAKEMAKE += ["--profile", ROOT / "profiles" / "local", "--cores", "2"]
-# The rules call `python`: this one, as in an activated environment.
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+OPTIONS = ("--configfile", CONFIG, "--profile", ROOT / "profiles" / "local", "--cores", 2)
 # A Snakemake benchmark file's columns; the synthetic embed jobs took no measured time or memory.
 BENCHMARK = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 BENCHMARK += "1.0\t0:00:01\t-\t-\t-\t-\t-\t-\t-\t-\n"
@@ -46,13 +39,9 @@ TABLE_LABELS = ("chunks table (download)", "sequences table (download)")  # the 
 
 
 def snakemake(workdir: Path, samples: Path, log: str, *args: str) -> str:
-    """Snakemake in `workdir` with the demo config and the samples sheet `samples`; its output in `log`."""
-    command = [*map(str, SNAKEMAKE), "--directory", str(workdir), *args, "--config", f"samples={samples}"]
-    out = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    (workdir / log).write_text(out.stdout + out.stderr)
-    if out.returncode:
-        raise SystemExit(f"snakemake {' '.join(args)} failed ({workdir / log}):\n{out.stderr[-3000:]}")
-    return out.stdout + out.stderr
+    """Snakemake in `workdir` with the demo config and the samples sheet `samples`; its output, also in `log`."""
+    _, output = measure.snakemake(workdir, *OPTIONS, *args, "--config", f"samples={samples}", log=workdir / log)
+    return output
 
 
 def training_sheet(workdir: Path) -> Path:
@@ -86,7 +75,8 @@ def synthetic_embed_jobs(workdir: Path) -> int:
 
 
 def planned_jobs(dry_run: str) -> dict:
-    """The jobs a dry run would run, per rule, from its job stats table."""
+    """The jobs a dry run would run, per rule, from its job stats table (it lists those after the
+    plan checkpoint too, which it shows no job of)."""
     table = dry_run.split("Job stats:", 1)[1] if "Job stats:" in dry_run else ""
     return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.MULTILINE) if rule != "total"}
 
@@ -150,9 +140,7 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="where the workflow runs (reads and results are kept)")
     parser.add_argument("--reads", type=int, default=5_000_000, help="reads of 500 bp in the one sample")
     args = parser.parse_args()
-    result = {"benchmark": "report_size", "machine": f"{platform.machine()}, {os.cpu_count()} cpus"}
-    result |= run(Path(args.workdir), args.reads)
-    print(json.dumps(result, indent=2))
+    measure.print_figures(measure.header("report_size") | run(Path(args.workdir), args.reads))
 
 
 if __name__ == "__main__":

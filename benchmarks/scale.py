@@ -14,10 +14,7 @@ none large enough), with a tiny random ESM-2 (--embed-model): its memory, not it
 
 import argparse
 import json
-import os
-import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,8 +22,10 @@ import numpy as np
 
 from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
 from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.measure import header, measured, print_figures, print_progress
 from workflow_lib.harness.stages import (
     DEFAULTS,
+    READS_PER_FRAME,
     embed_command,
     prepare_command,
     script_command,
@@ -47,21 +46,6 @@ EMBED_MODELS = {
     "demo": ESM_CONFIG,
     "small": {**ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1},
 }
-READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
-MEASURE = (
-    "import resource, subprocess, sys, time; start = time.perf_counter(); "
-    "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-    "print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
-)
-
-
-def measured(command: list) -> dict:
-    """Seconds and peak RSS (MB) of `command`, the only child of a fresh process."""
-    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, command)], capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"{command[1]} failed:\n{out.stderr[-3000:]}")
-    seconds, kib = out.stdout.split()
-    return {"seconds": round(float(seconds), 2), "peak_rss_mb": round(int(kib) / 1024)}
 
 
 def size_mb(*paths: Path, digits: int = 1) -> float:
@@ -267,18 +251,17 @@ def main() -> None:
     parser.add_argument("--embed-model", choices=tuple(EMBED_MODELS), default="demo", help="the embed job's ESM-2")
     args = parser.parse_args()
     workdir = Path(args.workdir)
-    result = {"benchmark": "scale", "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "storage": args.storage}
-    result["runs"] = []
+    result = header("scale") | {"storage": args.storage, "runs": []}
     for n in args.reads:
         result["runs"].append(run(workdir, n, args.shard_tokens, args.storage))
-        print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)  # as each finishes
+        print_progress(result["runs"][-1])
     if args.embed_frames:
         source = frames_shard(workdir, max(args.embed_frames))
         result["embed"] = []
         for n in args.embed_frames:
             result["embed"].append(embed_job(workdir, source, n, args.embed_model))
-            print(json.dumps(result["embed"][-1]), file=sys.stderr, flush=True)
-    print(json.dumps(result, indent=2))
+            print_progress(result["embed"][-1])
+    print_figures(result)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ Prints JSON.
 """
 
 import argparse
-import json
 import os
-import platform
 import random
 import re
 import signal
@@ -22,7 +20,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from workflow_lib.harness.stages import GENOMES, ONE_SHARD, embed_command, prepare_into, shard_fastas, write_reads
+from workflow_lib.harness.measure import header, print_figures, print_progress
+from workflow_lib.harness.stages import GENOMES, READS_PER_FRAME, embed_command, prepared_reads
 from workflow_lib.workflow import demo_models
 
 STOPPED = re.compile(r"stopped after ([\d,]+) of [\d,]+ frames; they are committed")
@@ -49,13 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     options = {"num_workers": 2, "threads": 3, "token_budget": 256, "commit_seconds": 0.5, "progress_seconds": 600}
-    result = {
-        "benchmark": "sigterm_stress",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "options": options,
-        "runs": [],
-    }
+    result = header("sigterm_stress") | {"options": options, "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shard, model = shard_and_model(tmp, args.frames)
@@ -73,16 +66,14 @@ def main() -> None:
             if "resume_error" not in result["runs"][-1]:
                 got, _ = embeddings(tmp / f"run_{run}.h5")
                 result["runs"][-1]["equal_to_the_bit"] = bool(np.array_equal(got, reference))
-            print(json.dumps(result["runs"][-1]), flush=True)
+            print_progress(result["runs"][-1])
     result["summary"] = summary(result["runs"])
-    print(json.dumps(result, indent=2))
+    print_figures(result)
 
 
 def shard_and_model(tmp: Path, frames: int) -> tuple[Path, Path]:
     """A protein shard of `frames` frames of 500 bp reads, and the demo ESM-2."""
-    write_reads(tmp / "reads.fa", round(frames * 2.6), 500, seed=1)
-    prepare_into(tmp / "reads.fa", tmp / "prepared", ONE_SHARD, chunk_length=500)
-    lines = shard_fastas(tmp / "prepared", "faa")[0].read_bytes().split(b"\n")[: 2 * frames]
+    lines = prepared_reads(tmp, round(frames * READS_PER_FRAME))["faa"].read_bytes().split(b"\n")[: 2 * frames]
     shard = tmp / "shard.faa"
     shard.write_bytes(b"\n".join(lines) + b"\n")
     return shard, demo_models.build_in(tmp / "models", sorted(GENOMES.glob("*.fasta")), seed=0)["esm"]

@@ -1,5 +1,6 @@
 """Embeddings on disk: bytes per frame and write/read seconds of each storage type and filter,
 at the production width (DNABERT-S 768 + ESM-2 3B 2560 features), on synthetic embeddings.
+Prints JSON.
 
     python benchmarks/storage.py [--frames 20000] [--dir DIR]
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workflow_lib.harness.measure import header, print_figures, print_progress
 from workflow_lib.io import h5store
 
 WIDTHS = {"dnabert": 768, "esm": 2560}
@@ -38,7 +40,7 @@ def main() -> None:
     attrs = dict.fromkeys(h5store.REQUIRED_ATTRS, "x")
     ids = [f"read_{i}_1F" for i in range(args.frames)]
     data = {name: synthetic(args.frames, dim, seed) for seed, (name, dim) in enumerate(WIDTHS.items())}
-    print("storage\tfilter\tbytes_per_frame\twrite_s\tread_s")
+    result = header("storage") | {"frames": args.frames, "runs": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for storage in h5store.STORAGE:
             for name, layout in FILTERS.items():
@@ -55,7 +57,10 @@ def main() -> None:
                     for _ in blocks:
                         pass
                 read_s = time.perf_counter() - start
-                print(f"{storage}\t{name}\t{size / args.frames:.0f}\t{write_s:.2f}\t{read_s:.2f}", flush=True)
+                run = {"storage": storage, "filter": name, "bytes_per_frame": round(size / args.frames)}
+                result["runs"].append(run | {"write_s": round(write_s, 2), "read_s": round(read_s, 2)})
+                print_progress(result["runs"][-1])
+    print_figures(result)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,21 @@
 """How float16 embeddings storage changes scores and calls, with the demo models: every bundled
 genome through prepare (300 bp chunks) -> embed (float32) -> a classifier trained on them (phages
 virus, the rest other) -> predict -> call, then predict -> call again from float16 copies of the
-same embeddings.
+same embeddings. Prints JSON.
 
     python benchmarks/storage_scores.py [--workdir DIR]
 """
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from workflow_lib.classify.train import load_examples, train
+from workflow_lib.harness.measure import header, print_figures
 from workflow_lib.harness.stages import (
-    GENOMES as STAGE_GENOMES,
-)
-from workflow_lib.harness.stages import (
+    GENOMES,
     ONE_SHARD,
     call_into,
     embed_into,
@@ -32,7 +30,6 @@ from workflow_lib.io.tables import read_table
 from workflow_lib.models import classifier
 from workflow_lib.workflow.demo_models import build_in
 
-GENOMES = sorted(STAGE_GENOMES.glob("*.fasta"))
 VIRUSES = ("phage", "lambda", "phiX174")
 
 
@@ -42,9 +39,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
-        models = build_in(root / "models", [STAGE_GENOMES / "lambda_NC_001416.fasta"], seed=0)
+        models = build_in(root / "models", [GENOMES / "lambda_NC_001416.fasta"], seed=0)
         samples = {}
-        for genome in GENOMES:
+        for genome in sorted(GENOMES.glob("*.fasta")):
             name = genome.stem
             prepare_into(genome, root / name / "prepare", ONE_SHARD, chunk_length=300)
             files = {}
@@ -95,7 +92,7 @@ def main() -> None:
             totals["changed_chunk_calls"] += int((full["chunks"]["is_virus"] != half["chunks"]["is_virus"]).sum())
             totals["records"] += len(full["sequences"])
             totals["changed_record_calls"] += int((full["sequences"]["call"] != half["sequences"]["call"]).sum())
-        print(json.dumps(totals, indent=2))
+        print_figures(header("storage_scores") | totals)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,13 @@ classifier and metrics stay in --workdir, to compare runs of two checkouts.
 """
 
 import argparse
-import json
-import os
-import platform
 import sys
 from pathlib import Path
 
-from scale import SUFFIX, WIDTH, measured, size_mb, synthetic_embeddings
+from scale import SUFFIX, WIDTH, size_mb, synthetic_embeddings
 
 from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.measure import header, measured, print_figures
 from workflow_lib.harness.stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas, write_reads
 
 
@@ -50,9 +48,7 @@ def main() -> None:
         command += [f"--{key.replace('_', '-')}", settings[key]]
     command += ["--balance-classes", str(settings["balance_classes"]).lower()]
     command += ["--chunk-length", DEFAULTS["chunk_length"], "--progress-seconds", 600, "--threads", 1]
-    result = {
-        "benchmark": "train_memory",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+    result = header("train_memory") | {
         "frames": frames,
         "storage": args.storage,
         "embeddings_mb": size_mb(*embeddings),
@@ -60,7 +56,7 @@ def main() -> None:
         "epochs": args.epochs,
         "train": measured(command),
     }
-    print(json.dumps(result, indent=1))
+    print_figures(result)
 
 
 if __name__ == "__main__":

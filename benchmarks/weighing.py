@@ -13,17 +13,16 @@ chunks in records of 1 to 20 chunks, timed as CPU time of this process.
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from scale import measured
 
 from workflow_lib.classify import calibration
 from workflow_lib.cli.settings import CallSettings, PredictSettings
 from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.harness.measure import header, measured, print_figures
 from workflow_lib.harness.stages import prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.io.checksums import sha256
 from workflow_lib.prepare.reconcile import IDDigest
@@ -127,25 +126,11 @@ def main() -> None:
         kind: {stage: max(r[stage]["peak_rss_mb"] for r in runs[kind]) for stage in ("predict", "call")}
         for kind in runs
     }
-    frames = sum(len(ShardIndex.read(s)) for s in shards)
-    print(
-        json.dumps(
-            {
-                "machine": f"{platform.machine()}, {platform.python_version()}",
-                "reads": args.reads,
-                "read_length": args.length,
-                "frames": frames,
-                "median_seconds": median,
-                "peak_rss_mb": peak,
-                "with_over_without": {
-                    s: round(median["with"][s] / median["without"][s], 3) for s in ("predict", "call")
-                },
-                "calibrate_fit": {"chunks": args.fit_chunks, "cpu_seconds": round(fit_seconds, 1)},
-                "calibration_sha256": sha256(calibration_path),
-            },
-            indent=2,
-        )
-    )
+    result = header("weighing") | {"reads": args.reads, "read_length": args.length}
+    result |= {"frames": sum(len(ShardIndex.read(s)) for s in shards), "median_seconds": median, "peak_rss_mb": peak}
+    result["with_over_without"] = {s: round(median["with"][s] / median["without"][s], 3) for s in ("predict", "call")}
+    result["calibrate_fit"] = {"chunks": args.fit_chunks, "cpu_seconds": round(fit_seconds, 1)}
+    print_figures(result | {"calibration_sha256": sha256(calibration_path)})
 
 
 if __name__ == "__main__":

@@ -11,28 +11,24 @@ process alone) and the wall time.
 """
 
 import argparse
-import json
 import os
-import platform
 import re
-import subprocess
-import sys
+import shutil
 import threading
-import time
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import torch
 import yaml
 
+from workflow_lib.harness.measure import header, print_figures, print_progress, snakemake
 from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
 from workflow_lib.models import classifier
+from workflow_lib.prepare.plan import read_plans
 from workflow_lib.workflow import demo_models
 
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
 DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def models(workdir: Path) -> dict:
@@ -55,12 +51,11 @@ def models(workdir: Path) -> dict:
 
 class Watch:
     """Polls the run: the embeddings on disk (every file under results/*/embeddings, in progress
-    or finished), the largest size each finished file reached, and Snakemake's own CPU seconds."""
+    or finished) and the largest size each finished file reached."""
 
-    def __init__(self, run: Path, pid: int):
-        self.run, self.pid = run, pid
+    def __init__(self, run: Path):
+        self.run = run
         self.peak_bytes, self.peak_files, self.written = 0, 0, {}
-        self.own_cpu_s = 0.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.poll, daemon=True)
         self.thread.start()
@@ -79,13 +74,8 @@ class Watch:
                 self.peak_bytes = total
             self.peak_files = max(self.peak_files, sum(p.suffix == ".h5" for p in sizes))
             for path, size in sizes.items():
-                if re.fullmatch(r"shard_\d+\.h5", path.name):
+                if re.fullmatch(r"shard_[\d-]+\.h5", path.name):  # shard_{pool}.h5, as rules/embed.smk names it
                     self.written[path] = max(size, self.written.get(path, 0))
-            try:
-                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                self.own_cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-            except (FileNotFoundError, IndexError):
-                pass
 
     def close(self) -> None:
         self.stop.set()
@@ -126,37 +116,19 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     run_dir = folder / "run"
-    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(run_dir)]
-    command += ["--configfile", str(folder / "config.yaml"), "--profile", str(ROOT / "profiles" / "local")]
-    command += ["--cores", str(cores)]
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }  # rules call `python`
-    start = time.perf_counter()
-    with open(folder / "snakemake.log", "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        watch = Watch(run_dir, process.pid)
-        process.wait()
-    seconds = time.perf_counter() - start
-    watch.close()
-    if process.returncode:
-        raise SystemExit(f"the workflow failed: see {folder / 'snakemake.log'}")
-    shards = pd.read_csv(run_dir / "results" / "plan" / "shards.tsv", sep="\t")
-    figures = {"reads": reads, "frames": int(shards["frames"].sum()), "shards": len(shards)}
-    jobs = Counter(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", (folder / "snakemake.log").read_text(), re.M))
-    figures |= {"shard_tokens": shard_tokens, "jobs": dict(jobs)}
-    return (
-        figures
-        | disk_figures(run_dir, watch)
-        | {
-            "rules": rule_figures(run_dir),
-            "snakemake_own_cpu_s": round(watch.own_cpu_s, 1),
-            "seconds": round(seconds, 1),
-        }
-    )
+    options = ("--configfile", folder / "config.yaml", "--profile", ROOT / "profiles" / "local", "--cores", cores)
+    watch = Watch(run_dir)
+    try:
+        snakemake_run, _ = snakemake(run_dir, *options, log=folder / "snakemake.log")
+    finally:
+        watch.close()
+    samples, pools = read_plans(run_dir / "results" / "plan")
+    figures = {"reads": reads, "frames": sum(shard["frames"] for shard in samples["reads"]), "shards": len(pools)}
+    figures |= {"shard_tokens": shard_tokens, "jobs": snakemake_run["jobs_by_rule"]} | disk_figures(run_dir, watch)
+    figures["rules"] = rule_figures(run_dir)
+    return figures | {"snakemake_own_cpu_s": snakemake_run["own_cpu_s"], "seconds": snakemake_run["seconds"]}
 
 
 def disk_figures(run_dir: Path, watch: Watch) -> dict:
@@ -187,16 +159,11 @@ def main() -> None:
     parser.add_argument("--shard-tokens", type=int, default=3_000_000)
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
     args = parser.parse_args()
-    result = {
-        "benchmark": "workflow_scale",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cpus",
-        "date": time.strftime("%Y-%m-%d"),
-        "runs": [],
-    }
+    result = header("workflow_scale") | {"runs": []}
     for reads in args.reads:
         result["runs"].append(run(args.workdir, reads, args.shard_tokens, args.cores))
-        print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)  # as each finishes
-    print(json.dumps(result, indent=2))
+        print_progress(result["runs"][-1])
+    print_figures(result)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,4 @@ def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
     assert result.returncode == 1
     figures = json.loads(out.read_text())
     assert figures["failed_step"] == "snakemake" and "the workflow failed" in figures["error"]
-    assert (
-        "shard_tokens: 0 is less than the minimum of 1" in (tmp_path / "workflow_logs" / "snakemake.stderr").read_text()
-    )
+    assert "shard_tokens: 0 is less than the minimum of 1" in (tmp_path / "workflow_logs" / "snakemake.log").read_text()

@@ -1,0 +1,315 @@
+"""The GPU check's speed parts (benchmarks/gpu_check.py runs them): `model`, the models alone on
+batches already on the device; `speed`, the production embed job against fair-esm's batching and
+VirNucPro's settings; `workflow`, the whole workflow under Snakemake."""
+
+import copy
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import esm as fair_esm
+import numpy as np
+import torch
+from embed_throughput import (
+    device_figures,
+    esm_checkpoint,
+    fair_esm_embed,
+    free,
+    production_embed,
+    read_frames,
+    sequences,
+    sync,
+)
+
+from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.harness.measure import snakemake
+from workflow_lib.harness.stages import GENOMES, prepared_reads, write_reads
+from workflow_lib.models import classifier, dnabert, esm, esm_loading, varlen
+from workflow_lib.workflow import demo_models
+
+# dense FP16/BF16 tensor cores, by device name (the first that the name holds)
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
+TOKENIZER_GENOMES = sorted(GENOMES.glob("*.fasta"))
+
+
+def peak_tflops(device) -> float | None:
+    """The device's dense FP16 tensor-core TFLOP/s; None where not known (a CPU)."""
+    gpu = device_figures(device).get("gpu", "")
+    return next((tflops for name, tflops in PEAK_TFLOPS.items() if name in gpu), None)
+
+
+# ---------------------------------------------------------------- speed
+
+
+def gpu_busy_share(profile, seconds: float) -> dict:
+    """Share of the wall time in which a CUDA kernel ran (union of kernel intervals), and the
+    kernels that took the most time."""
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in profile.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    busy, end, totals = 0.0, -1.0, {}
+    for start, stop, name in kernels:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+        totals[name] = totals.get(name, 0.0) + stop - start
+    top = sorted(totals.items(), key=lambda item: -item[1])[:8]
+    return {
+        "gpu_busy_share": round(busy / 1e6 / seconds, 3) if kernels else None,
+        "top_kernels_ms": {name[:80]: round(us / 1e3, 1) for name, us in top},
+    }
+
+
+def profiled_embed(shard: Path, output: Path, **settings) -> dict:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if settings["device"] == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        _, stats = production_embed(shard, output, **settings)
+    return {"frames": len(sequences(shard)), **gpu_busy_share(profile, stats["seconds"])}
+
+
+def esm_tokens(proteins: list[str]) -> int:
+    return sum(len(p) + 2 for p in proteins)
+
+
+def embed_job_figures(stats: dict, frames: int, device, config: dict) -> dict:
+    """The ESM-2 embed job's figures: rates, start-up, model FLOPs utilisation, memory."""
+    flop, peak = flop_per_token("esm", config), peak_tflops(device)
+    job = {key: stats[key] for key in ("tokens_per_s", "n_tokens", "seconds", "load_seconds", "precision")}
+    job |= {key: stats[key] for key in ("attention", "fill", "batches", "num_workers", "oom_splits")}
+    job["frames"] = frames
+    # tokens_per_s is the steady rate; the gap to the whole job's is start-up (workers, kernel check, compile)
+    job["startup_s"] = stats["startup_s"]
+    job["whole_job_tokens_per_s"] = round(stats["n_tokens"] / stats["seconds"])
+    job["gflop_per_token"] = round(flop / 1e9, 2)
+    job["mfu"] = round(stats["tokens_per_s"] * flop / (peak * 1e12), 3) if peak else None
+    job["peak_memory_gib"] = round(stats["peak_memory_bytes"] / 2**30, 2)
+    job["loader_wait_share"] = round(stats["loader_wait_s"] / stats["seconds"], 3)
+    return job
+
+
+def against_fair_esm(args, proteins_path: Path, checkpoint: Path, device, ours: float, result, record) -> None:
+    """fair-esm's own batching in FP16, and VirNucPro's settings (FP32, toks_per_batch 2048), against
+    the embed job's `ours` tokens/s."""
+    with record.step("fair-esm FP16"):
+        model, alphabet = esm_loading.load(str(checkpoint), device=device)  # built on the device: no host copy
+        layers = model.num_layers
+        subset = sequences(read_frames(proteins_path, args.compare_frames))
+        half = copy.deepcopy(model).to(dtype=torch.float16 if device.type == "cuda" else torch.float32)
+        _, seconds = fair_esm_embed(half, alphabet, subset, layers, args.budget, device)
+        del half
+        free(device)
+        fair = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds)}
+        fair |= {"toks_per_batch": args.budget, "embed_job_over_it": round(ours / fair["tokens_per_s"], 2)}
+        result["fair_esm_fp16"] = fair
+    with record.step("VirNucPro's settings, FP32"):
+        subset = sequences(read_frames(proteins_path, args.virnucpro_frames))
+        _, seconds = fair_esm_embed(model, alphabet, subset, layers, 2048, device)
+        virnucpro = {"frames": len(subset), "tokens_per_s": round(esm_tokens(subset) / seconds), "toks_per_batch": 2048}
+        virnucpro["embed_job_over_it"] = round(ours / virnucpro["tokens_per_s"], 2)
+        result["virnucpro_fp32"] = virnucpro
+        del model
+        free(device)
+
+
+def speed(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
+    with record.step("frames and checkpoint"):
+        shards = prepared_reads(workdir, args.reads)
+        shard = read_frames(shards["faa"], args.frames)
+        config = shapes["speed_esm"]
+        layers = config["encoder_layers"]
+        start = time.perf_counter()
+        checkpoint = esm_checkpoint(args.models, layers, config["encoder_embed_dim"], config["encoder_attention_heads"])
+        result["checkpoint_build_seconds"] = round(time.perf_counter() - start, 1)
+    common = {"device": device.type, "num_workers": args.workers, "precision": "fp16"}
+    with record.step("embed job, ESM-2"):
+        free(device)
+        embeddings, stats = production_embed(
+            shard, workdir / "esm.h5", model="esm", checkpoint=str(checkpoint), layer=layers,
+            token_budget=args.budget, **common,
+        )  # fmt: skip
+        result["embed_job"] = job = embed_job_figures(stats, len(embeddings), device, config)
+    with record.step("embed job, ESM-2, profiled"):
+        job["profile"] = profiled_embed(
+            read_frames(shards["faa"], args.profile_frames), workdir / "profiled.h5", model="esm",
+            checkpoint=str(checkpoint), layer=layers, token_budget=args.budget, **common,
+        )  # fmt: skip
+        free(device)
+
+    against_fair_esm(args, shards["faa"], checkpoint, device, stats["tokens_per_s"], result, record)
+    with record.step("embed job, DNABERT-S"):
+        directory = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
+        _, stats = production_embed(
+            read_frames(shards["fna"], args.frames), workdir / "dnabert.h5", model="dnabert",
+            checkpoint=str(directory), token_budget=args.dnabert_budget, **common,
+        )  # fmt: skip
+        keys = ("tokens_per_s", "n_tokens", "seconds", "attention", "fill", "peak_memory_bytes")
+        result["dnabert_job"] = {key: stats[key] for key in keys}
+
+
+# ---------------------------------------------------------------- the model alone
+
+
+def random_on(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
+    """`module` (built on the meta device) with random weights made on `device`: no host copy."""
+    module = module.to_empty(device=device)
+    generator = torch.Generator(device).manual_seed(0)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0, 0.02, generator=generator)
+    return module.to(dtype).eval()
+
+
+def esm_alone(config: dict, device, dtype, compiled: bool = False) -> esm.ESMEmbedder:
+    layers, dim, heads = config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
+    with torch.device("meta"):
+        model = fair_esm.ESM2(layers, dim, heads, "ESM-1b", True)
+    model = random_on(model, device, dtype)
+    half = dim // heads // 2
+    inv_freq = 1.0 / 10000 ** (torch.arange(half, device=device, dtype=torch.float32) * 2 / (dim // heads))
+    model.layers[0].self_attn.rot_emb.inv_freq = inv_freq  # a buffer: to_empty left it unset
+    return esm.ESMEmbedder(model, model.alphabet, layers, device, dtype, compiled=compiled)
+
+
+def dnabert_alone(config: dict, directory: Path, device, dtype) -> dnabert.DNABERTEmbedder:
+    with torch.device("meta"):
+        model = dnabert.DNABERT(config)
+    model = random_on(model, device, dtype)
+    model.slopes = torch.tensor(dnabert.alibi_slopes(config["num_attention_heads"]), device=device)
+    return dnabert.DNABERTEmbedder(model, dnabert.DNABERTTokens(directory / "tokenizer.json"), device, dtype)
+
+
+def flop_per_token(model: str, config: dict) -> int:
+    """The GEMMs' FLOPs a token (attention adds about 1% at these lengths)."""
+    if model == "esm":
+        return 24 * config["encoder_embed_dim"] ** 2 * config["encoder_layers"]  # q, k, v, out, fc1, fc2 (4d)
+    d, inner = config["hidden_size"], config["intermediate_size"]
+    return 2 * (4 * d * d + 3 * d * inner) * config["num_hidden_layers"]  # Wqkv, out, gated MLP
+
+
+def model_alone(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
+    """The model alone on pre-packed batches of read-derived frames already on the device, a
+    warm-up pass (kernel check, compile) left out, over a sweep of token budgets."""
+    with record.step("frames"):
+        shards = prepared_reads(workdir, args.reads)
+        frames = {"esm": read_frames(shards["faa"], args.frames), "dnabert": read_frames(shards["fna"], args.frames)}
+        tokenizer_dir = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    peak = peak_tflops(device)
+    runs = [("esm", shapes["speed_esm"]), ("dnabert", shapes["dnabert"])]
+    if args.compiled:  # the lever: torch.compile fusing the work around ESM-2's attention and GEMMs
+        runs.insert(1, ("esm_compiled", shapes["speed_esm"]))
+    for run, config in runs:
+        model = run.removesuffix("_compiled")
+        with record.step(f"{run}: model"):
+            free(device)
+            if model == "esm":
+                embedder = esm_alone(config, device, dtype, compiled=run != model)
+            else:
+                embedder = dnabert_alone(config, tokenizer_dir, device, dtype)
+            encoded = embedder.tokens([s.encode() for s in sequences(frames[model])])
+            lengths = np.array([len(e) for e in encoded])
+            result[run] = {"frames": len(encoded), "gflop_per_token": round(flop_per_token(model, config) / 1e9, 3)}
+            result[run]["budgets"] = {}
+        for budget in args.sweep:
+            with record.step(f"{run}: budget {budget}"):
+                batches = [
+                    pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors()
+                    for rows in greedy_batches(lengths, budget)
+                ]
+                batches = [b._replace(tokens=b.tokens.to(device), cu_seqlens=b.cu_seqlens.to(device)) for b in batches]
+                start = time.perf_counter()
+                embedder(batches[0].tokens, batches[0].layout())  # warm-up: the kernel check, a compile
+                sync(device)
+                warm_up = time.perf_counter() - start
+                free(device)
+                start = time.perf_counter()
+                for batch in batches:
+                    embedder(batch.tokens, batch.layout())
+                sync(device)
+                seconds = time.perf_counter() - start
+                rate = sum(b.n_tokens for b in batches) / seconds
+                result[run]["budgets"][str(budget)] = {
+                    "tokens_per_s": round(rate),
+                    "warm_up_s": round(warm_up, 1),
+                    "batches": len(batches),
+                    "mfu": round(rate * flop_per_token(model, config) / (peak * 1e12), 3) if peak else None,
+                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                    if device.type == "cuda"
+                    else None,
+                    "attention": varlen.kernel_name(device, dtype, embedder.alibi),
+                }
+                del batches
+        del embedder
+        free(device)
+
+
+# ---------------------------------------------------------------- whole workflow
+
+
+def workflow(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
+    with record.step("models and reads"):
+        setup = workflow_setup(args, shapes, workdir)
+    with record.step("snakemake"):
+        kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
+        kept.mkdir(parents=True, exist_ok=True)
+        cores = len(os.sched_getaffinity(0))
+        options = ("--configfile", workdir / "config.yaml", "--cores", cores, "--resources", "gpu=1")
+        try:
+            run, _ = snakemake(workdir, *options, log=kept / "snakemake.log")
+        except RuntimeError:
+            if (workdir / "logs").is_dir():  # none when Snakemake stops before any job
+                shutil.copytree(workdir / "logs", kept, dirs_exist_ok=True)
+            raise
+    summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
+    result |= {
+        "reads": args.workflow_reads,
+        "shards": len(summary["timings"]["score"]["shards"]),
+        "setup_seconds": round(setup, 1),
+        "seconds": run["seconds"],
+        "reads_per_hour": round(args.workflow_reads / run["seconds"] * 3600),
+        "counts": summary["counts"],
+        "timings": summary["timings"],
+        "embedding_shards": summary["embedding_shards"],
+    }
+
+
+def workflow_setup(args, shapes: dict, workdir: Path) -> float:
+    """The models, reads and config (config.yaml) of the workflow part in `workdir`; the seconds they took."""
+    import yaml
+
+    models = workdir / "models"
+    models.mkdir()
+    config = shapes["speed_esm"]
+    start = time.perf_counter()
+    checkpoint = esm_checkpoint(
+        args.models, config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"]
+    )
+    directory = demo_models.build_dnabert(models / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
+    torch.manual_seed(0)
+    dims = shapes["dnabert"]["hidden_size"] + config["encoder_embed_dim"]
+    classifier.save(classifier.MLPClassifier(dims), models / "classifier.pt", chunk_length=500)
+    write_reads(workdir / "reads.fa", args.workflow_reads, 500, seed=2)
+    (workdir / "samples.tsv").write_text(f"sample\tpath\nreads\t{workdir / 'reads.fa'}\n")
+    settings = {
+        "samples": str(workdir / "samples.tsv"),
+        "chunk_length": 500,
+        "shard_tokens": args.shard_tokens,
+        "models": {
+            "esm": {"checkpoint": str(checkpoint), "layer": config["encoder_layers"]},
+            "dnabert": {"checkpoint": str(directory)},
+            "classifier": str(models / "classifier.pt"),
+            "cache_dir": str(models / "cache"),
+        },
+        "embedding": {
+            "precision": "fp16",
+            "esm_token_budget": args.budget,
+            "dnabert_token_budget": args.dnabert_budget,
+        },
+    }
+    (workdir / "config.yaml").write_text(yaml.safe_dump(settings))
+    return time.perf_counter() - start
