@@ -2,16 +2,13 @@ rule summarize:
     input:
         prepared_sequences=rules.prepare.output.sequences,
         manifest=rules.call.output.manifest,
-        esm=lambda wildcards: shard_figures(wildcards.sample, "esm"),
-        dnabert=lambda wildcards: shard_figures(wildcards.sample, "dnabert"),
+        # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
+        esm=sample_pools_of(rules.embed.output.figures, model="esm"),
+        dnabert=sample_pools_of(rules.embed.output.figures, model="dnabert"),
         benchmark_prepare=rules.prepare.benchmark,
-        benchmark_esm=lambda wildcards: shard_benchmarks(wildcards.sample, "esm"),
-        benchmark_dnabert=lambda wildcards: shard_benchmarks(
-            wildcards.sample, "dnabert"
-        ),
-        benchmark_score=lambda wildcards: sample_pools(
-            rules.score.benchmark, wildcards.sample
-        ),
+        benchmark_esm=sample_pools_of(rules.embed.benchmark, model="esm"),
+        benchmark_dnabert=sample_pools_of(rules.embed.benchmark, model="dnabert"),
+        benchmark_score=sample_pools_of(rules.score.benchmark),
         benchmark_predict=rules.predict.benchmark,
     output:
         summary=report(
@@ -35,7 +32,8 @@ rule summarize:
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
         settings=lambda wildcards: cli(
-            config=json.dumps(result_config()), snakemake_version=snakemake_version
+            config=json.dumps(job_commands.result_config(config)),
+            snakemake_version=snakemake_version,
         ),
     shell:
         script_job(
@@ -136,7 +134,7 @@ rule plot_sample:
 
 rule overview:
     input:
-        summaries=expand(rules.summarize.output.summary, sample=SHEET),
+        summaries=expand(rules.summarize.output.summary, sample=SAMPLES.sheet),
     output:
         page=report(
             "results/report/overview.html",
@@ -198,9 +196,9 @@ rule plot_training:
 
 rule plot_calibration:
     input:
-        calibration=calibration_file(),
-        sequences=expand(rules.call.output.sequences, sample=SHEET),
-        manifests=expand(rules.call.output.manifest, sample=SHEET),
+        calibration=model_files.calibration_file(config),
+        sequences=expand(rules.call.output.sequences, sample=SAMPLES.sheet),
+        manifests=expand(rules.call.output.manifest, sample=SAMPLES.sheet),
     output:
         figure=report(
             "results/report/calibration.png",
@@ -219,7 +217,7 @@ rule plot_calibration:
         runtime=by_input(10, 2, ["sequences"]),
     params:
         samples=lambda wildcards, input: cli(
-            sample=list(zip(SHEET, input.sequences, input.manifests))
+            sample=list(zip(SAMPLES.sheet, input.sequences, input.manifests))
         ),
     shell:
         script_job(

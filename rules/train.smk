@@ -1,6 +1,6 @@
 # The train target learns from the samples labelled virus or other. A sheet that labels none has
 # no train job: models.classifier is then a file given as it is, even at the train output's path.
-if LABELLED:
+if SAMPLES.labelled:
 
     rule train:
         input:
