@@ -113,6 +113,18 @@ def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
     ]
 
 
+def test_file_options_are_the_named_files_as_the_scripts_take_them():
+    # plot_sample's outputs, as its rule wrote them out before they were named once
+    names = ["scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"]
+    assert job_commands.file_options("output", names, "-out") == (
+        "--scores-out {output.scores:q} --calls-out {output.calls:q} "
+        "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
+        "--table-out {output.table:q} --input-out {output.input:q} "
+        "--throughput-out {output.throughput:q}"
+    )
+    assert job_commands.file_options("input", ["prepared_frames"]) == "--prepared-frames {input.prepared_frames:q}"
+
+
 def test_settings_reach_the_job_as_params_or_as_a_resource():
     from workflow_lib.cli.settings import EmbedSettings
 
@@ -155,6 +167,14 @@ def test_embeddings_and_their_shards_are_temporary_unless_kept():
     assert is_flagged(rule_outputs.temp_unless_kept(config, "e.h5"), "temp")
     config["outputs"]["keep_embeddings"] = True
     assert not is_flagged(rule_outputs.temp_unless_kept(config, "e.h5"), "temp")
+
+
+def test_a_samples_pages_are_flagged_for_its_part_of_the_report():
+    pages = rule_outputs.sample_pages({"calls": ("calls.png", "calls.rst", "Predictions", "calls")})
+    (name, page), *_ = pages.items()
+    assert (name, str(page)) == ("calls", "results/{sample}/report/calls.png")
+    report = page.flags["report"]
+    assert (report.caption, report.category, report.subcategory) == ("../report/calls.rst", "Predictions", "{sample}")
 
 
 def test_samples_by_generation_and_the_training_ones():

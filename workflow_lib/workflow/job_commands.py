@@ -1,5 +1,5 @@
 """The rules' shell commands: a script run through scripts/run_logged.sh, the stage's settings from
-the config, and the config a run summary records."""
+the config, options of a rule's named files, and the config a run summary records."""
 
 import copy
 import functools
@@ -37,6 +37,12 @@ def tuning_of(declaration, config: dict):
     """A resource: the stage's declared settings that cannot change its results, as options from
     the config. Snakemake never compares resources: a change reruns nothing."""
     return lambda wildcards: options(declaration, config, results=False, model=wildcards.get("model"))
+
+
+def file_options(directive: str, names, suffix: str = "") -> str:
+    """A shell template of an option per named file of the rule's `directive` (input, output):
+    --NAME{suffix} {directive.NAME:q}, underscores as dashes."""
+    return " ".join(f"--{name.replace('_', '-')}{suffix} {{{directive}.{name}:q}}" for name in names)
 
 
 def result_config(config: dict) -> dict:

@@ -1,5 +1,5 @@
-"""How the rules flag their outputs: temporary unless the embeddings are kept, and whole tables as
-pages of Snakemake's report (`snakemake --report`) while they are small."""
+"""How the rules flag their outputs: temporary unless the embeddings are kept, pages of Snakemake's
+report (`snakemake --report`): a sample's figures and tables, and whole tables while they are small."""
 
 import os
 
@@ -14,6 +14,21 @@ def temp_unless_kept(config: dict, path: str):
     its shard is scored (spent_shard_fasta), and anything that embeds a shard again runs prepare
     again too, which costs little beside embedding (about 40 MB/s of reads)."""
     return path if config["outputs"]["keep_embeddings"] else temp(path)
+
+
+def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
+    """Per name of `pages`, its (file in results/{sample}/report/, caption in report/, category,
+    label), as an output flagged for the sample's part of the report."""
+    return {
+        name: report(
+            f"results/{{sample}}/report/{file}",
+            caption=f"../report/{caption}",
+            category=category,
+            subcategory="{sample}",
+            labels={"item": label},
+        )
+        for name, (file, caption, category, label) in pages.items()
+    }
 
 
 def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, **flags):
