@@ -132,7 +132,7 @@ rule score:
     # one block of frames and their features (436 MB at production width), whatever the shard
     resources:
         mem_mb=2000,
-        runtime=by_input(10, 2, ["dnabert", "esm"]),
+        runtime=by_input(10, 2, MODELS),
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
