@@ -1,5 +1,6 @@
-"""How the rules flag their outputs: temporary unless the embeddings are kept, pages of Snakemake's
-report (`snakemake --report`): a sample's figures and tables, and whole tables while they are small."""
+"""How the rules flag their outputs: temporary unless the embeddings are kept, or pages of
+Snakemake's report (`snakemake --report`): a sample's figures and tables, and whole tables while
+they are small."""
 
 import os
 
@@ -7,7 +8,7 @@ from snakemake.io import expand, report, temp
 
 
 def temp_unless_kept(config: dict, path: str):
-    """The embeddings (`path`), and the shard FASTA they come from, are temporary unless
+    """`path`, embeddings or the shard FASTA they come from: temporary unless
     outputs.keep_embeddings. Embedding a shard again needs its FASTA only when its embeddings are
     kept: an embed job run again (a checkpoint change, a lost shard) must find its shard, since a
     new prepare would make every later job of the sample anew. Without, each FASTA pair goes once
@@ -33,9 +34,9 @@ def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
 
 def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, **flags):
     """The table `tables[name]` as a report attachment, only while the `tables` of every sample of
-    the `sheet` together hold at most report.max_attached_mb: `snakemake --report` reads the rules again
-    once the results exist, and embedded tables grow the HTML by 4/3 of their size (GBs at 10^8
-    reads); else the report names the tables' paths (captions) and shows their top rows."""
+    the `sheet` together hold at most report.max_attached_mb: `snakemake --report` reads the rules
+    again once the results exist, and embedded tables grow the HTML by 4/3 of their size (GBs at
+    10^8 reads); else the report names the tables' paths (captions) and shows their top rows."""
     found = [f for f in expand(list(tables.values()), sample=sheet) if os.path.isfile(f)]
     if sum(map(os.path.getsize, found)) > config["report"]["max_attached_mb"] * 1024**2:
         return tables[name]
