@@ -28,6 +28,22 @@ include: "rules/calibrate.smk"
 include: "rules/report.smk"
 
 
+onstart:
+    # a cluster job that can never start is cancelled with its reason, not waited for
+    if workflow.non_local_exec and shutil.which("squeue"):
+        PendingWatch(config["pending_check_seconds"], JOB_GROUPS).start()
+
+
+onerror:
+    # a cluster job's error line is in its log, not on this console (scripts/run_logged.sh)
+    if workflow.non_local_exec:
+        for line in failed_job_reasons(log):
+            print(f"failed: {line}", file=sys.stderr)
+    # Snakemake's own log and metadata on a full disk fail with a traceback or not at all
+    if full := full_disk_here():
+        print(f"error: {full}", file=sys.stderr)
+
+
 rule all:
     default_target: True
     input:

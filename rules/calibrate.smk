@@ -1,7 +1,7 @@
 # The calibrate target fits a calibration for models.classifier from the labelled samples of
 # calibration.samples (docs/weighing.md): they are prepared, embedded and scored like any sample,
 # and read from their scores, never called.
-if len(CALIBRATION_SAMPLES):
+if len(SAMPLES.calibration):
 
     rule calibrate:
         input:
@@ -26,9 +26,9 @@ if len(CALIBRATION_SAMPLES):
         params:
             samples=lambda wildcards: cli(
                 sample=[
-                    (s, CALIBRATION_SAMPLES.loc[s, "label"], *files)
+                    (s, SAMPLES.calibration.loc[s, "label"], *files)
                     for s, files in zip(
-                        CALIBRATION_SAMPLES.index, calibration_inputs()
+                        SAMPLES.calibration.index, calibration_inputs()
                     )
                 ]
             ),

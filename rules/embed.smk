@@ -5,8 +5,8 @@ rule pool_shard:
         shards=pooled_shard_dirs,
         plan=pool_plan,
     output:
-        fna=shard_fasta_paths("results/shards/shard_{pool}.fna"),
-        faa=shard_fasta_paths("results/shards/shard_{pool}.faa"),
+        fna=temp_unless_kept("results/shards/shard_{pool}.fna"),
+        faa=temp_unless_kept("results/shards/shard_{pool}.faa"),
     log:
         "logs/pool_shard/{pool}.log",
     conda:
@@ -32,7 +32,7 @@ rule tokenize:
     input:
         shards=pooled_shard_fasta,
         plan=pool_plan,
-        models=model_files(["dnabert"]),
+        models=model_files.local_checkpoints(config, ["dnabert"]),
         check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/shards/tokens/shard_{pool}.h5"),
@@ -51,7 +51,7 @@ rule tokenize:
     params:
         fasta=nucleotide_shard,
         settings=settings_of(TokenizeSettings),
-        env=offline_env(),
+        env=model_files.offline_env(config),
     shell:
         script_job(
             "tokenize_shard",
@@ -65,11 +65,11 @@ rule embed:
     input:
         shards=pooled_shard_fasta,
         plan=pool_plan,
-        models=model_files(),
+        models=model_files.local_checkpoints(config),
         check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=stored_tokens,
     output:
-        embeddings=embeddings_path("results/shards/embeddings/{model}/shard_{pool}.h5"),
+        embeddings=temp_unless_kept("results/shards/embeddings/{model}/shard_{pool}.h5"),
         figures="results/shards/embeddings/{model}/shard_{pool}.json",
     log:
         "logs/embed/{model}_{pool}.log",
@@ -81,7 +81,7 @@ rule embed:
     retries: 2
     conda:
         "../envs/embed.yaml"
-    threads: embed_threads
+    threads: job_resources.embed_threads(config["embedding"])
     # memory: the model, built in place, each checkpoint tensor's file pages handed back once it is
     # converted (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32,
     # 6.0 GB in a half dtype on the host; a GPU job's weights go to the GPU), the loader workers'
@@ -91,12 +91,12 @@ rule embed:
         mem_mb=16000,
         runtime=embed_runtime,
         tuning=embed_tuning,
-        compile_cache=runtime(compile_cache()),
+        compile_cache=model_files.compile_cache(config),
     params:
         fasta=shard_fasta,
         tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
         settings=settings_of(EmbedSettings),
-        env=offline_env(),
+        env=model_files.offline_env(config),
     shell:
         script_job(
             "embed",
@@ -117,7 +117,7 @@ rule score:
         dnabert=shard_embeddings_of("dnabert"),
         esm=shard_embeddings_of("esm"),
         plan=pool_plan,
-        classifier=classifier_file(),
+        classifier=model_files.classifier_file(config),
         check=MODEL_CHECK,
     output:
         scores="results/shards/scores/shard_{pool}.npz",
@@ -132,9 +132,9 @@ rule score:
     # one block of frames and their features (436 MB at production width), whatever the shard
     resources:
         mem_mb=2000,
-        runtime=by_input(10, 2, ["dnabert", "esm"]),
+        runtime=by_input(10, 2, MODELS),
         tuning=tuning_of(ScoreSettings),
-        remove_shard_fasta=runtime(not config["outputs"]["keep_embeddings"]),
+        remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
         shard_fasta=shard_fasta_pair,
         pieces=scored_pieces,

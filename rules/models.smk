@@ -1,9 +1,9 @@
 rule fetch_models:
     input:
-        models=model_files(),
+        models=model_files.local_checkpoints(config),
     output:
-        manifest=fetched_manifest(),
-        classifier=fetched_classifier(),
+        manifest=model_files.fetched_manifest(config),
+        classifier=model_files.fetched_classifier(config),
     log:
         "logs/fetch_models.log",
     localrule: True
@@ -13,7 +13,7 @@ rule fetch_models:
         tuning=tuning_of(FetchSettings),
     params:
         settings=settings_of(FetchSettings),
-        classifier=classifier_to_fetch,
+        classifier=model_files.classifier_to_fetch(config, TRAINS_HERE),
     shell:
         script_job(
             "fetch_models", "{params.settings} {params.classifier} {resources.tuning}"
@@ -22,9 +22,9 @@ rule fetch_models:
 
 rule check_models:
     input:
-        models=model_files(),
-        classifier=classifier_to_check(),
-        fetched=fetched(),
+        models=model_files.local_checkpoints(config),
+        classifier=model_files.classifier_to_check(config, TRAINS_HERE),
+        fetched=model_files.fetched(config),
     output:
         MODEL_CHECK,
     log:
@@ -35,7 +35,7 @@ rule check_models:
     params:
         settings=settings_of(CheckModelsSettings),
         classifier=lambda wildcards, input: cli(classifier=input.classifier or None),
-        env=offline_env(),
+        env=model_files.offline_env(config),
     shell:
         script_job(
             "check_models",
@@ -46,7 +46,8 @@ rule check_models:
 
 rule build_demo_models:
     input:
-        DEMO_TOKENIZER_GENOME,
+        # the tokenizer is trained on this bundled genome, wherever the workflow runs
+        f"{ROOT}/resources/genomes/lambda_NC_001416.fasta",
     output:
         esm="resources/demo_models/esm2_t2_demo.pt",
         regression="resources/demo_models/esm2_t2_demo-contact-regression.pt",

@@ -5,7 +5,7 @@ rule predict:
         scores=lambda wildcards: shard_outputs(
             rules.score.output.scores, wildcards.sample
         ),
-        calibration=calibration_file(),
+        calibration=model_files.calibration_file(config),
     output:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table(
@@ -58,7 +58,7 @@ rule call:
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
         reads=sample_input,
-        calibration=calibration_file(),
+        calibration=model_files.calibration_file(config),
     output:
         sequences=attached_table(
             "sequences",
@@ -76,7 +76,8 @@ rule call:
             "results/{{sample}}/{name}",
             name=(
                 ["viral_qvalue.fasta", "regions_qvalue.fasta"]
-                if calibration_file() and config["call"]["max_qvalue"] is not None
+                if model_files.calibration_file(config)
+                and config["call"]["max_qvalue"] is not None
                 else []
             ),
         ),

@@ -2,7 +2,7 @@ rule prepare:
     input:
         sample_input,
     output:
-        shards=shard_fasta_paths(directory("results/{sample}/prepare/shards")),
+        shards=temp_unless_kept(directory("results/{sample}/prepare/shards")),
         shard_table="results/{sample}/prepare/shards.tsv",
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
@@ -44,7 +44,7 @@ checkpoint plan:
     input:
         shard_tables=lambda wildcards: expand(
             rules.prepare.output.shard_table,
-            sample=generation_samples(wildcards.generation),
+            sample=SAMPLES.of_generation(wildcards.generation),
         ),
         check=plan_check,  # ancient while the plan is current: a classifier swap reruns the check
     output:
@@ -58,7 +58,7 @@ checkpoint plan:
     params:
         samples=lambda wildcards, input: cli(
             sample=list(
-                zip(generation_samples(wildcards.generation), input.shard_tables)
+                zip(SAMPLES.of_generation(wildcards.generation), input.shard_tables)
             )
         ),
         shard_tokens=config["shard_tokens"],

@@ -2,16 +2,13 @@ rule summarize:
     input:
         prepared_sequences=rules.prepare.output.sequences,
         manifest=rules.call.output.manifest,
-        esm=lambda wildcards: shard_figures(wildcards.sample, "esm"),
-        dnabert=lambda wildcards: shard_figures(wildcards.sample, "dnabert"),
+        # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
+        esm=sample_pools_of(rules.embed.output.figures, model="esm"),
+        dnabert=sample_pools_of(rules.embed.output.figures, model="dnabert"),
         benchmark_prepare=rules.prepare.benchmark,
-        benchmark_esm=lambda wildcards: shard_benchmarks(wildcards.sample, "esm"),
-        benchmark_dnabert=lambda wildcards: shard_benchmarks(
-            wildcards.sample, "dnabert"
-        ),
-        benchmark_score=lambda wildcards: sample_pools(
-            rules.score.benchmark, wildcards.sample
-        ),
+        benchmark_esm=sample_pools_of(rules.embed.benchmark, model="esm"),
+        benchmark_dnabert=sample_pools_of(rules.embed.benchmark, model="dnabert"),
+        benchmark_score=sample_pools_of(rules.score.benchmark),
         benchmark_predict=rules.predict.benchmark,
     output:
         summary=report(
@@ -35,7 +32,8 @@ rule summarize:
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
         settings=lambda wildcards: cli(
-            config=json.dumps(result_config()), snakemake_version=snakemake_version
+            config=json.dumps(job_commands.result_config(config)),
+            snakemake_version=snakemake_version,
         ),
     shell:
         script_job(
@@ -48,6 +46,39 @@ rule summarize:
         )
 
 
+# plot_sample's outputs, each given as --NAME-out: (file in results/{sample}/report/, caption in
+# report/, category, label) of the sample's pages of the report
+SAMPLE_PAGES = {
+    "scores": ("scores.png", "scores.rst", "Predictions", "virus score distributions"),
+    "calls": ("calls.png", "calls.rst", "Predictions", "calls"),
+    "top_sequences": (
+        "top_sequences.png",
+        "top_sequences.rst",
+        "Predictions",
+        "top sequences along their length",
+    ),
+    "top_regions": (
+        "top_regions.png",
+        "top_regions.rst",
+        "Predictions",
+        "strongest viral regions along their records",
+    ),
+    "table": (
+        "sequences.html",
+        "sequences_table.rst",
+        "Predictions",
+        "top sequences table",
+    ),
+    "input": ("input.png", "input.rst", "Input", "input statistics"),
+    "throughput": (
+        "throughput.png",
+        "throughput.rst",
+        "Embedding",
+        "throughput per shard",
+    ),
+}
+
+
 rule plot_sample:
     input:
         frames=rules.predict.output.frames,
@@ -58,55 +89,7 @@ rule plot_sample:
         prepared_sequences=rules.prepare.output.sequences,
         summary=rules.summarize.output.summary,
     output:
-        scores=report(
-            "results/{sample}/report/scores.png",
-            caption="../report/scores.rst",
-            category="Predictions",
-            subcategory="{sample}",
-            labels={"item": "virus score distributions"},
-        ),
-        calls=report(
-            "results/{sample}/report/calls.png",
-            caption="../report/calls.rst",
-            category="Predictions",
-            subcategory="{sample}",
-            labels={"item": "calls"},
-        ),
-        top_sequences=report(
-            "results/{sample}/report/top_sequences.png",
-            caption="../report/top_sequences.rst",
-            category="Predictions",
-            subcategory="{sample}",
-            labels={"item": "top sequences along their length"},
-        ),
-        top_regions=report(
-            "results/{sample}/report/top_regions.png",
-            caption="../report/top_regions.rst",
-            category="Predictions",
-            subcategory="{sample}",
-            labels={"item": "strongest viral regions along their records"},
-        ),
-        table=report(
-            "results/{sample}/report/sequences.html",
-            caption="../report/sequences_table.rst",
-            category="Predictions",
-            subcategory="{sample}",
-            labels={"item": "top sequences table"},
-        ),
-        input=report(
-            "results/{sample}/report/input.png",
-            caption="../report/input.rst",
-            category="Input",
-            subcategory="{sample}",
-            labels={"item": "input statistics"},
-        ),
-        throughput=report(
-            "results/{sample}/report/throughput.png",
-            caption="../report/throughput.rst",
-            category="Embedding",
-            subcategory="{sample}",
-            labels={"item": "throughput per shard"},
-        ),
+        **rule_outputs.sample_pages(SAMPLE_PAGES),
     log:
         "logs/plot_sample/{sample}.log",
     group:
@@ -127,16 +110,15 @@ rule plot_sample:
             "--sample {wildcards.sample:q} --frames {input.frames:q} --chunks {input.chunks:q} "
             "--sequences {input.sequences:q} --regions {input.regions:q} "
             "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--summary {input.summary:q} --scores-out {output.scores:q} --calls-out {output.calls:q} "
-            "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
-            "--table-out {output.table:q} --input-out {output.input:q} "
-            "--throughput-out {output.throughput:q} {params.settings}",
+            "--summary {input.summary:q} "
+            f"{job_commands.file_options('output', SAMPLE_PAGES, '-out')} "
+            "{params.settings}",
         )
 
 
 rule overview:
     input:
-        summaries=expand(rules.summarize.output.summary, sample=SHEET),
+        summaries=expand(rules.summarize.output.summary, sample=SAMPLES.sheet),
     output:
         page=report(
             "results/report/overview.html",
@@ -198,9 +180,9 @@ rule plot_training:
 
 rule plot_calibration:
     input:
-        calibration=calibration_file(),
-        sequences=expand(rules.call.output.sequences, sample=SHEET),
-        manifests=expand(rules.call.output.manifest, sample=SHEET),
+        calibration=model_files.calibration_file(config),
+        sequences=expand(rules.call.output.sequences, sample=SAMPLES.sheet),
+        manifests=expand(rules.call.output.manifest, sample=SAMPLES.sheet),
     output:
         figure=report(
             "results/report/calibration.png",
@@ -219,7 +201,7 @@ rule plot_calibration:
         runtime=by_input(10, 2, ["sequences"]),
     params:
         samples=lambda wildcards, input: cli(
-            sample=list(zip(SHEET, input.sequences, input.manifests))
+            sample=list(zip(SAMPLES.sheet, input.sequences, input.manifests))
         ),
     shell:
         script_job(

@@ -1,6 +1,6 @@
 # The train target learns from the samples labelled virus or other. A sheet that labels none has
 # no train job: models.classifier is then a file given as it is, even at the train output's path.
-if LABELLED:
+if SAMPLES.labelled:
 
     rule train:
         input:
@@ -20,7 +20,7 @@ if LABELLED:
         # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
         # 1.35 times the features at its peak); time grows with them
         resources:
-            mem_mb=by_input(4000, 3 * 1024, ["esm", "dnabert"]),
+            mem_mb=by_input(4000, 3 * 1024, MODELS),
             runtime=by_input(120, 10),
             tuning=tuning_of(TrainSettings),
         params:

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Literal
 
-MODELS = ("esm", "dnabert")
+MODELS = ("esm", "dnabert")  # the embedding models, by the names the config and the files use
 NO_DEFAULT = dataclasses.MISSING
 
 
@@ -228,7 +228,7 @@ class TokenizeSettings:
 class EmbedSettings:
     """Embed a shard with one model."""
 
-    model: Literal["esm", "dnabert"] = setting(help="ESM-2 (a .faa shard) or DNABERT-S (a .fna shard)")
+    model: Literal[MODELS] = setting(help="ESM-2 (a .faa shard) or DNABERT-S (a .fna shard)")
     checkpoint: str = setting("models.{model}.checkpoint")
     layer: int | None = setting("models.{model}.layer")  # ESM-2's; None: the last
     cache_dir: str | None = setting("models.cache_dir")

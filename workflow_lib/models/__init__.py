@@ -12,7 +12,9 @@ May import: cli, io.
 import importlib
 from types import ModuleType
 
-EMBEDDING_MODELS = {"esm": "ESM-2", "dnabert": "DNABERT-S"}
+from workflow_lib.cli.settings import MODELS
+
+EMBEDDING_MODELS = dict(zip(MODELS, ("ESM-2", "DNABERT-S")))  # display names, in the order of MODELS
 
 
 def embedding_model(name: str) -> ModuleType:

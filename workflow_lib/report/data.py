@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings, config_value
+from workflow_lib.cli.settings import MODELS, PlotSampleSettings, config_value
 from workflow_lib.io.tables import read_chunks, read_json
 from workflow_lib.models.checkpoints import DEMO_FILES
 
@@ -309,7 +309,7 @@ def overview_data(summaries: list[str | Path]) -> OverviewData:
         {
             checkpoints[model]["checkpoint"]
             for checkpoints in (run["checkpoints"] for run in runs)
-            for model in ("esm", "dnabert")
+            for model in MODELS
             if Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
         }
     )

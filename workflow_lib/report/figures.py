@@ -17,9 +17,10 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings
+from workflow_lib.cli.settings import MODELS, PlotSampleSettings
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import read_json, write_json, write_tsv
+from workflow_lib.models import EMBEDDING_MODELS
 from workflow_lib.report.data import (
     CALL_NAMES,
     QVALUE_CUTOFFS,
@@ -46,7 +47,7 @@ class SampleFigures(NamedTuple):
 
 WEIGHED_SAMPLES_SHOWN = 30  # samples drawn in the weighing figure
 CALLS = dict(zip(CALL_NAMES, ("#c0392b", "#2e86c1", "#95a5a6")))
-MODELS = {"esm": ("ESM-2", "#8e44ad"), "dnabert": ("DNABERT-S", "#16a085")}
+MODEL_COLORS = dict(zip(MODELS, ("#8e44ad", "#16a085")))
 TABLE_STYLE = (
     "body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
     "th,td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#eee;position:sticky;top:0}"
@@ -167,7 +168,7 @@ def plot_throughput(shards: list[dict], path: str | Path) -> None:
     n_models = table["model"].nunique()
     width = 0.8 / n_models
     for i, (model, own) in enumerate(table.groupby("model", sort=False)):
-        name, color = MODELS.get(model, (model, None))
+        name, color = EMBEDDING_MODELS.get(model, model), MODEL_COLORS.get(model)
         labels = [f"{p}\n{d}" for p, d in zip(own["precision"], own["device"])]
         for ax, column in ((axes[0], "tokens_per_s"), (axes[1], "fill")):
             bars = ax.bar(own["shard"] + (i - (n_models - 1) / 2) * width, own[column], width, label=name, color=color)
@@ -176,7 +177,7 @@ def plot_throughput(shards: list[dict], path: str | Path) -> None:
     axes[1].set(ylabel="real tokens / batch slots", title="packing fill", ylim=(0, 1.15))
     for ax in axes:
         ax.set_xticks(range(n_shards), [f"shard {s}" for s in range(n_shards)])
-    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=len(MODELS))
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=len(MODEL_COLORS))
     save(figure, path)
 
 

@@ -1,5 +1,6 @@
-"""What the Snakemake workflow needs beyond the jobs: config checks at start-up, the config
-reference, job resources, the cluster watch, patches of Snakemake's scheduler, fetching, checking
-and building (demo) models.
+"""What the Snakemake workflow needs beyond the jobs: the start-up (config checks, patches of
+Snakemake's scheduler, the samples), the model files a run uses, the rules' shell commands, job
+resources and output flags, the config reference, the cluster watch, fetching, checking and
+building (demo) models.
 
 May import every package but harness; only the rules and scripts import it."""

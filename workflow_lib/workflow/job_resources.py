@@ -1,5 +1,9 @@
-"""What a job asks of the machine (threads, GPUs, minutes), from the config and its shard: one
-shard's work, whatever the sample's size. The rules call these (rules/common.smk)."""
+"""What a job asks of the machine (threads, GPUs, minutes, memory), from the config, its shard (one
+shard's work, whatever the sample's size) or its input files, and its priority. The rules call these
+(rules/common.smk)."""
+
+import functools
+import os
 
 TOKENIZE_TOKENS_PER_S = 500_000  # one core tokenises 2.25 M shard tokens a second: a margin of 4.5
 EMBED_START_MINUTES = 10  # model load, worker start-up, a kernel compile
@@ -10,9 +14,47 @@ EMBED_MARGIN = 1.5  # on the assumed rate
 # seconds to a few minutes, so a cluster run batches many samples' jobs into one submission.
 SMALL_SAMPLE_BYTES = 1 << 30
 
+# Job order, so that the embeddings on disk at any moment are bounded by the jobs in flight, not by
+# the samples: the plan first (temp files are kept while a checkpoint is pending), a shard's scoring
+# as soon as it can run, then the embed jobs, lower shards first: EMBED_PRIORITY - shard for the
+# samples that train this run's classifier (no shard is scored before it), half that for the others.
+EMBED_PRIORITY = 1_000_000
+PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 
-def small_sample(input_bytes: int) -> bool:
-    return input_bytes <= SMALL_SAMPLE_BYTES
+
+@functools.cache
+def small_sample(path: str) -> bool:
+    """The sample of this input file is small (one not there yet counts as small)."""
+    return not os.path.isfile(path) or os.path.getsize(path) <= SMALL_SAMPLE_BYTES
+
+
+def embed_priority(pool: str, trains: bool) -> int:
+    """The priority of the jobs of pooled shard `pool` ({generation}-{n}); `trains`: it holds
+    samples that train this run's classifier."""
+    return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(pool.split("-")[1]))
+
+
+def by_input(floor: int, per_gb: float, names=None):
+    """A resource (mem_mb, or runtime in minutes) that grows with a job's input: `floor`, plus
+    `per_gb` for every GB of the input files `names` (input names; every input when None). Known
+    once those files exist: Snakemake evaluates it again then, before it submits the job."""
+
+    def resource(wildcards, input) -> int:
+        # sizes read here, not by input.size_mb: that is a coroutine which `snakemake --report`
+        # never awaits (a RuntimeWarning per job); an input not known yet (behind the plan
+        # checkpoint) counts as none until it is
+        if names is None:
+            files = list(input)
+        else:
+            files = [f for name in names for f in _as_list(getattr(input, name, []))]
+        size_mb = sum(os.path.getsize(f) for f in files if os.path.isfile(f)) / 1024**2
+        return int(floor + per_gb * size_mb / 1024 + 0.999)
+
+    return resource
+
+
+def _as_list(value) -> list:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def tokenize_minutes(tokens: int) -> int:

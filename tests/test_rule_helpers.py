@@ -1,0 +1,187 @@
+"""What the rules ask of workflow_lib/workflow without running Snakemake: a job's resources and
+priority, the model files a config names, the shell commands and the outputs' flags."""
+
+import copy
+import os
+import shlex
+
+import pandas as pd
+from snakemake.io import is_flagged
+from snakemake.iocontainers import InputFiles, Wildcards
+
+from workflow_lib.harness.stages import DEFAULTS
+from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
+from workflow_lib.workflow.startup import Samples
+
+
+def config_with(**models) -> dict:
+    config = copy.deepcopy(DEFAULTS)
+    config["models"] |= models
+    return config
+
+
+def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 3 * 1024**2)
+    (tmp_path / "b").write_bytes(b"x" * 1024**2)
+    # as Snakemake names a rule's inputs: esm the first file, dnabert the next two
+    inputs = InputFiles([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "gone")])
+    inputs._set_name("esm", 0)
+    inputs._set_name("dnabert", 1, end=3)
+    # floor + per_gb for each GB, rounded up: 4 MB at 1024 a GB is 4
+    assert job_resources.by_input(10, 1024)(None, inputs) == 14
+    assert job_resources.by_input(10, 1024, ["esm"])(None, inputs) == 13
+    assert job_resources.by_input(10, 1024, ["plan"])(None, inputs) == 10  # an input the rule lacks
+
+
+def test_a_sample_is_small_up_to_a_gigabyte_of_input(tmp_path):
+    small, large = tmp_path / "small.fa", tmp_path / "large.fa"
+    with open(small, "wb") as handle:
+        handle.truncate(job_resources.SMALL_SAMPLE_BYTES)
+    with open(large, "wb") as handle:
+        handle.truncate(job_resources.SMALL_SAMPLE_BYTES + 1)
+    assert job_resources.small_sample(str(small)) and not job_resources.small_sample(str(large))
+    assert job_resources.small_sample(str(tmp_path / "not_yet.fa"))
+
+
+def test_embed_jobs_come_shard_by_shard_the_classifiers_training_samples_first():
+    training, other = job_resources.embed_priority("0-3", True), job_resources.embed_priority("0-3", False)
+    assert training == job_resources.EMBED_PRIORITY - 3 and other == job_resources.EMBED_PRIORITY // 2 - 3
+    assert job_resources.embed_priority("1-0", False) > other
+    assert job_resources.PRIORITY["plan"] > job_resources.PRIORITY["score"] > training
+    assert job_resources.embed_priority(f"0-{job_resources.EMBED_PRIORITY}", True) == 1
+
+
+def test_local_models_are_inputs_and_remote_ones_fetched_first():
+    local = config_with(
+        esm={"checkpoint": "models/esm.pt", "layer": 2},
+        dnabert={"checkpoint": "models/demo/dnabert_s"},
+        classifier="models/classifier.pt",
+    )
+    assert model_files.local_checkpoints(local) == ["models/esm.pt", "models/demo/dnabert_s"]
+    assert model_files.local_checkpoints(local, ["dnabert"]) == ["models/demo/dnabert_s"]
+    assert model_files.fetched(local) == [] and model_files.fetched_classifier(local) == []
+    assert model_files.classifier_file(local) == "models/classifier.pt"
+
+    # a fair-esm name: fetched first; the local DNABERT-S is still an input
+    named = config_with(esm={"checkpoint": "esm2_t6_8M_UR50D", "layer": 6}, cache_dir="cache")
+    named["models"]["dnabert"] = local["models"]["dnabert"]
+    assert model_files.local_checkpoints(named) == ["models/demo/dnabert_s"]
+    assert model_files.fetched(named) == ["cache/fetched.json"] == [model_files.fetched_manifest(named)]
+    assert model_files.fetched_classifier(named) == []
+
+    # a classifier URL alone: fetched first, into the cache
+    remote = copy.deepcopy(local)
+    remote["models"] |= {"classifier": "https://example.org/c.pt", "cache_dir": "cache"}
+    assert model_files.fetched(remote) == ["cache/fetched.json"]
+    assert model_files.classifier_file(remote) == "cache/classifier/c.pt"
+    assert model_files.fetched_classifier(remote) == ["cache/classifier/c.pt"]
+
+
+def test_a_classifier_this_run_trains_is_neither_checked_first_nor_fetched():
+    config = config_with(classifier=DEFAULTS["train"]["classifier"])
+    assert model_files.trains_here(config, labelled=True)
+    assert not model_files.trains_here(config, labelled=False)  # the file is used as it is
+    assert model_files.classifier_to_check(config, trains=True) == []
+    assert model_files.classifier_to_fetch(config, trains=True) == ""
+    given = config_with(classifier="https://example.org/c.pt")
+    assert not model_files.trains_here(given, labelled=True)
+    assert model_files.classifier_to_check(given, trains=False) == [model_files.classifier_file(given)]
+    assert model_files.classifier_to_fetch(given, trains=False) == "--classifier https://example.org/c.pt"
+
+
+def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():
+    config = config_with(cache_dir="my cache")
+    assert model_files.offline_env(config) == "HF_HUB_OFFLINE=1 TORCH_HOME='my cache/torch'"
+    assert model_files.compile_cache(config) == "my cache/compile"
+    config["embedding"] = config["embedding"] | {"compile_cache_dir": "/scratch/kernels"}
+    assert model_files.compile_cache(config) == "/scratch/kernels"
+    assert model_files.calibration_file(config_with(calibration=None)) == []
+    assert model_files.calibration_file(config_with(calibration="c.json")) == ["c.json"]
+
+
+def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
+    command = job_commands.script_job("/my checkout", "embed", "--input {input:q}", env="A=1")
+    assert command == (
+        "bash '/my checkout/scripts/run_logged.sh' {log:q} env A=1 python '/my checkout/scripts/embed.py' "
+        "--input {input:q}"
+    )
+    assert shlex.split(job_commands.script_job("/r", "plan", "x"))[:4] == [
+        "bash",
+        "/r/scripts/run_logged.sh",
+        "{log:q}",
+        "python",
+    ]
+
+
+def test_file_options_are_the_named_files_as_the_scripts_take_them():
+    # plot_sample's outputs, as its rule wrote them out before they were named once
+    names = ["scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"]
+    assert job_commands.file_options("output", names, "-out") == (
+        "--scores-out {output.scores:q} --calls-out {output.calls:q} "
+        "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
+        "--table-out {output.table:q} --input-out {output.input:q} "
+        "--throughput-out {output.throughput:q}"
+    )
+    assert job_commands.file_options("input", ["prepared_frames"]) == "--prepared-frames {input.prepared_frames:q}"
+
+
+def test_settings_reach_the_job_as_params_or_as_a_resource():
+    from workflow_lib.cli.settings import EmbedSettings
+
+    wildcards = Wildcards(fromdict={"model": "esm", "pool": "0-0"})
+    params = job_commands.settings_of(EmbedSettings, DEFAULTS)(wildcards)
+    tuning = job_commands.tuning_of(EmbedSettings, DEFAULTS)(wildcards)
+    assert "--checkpoint" in params and "--token-budget" not in params
+    assert "--token-budget" in tuning and "--checkpoint" not in tuning
+
+
+def test_the_run_summary_records_every_setting_that_can_change_results():
+    config = copy.deepcopy(DEFAULTS)
+    recorded = job_commands.result_config(config)
+    assert config == DEFAULTS  # left as it was
+    assert "pending_check_seconds" not in recorded and "progress_seconds" not in recorded
+    assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in recorded["embedding"]
+    assert recorded["chunk_length"] == config["chunk_length"]
+    assert recorded["models"]["esm"] == config["models"]["esm"]
+
+
+def test_tables_are_attached_to_the_report_while_all_of_them_are_small(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tables = {"chunks": "results/{sample}/chunks.tsv", "sequences": "results/{sample}/sequences.tsv"}
+    for sample in ("a", "b"):
+        os.makedirs(f"results/{sample}")
+        for table in tables.values():
+            with open(table.format(sample=sample), "wb") as handle:
+                handle.truncate(300 * 1024)
+    config = config_with()
+    config["report"] = config["report"] | {"max_attached_mb": 1.2}  # 4 tables of 0.29 MB
+    assert is_flagged(rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", category="c"), "report")
+    config["report"]["max_attached_mb"] = 1.1
+    attached = rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", category="c")
+    assert attached == tables["chunks"] and not is_flagged(attached, "report")
+
+
+def test_embeddings_and_their_shards_are_temporary_unless_kept():
+    config = config_with()
+    config["outputs"] = config["outputs"] | {"keep_embeddings": False}
+    assert is_flagged(rule_outputs.temp_unless_kept(config, "e.h5"), "temp")
+    config["outputs"]["keep_embeddings"] = True
+    assert not is_flagged(rule_outputs.temp_unless_kept(config, "e.h5"), "temp")
+
+
+def test_a_samples_pages_are_flagged_for_its_part_of_the_report():
+    pages = rule_outputs.sample_pages({"calls": ("calls.png", "calls.rst", "Predictions", "calls")})
+    (name, page), *_ = pages.items()
+    assert (name, str(page)) == ("calls", "results/{sample}/report/calls.png")
+    report = page.flags["report"]
+    assert (report.caption, report.category, report.subcategory) == ("../report/calls.rst", "Predictions", "{sample}")
+
+
+def test_samples_by_generation_and_the_training_ones():
+    table = pd.DataFrame(
+        {"path": ["a.fa", "b.fa", "c.fa", "cal.fa"], "label": ["virus", "", "other", "virus"]},
+        index=["a", "b", "c", "cal"],
+    )
+    samples = Samples(table, ["a", "b", "c"], table.loc[["cal"]], {"a": 0, "b": 1, "c": 0, "cal": 1}, True)
+    assert samples.of_generation("0") == ["a", "c"] and samples.of_generation(1) == ["b", "cal"]
+    assert samples.training() == ["a", "c"]  # the sheet's labelled samples: not the calibration sample

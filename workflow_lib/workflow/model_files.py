@@ -1,0 +1,70 @@
+"""The model files of a run, from its config: which checkpoints are local (the workflow can build
+them), which classifier and calibration the jobs read, what fetch_models downloads, and where jobs
+that load models find them offline."""
+
+import shlex
+
+from workflow_lib.cli.settings import MODELS, cli
+from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
+
+
+def local_checkpoints(config: dict, models=MODELS) -> list[str]:
+    """The models' local checkpoints (files or directories), as inputs: the workflow can build them."""
+    checkpoints = (config["models"][model]["checkpoint"] for model in models)
+    return [c for c in checkpoints if is_local(c)]
+
+
+def classifier_file(config: dict) -> str:
+    """The classifier that jobs read: models.classifier, or where fetch_models puts a URL's download."""
+    models = config["models"]
+    return classifier_path(models["classifier"], models["cache_dir"])
+
+
+def trains_here(config: dict, labelled: bool) -> bool:
+    """This run trains the classifier it uses: models.classifier is the train target's output and
+    the samples sheet labels samples to learn from (`labelled`; else that file is used as it is)."""
+    return classifier_file(config) == config["train"]["classifier"] and labelled
+
+
+def classifier_to_check(config: dict, trains: bool) -> list[str]:
+    """The classifier, checked before embedding unless this run trains it (`trains`: then it fits by
+    construction)."""
+    return [] if trains else [classifier_file(config)]
+
+
+def classifier_to_fetch(config: dict, trains: bool) -> str:
+    """fetch_models' --classifier: none when this run trains it."""
+    return cli(classifier=None if trains else config["models"]["classifier"])
+
+
+def calibration_file(config: dict) -> list[str]:
+    """The calibration that weighs the calls (models.calibration), as an input; none when null."""
+    calibration = config["models"]["calibration"]
+    return [calibration] if calibration else []
+
+
+def fetched_manifest(config: dict) -> str:
+    return f"{config['models']['cache_dir']}/{MANIFEST}"
+
+
+def fetched(config: dict) -> list[str]:
+    """fetch_models' manifest when a model is remote (a fair-esm name, a Hugging Face id, a
+    classifier URL): the model check, on the submit host, waits for it; jobs then run offline."""
+    models = config["models"]
+    remote = is_url(models["classifier"]) or not all(is_local(models[m]["checkpoint"]) for m in MODELS)
+    return [fetched_manifest(config)] if remote else []
+
+
+def fetched_classifier(config: dict) -> list[str]:
+    return [classifier_file(config)] if is_url(config["models"]["classifier"]) else []
+
+
+def offline_env(config: dict) -> str:
+    """The environment prefix of jobs that load models: no network, named models from cache_dir."""
+    torch_home = shlex.quote(f"{config['models']['cache_dir']}/torch")
+    return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
+
+
+def compile_cache(config: dict) -> str:
+    """Where the embed jobs keep compiled kernels: shared, so that one job's compile serves the rest."""
+    return config["embedding"]["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"

@@ -1,0 +1,120 @@
+"""The workflow's start-up, one call from rules/common.smk: Snakemake's scheduling mended, the
+config and the samples sheets checked (a problem ends the run with its lines alone), and the samples
+as the rules read them. What it reads of Snakemake's internals is here: `workflow.config_settings`,
+the config files, whether this is the main process."""
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import pandas as pd
+import yaml
+from snakemake.utils import validate
+
+from workflow_lib.cli.errors import InputError
+from workflow_lib.prepare.plan import generations
+from workflow_lib.workflow import snakemake_patches
+from workflow_lib.workflow.config_check import (
+    check_calibration_file,
+    check_classifier_file,
+    check_config,
+    check_model_choice,
+    check_training_labels,
+    check_yaml,
+    read_calibration_samples,
+    read_samples,
+    recorded_differences,
+    source_of,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """The run's samples: the samples sheet's, then the calibrate target's (calibration.samples),
+    which only that target reads."""
+
+    table: pd.DataFrame  # by sample: path and label ('' for none)
+    sheet: list[str]  # the samples sheet's
+    calibration: pd.DataFrame  # calibration.samples' rows
+    generation: dict[str, int]  # samples planned together share one; appended ones plan apart
+    labelled: bool  # the samples sheet labels samples for the train target
+
+    def training(self) -> list[str]:
+        return [s for s in self.sheet if self.table.loc[s, "label"] != ""]
+
+    def of_generation(self, generation: int | str) -> list[str]:
+        return [s for s in self.table.index if self.generation[s] == int(generation)]
+
+
+def refuse(error: InputError) -> NoReturn:
+    """A config or sheet error: its lines alone (Snakemake would dress them as a crash of the
+    workflow: a WorkflowError and a frame)."""
+    print(error, file=sys.stderr)
+    sys.exit(1)
+
+
+def readable_yaml(path: str) -> str:
+    """`path`, a config file Snakemake can read; else the run ends naming its line (Snakemake would
+    not name the file or the line of a syntax error)."""
+    try:
+        check_yaml(path)
+    except InputError as error:
+        refuse(error)
+    return path
+
+
+def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Samples:
+    """Mends Snakemake's scheduling, checks the config (defaults filled in) and the samples sheets,
+    and warns where the config differs from the settings that made the results (`recorded`).
+    `root`: the checkout, whose config/ holds the schemas; `plan_dir`: where the plans are."""
+    # Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
+    # hold far more samples than group-components asks, and a job behind an ancient input would go
+    # untested while the job before it is due (snakemake_patches.py).
+    snakemake_patches.keep_one_timer()
+    snakemake_patches.bound_passes()
+    snakemake_patches.mend_job_groups()
+    snakemake_patches.mend_needrun_mask()
+    # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
+    # ---"); the console still gets every message, and onerror says the disk is full.
+    logging.raiseExceptions = False
+    try:
+        samples = _checked_samples(workflow, config, root, plan_dir)
+    except InputError as error:
+        refuse(error)
+    if workflow.is_main_process:  # once, not in every cluster job
+        for line in recorded_differences(config, recorded):
+            print(f"Warning: {line}", file=sys.stderr)
+    return samples
+
+
+def _checked_samples(workflow, config: dict, root: str, plan_dir: str) -> Samples:
+    sources = _config_sources(workflow)
+    schema, samples_schema = f"{root}/config/schema.yaml", f"{root}/config/samples.schema.yaml"
+    check_config(config, schema, sources)
+    sheet = read_samples(config["samples"], samples_schema, source_of(["samples"], sources))
+    validate(config, schema=schema)  # fills in the defaults
+    check_model_choice(config, sources)
+    check_training_labels(sheet, config["samples"])
+    calibration = read_calibration_samples(
+        config["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
+    )
+    table = pd.concat([sheet, calibration])
+    labelled = bool((sheet["label"] != "").any())
+    samples = Samples(table, list(sheet.index), calibration, generations(list(table.index), plan_dir), labelled)
+    # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
+    # on the default config, whose classifier a checkout lacks)
+    if workflow.is_main_process and workflow.check_envvars:
+        check_classifier_file(config, sources, labelled)
+        check_calibration_file(config, sources, labelled)
+    return samples
+
+
+def _config_sources(workflow) -> list[tuple[str, dict]]:
+    """Where each config value came from, the one that wins first: --config, then the config files."""
+    given = [str(f) for f in workflow.config_settings.configfiles]
+    files = [str(f) for f in workflow.configfiles if str(f) not in given] + given
+    return [("--config", workflow.config_settings.config)] + [
+        (f, yaml.safe_load(Path(f).read_text())) for f in reversed(files)
+    ]
