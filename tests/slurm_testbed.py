@@ -48,8 +48,9 @@ def slurm_cluster(base: Path):
     slurmctld, slurmd = free_ports(2)
     env = {**os.environ, "BASE": str(base), "SLURMCTLD_PORT": str(slurmctld), "SLURMD_PORT": str(slurmd)}
     # two embed jobs of two CPUs side by side on any machine, with room beside them for the pooled
-    # shard, tokenize and grouped jobs that the scheduler may start at the same time; memory for
-    # what the shipped profile asks (jobs are bound to neither)
+    # shard, tokenize and grouped jobs that the scheduler may start at the same time (jobs are
+    # bound to no core); memory for what the shipped profile asks (a job is held to what it asks,
+    # the machine may have less)
     env["NCPU"], env["MEM_MB"] = "6", "65536"
     try:
         started = subprocess.run(["bash", str(SLURM / "up.sh")], env=env, capture_output=True, text=True)

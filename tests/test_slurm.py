@@ -2,9 +2,9 @@
 node of 6 CPUs, two fake GPUs) with the shipped profiles/slurm, its SITE lines filled in: embed
 jobs reach SLURM with --gpus=1 and two CPUs, see the GPU it gave them and run side by side, CPU
 jobs get none and go grouped as the profile says, and the tables equal a local run; a failing
-job's error line and a job that can never start reach the console. Each test bed has its own
-directory and free ports, and whatever it started is stopped when the test ends, passed or failed:
-test runs side by side do not collide."""
+job's error line, a job killed for memory and a job that can never start reach the console. Each
+test bed has its own directory and free ports, and whatever it started is stopped when the test
+ends, passed or failed: test runs side by side do not collide."""
 
 import itertools
 import os
@@ -191,6 +191,38 @@ def test_failures_reach_the_console(cluster, tmp_path):
     ), output[-3000:]
     left = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%Z"], capture_output=True, text=True, env=cluster)
     assert str(pending) not in left.stdout
+
+
+def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
+    """A job that SLURM kills for memory (the test bed's OverMemoryKill) says nothing of its own:
+    the console names the job's group, its rules and the mem_mb SLURM gave it. At 100 MB,
+    Snakemake itself in the job (about 140 MB) is over it within seconds of starting."""
+    workdir = tmp_path / "memory"
+    workdir.mkdir()
+    write_inputs(workdir)
+    (workdir / "samples.tsv").write_text(f"sample\tpath\nphix\t{workdir / 'inputs' / 'phix.fa'}\n")
+    config = write_config(workdir, classifier="classifier.pt")
+    classifier_file(workdir / "classifier.pt")
+    profile = ["--profile", str(shipped_profile(tmp_path / "profile")), *TEST_OPTIONS]
+    command = SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + profile
+    ran = subprocess.run(
+        command + ["--set-resources", "prepare:mem_mb=100"], capture_output=True, text=True, env=cluster, timeout=600
+    )
+    output = ran.stdout + ran.stderr
+    killed = re.search(
+        r"^failed: group small_prepare \(SLURM job (\d+), rules prepare\) was killed for memory by SLURM; it asked "
+        r"for mem_mb=100, what its jobs that run side by side ask together: raise its rules' mem_mb in the profile "
+        r"\(set-resources: prepare: mem_mb: \.\.\.\) and run again$",
+        output,
+        re.M,
+    )
+    assert ran.returncode != 0 and killed, output[-3000:]
+    # SLURM's own record of the job: the group's, 100 MB
+    record = ["squeue", "-h", "-t", "all", "-j", killed[1], "-o", "%k %m"]
+    assert subprocess.run(record, capture_output=True, text=True, env=cluster).stdout.split() == [
+        "rule_small_prepare_prepare",
+        "100M",
+    ]
 
 
 def classifier_file(path: Path) -> None:

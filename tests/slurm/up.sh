@@ -60,12 +60,9 @@ if [ "$ACCOUNTING" = 1 ]; then
 AccountingStorageHost=localhost
 AccountingStoragePort=$SLURMDBD_PORT
 AccountingStoragePass=$BASE/munge/munge.socket.2
-AccountingStorageTRES=gres/gpu
-JobAcctGatherType=jobacct_gather/linux
-JobAcctGatherFrequency=30"
+AccountingStorageTRES=gres/gpu"
 else
   ACCT_CONF="AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$BASE/log/jobcomp.txt"
 fi
@@ -91,6 +88,12 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 $ACCT_CONF
+# Memory is enforced without cgroups (test beds side by side would share the node's): each second,
+# a step whose processes hold more than the job's memory is killed, with SLURM's line in the job's
+# output ("StepId=N.M exceeded memory limit (USED > LIMIT), being killed").
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 SchedulerType=sched/backfill
 SlurmdParameters=config_overrides
 SelectType=select/cons_tres

@@ -1,9 +1,13 @@
 """What a cluster run tells its console that Snakemake would not: each failed job's one-line
-reason, and jobs that SLURM will never start.
+reason, jobs that SLURM killed for memory, and jobs that SLURM will never start.
 
 - A job's error line goes to its log (scripts/run_logged.sh prints it on stderr, which on a
   cluster is the job's SLURM log): after a failed run, failed_job_reasons reads it from each failed
   job's log, as Snakemake's own log names them.
+- A job that SLURM kills for memory says nothing of its own (run_logged.sh, or Snakemake in the
+  job, is killed with it) and Snakemake only that it failed: SLURM's line in the job's SLURM log
+  tells, and failed_job_reasons makes it one line with the rule or group, the memory the job asked
+  for and what to raise.
 - A job that asks for more than its partition allows (CPUs, memory, GPUs, time) pends for ever
   with a reason such as PartitionConfig, and Snakemake waits without a word: PendingWatch cancels
   it with one line saying why, so that the run fails instead of hanging.
@@ -15,10 +19,24 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 _FAILED_LOG = re.compile(r"^\s*log: (.+) \(check log file\(s\) for error details\)$", re.M)
-_TAIL_BYTES = 4096
+# Snakemake's report of a failed job: `Error in rule R:`, or `message: Error in group G` followed by
+# its jobs (`rule R:` each) and a timestamp line
+_FAILED_JOB = re.compile(r"^\s*(?:Error in rule (?P<rule>\w+):|message: Error in group (?P<group>\w+))$", re.M)
+_GROUP_RULE = re.compile(r"^\s+rule (\w+):$", re.M)
+_TIMESTAMP = re.compile(r"^\s*\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]$", re.M)
+# SLURM's line in a job's output when it kills a step for memory: jobacct_gather's
+# (JobAcctGatherParams=OverMemoryKill) or task/cgroup's (the kernel's OOM killer in its cgroup)
+_MEMORY_KILL = re.compile(
+    r"StepId=(?P<job>\d+)\.\S+ exceeded memory limit \(\d+ > \d+\), being killed"
+    r"|Detected \d+ oom[-_]kill event\S* in StepId=(?P<cgroup_job>\d+)\."
+)
+_SLURM_MEMORY = re.compile(r"(\d+(?:\.\d+)?)([KMGT])")  # squeue's %m, sacct's ReqMem: 2000M, 16G, 4000Mn
+_MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_TAIL_BYTES = 65536  # read of each log: in a SLURM log, room for Snakemake's report after SLURM's kill line
 # squeue reasons of a pending job that waiting cannot cure: the request exceeds what the partition,
 # the QOS or the association allows, or what its nodes have
 NEVER_RUNS = {
@@ -39,19 +57,100 @@ _FIX = (
 )
 
 
+@dataclass(frozen=True)
+class FailedJob:
+    """A failed job as Snakemake's log reports it: a rule's, or a job group's (`group`), the rules
+    of its jobs, and its logs (a cluster job's SLURM log among them)."""
+
+    group: str | None
+    rules: tuple[str, ...]
+    logs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"group {self.group}" if self.group else f"rule {self.rules[0]}"
+
+
+def failed_jobs(text: str) -> list[FailedJob]:
+    """The failed jobs that Snakemake's log `text` reports, in its order."""
+    headers = list(_FAILED_JOB.finditer(text))
+    jobs = []
+    for header, following in zip(headers, headers[1:] + [None]):
+        block = text[header.end() : following.start() if following else len(text)]
+        logs = tuple(path for match in _FAILED_LOG.finditer(block) for path in match.group(1).split(", "))
+        if header["group"]:
+            listed = block[: (end.start() if (end := _TIMESTAMP.search(block)) else len(block))]
+            jobs.append(FailedJob(header["group"], tuple(dict.fromkeys(_GROUP_RULE.findall(listed))), logs))
+        else:
+            jobs.append(FailedJob(None, (header["rule"],), logs))
+    return jobs
+
+
 def failed_job_reasons(snakemake_logs: list[str]) -> list[str]:
-    """`log: reason` for each failed job's log that Snakemake's logs name, once each: the log's
-    last line, the job's one-line error."""
+    """One line for each failed job's log that Snakemake's logs name, once each: for the SLURM log
+    of a job that SLURM killed for memory, which rule or group it was and what to raise; else
+    `log: reason`, the log's last line, the job's one-line error."""
     text = "".join(Path(path).read_text(errors="replace") for path in snakemake_logs if os.path.isfile(path))
-    logs = dict.fromkeys(path for match in _FAILED_LOG.finditer(text) for path in match.group(1).split(", "))
-    return [f"{path}: {last}" for path in logs if os.path.isfile(path) and (last := _last_line(path))]
+    reasons: dict[str, str] = {}
+    for job in failed_jobs(text):
+        for path in job.logs:
+            if path in reasons or not os.path.isfile(path):
+                continue
+            tail = _tail(path)
+            if slurm_job := slurm_memory_kill(tail):
+                reasons[path] = memory_kill_line(job, slurm_job, slurm_memory_mb(slurm_job))
+            elif lines := tail.strip().splitlines():
+                reasons[path] = f"{path}: {lines[-1].strip()}"
+    return list(reasons.values())
 
 
-def _last_line(path: str) -> str:
+def slurm_memory_kill(log_tail: str) -> str | None:
+    """The SLURM job that SLURM killed for memory, by its line in the end of the job's SLURM log;
+    None for a job that ended otherwise."""
+    killed = _MEMORY_KILL.search(log_tail)
+    return (killed["job"] or killed["cgroup_job"]) if killed else None
+
+
+def memory_kill_line(job: FailedJob, slurm_job: str, mem_mb: int | None) -> str:
+    """The line for `job`, SLURM job `slurm_job`, killed by SLURM for memory; it asked for
+    `mem_mb` (None: SLURM no longer knows). A job group asks for what its jobs that run side by
+    side ask together, so its rules' mem_mb is what to raise."""
+    if not job.group:
+        asked = f"; it asked for mem_mb={mem_mb}" if mem_mb else ""
+        return (
+            f"{job.name} (SLURM job {slurm_job}) was killed for memory by SLURM{asked}: raise its mem_mb "
+            f"in the profile (set-resources: {job.rules[0]}: mem_mb: ...) and run again"
+        )
+    asked = f"; it asked for mem_mb={mem_mb}, what its jobs that run side by side ask together" if mem_mb else ""
+    rule, which = (job.rules[0], "") if len(job.rules) == 1 else ("RULE", f", RULE one of {', '.join(job.rules)}")
+    return (
+        f"{job.name} (SLURM job {slurm_job}, rules {', '.join(job.rules)}) was killed for memory by SLURM{asked}: "
+        f"raise its rules' mem_mb in the profile (set-resources: {rule}: mem_mb: ...{which}) and run again"
+    )
+
+
+def slurm_memory_mb(slurm_job: str) -> int | None:
+    """The memory in MB that SLURM gave `slurm_job`, by its record: squeue's while slurmctld holds
+    it (MinJobAge), else sacct's where there is accounting; None where neither has it."""
+    for command in (
+        ["squeue", "-h", "-t", "all", "-j", slurm_job, "-o", "%m"],
+        ["sacct", "-n", "-X", "-j", slurm_job, "-o", "ReqMem"],
+    ):
+        try:
+            found = _SLURM_MEMORY.match(
+                subprocess.run(command, capture_output=True, text=True, timeout=60).stdout.strip()
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if found:
+            return round(float(found[1]) * _MB_PER_UNIT[found[2]])
+    return None
+
+
+def _tail(path: str) -> str:
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - _TAIL_BYTES))
-        lines = handle.read().decode(errors="replace").strip().splitlines()
-    return lines[-1].strip() if lines else ""
+        return handle.read().decode(errors="replace")
 
 
 def never_runs(squeue: str, workdir: str) -> list[tuple[str, str, str]]:
