@@ -94,17 +94,19 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
     local, slurm = tmp_path / "local", tmp_path / "slurm"
     local.mkdir()
     slurm.mkdir()
-    ran = subprocess.run(
+    # the local run, to compare with, beside the cluster run: that one mostly waits on SLURM
+    local_run = subprocess.Popen(
         SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local))],
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-
     profile = ["--profile", str(shipped_profile(tmp_path / "profile")), "--verbose", *TEST_OPTIONS]
     command = SNAKEMAKE[:5] + ["--directory", str(slurm), "--configfile", str(configured(slurm))] + profile
     ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
+    local_errors = local_run.communicate(timeout=600)[1]
+    assert local_run.returncode == 0, local_errors[-3000:]
     output = ran.stdout + ran.stderr
     assert ran.returncode == 0, output[-5000:]
 
