@@ -18,10 +18,11 @@ if SAMPLES.labelled:
         threads: 1
         # train holds the training samples' features once, as float32 (twice their size on disk
         # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
-        # 1.35 times the features at its peak); time grows with them
+        # 1.35 times the features at its peak); time grows with them, and with the trainings that
+        # cross-fit the calibration (train.calibration_folds, each on most of the features)
         resources:
             mem_mb=by_input(4000, 3 * 1024, MODELS),
-            runtime=by_input(120, 10),
+            runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:
             shards=labelled_shards,

@@ -22,7 +22,10 @@ def main() -> None:
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
-    parser.add_argument("--calibration", help="calibration JSON to write, fitted on the validation split")
+    parser.add_argument(
+        "--calibration",
+        help="calibration JSON to write, fitted on cross-fitted scores (--calibration-folds) or the validation split",
+    )
     add_arguments(parser, TrainSettings)
     args = parser.parse_args()
     setup_logging()

@@ -8,13 +8,25 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from helpers import ROOT, read_tsv
 
-from workflow_lib.classify.train import Examples, load_examples, metrics, roc_curve, split
+from workflow_lib.classify.train import (
+    Examples,
+    cross_fitted_scores,
+    fit,
+    load_examples,
+    metrics,
+    roc_curve,
+    sequence_folds,
+    split,
+    virus_scores,
+)
 from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas
+from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
 from workflow_lib.io import h5store
 from workflow_lib.io.seqio import read_records
+from workflow_lib.models.classifier import MLPClassifier
 
 # Each sample's 46 to 75 frames (4,659 to 7,604 tokens) fill 2 to 4 shards of 2,500 tokens.
 RECORDS, RECORD_LENGTH, SHARD_TOKENS = 4, 6000, 2500
@@ -90,6 +102,9 @@ def test_metrics_on_the_demo_data(demo, trained):
     assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[3] for s in demo[1]})
     assert 0.15 < split_["validation_frames"] / frames < 0.3
     assert 0 < result["epochs_run"] <= 40 and len(result["history"]["validation_loss"]) == result["epochs_run"]
+    # 8 virus and 12 other records: the calibration's scores are cross-fitted over 5 folds, every chunk scored
+    assert result["calibration_scores"] == "cross-fitted over 5 folds of whole sequences"
+    assert result["calibration"]["chunks"] == split_["train_chunks"] + split_["validation_chunks"]
 
 
 @pytest.mark.slow
@@ -189,3 +204,43 @@ def test_whole_sequences_are_held_out_when_there_are_enough():
     few = Examples(examples.x[:36], y[:36] * 0 + (np.arange(36) >= 18), chunk[:36], sequence[:36])
     training, validation, unit = split(few, 0.25, SEED)
     assert unit == "chunk" and not set(chunk[training]) & set(chunk[validation]) and set(few.y[validation]) == {0, 1}
+
+
+def test_folds_deal_whole_sequences_with_both_classes_in_each():
+    """7 virus and 4 other sequences: 4 folds at most (the smaller class), each with both classes;
+    a class of one sequence, or a single fold asked for, gives none."""
+    sizes = [3, 5, 2, 4, 6, 1, 3, 2, 5, 4, 3]
+    sequence = np.repeat(np.arange(11), sizes)
+    y = (sequence < 7).astype(np.int64)
+    examples = Examples(np.zeros((sequence.size, 2), np.float32), y, np.arange(sequence.size), sequence)
+    folds = sequence_folds(examples, 5, SEED)
+    assert folds.max() == 3 and all(np.unique(folds[sequence == s]).size == 1 for s in range(11))
+    assert all({0, 1} <= set(y[folds == fold]) for fold in range(4))
+    assert sequence_folds(examples, 2, SEED).max() == 1
+    assert sequence_folds(examples, 1, SEED) is None and sequence_folds(examples, 0, SEED) is None
+    single = Examples(examples.x, (sequence == 0).astype(np.int64), examples.chunk, sequence)
+    assert sequence_folds(single, 5, SEED) is None
+
+
+def test_cross_fitted_scores_come_from_classifiers_that_never_saw_the_sequence():
+    """Labels that nothing shared between sequences predicts: each of 30 sequences a class has its
+    own cluster of features, its label drawn at random. A classifier trained on all of them scores
+    its own sequences right (it memorises the clusters); each cross-fitted score comes from one
+    that never saw the sequence, and they rank the sequences no better than chance."""
+    rng = np.random.default_rng(SEED)
+    sequences, chunks = 60, 8
+    sequence = np.repeat(np.arange(sequences), chunks)
+    label = rng.permutation(np.repeat([0, 1], sequences // 2))
+    centres = rng.normal(0, 3, (sequences, 16)).astype(np.float32)
+    x = centres[sequence] + rng.normal(0, 0.3, (sequence.size, 16)).astype(np.float32)
+    examples = Examples(x, label[sequence], np.arange(sequence.size), sequence)
+    settings = train_settings(epochs=30, learning_rate=0.01, calibration_folds=5, seed=SEED, progress_seconds=600)
+    scores, folds = cross_fitted_scores(examples, settings, epochs=30)
+    model = MLPClassifier(16)
+    everything = torch.arange(sequence.size)
+    whole = fit(model, (torch.from_numpy(x), torch.from_numpy(examples.y), everything), None, None, settings)
+    model.load_state_dict(whole.best_state)
+    seen = virus_scores(model, torch.from_numpy(x), np.arange(sequence.size))[0]
+    per_sequence = lambda s: np.bincount(sequence, weights=s) / chunks  # noqa: E731
+    assert folds == 5 and metrics(label, per_sequence(seen))["roc_auc"] > 0.95
+    assert abs(metrics(label, per_sequence(scores))["roc_auc"] - 0.5) < 0.2

@@ -61,6 +61,9 @@ def test_the_train_target_fits_a_calibration_for_its_classifier(workflow_run):
     assert fitted.method in ("platt", "isotonic") and fitted.fitted_on["chunks"] > 0
     metrics = json.loads((workdir / "results" / "train" / "metrics.json").read_text())
     assert metrics["calibration"]["method"] == fitted.method
+    # two sequences a class: scores cross-fitted over two folds, every training chunk scored
+    assert metrics["calibration_scores"] == "cross-fitted over 2 folds of whole sequences"
+    assert fitted.fitted_on["chunks"] == metrics["split"]["train_chunks"] + metrics["split"]["validation_chunks"]
 
 
 @pytest.mark.slow

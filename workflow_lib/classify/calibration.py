@@ -38,6 +38,10 @@ KNOTS = np.linspace(-16.0, 16.0, 321)  # the chunk map, as LLR at these logits o
 # would rest on too few records.
 MIN_RECORDS_FOR_ESTIMATE = 20
 ATYPICAL_QUANTILE = 0.98
+# The score job computes a frame's atypicality again, in other batches: a mean of squared z-scores
+# over small BatchNorm variances, it moves by about 1e-4 of itself, so that a calibration record at
+# the limit (the most atypical of a few) fell just outside it. The limit leaves that much room.
+ATYPICAL_MARGIN = 1.01
 # Held-out folds go by record when each class has this many records (as train's split does)
 MIN_RECORDS_PER_CLASS = 10
 VERSION = 1
@@ -300,7 +304,7 @@ def fit(
         quantiles = [
             np.nanquantile(v, ATYPICAL_QUANTILE, method="higher") for v in (atypicality, per_record.to_numpy())
         ]
-        limit = float(max(quantiles))
+        limit = float(max(quantiles)) * ATYPICAL_MARGIN
         fitted_on["records_unreliable"] = float((per_record > limit).mean())
     return Calibration(
         classifier_sha256=classifier_sha256,

@@ -11,7 +11,7 @@ chunk are near-duplicates, and a split by frame scores the classifier on frames 
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -224,21 +224,22 @@ def _epoch(model, optimizer, data: tuple[torch.Tensor, torch.Tensor], batches, w
 def fit(
     model: classifier.MLPClassifier,
     training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    validation: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, torch.Tensor] | None,
     weight: torch.Tensor | None,
     settings: TrainSettings,
 ) -> Fit:
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
-    once the validation loss has not improved for `patience` epochs; the best epoch's weights are kept."""
-    (x, y, rows), (x_val, y_val) = training, validation
+    once the validation loss has not improved for `patience` epochs; the best epoch's weights are
+    kept. Without a validation split it runs all `epochs`, watching the training loss."""
+    (x, y, rows) = training
     generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
-    best_loss, best_state, best_epoch, stale, epoch = float("inf"), None, 0, 0, 0
+    best_loss, best_state, best_epoch, stale, epoch, stopped = float("inf"), None, 0, 0, 0, False
     history = {"train_loss": [], "validation_loss": []}
     # Checked after every batch: the first line comes after one interval even when epochs are long.
     progress = Progress(log, "epochs", total=settings.epochs, interval=settings.progress_seconds)
-    status = "epoch 1 running"
+    status, watched = "epoch 1 running", "training" if validation is None else "validation"
     for epoch in range(1, settings.epochs + 1):
         batches = rows[torch.randperm(len(rows), generator=generator)].split(settings.batch_size)
 
@@ -248,18 +249,21 @@ def fit(
         train_loss = _epoch(model, optimizer, (x, y), batches, weight, step)
         scheduler.step()
         model.eval()
-        with torch.no_grad():
-            loss = float(F.cross_entropy(model(x_val), y_val, weight=weight))
+        loss = train_loss
         history["train_loss"].append(train_loss)
-        history["validation_loss"].append(loss)
+        if validation is not None:
+            with torch.no_grad():
+                loss = float(F.cross_entropy(model(validation[0]), validation[1], weight=weight))
+            history["validation_loss"].append(loss)
         if loss < best_loss:
             best_loss, best_epoch, stale = loss, epoch, 0
             best_state = {k: v.clone() for k, v in model.state_dict().items()}
         else:
             stale += 1
-        status = f"validation loss {loss:.4f} at epoch {epoch}, best {best_loss:.4f} at epoch {best_epoch}"
+        status = f"{watched} loss {loss:.4f} at epoch {epoch}, best {best_loss:.4f} at epoch {best_epoch}"
         progress.update(float(epoch), status)
-        if stale >= settings.patience:
+        stopped = validation is not None and stale >= settings.patience
+        if stopped:
             break
     if best_state is None:
         raise InputError(
@@ -267,23 +271,74 @@ def fit(
             "or train.learning_rate is far too high"
         )
     log.info(
-        "%d epochs in %.1f s (%s); best validation loss %.4f at epoch %d",
+        "%d epochs in %.1f s (%s); best %s loss %.4f at epoch %d",
         epoch,
         time.monotonic() - progress.start,
-        f"early stop: no improvement for {settings.patience} epochs" if stale >= settings.patience else "all epochs",
+        f"early stop: no improvement for {settings.patience} epochs" if stopped else "all epochs",
+        watched,
         best_loss,
         best_epoch,
     )
-    return Fit(best_state, best_epoch, best_loss, epoch, stale >= settings.patience, history)
+    return Fit(best_state, best_epoch, best_loss, epoch, stopped, history)
 
 
-def virus_scores(model: classifier.MLPClassifier, features: torch.Tensor, rows: np.ndarray) -> np.ndarray:
-    """The virus scores of `rows` of `features`, SCORE_ROWS at a time (a multiple of the scoring
-    batch: the same batches, so the same figures, as scoring a copy of those rows)."""
-    scores = np.zeros(rows.size, dtype=np.float32)
+def virus_scores(
+    model: classifier.MLPClassifier, features: torch.Tensor, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The virus scores and atypicality of `rows` of `features`, SCORE_ROWS at a time (a multiple
+    of the scoring batch: the same batches, so the same figures, as scoring a copy of those rows)."""
+    scores, atypicality = np.zeros(rows.size, dtype=np.float32), np.zeros(rows.size, dtype=np.float32)
     for i in range(0, rows.size, SCORE_ROWS):
-        scores[i : i + SCORE_ROWS] = classifier.scores(model, features[rows[i : i + SCORE_ROWS]])[:, 1].numpy()
-    return scores
+        block, typical = classifier.scores_and_atypicality(model, features[rows[i : i + SCORE_ROWS]])
+        scores[i : i + SCORE_ROWS], atypicality[i : i + SCORE_ROWS] = block[:, 1].numpy(), typical.numpy()
+    return scores, atypicality
+
+
+def class_weight(labels: torch.Tensor, settings: TrainSettings) -> torch.Tensor | None:
+    """The loss's class weights (inverse frequency) with train.balance_classes, else None."""
+    if not settings.balance_classes:
+        return None
+    counts = torch.bincount(labels, minlength=2).clamp(min=1).float()
+    return counts.sum() / (2 * counts)
+
+
+def sequence_folds(examples: Examples, most: int, seed: int) -> np.ndarray | None:
+    """Each frame's fold for cross-fitting, whole sequences to a fold: each class's sequences dealt
+    in a seeded order over as many folds as the smaller class has sequences (at most `most`), so
+    that every fold holds both classes. None where that is fewer than two."""
+    rng = np.random.default_rng(seed)
+    per_class = [np.unique(examples.sequence[examples.y == label]) for label in (0, 1)]
+    folds = min(most, *(sequences.size for sequences in per_class))
+    if folds < 2:
+        return None
+    fold_of = np.zeros(examples.sequence.max() + 1, dtype=np.int64)
+    for sequences in per_class:
+        fold_of[rng.permutation(sequences)] = np.arange(sequences.size) % folds
+    return fold_of[examples.sequence]
+
+
+def cross_fitted_scores(examples: Examples, settings: TrainSettings, epochs: int) -> tuple[np.ndarray, int] | None:
+    """Every frame's virus score from a classifier trained, as the final one was for `epochs`
+    epochs, without its sequence's fold: what the classifier makes of genomes it never saw, which a
+    validation split of chunks of the training genomes overstates; and the number of folds. None
+    with fewer than two folds."""
+    folds = sequence_folds(examples, settings.calibration_folds, settings.seed)
+    if folds is None:
+        return None
+    features, labels = torch.from_numpy(examples.x), torch.from_numpy(examples.y)
+    fold_settings = replace(settings, epochs=epochs)
+    scores = np.zeros(labels.shape[0], dtype=np.float32)
+    for fold in range(folds.max() + 1):
+        held, kept = np.flatnonzero(folds == fold), torch.from_numpy(np.flatnonzero(folds != fold))
+        log.info(
+            "cross-fitting the calibration: fold %d of %d, %d frames held out", fold + 1, folds.max() + 1, held.size
+        )
+        torch.manual_seed(settings.seed + 1 + fold)
+        model = classifier.MLPClassifier(examples.x.shape[1])
+        fitted = fit(model, (features, labels, kept), None, class_weight(labels[kept], settings), fold_settings)
+        model.load_state_dict(fitted.best_state)
+        scores[held] = virus_scores(model, features, held)[0]
+    return scores, folds.max() + 1
 
 
 def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
@@ -305,17 +360,13 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     )
     if len(np.unique(y[validation])) < 2:
         log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
-    weight = None
-    if settings.balance_classes:
-        counts = torch.bincount(labels[training], minlength=2).clamp(min=1).float()
-        weight = counts.sum() / (2 * counts)
     model = classifier.MLPClassifier(x.shape[1])
+    weight = class_weight(labels[training], settings)
     fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
     model.load_state_dict(fitted.best_state)
     model.eval()
-    validation_scores, atypicality = classifier.scores_and_atypicality(model, x_val)
-    validation_scores = validation_scores[:, 1].numpy()
-    chunks = validation_chunks(examples, validation, validation_scores, atypicality.numpy())
+    validation_scores, atypicality = virus_scores(model, features, validation)
+    chunks = chunk_table(examples, validation, validation_scores, atypicality)
     result = {
         "epochs_run": fitted.epochs_run,
         "best_epoch": fitted.best_epoch,
@@ -330,7 +381,7 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
             "validation_sequences": int(np.unique(examples.sequence[validation]).size),
             "seed": settings.seed,
         },
-        "train": metrics(y[training], virus_scores(model, features, training)),
+        "train": metrics(y[training], virus_scores(model, features, training)[0]),
         "validation": metrics(y[validation], validation_scores),
         "roc_curve": roc_curve(y[validation], validation_scores),
         "history": fitted.history,
@@ -339,10 +390,8 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     return model, result, chunks
 
 
-def validation_chunks(
-    examples: Examples, rows: np.ndarray, scores: np.ndarray, atypicality: np.ndarray
-) -> pd.DataFrame:
-    """The validation split's chunks as a calibration learns from them: each one's best virus score
+def chunk_table(examples: Examples, rows: np.ndarray, scores: np.ndarray, atypicality: np.ndarray) -> pd.DataFrame:
+    """The chunks of `rows` as a calibration learns from them: each one's best virus score
     (chunks.tsv's max_score_virus), mean atypicality, label and record, a record's chunks together
     in their order."""
     frames = pd.DataFrame(
@@ -355,6 +404,25 @@ def validation_chunks(
     return chunks.reset_index().sort_values(["record", "chunk"], kind="stable")
 
 
+def calibration_chunks(
+    examples: Examples, model: classifier.MLPClassifier, settings: TrainSettings, epochs: int, validation: pd.DataFrame
+) -> tuple[pd.DataFrame, str]:
+    """The chunks a calibration is fitted on, and where their scores come from: every chunk with
+    its cross-fitted score (the final classifier's atypicality, which the calibration's limit is
+    for), or else the `validation` split's chunks."""
+    cross_fitted = cross_fitted_scores(examples, settings, epochs)
+    if cross_fitted is None:
+        if settings.calibration_folds >= 2:
+            log.warning(
+                "a class has a single sequence: the calibration is fitted on the validation split, chunks of the "
+                "genomes the classifier learned from, and will be overconfident on other genomes; label more sequences"
+            )
+        return validation, "validation split"
+    (scores, folds), rows = cross_fitted, np.arange(examples.y.size)
+    atypicality = virus_scores(model, torch.from_numpy(examples.x), rows)[1]
+    return chunk_table(examples, rows, scores, atypicality), f"cross-fitted over {folds} folds of whole sequences"
+
+
 def train_classifier(
     shards: list[tuple[str, str, str, str]],
     output: str | Path,
@@ -364,7 +432,8 @@ def train_classifier(
 ) -> dict:
     """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
     and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
-    the calibration fitted on the validation split (chunks the classifier did not learn from)."""
+    the calibration, fitted on scores the classifier did not learn from: cross-fitted by sequence
+    where each class has two sequences or more, else the validation split's."""
     examples = load_examples(shards, settings.progress_seconds)
     x, y = examples.x, examples.y
     log.info(
@@ -379,6 +448,9 @@ def train_classifier(
     with atomic_path(output) as tmp:
         classifier.save(model, tmp, validation=result["validation"], chunk_length=settings.chunk_length)
     if calibration_path:
+        chunks, result["calibration_scores"] = calibration_chunks(
+            examples, model, settings, result["best_epoch"], chunks
+        )
         fitted = calibration.fit(
             chunks["max_score_virus"].to_numpy(),
             chunks["label"].to_numpy(),

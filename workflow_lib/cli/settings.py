@@ -283,6 +283,7 @@ class TrainSettings:
     momentum: float = setting("train.momentum")
     patience: int = setting("train.patience")
     validation_fraction: float = setting("train.validation_fraction")
+    calibration_folds: int = setting("train.calibration_folds")
     balance_classes: bool = setting("train.balance_classes")
     seed: int = setting("train.seed")
     chunk_length: int = setting("chunk_length")  # recorded in the checkpoint
