@@ -1,6 +1,7 @@
 """Weighing the calls on synthetic data with known truth: calibrated chunk probabilities, a sample's
 viral fraction, record probabilities and q-values."""
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -38,6 +39,15 @@ def record_posteriors(cal: Calibration, data: dict, prior: float) -> np.ndarray:
     return expit(cal.record_llrs(data["size"], sums) + logit(prior))
 
 
+def records_share(cal: Calibration, sample: dict) -> float:
+    """The sample's viral fraction of records as predict estimates it: from its chunks."""
+    llr = cal.chunk_llrs(sample["score"])
+    chunk_share = calibration.estimate_prior(calibration.histogram(llr))
+    weights = 1.0 / sample["size"][sample["record"]]
+    weighted = np.bincount(calibration.bin_of(llr), weights, minlength=calibration.N_BINS)
+    return calibration.record_share(weighted, sample["size"].size, chunk_share)
+
+
 def test_calibrated_chunk_probabilities_match_held_out_frequencies():
     cal = fitted()
     held_out = synthetic(20000 // 6, 0.5, seed=2)
@@ -70,9 +80,9 @@ def test_a_samples_viral_fraction_is_estimated_from_its_own_chunks(share):
 def test_qvalues_bound_the_realised_false_discovery_rate(share):
     cal = fitted()
     sample = synthetic(6000, share, seed=4)
+    prior = records_share(cal, sample)
     llr = cal.record_llrs(sample["size"], np.bincount(sample["record"], cal.chunk_llrs(sample["score"])))
     counts = calibration.histogram(llr)
-    prior = calibration.estimate_prior(counts)
     assert abs(prior - sample["record_label"].mean()) <= 0.03
     q = calibration.qvalues(counts, prior)[calibration.bin_of(llr)]
     truth = sample["record_label"]
@@ -121,3 +131,18 @@ def test_the_calibrations_own_records_are_reliable_and_unlike_ones_are_not():
     fitted = calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500, atypicality=atypicality)
     assert fitted.fitted_on["records_unreliable"] <= 0.05
     assert fitted.atypicality_limit < 10 * np.median(atypicality)
+
+
+@pytest.mark.parametrize("share", [0.01, 0.1, 0.5])
+def test_a_samples_viral_fraction_of_records_comes_from_its_chunks(share):
+    """The mean over records of their chunks' probabilities finds the share of viral records, even
+    where the record rule leans viral (as one fitted on a few genomes does), which throws the
+    estimate from the records' own LLRs off."""
+    cal = fitted()
+    sample = synthetic(20000, share, seed=9)
+    truth = sample["record_label"].mean()
+    assert abs(records_share(cal, sample) - truth) <= 0.02
+    llr = cal.chunk_llrs(sample["score"])
+    leaning = dataclasses.replace(cal, record_offset=cal.record_offset + 2)
+    record_llrs = leaning.record_llrs(sample["size"], np.bincount(sample["record"], llr))
+    assert calibration.estimate_prior(calibration.histogram(record_llrs)) - truth > 0.05

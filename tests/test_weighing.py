@@ -13,6 +13,7 @@ import yaml
 from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv
 
 from workflow_lib.classify import calibration
+from workflow_lib.classify.weighing import ChunkWeighing
 from workflow_lib.io import tables
 from workflow_lib.io.checksums import sha256
 
@@ -33,6 +34,26 @@ def changed_config(config, path, **changes):
         settings[key] = {**settings.get(key, {}), **value} if isinstance(value, dict) else value
     path.write_text(yaml.safe_dump(settings))
     return path
+
+
+def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
+    """predict hands its chunks over in blocks that may cut a record: each record is counted once,
+    with all its chunks (its LLR, and its chunks' share of the records' composition)."""
+    sizes = np.array([3, 1, 7, 2, 5, 1, 4])
+    ids = np.repeat([f"r{i}" for i in range(sizes.size)], sizes)
+    score = np.random.default_rng(0).random(ids.size)
+    chunks = pd.DataFrame({"sequence_id": ids, "max_score_virus": score, "atypicality": np.ones(ids.size)})
+    cal = calibration.Calibration("0" * 64, 500, "platt", [-5.0, 5.0], [-4.0, 4.0], 0.3, 0.8, 0.2, 0.1, 0.3, 9.0, {})
+    llr = cal.chunk_llrs(score)
+    records = calibration.histogram(cal.record_llrs(sizes, np.add.reduceat(llr, np.r_[0, np.cumsum(sizes)[:-1]])))
+    weighted = np.bincount(calibration.bin_of(llr), np.repeat(1 / sizes, sizes), minlength=calibration.N_BINS)
+    for block in (1, 2, 3, 5, ids.size):
+        weighing = ChunkWeighing(cal, tmp_path / f"evidence_{block}")
+        for start in range(0, ids.size, block):
+            weighing.count(chunks.iloc[start : start + block])
+        weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
+        assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks, weighted), block
+        weighing.evidence.close()
 
 
 @pytest.fixture(scope="module")

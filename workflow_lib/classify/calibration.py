@@ -356,6 +356,15 @@ def estimate_prior(counts: np.ndarray) -> float:
     return (low + high) / 2
 
 
+def record_share(weighted: np.ndarray, records: int, chunk_prior: float) -> float:
+    """The share of viral records among `records`, from their chunks' LLRs counted in `weighted`
+    each with the weight 1 / (its record's scored chunks): the mean over records of their chunks'
+    mean probability at the sample's viral fraction of chunks (`chunk_prior`). Calibrated chunk
+    probabilities make it unbiased whatever the record rule, which is fitted on fewer, correlated
+    windows and misjudges most where the classifier meets genomes unlike its training ones."""
+    return float((weighted * expit(CENTRES + logit(chunk_prior))).sum() / records)
+
+
 def qvalues(counts: np.ndarray, prior: float) -> np.ndarray:
     """The q-value of each bin: the expected share of non-viral among all counted items at least
     that probable viral (the bin included), at the sample's prior; then the least such share from

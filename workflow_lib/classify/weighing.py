@@ -35,13 +35,12 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
     return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
 
 
-def composition(counts: np.ndarray, fallback: float, minimum: int) -> dict:
-    """The viral fraction of the items counted in `counts` (a histogram of LLRs), or the
-    calibration's own (`fallback`) when fewer than `minimum` were counted."""
-    n = int(counts.sum())
-    if n < minimum:
-        return {"viral_fraction_estimate": fallback, "source": "calibration", "counted": n}
-    return {"viral_fraction_estimate": calibration.estimate_prior(counts), "source": "sample", "counted": n}
+def composition(counted: int, estimate, fallback: float) -> dict:
+    """The viral fraction of `counted` items, `estimate()`, or the calibration's own (`fallback`)
+    when too few were counted for an estimate."""
+    if counted < calibration.MIN_RECORDS_FOR_ESTIMATE:
+        return {"viral_fraction_estimate": fallback, "source": "calibration", "counted": counted}
+    return {"viral_fraction_estimate": estimate(), "source": "sample", "counted": counted}
 
 
 class ChunkWeighing:
@@ -49,8 +48,9 @@ class ChunkWeighing:
     atypicality kept in a scratch file beside it (8 bytes a chunk, on disk), then the table copied
     line by line with their columns added: its probability at the sample's viral fraction of chunks
     and its atypicality. Copying lines, not parsing them again, keeps the cost of weighing small.
-    The records' LLRs are counted on the way (a record's chunks come together), so that call knows
-    the records' composition and q-values before its one pass (scoring.json's `record_llrs`)."""
+    The records are counted on the way (a record's chunks come together), so that call knows the
+    records' composition and q-values before its one pass (scoring.json's `record_composition` and
+    `record_llrs`)."""
 
     LINES = 1 << 16  # lines copied at a time
 
@@ -58,7 +58,8 @@ class ChunkWeighing:
         self.cal, self.path = cal, scratch
         self.counts = np.zeros(calibration.N_BINS, dtype=np.int64)
         self.records = np.zeros(calibration.N_BINS, dtype=np.int64)
-        self.held = (None, 0, 0.0)  # the latest block's last record (ID, chunks, sum of LLRs): it may go on
+        self.record_chunks = np.zeros(calibration.N_BINS)  # chunks' LLRs, each weighing 1 / its record's chunks
+        self.held = (None, np.empty(0))  # the latest block's last record (ID, its chunks' LLRs): it may go on
         self.evidence = open(scratch, "wb")
 
     def count(self, chunks: pd.DataFrame) -> None:
@@ -67,16 +68,22 @@ class ChunkWeighing:
         np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
         ids = chunks["sequence_id"].to_numpy()
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # of each record's run of chunks
-        sizes, sums = np.diff(np.r_[starts, ids.size]), np.add.reduceat(llr, starts)
-        if ids[0] == self.held[0]:
-            sizes[0], sums[0] = sizes[0] + self.held[1], sums[0] + self.held[2]
-        elif self.held[0] is not None:
-            self.count_records([self.held[1]], [self.held[2]])
-        self.count_records(sizes[:-1], sums[:-1])
-        self.held = (ids[-1], sizes[-1], sums[-1])
+        held_id, held = self.held
+        if ids[0] == held_id:  # the held record goes on: its chunks open the block's first run
+            llr, starts = np.r_[held, llr], np.r_[0, starts[1:] + held.size]
+        elif held_id is not None:
+            self.count_records(held, np.zeros(1, dtype=np.int64))
+        self.count_records(llr[: starts[-1]], starts[:-1])
+        self.held = (ids[-1], llr[starts[-1] :].copy())
 
-    def count_records(self, sizes, sums) -> None:
-        self.records += calibration.histogram(self.cal.record_llrs(np.asarray(sizes), np.asarray(sums)))
+    def count_records(self, llr: np.ndarray, starts: np.ndarray) -> None:
+        """Count the whole records whose chunks' LLRs are `llr`, each starting at `starts`."""
+        if starts.size == 0:
+            return
+        sizes = np.diff(np.r_[starts, llr.size])
+        self.records += calibration.histogram(self.cal.record_llrs(sizes, np.add.reduceat(llr, starts)))
+        weights = np.repeat(1.0 / sizes, sizes)
+        self.record_chunks += np.bincount(calibration.bin_of(llr), weights, minlength=calibration.N_BINS)
 
     def write(self, unweighed: Path, output: Path) -> dict:
         """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
@@ -84,9 +91,16 @@ class ChunkWeighing:
         LLRs (a sparse histogram)."""
         self.evidence.close()
         if self.held[0] is not None:
-            self.count_records([self.held[1]], [self.held[2]])
-        found = composition(self.counts, self.cal.chunk_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
+            self.count_records(self.held[1], np.zeros(1, dtype=np.int64))
+        found = composition(
+            int(self.counts.sum()), lambda: calibration.estimate_prior(self.counts), self.cal.chunk_prior
+        )
         shift = logit(found["viral_fraction_estimate"])
+        records = int(self.records.sum())
+        chunk_share = found["viral_fraction_estimate"]
+        found_records = composition(
+            records, lambda: calibration.record_share(self.record_chunks, records, chunk_share), self.cal.record_prior
+        )
         evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
         with open(unweighed, "rb") as table, atomic_open(output, "wb") as out:
             out.write(table.readline().rstrip(b"\n") + "".join(f"\t{c}" for c in CHUNK_COLUMNS).encode() + b"\n")
@@ -102,6 +116,7 @@ class ChunkWeighing:
         bins = np.flatnonzero(self.records)
         return {
             "chunk_composition": found,
+            "record_composition": found_records,
             "record_llrs": {"bins": bins.tolist(), "counts": self.records[bins].tolist()},
         }
 
@@ -114,21 +129,21 @@ class RecordWeighing:
     at the end (weigh_region_table)."""
 
     cal: Calibration
-    found: dict  # the records' composition
+    found: dict  # the records' composition (predict's, ChunkWeighing.write)
     record_q: np.ndarray  # the q-value of each histogram bin, of records
     regions: np.ndarray = field(default_factory=lambda: np.zeros(calibration.N_BINS, np.int64))  # regions' LLRs
     tallied: Counter = field(default_factory=Counter)  # unreliable records, and those within max_qvalue
 
     @classmethod
     def of(cls, cal: Calibration, scoring: dict, scoring_path: Path) -> "RecordWeighing":
-        if "record_llrs" not in scoring:
+        if "record_composition" not in scoring:
             raise InputError(
-                f"{scoring_path}: written without the records' LLRs (no calibration, or an older version); delete the "
-                "sample's predict outputs and run again"
+                f"{scoring_path}: written without the records' composition (no calibration, or an older version); "
+                "delete the sample's predict outputs and run again"
             )
         records = np.zeros(calibration.N_BINS, np.int64)
         records[scoring["record_llrs"]["bins"]] = scoring["record_llrs"]["counts"]
-        found = composition(records, cal.record_prior, calibration.MIN_RECORDS_FOR_ESTIMATE)
+        found = scoring["record_composition"]
         return cls(cal, found, calibration.qvalues(records, found["viral_fraction_estimate"]))
 
     @property
