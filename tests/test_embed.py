@@ -24,12 +24,14 @@ import pytest
 import torch
 from helpers import EMBEDDING_TOLERANCE, ROOT, alive
 
+import workflow_lib.embed.job
 import workflow_lib.embed.loader
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import allocator_conf_variable, build_embedder, set_allocator_conf
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.embed.stopping import sigterm_held
 from workflow_lib.embed.stored_tokens import StoredTokens
 from workflow_lib.harness.stages import (
     DEFAULTS,
@@ -379,6 +381,39 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
     assert not output.exists()
     assert "they are committed: run the job again to resume" in log.text()
     assert len(list(parts.glob("part_*.npz"))) > committed  # what was done since the last commit
+
+
+def test_sigterm_stays_held_to_the_end_of_the_outermost_hold():
+    """The stop's final store and commit hold SIGTERM, and a commit inside holds it again: leaving
+    the inner hold must not let a second SIGTERM cut the outer one short."""
+    with sigterm_held():
+        with sigterm_held():
+            pass
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_sigterm_commits_the_batches_in_flight_too(read_frames, demo_models, tmp_path, monkeypatch):
+    """Stopped with batches submitted whose results are not stored yet (on a GPU up to
+    RESULTS_IN_FLIGHT of them; here the one just submitted), the job stores and commits them
+    before it exits: a rerun resumes after every batch it computed."""
+    submitted = []
+
+    class StoppedAtTheThird(DeviceFeed):
+        def submit(self, batch):
+            super().submit(batch)
+            submitted.append(len(batch.rows))
+            if len(submitted) == 3:  # SLURM's SIGTERM, handled here: before the job stores the result
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(workflow_lib.embed.job, "DeviceFeed", StoppedAtTheThird)
+    output = tmp_path / "e.h5"
+    settings = embed_settings("esm", demo_models["esm"], layer=2, token_budget=1024, num_workers=0, commit_seconds=1e9)
+    with pytest.raises(SystemExit) as stopped:
+        embed_into(read_frames / "shard_0.faa", output, settings)
+    assert stopped.value.code == 128 + signal.SIGTERM and not output.exists()
+    committed = sum(_rows(part) for part in (tmp_path / ".e.h5.parts").glob("part_*.npz"))
+    assert committed == sum(submitted)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_work
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.resume import Commits, fingerprint
 from workflow_lib.embed.rows import ShardRows
-from workflow_lib.embed.stopping import sigterm_exits
+from workflow_lib.embed.stopping import sigterm_exits, sigterm_held
 from workflow_lib.embed.stored_tokens import StoredTokens
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.tables import write_json
@@ -266,7 +266,9 @@ def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, worker
             rows.store(feed.drain())
             rows.commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
-            rows.commit()
+            with sigterm_held():  # a second SIGTERM would cut the commit short
+                rows.store(feed.drain())  # the batches in flight too: on a GPU, a fraction of a second
+                rows.commit()
             log.warning(
                 "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
             )

@@ -41,12 +41,12 @@ def sigterm_exits() -> Iterator[Callable[[], None]]:
 @contextlib.contextmanager
 def sigterm_held() -> Iterator[None]:
     """SIGTERM held back until the block ends: raised inside a commit, rows taken from the writer
-    would reach neither the commit log nor the final commit."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    would reach neither the commit log nor the final commit. Nested, the outer block keeps it held."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def ignore_sigterm() -> None:
