@@ -8,6 +8,7 @@ each rule's peak RSS and summed time (Snakemake's benchmark files), Snakemake's 
 process alone) and the wall time.
 
     python benchmarks/workflow_scale.py --workdir /tmp/workflow_scale --reads 250000 1000000 --shard-tokens 3000000
+    python benchmarks/workflow_scale.py --workdir /tmp/workflow_scale --reads 250000 --shard-tokens 1000000 --scheduler ilp
 """
 
 import argparse
@@ -100,8 +101,9 @@ def rule_figures(run: Path) -> dict:
     return figures
 
 
-def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
-    """The workflow on `reads` reads, its embeddings on disk watched: jobs, disk, time."""
+def run(workdir: Path, reads: int, shard_tokens: int, cores: int, scheduler: str | None) -> dict:
+    """The workflow on `reads` reads, its embeddings on disk watched: jobs, disk, time; under
+    Snakemake's `scheduler` where given, else the profile's."""
     folder = workdir / f"reads_{reads}"
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "reads.fa").exists():
@@ -119,6 +121,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()
     options = ("--configfile", folder / "config.yaml", "--profile", ROOT / "profiles" / "local", "--cores", cores)
+    options += ("--scheduler", scheduler) if scheduler else ()
     watch = Watch(run_dir)
     try:
         snakemake_run, _ = snakemake(run_dir, *options, log=folder / "snakemake.log")
@@ -126,7 +129,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int) -> dict:
         watch.close()
     samples, pools = read_plans(run_dir / "results" / "plan")
     figures = {"reads": reads, "frames": sum(shard["frames"] for shard in samples["reads"]), "shards": len(pools)}
-    figures |= {"shard_tokens": shard_tokens, "jobs": snakemake_run["jobs_by_rule"]} | disk_figures(run_dir, watch)
+    figures |= {"scheduler": scheduler or "the profile's", "shard_tokens": shard_tokens, "jobs": snakemake_run["jobs_by_rule"]} | disk_figures(run_dir, watch)
     figures["rules"] = rule_figures(run_dir)
     return figures | {"snakemake_own_cpu_s": snakemake_run["own_cpu_s"], "seconds": snakemake_run["seconds"]}
 
@@ -158,10 +161,11 @@ def main() -> None:
     parser.add_argument("--reads", type=int, nargs="+", default=[250_000, 1_000_000])
     parser.add_argument("--shard-tokens", type=int, default=3_000_000)
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--scheduler", choices=("greedy", "ilp"), help="Snakemake's (default: the profile's, greedy)")
     args = parser.parse_args()
     result = header("workflow_scale") | {"runs": []}
     for reads in args.reads:
-        result["runs"].append(run(args.workdir, reads, args.shard_tokens, args.cores))
+        result["runs"].append(run(args.workdir, reads, args.shard_tokens, args.cores, args.scheduler))
         print_progress(result["runs"][-1])
     print_figures(result)
 
