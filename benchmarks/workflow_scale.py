@@ -8,7 +8,7 @@ each rule's peak RSS and summed time (Snakemake's benchmark files), Snakemake's 
 process alone) and the wall time.
 
     python benchmarks/workflow_scale.py --workdir /tmp/workflow_scale --reads 250000 1000000 --shard-tokens 3000000
-    python benchmarks/workflow_scale.py --workdir /tmp/workflow_scale --reads 250000 --shard-tokens 1000000 --scheduler ilp
+    python benchmarks/workflow_scale.py --workdir /tmp/ws --reads 250000 --shard-tokens 1000000 --scheduler ilp
 """
 
 import argparse
@@ -129,7 +129,11 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int, scheduler: str
         watch.close()
     samples, pools = read_plans(run_dir / "results" / "plan")
     figures = {"reads": reads, "frames": sum(shard["frames"] for shard in samples["reads"]), "shards": len(pools)}
-    figures |= {"scheduler": scheduler or "the profile's", "shard_tokens": shard_tokens, "jobs": snakemake_run["jobs_by_rule"]} | disk_figures(run_dir, watch)
+    figures |= {
+        "scheduler": scheduler or "the profile's",
+        "shard_tokens": shard_tokens,
+        "jobs": snakemake_run["jobs_by_rule"],
+    } | disk_figures(run_dir, watch)
     figures["rules"] = rule_figures(run_dir)
     return figures | {"snakemake_own_cpu_s": snakemake_run["own_cpu_s"], "seconds": snakemake_run["seconds"]}
 
