@@ -266,12 +266,12 @@ def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, worker
             rows.store(feed.drain())
             rows.commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
-            with sigterm_held():  # a second SIGTERM would cut the commit short
+            with sigterm_held():  # a second SIGTERM would cut the commit, or the line saying so, short
                 rows.store(feed.drain())  # the batches in flight too: on a GPU, a fraction of a second
                 rows.commit()
-            log.warning(
-                "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
-            )
+                log.warning(
+                    "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
+                )
             raise
     log.info(progress.line(rows.done, meter.summary(feed)))
     return meter
