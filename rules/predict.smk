@@ -71,13 +71,13 @@ rule call:
         regions="results/{sample}/regions.tsv",
         regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
-        # with a calibration and call.max_qvalue: the records and regions within that q-value
+        # with call.max_qvalue: the records and regions within that q-value
         passing=expand(
             "results/{{sample}}/{name}",
             name=(
                 ["viral_qvalue.fasta", "regions_qvalue.fasta"]
-                if model_files.calibration_file(config)
-                and config["call"]["max_qvalue"] is not None
+                # none without a calibration: the start-up drops that cutoff (config_check.py)
+                if config["call"]["max_qvalue"] is not None
                 else []
             ),
         ),

@@ -74,6 +74,25 @@ def weighed(workflow_run, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(workflow_run, tmp_path):
+    """call.max_qvalue left on with models.calibration null (the demo's config, its calibration turned
+    off): the start-up says once that the q-value FASTA files are not written, and every call job runs."""
+    workdir, config = workflow_run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    changed = changed_config(config, copy / "cutoff.yaml", models={"calibration": None}, call={"max_qvalue": 0.1})
+    code, output = run(copy, changed, "--forcerun", "call")
+    assert code == 0, output[-3000:]
+    warning = "call.max_qvalue 0.1 needs a calibration and models.calibration is null: no q-values, so "
+    assert output.count(warning) == 1, output[-3000:]
+    assert output.count("rule call:") == 5  # one per sample, each forced to run again
+    for sample in ("gamma", "reads"):
+        assert (copy / "results" / sample / "sequences.tsv").is_file()
+        assert not (copy / "results" / sample / "viral_qvalue.fasta").exists()
+        assert "qvalue" not in (copy / "results" / sample / "sequences.tsv").open().readline()
+
+
+@pytest.mark.slow
 def test_the_train_target_fits_a_calibration_for_its_classifier(workflow_run):
     workdir, _ = workflow_run
     fitted = calibration.Calibration.load(workdir / "results" / "train" / "calibration.json")

@@ -149,6 +149,20 @@ def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], lab
         raise InputError(f"{where}: {refusal}")
 
 
+def unweighed_qvalue_cutoff(config: dict, sources: list[tuple[str, dict]]) -> str | None:
+    """call.max_qvalue without a calibration (models.calibration null) has no q-values to cut at: the
+    cutoff is dropped from the config here, once, so that the call rule, its script and the tables
+    all see none, and the line that says so is returned (None when the two agree)."""
+    cutoff = config["call"]["max_qvalue"]
+    if cutoff is None or config["models"]["calibration"]:
+        return None
+    config["call"]["max_qvalue"] = None
+    return (
+        f"{source_of(['call', 'max_qvalue'], sources)}: call.max_qvalue {cutoff} needs a calibration and "
+        "models.calibration is null: no q-values, so viral_qvalue.fasta and regions_qvalue.fasta are not written"
+    )
+
+
 def check_training_labels(samples: pd.DataFrame, sheet: str) -> None:
     """A sheet that labels samples labels both classes: the train target needs both (found here,
     not after all their embedding)."""

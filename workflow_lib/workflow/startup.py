@@ -27,6 +27,7 @@ from workflow_lib.workflow.config_check import (
     read_samples,
     recorded_differences,
     source_of,
+    unweighed_qvalue_cutoff,
 )
 
 
@@ -96,6 +97,9 @@ def _checked_samples(workflow, config: dict, root: str, plan_dir: str) -> Sample
     sheet = read_samples(config["samples"], samples_schema, source_of(["samples"], sources))
     validate(config, schema=schema)  # fills in the defaults
     check_model_choice(config, sources)
+    dropped = unweighed_qvalue_cutoff(config, sources)
+    if dropped and workflow.is_main_process:
+        print(f"Warning: {dropped}", file=sys.stderr)
     check_training_labels(sheet, config["samples"])
     calibration = read_calibration_samples(
         config["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
