@@ -191,6 +191,36 @@ def test_model_file_checksums_are_reused_only_for_unchanged_files(tmp_path):
     assert digests(describe([path], recorded)) == {"model.pt": hashlib.sha256(b"other weights").hexdigest()}
 
 
+def test_the_model_check_keeps_checksums_for_the_next_run_and_catches_a_changed_file(tmp_path):
+    """A second run's model check reads a checkpoint's SHA-256 from the store instead of hashing the
+    file again; a file rewritten with its size and modification time kept (cp -p, rsync -t) is
+    hashed again, and a store that cannot be written never fails the check."""
+    import hashlib
+    import json
+    import os
+
+    from workflow_lib.io.checksums import describe_kept, digests
+
+    path, store = tmp_path / "model.pt", tmp_path / "cache" / "checksums.json"
+    path.write_bytes(b"weights")
+    assert digests(describe_kept([path], store)) == {"model.pt": hashlib.sha256(b"weights").hexdigest()}
+    kept = json.loads(store.read_text())
+    kept[str(path)]["sha256"] = "kept by the last run"  # what the next run finds, if it reads the store
+    store.write_text(json.dumps(kept))
+    assert digests(describe_kept([path], store)) == {"model.pt": "kept by the last run"}
+    before = path.stat()
+    path.write_bytes(b"WEIGHTS")  # the same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    while path.stat().st_ctime_ns == before.st_ctime_ns:  # a coarse clock: set it again until ctime moves
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert digests(describe_kept([path], store)) == {"model.pt": hashlib.sha256(b"WEIGHTS").hexdigest()}
+    assert json.loads(store.read_text())[str(path)]["sha256"] == hashlib.sha256(b"WEIGHTS").hexdigest()
+    (tmp_path / "not a directory").write_text("")
+    unwritable = tmp_path / "not a directory" / "checksums.json"
+    assert digests(describe_kept([path], unwritable)) == {"model.pt": hashlib.sha256(b"WEIGHTS").hexdigest()}
+
+
 @pytest.mark.parametrize("held", [2, 1000], ids=["spread over bucket files", "in memory"])
 def test_repeated_ids_are_found_in_bounded_memory(tmp_path, monkeypatch, held):
     """prepare keeps at most HELD ID hashes in memory; repeats across spills to the buckets are found."""

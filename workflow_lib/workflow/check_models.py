@@ -9,6 +9,7 @@ from workflow_lib.models import EMBEDDING_MODELS, classifier, embedding_model
 from workflow_lib.models.checkpoints import check_esm_layer
 
 log = logging.getLogger("workflow")
+CHECKSUMS = "checksums.json"  # in models.cache_dir: the model files' SHA-256, kept across runs
 
 
 def check_models(
@@ -21,13 +22,14 @@ def check_models(
     classifier_chunk_length: int | None = None,
 ) -> dict:
     """`checkpoints`: per embedding model ("esm", "dnabert"), its checkpoint. Writes the report
-    (sizes and file checksums, which embed jobs reuse) to `output` (JSON)."""
-    report = {}
+    (sizes and file checksums, which embed jobs reuse) to `output` (JSON). The checksums are kept
+    in cache_dir/CHECKSUMS for the next run (io/checksums.py says when one is reused)."""
+    report, store = {}, Path(cache_dir) / CHECKSUMS
     for name, checkpoint in checkpoints.items():
         model = embedding_model(name)
         config = model.read_config(checkpoint, cache_dir)
         # A named ESM-2 model is fetched before this check in a run; by hand without it, it has no files here.
-        files = checksums.describe(model.checkpoint_files(checkpoint, cache_dir))
+        files = checksums.describe_kept(model.checkpoint_files(checkpoint, cache_dir), store)
         report[name] = {"checkpoint": checkpoint, "layers": config["layers"], "dim": config["dim"], "files": files}
     check_esm_layer(checkpoints["esm"], esm_layer, report["esm"]["layers"])
     report["esm"]["layer"] = esm_layer
@@ -37,7 +39,7 @@ def check_models(
         report["classifier"] = {
             "path": str(classifier_path),
             "input_dim": dnabert_dim + esm_dim,
-            "files": checksums.describe([Path(classifier_path)]),
+            "files": checksums.describe_kept([Path(classifier_path)], store),
         }
     write_json(report, output)
     log.info(
