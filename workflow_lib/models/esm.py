@@ -13,6 +13,7 @@ import esm
 import torch
 import torch.nn.functional as F
 
+from workflow_lib.cli.errors import InputError
 from workflow_lib.models import varlen
 from workflow_lib.models.checkpoints import check_esm_layer
 from workflow_lib.models.tokens import ESMTokens
@@ -71,6 +72,21 @@ def linear(x: torch.Tensor, w, b: torch.Tensor) -> torch.Tensor:
         x8, scale = quantise(x)
         return torch._scaled_mm(x8, w.weight.t(), scale, w.scale, out_dtype=x.dtype) + b
     return F.linear(x, w, b)
+
+
+def check_fp8(device: torch.device, dtype: torch.dtype) -> None:
+    """One FP8 GEMM as the forward runs it, on `device` against float32, before the model loads: a
+    GPU without FP8 tensor cores, or a torch without the kernel for it, stops the job here."""
+    generator = torch.Generator(device).manual_seed(0)
+    x, w = (torch.randn(n, 64, device=device, generator=generator) for n in (32, 48))
+    try:
+        got = linear(x.to(dtype), FP8Weight.of(w.to(dtype)), torch.zeros(48, device=device, dtype=dtype)).float()
+        error = None if F.cosine_similarity(got.flatten(), (x @ w.t()).flatten(), dim=0) > 0.99 else "wrong results"
+    except RuntimeError as failure:
+        error = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+    if error:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+        raise InputError(f"embedding.precision fp8: {name} cannot run FP8 GEMMs ({error}); set it to fp16")
 
 
 def attention_input(
