@@ -139,6 +139,13 @@ def main() -> None:
         "--sweep", type=int, nargs="+", default=[16384, 32768, 65536, 131072], help="token budgets of the model part"
     )
     parser.add_argument("--compiled", action="store_true", help="model part: ESM-2 also with its layers compiled")
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="model part: ESM-2's levers and FP8, each timed at --budget (compiled with --compiled), and their cosine "
+        "against FP32 at the 650M and 3B shapes",
+    )
+    parser.add_argument("--lever-frames", type=int, default=200, help="frames of the levers' cosine against FP32")
     parser.add_argument("--workflow-reads", type=int, default=100_000)
     parser.add_argument(
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"
