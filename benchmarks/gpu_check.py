@@ -18,7 +18,8 @@ Parts:
   model        the models alone (ESM-2 3B and DNABERT-S shapes, random weights made on the device, FP16)
                on pre-packed batches of read-derived frames already on the device, a warm-up pass
                left out, over a sweep of token budgets (16k to 131k): tokens/s, model FLOPs
-               utilisation, peak memory.
+               utilisation, peak memory. With --levers, ESM-2's levers (esm.LEVERS) and FP8, each
+               timed on the 3B shape and its cosine against FP32 at the 650M and 3B shapes.
   speed        on the same frames of 500 bp reads: the production embed job (ESM-2 3B shape, layer
                36, FP16) with tokens/s, model FLOPs utilisation, peak memory, loader wait share and
                GPU busy share (profiler trace); fair-esm's own batching in FP16 and VirNucPro's
