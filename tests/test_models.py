@@ -143,6 +143,8 @@ def test_the_embedding_models_share_one_interface(demo_models):
         assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
     with pytest.raises(ValueError, match="no embedding model 'bert'"):
         embedding_model("bert")
+    with pytest.raises(ValueError, match="DNABERT-S has no FP8 path"):  # the embed job gives it fp16
+        embedding_model("dnabert").embedder(str(demo_models["dnabert"]), None, None, CPU, torch.float16, fp8=True)
 
 
 def test_esm_layer_out_of_range(demo_models):

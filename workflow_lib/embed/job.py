@@ -102,8 +102,8 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
 
 def build_embedder(settings: EmbedSettings, device: torch.device, precision: str):
     model = embedding_model(settings.model)
-    args = settings.checkpoint, settings.cache_dir, settings.layer, device, PRECISIONS[precision]
-    return model.embedder(*args, fp8=True) if precision == "fp8" else model.embedder(*args)
+    dtype, fp8 = PRECISIONS[precision], precision == "fp8"
+    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8=fp8)
 
 
 def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:

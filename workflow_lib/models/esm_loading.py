@@ -129,12 +129,7 @@ def load(
 
 
 def embedder(
-    checkpoint: str,
-    cache_dir: str | None,
-    layer: int | None,
-    device: torch.device,
-    dtype: torch.dtype,
-    fp8: bool = False,
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
 ) -> "ESMEmbedder":
     """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA; `fp8`:
     its feed-forward GEMMs in FP8, checked on the device before the model loads."""
