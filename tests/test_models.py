@@ -713,7 +713,7 @@ def test_esm_fp8_feed_forward_in_the_middle_layers():
 
 def test_fp8_is_refused_where_its_gemm_fails_or_is_wrong(demo_models, monkeypatch):
     """The ESM-2 job asked for fp8 tries one FP8 GEMM before loading its model: where it fails (a
-    GPU before Hopper, a torch without the kernel) or is wrong, the job stops with one line."""
+    GPU without FP8 tensor cores, a torch without the kernel) or is wrong, the job stops with one line."""
     esm.check_fp8(CPU, torch.float16)  # torch's CPU kernel runs
 
     def no_kernel(*args, **kwargs):
