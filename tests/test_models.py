@@ -591,6 +591,22 @@ def test_esm_compiled_layers_match_eager(demo_models):
     assert compiled.compiled  # compiled to the end: it never fell back to the eager layers
 
 
+@pytest.mark.slow  # a compile of every variant of the layer functions: tens of seconds
+def test_esm_every_lever_and_fp8_compile(monkeypatch):
+    """Compiled as the GPU check's lever runs are, every lever and FP8 together give the eager
+    forward's embeddings and stay compiled: the variants of the layer functions (FP8 and FP16
+    weights, a pending residual or none, chunks of every length) compile."""
+    monkeypatch.setattr(esm, "FFN_CHUNK", 7)
+    torch.manual_seed(0)
+    model = fair_esm.ESM2(4, 64, 4, "ESM-1b", True).eval()
+    eager = esm.ESMEmbedder(copy.deepcopy(model), model.alphabet, 4, CPU, levers=esm.LEVERS, fp8=True)
+    compiled = esm.ESMEmbedder(model, model.alphabet, 4, CPU, compiled=True, levers=esm.LEVERS, fp8=True)
+    encoded = eager.tokens([p.encode() for p in PROTEINS])
+    expected, _ = packed_run(eager, encoded, 1100)
+    got, _ = packed_run(compiled, encoded, 1100)
+    assert compiled.compiled and (got - expected).abs().max() < 1e-4  # FP8 rounding of fused arithmetic
+
+
 COMPILE_WITHOUT_COMPILER = """
 import copy, json, sys, torch
 from workflow_lib.models import esm, esm_loading
