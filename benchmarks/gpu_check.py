@@ -18,7 +18,8 @@ Parts:
   model        the models alone (ESM-2 3B and DNABERT-S shapes, random weights made on the device, FP16)
                on pre-packed batches of read-derived frames already on the device, a warm-up pass
                left out, over a sweep of token budgets (16k to 131k): tokens/s, model FLOPs
-               utilisation, peak memory.
+               utilisation, peak memory. With --levers, ESM-2's levers (esm.LEVERS) and FP8, each
+               timed on the 3B shape and its cosine against FP32 at the 650M and 3B shapes.
   speed        on the same frames of 500 bp reads: the production embed job (ESM-2 3B shape, layer
                36, FP16) with tokens/s, model FLOPs utilisation, peak memory, loader wait share and
                GPU busy share (profiler trace); fair-esm's own batching in FP16 and VirNucPro's
@@ -139,6 +140,13 @@ def main() -> None:
         "--sweep", type=int, nargs="+", default=[16384, 32768, 65536, 131072], help="token budgets of the model part"
     )
     parser.add_argument("--compiled", action="store_true", help="model part: ESM-2 also with its layers compiled")
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="model part: ESM-2's levers and FP8, each timed at --budget (compiled with --compiled), and their cosine "
+        "against FP32 at the 650M and 3B shapes",
+    )
+    parser.add_argument("--lever-frames", type=int, default=200, help="frames of the levers' cosine against FP32")
     parser.add_argument("--workflow-reads", type=int, default=100_000)
     parser.add_argument(
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"

@@ -22,11 +22,13 @@ from embed_throughput import (
     sequences,
     sync,
 )
+from gpu_correctness import agreement, feed_embeddings
 
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.harness.measure import snakemake
 from workflow_lib.harness.stages import GENOMES, prepared_reads, write_reads
 from workflow_lib.models import classifier, dnabert, esm, esm_loading, varlen
+from workflow_lib.models.tokens import ESMTokens
 from workflow_lib.workflow import demo_models
 
 # dense FP16/BF16 tensor cores, by device name (the first that the name holds)
@@ -191,6 +193,34 @@ def flop_per_token(model: str, config: dict) -> int:
     return 2 * (4 * d * d + 3 * d * inner) * config["num_hidden_layers"]  # Wqkv, out, gated MLP
 
 
+def timed(embedder, batches: list, device) -> dict:
+    """Tokens/s of `embedder` over batches already on the device, a warm-up pass on the first (the
+    kernel check, a compile) timed apart, and the peak memory."""
+    start = time.perf_counter()
+    embedder(batches[0].tokens, batches[0].layout())
+    sync(device)
+    warm_up = time.perf_counter() - start
+    free(device)
+    start = time.perf_counter()
+    for batch in batches:
+        embedder(batch.tokens, batch.layout())
+    sync(device)
+    return {
+        "tokens_per_s": round(sum(b.n_tokens for b in batches) / (time.perf_counter() - start)),
+        "warm_up_s": round(warm_up, 1),
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+    }
+
+
+def device_batches(encoded: list, budget: int, device) -> list:
+    """Greedy packed batches of token arrays, their tensors on the device."""
+    lengths = np.array([len(e) for e in encoded])
+    batches = [
+        pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors() for rows in greedy_batches(lengths, budget)
+    ]
+    return [b._replace(tokens=b.tokens.to(device), cu_seqlens=b.cu_seqlens.to(device)) for b in batches]
+
+
 def model_alone(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
     """The model alone on pre-packed batches of read-derived frames already on the device, a
     warm-up pass (kernel check, compile) left out, over a sweep of token budgets."""
@@ -212,40 +242,87 @@ def model_alone(args, shapes: dict, workdir: Path, device, result: dict, record)
             else:
                 embedder = dnabert_alone(config, tokenizer_dir, device, dtype)
             encoded = embedder.tokens([s.encode() for s in sequences(frames[model])])
-            lengths = np.array([len(e) for e in encoded])
             result[run] = {"frames": len(encoded), "gflop_per_token": round(flop_per_token(model, config) / 1e9, 3)}
             result[run]["budgets"] = {}
         for budget in args.sweep:
             with record.step(f"{run}: budget {budget}"):
-                batches = [
-                    pack(rows, [encoded[i] for i in rows.tolist()], budget).tensors()
-                    for rows in greedy_batches(lengths, budget)
-                ]
-                batches = [b._replace(tokens=b.tokens.to(device), cu_seqlens=b.cu_seqlens.to(device)) for b in batches]
-                start = time.perf_counter()
-                embedder(batches[0].tokens, batches[0].layout())  # warm-up: the kernel check, a compile
-                sync(device)
-                warm_up = time.perf_counter() - start
-                free(device)
-                start = time.perf_counter()
-                for batch in batches:
-                    embedder(batch.tokens, batch.layout())
-                sync(device)
-                seconds = time.perf_counter() - start
-                rate = sum(b.n_tokens for b in batches) / seconds
+                batches = device_batches(encoded, budget, device)
+                figures = timed(embedder, batches, device)
+                rate = figures["tokens_per_s"]
                 result[run]["budgets"][str(budget)] = {
-                    "tokens_per_s": round(rate),
-                    "warm_up_s": round(warm_up, 1),
+                    **figures,
                     "batches": len(batches),
                     "mfu": round(rate * flop_per_token(model, config) / (peak * 1e12), 3) if peak else None,
-                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-                    if device.type == "cuda"
-                    else None,
                     "attention": varlen.kernel_name(device, dtype, embedder.alibi),
                 }
                 del batches
         del embedder
         free(device)
+    if args.levers:
+        esm_levers(args, shapes, frames["esm"], device, dtype, result.setdefault("levers", {}), record)
+
+
+LEVER_MIN_COSINE = 0.99999  # against FP32, at every shape: what a lever kept on must reach
+LEVER_MIN_GAIN = 1.005  # over none: more than the spread of repeated runs (docs/gpu-check.md: 0.2%)
+
+
+def esm_random(config: dict, device) -> fair_esm.ESM2:
+    """A random ESM-2 of `config`'s shape in FP32, made on the device with fair-esm's own
+    initialisation (LayerNorms at 1, as trained models have them), the same for every call."""
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = fair_esm.ESM2(config["encoder_layers"], config["encoder_embed_dim"], config["encoder_attention_heads"])
+    return model.eval()
+
+
+def lever_embedder(config: dict, device, dtype, levers=frozenset(), fp8=False, compiled=False) -> esm.ESMEmbedder:
+    torch._dynamo.reset()  # each run compiles its own graphs, within Dynamo's limit of recompiles
+    model = esm_random(config, device)
+    layers = config["encoder_layers"]
+    return esm.ESMEmbedder(model, model.alphabet, layers, device, dtype, compiled=compiled, levers=levers, fp8=fp8)
+
+
+def esm_levers(args, shapes: dict, frames: Path, device, dtype, result: dict, record) -> None:
+    """ESM-2's levers toward 100,000 tokens/s (esm.LEVERS) and FP8: each alone, the default ones,
+    those kept (LEVER_MIN_GAIN faster alone than none, within LEVER_MIN_COSINE of FP32 at every shape)
+    together, and FP8 with the default ones. Each is timed on the speed shape at --budget (the
+    layers compiled with --compiled), and its embeddings of --lever-frames frames compared with the
+    same model's FP32 forward at each ESM-2 shape (650M and 3B)."""
+    encoded = ESMTokens.of(fair_esm.Alphabet.from_architecture("ESM-1b"))([s.encode() for s in sequences(frames)])
+    subset = encoded[: args.lever_frames]
+    references = {}
+    for shape, config in shapes["esm"].items():
+        with record.step(f"levers: {shape} FP32 reference"):
+            free(device)
+            reference = lever_embedder(config, device, torch.float32, frozenset())
+            references[shape] = feed_embeddings(reference, subset, args.budget, device)
+            del reference
+            free(device)
+    with record.step("levers: batches"):
+        batches = device_batches(encoded, args.budget, device)
+    result |= {"frames": len(encoded), "cosine_frames": len(subset), "budget": args.budget, "compiled": args.compiled}
+    result["runs"] = runs = {}
+    plans = [("none", frozenset(), False)] + [(name, frozenset({name}), False) for name in sorted(esm.LEVERS)]
+    plans += [("default", esm.DEFAULT_LEVERS, False), ("kept", None, False), ("fp8", esm.DEFAULT_LEVERS, True)]
+    plans.append(("none, again", frozenset(), False))  # the card's drift over the sweep
+    for run, levers, fp8 in plans:
+        if levers is None:
+            levers = frozenset(n for n in esm.LEVERS if runs[n]["pays"] and runs[n]["min_cosine"] >= LEVER_MIN_COSINE)
+        runs[run] = {"levers": sorted(levers), "fp8": fp8}
+        for shape, config in shapes["esm"].items():
+            with record.step(f"levers: {run}, {shape}"):
+                free(device)
+                embedder = lever_embedder(config, device, dtype, levers, fp8, args.compiled)
+                if config == shapes["speed_esm"]:
+                    runs[run] |= timed(embedder, batches, device)
+                runs[run][shape] = agreement(feed_embeddings(embedder, subset, args.budget, device), references[shape])
+                runs[run][shape]["compiled"] = embedder.compiled  # false: a compile failed, the layers ran eager
+                del embedder
+                free(device)
+        runs[run]["min_cosine"] = min(runs[run][shape]["min_cosine"] for shape in shapes["esm"])
+        runs[run]["over_none"] = round(runs[run]["tokens_per_s"] / runs["none"]["tokens_per_s"], 3)
+        runs[run]["pays"] = runs[run]["over_none"] >= LEVER_MIN_GAIN if levers or fp8 else None
+        record.save()
 
 
 # ---------------------------------------------------------------- whole workflow

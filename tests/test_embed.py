@@ -96,7 +96,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     assert versions["cuda"] == torch.version.cuda and versions["device_name"] == (platform.processor() or "cpu")
     # Sorting and packing change nothing: each row equals the sequence embedded alone.
     settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
-    embedder = build_embedder(settings, CPU, torch.float32)
+    embedder = build_embedder(settings, CPU, "fp32")
     sequences = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
         packed = pack([0], embedder.tokens([sequences[row]]), budget).tensors()
@@ -694,7 +694,7 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
 def whole_array_reference(path, model, checkpoint, budget):
     """What embed wrote before it streamed: every batch's rows into one [N, D] float32 array."""
     settings = embed_settings(model, checkpoint, layer=2 if model == "esm" else None)
-    embedder = build_embedder(settings, CPU, torch.float32)
+    embedder = build_embedder(settings, CPU, "fp32")
     index = ShardIndex.read(path)
     feed, out = DeviceFeed(embedder, CPU), np.zeros((len(index), embedder.dim), np.float32)
     with open_loader(ShardBatches(index, embedder.tokens, budget), 0, 2) as batches:
@@ -774,3 +774,16 @@ def test_gpus_this_torch_has_no_kernels_for_are_refused_at_start(capability, arc
     else:
         with pytest.raises(InputError, match=rf"GPU \(compute capability {capability[0]}\.{capability[1]}\) is not"):
             check_gpu("GPU", capability, arch_list, "13.0")
+
+
+def test_fp8_is_esm_2s_on_a_gpu_and_fp32_on_the_cpu(monkeypatch):
+    """embedding.precision fp8: the CPU computes in fp32 as for every precision; on a GPU the ESM-2
+    job runs fp8 (its loading checks the GPU's FP8 GEMMs) and the DNABERT-S job fp16."""
+    from workflow_lib.embed.job import select_precision
+
+    assert select_precision("fp8", CPU, "esm") == select_precision("fp8", CPU, "dnabert") == "fp32"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "GPU")
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
+    gpu = torch.device("cuda", 0)
+    assert select_precision("fp8", gpu, "esm") == "fp8" and select_precision("fp8", gpu, "dnabert") == "fp16"

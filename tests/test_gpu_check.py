@@ -7,6 +7,8 @@ import sys
 import pytest
 from helpers import ENV, ROOT
 
+from workflow_lib.models import esm
+
 pytestmark = pytest.mark.slow  # each part runs the benchmark script: seconds to a minute
 
 SMALL = {
@@ -26,10 +28,11 @@ def gpu_check(part: str, tmp_path) -> list[str]:
     return [sys.executable, script, "--part", part, "--device", "cpu", "--tiny", "--models", str(tmp_path / "models")]
 
 
-def run_part(part: str, tmp_path) -> dict:
+def run_part(part: str, tmp_path, options: list[str] | None = None) -> dict:
     out = tmp_path / f"{part}.json"
+    options = SMALL[part] if options is None else options
     result = subprocess.run(
-        gpu_check(part, tmp_path) + SMALL[part] + ["--out", str(out)], capture_output=True, text=True, env=ENV
+        gpu_check(part, tmp_path) + options + ["--out", str(out)], capture_output=True, text=True, env=ENV
     )
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
@@ -58,6 +61,22 @@ def test_model_part(tmp_path):
         assert figures[model]["frames"] == 100 and set(figures[model]["budgets"]) == {"1024", "4096"}
         for run in figures[model]["budgets"].values():
             assert run["tokens_per_s"] > 0 and run["batches"] >= 1 and run["mfu"] is None  # no peak for a CPU
+
+
+def test_model_part_levers(tmp_path):
+    """ESM-2's levers and FP8 (eager: the CPU computes them all, FP8 GEMMs included), each timed
+    on the speed shape and compared with the same model's FP32 forward at both shapes; FP8 only in
+    t3's middle layer (t2's two layers are its first and last), so only there does it move."""
+    options = ["--reads", "300", "--frames", "30", "--sweep", "1024", "--levers", "--lever-frames", "10"]
+    figures = run_part("model", tmp_path, options)["levers"]
+    assert figures["frames"] == 30 and figures["cosine_frames"] == 10 and not figures["compiled"]
+    runs = figures["runs"]
+    assert list(runs) == ["none", *sorted(esm.LEVERS), "default", "kept", "fp8", "none, again"]
+    for name, run in runs.items():
+        assert run["tokens_per_s"] > 0 and run["over_none"] > 0 and (run["pays"] is None) == (name.startswith("none"))
+        assert run["t2"]["min_cosine"] > 0.99999 and run["t3"]["min_cosine"] > 0.9999
+    assert set(runs["kept"]["levers"]) == {n for n in esm.LEVERS if runs[n]["pays"]}  # every lever is exact here
+    assert runs["fp8"]["fp8"] and runs["fp8"]["t2"]["max_abs_diff"] == 0 < runs["fp8"]["t3"]["max_abs_diff"]
 
 
 def test_speed_part(tmp_path):

@@ -143,6 +143,8 @@ def test_the_embedding_models_share_one_interface(demo_models):
         assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
     with pytest.raises(ValueError, match="no embedding model 'bert'"):
         embedding_model("bert")
+    with pytest.raises(ValueError, match="DNABERT-S has no FP8 path"):  # the embed job gives it fp16
+        embedding_model("dnabert").embedder(str(demo_models["dnabert"]), None, None, CPU, torch.float16, fp8=True)
 
 
 def test_esm_layer_out_of_range(demo_models):
@@ -589,6 +591,22 @@ def test_esm_compiled_layers_match_eager(demo_models):
     assert compiled.compiled  # compiled to the end: it never fell back to the eager layers
 
 
+@pytest.mark.slow  # a compile of every variant of the layer functions: tens of seconds
+def test_esm_every_lever_and_fp8_compile(monkeypatch):
+    """Compiled as the GPU check's lever runs are, every lever and FP8 together give the eager
+    forward's embeddings and stay compiled: the variants of the layer functions (FP8 and FP16
+    weights, a pending residual or none, chunks of every length) compile."""
+    monkeypatch.setattr(esm, "FFN_CHUNK", 7)
+    torch.manual_seed(0)
+    model = fair_esm.ESM2(4, 64, 4, "ESM-1b", True).eval()
+    eager = esm.ESMEmbedder(copy.deepcopy(model), model.alphabet, 4, CPU, levers=esm.LEVERS, fp8=True)
+    compiled = esm.ESMEmbedder(model, model.alphabet, 4, CPU, compiled=True, levers=esm.LEVERS, fp8=True)
+    encoded = eager.tokens([p.encode() for p in PROTEINS])
+    expected, _ = packed_run(eager, encoded, 1100)
+    got, _ = packed_run(compiled, encoded, 1100)
+    assert compiled.compiled and (got - expected).abs().max() < 1e-4  # FP8 rounding of fused arithmetic
+
+
 COMPILE_WITHOUT_COMPILER = """
 import copy, json, sys, torch
 from workflow_lib.models import esm, esm_loading
@@ -615,3 +633,115 @@ def test_esm_compile_failure_falls_back_to_eager(demo_models, tmp_path):
     difference, still_compiled = json.loads(result.stdout.strip().splitlines()[-1])
     assert difference < 1e-5 and not still_compiled
     assert "the compiled layers failed" in result.stderr
+
+
+LEVER_RUNS = [frozenset({name}) for name in sorted(esm.LEVERS)] + [esm.DEFAULT_LEVERS, esm.LEVERS]
+
+
+@pytest.mark.parametrize("levers", LEVER_RUNS, ids=lambda levers: "+".join(sorted(levers)))
+def test_esm_levers_give_the_plain_forward(demo_models, monkeypatch, levers):
+    """Each lever alone, the default ones and all together give the plain forward's embeddings in
+    float32 (on the CPU the GELU epilogue computes ESM-2's erf form), feed-forward chunks cutting
+    through rows and sequences."""
+    monkeypatch.setattr(esm, "FFN_CHUNK", 7)
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
+    plain = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, CPU, levers=frozenset())
+    lever = esm.ESMEmbedder(model, alphabet, 2, CPU, levers=levers)
+    encoded = plain.tokens([p.encode() for p in PROTEINS])
+    expected, _ = packed_run(plain, encoded, 1100)
+    got, _ = packed_run(lever, encoded, 1100)
+    assert (got - expected).abs().max() < 1e-6
+
+
+def test_esm_levers_by_name(demo_models):
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
+    with pytest.raises(ValueError, match=r"no ESM-2 lever \['fused_qkv'\]"):
+        esm.ESMEmbedder(model, alphabet, 2, CPU, levers={"fused_qkv"})
+    assert "gelu_epilogue" not in esm.DEFAULT_LEVERS and "ffn_chunks" not in esm.DEFAULT_LEVERS
+    # rotary in float32 for a bf16 model keeps fair-esm's out-of-place form
+    embedder = esm.ESMEmbedder(model, alphabet, 2, CPU, torch.bfloat16, rotary_dtype=torch.float32)
+    assert embedder.levers == {"residual_norm"}
+
+
+def test_esm_gelu_epilogue_in_its_cuda_form_is_not_exact(demo_models, monkeypatch):
+    """On CUDA the epilogue computes GELU's tanh form (torch's own decomposition of
+    _addmm_activation says so), not ESM-2's erf: emulated here, it moves the demo model's
+    embeddings (values up to 2.6) by 1.6e-4, cosine 0.9999999. So the lever is off by default, and
+    the GPU check measures its cosine against FP32 at the 3B and 650M shapes."""
+
+    def tanh_epilogue(bias, x, w, use_gelu):
+        return torch.nn.functional.gelu(torch.addmm(bias, x, w), approximate="tanh")
+
+    monkeypatch.setattr(torch, "_addmm_activation", tanh_epilogue)
+    model, alphabet = esm_loading.load(str(demo_models["esm"]))
+    plain = esm.ESMEmbedder(copy.deepcopy(model), alphabet, 2, CPU, levers=frozenset())
+    epilogue = esm.ESMEmbedder(model, alphabet, 2, CPU, levers={"gelu_epilogue"})
+    encoded = plain.tokens([p.encode() for p in PROTEINS])
+    expected, _ = packed_run(plain, encoded, 1100)
+    got, _ = packed_run(epilogue, encoded, 1100)
+    assert 1e-5 < (got - expected).abs().max() < 1e-3
+    assert torch.nn.functional.cosine_similarity(got, expected).min() > 0.99999
+
+
+def test_fp8_quantisation_per_row():
+    """Each row's largest magnitude becomes e4m3's 448; every value comes back within e4m3's
+    rounding (3 mantissa bits: 2^-4 relative; subnormals spaced 2^-9 of the scale); a zero row stays 0."""
+    x = torch.randn(50, 64, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 3, 50)[:, None]
+    x[3] = 0
+    quantised, scale = esm.quantise(x)
+    assert quantised.dtype == torch.float8_e4m3fn and scale.shape == (50, 1)
+    amax = quantised.float().abs().amax(dim=1)
+    assert amax[3] == 0 and (amax[torch.arange(50) != 3] == 448).all()
+    back = quantised.float() * scale
+    assert ((back - x).abs() <= 2**-4 * x.abs() + 2**-10 * scale).all()
+
+
+def test_fp8_linear_is_the_product_of_the_quantised_operands():
+    """torch._scaled_mm (which runs on the CPU too) gives the product of the per-token quantised
+    activations and the per-channel quantised weights exactly as a float32 emulation does; against
+    the float32 linear, the error e4m3 makes (cosine 0.9999)."""
+    generator = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(40, 64, generator=generator), torch.randn(96, 64, generator=generator), torch.randn(96)
+    weight = esm.FP8Weight.of(w)
+    assert weight.weight.dtype == torch.float8_e4m3fn and weight.scale.shape == (1, 96)
+    got = esm.linear(x, weight, b)
+    x8, x_scale = esm.quantise(x)
+    emulated = (x8.float() * x_scale) @ (weight.weight.float() * weight.scale.t()).t() + b
+    assert (got - emulated).abs().max() < 1e-5
+    cosine = torch.nn.functional.cosine_similarity(got.flatten(), torch.nn.functional.linear(x, w, b).flatten(), dim=0)
+    assert 0.999 < cosine < 0.99999
+
+
+def test_esm_fp8_feed_forward_in_the_middle_layers():
+    """fp8: the feed-forward GEMMs of every layer but the first and the last in FP8; on a random
+    4-layer ESM-2 in float32 the embeddings stay within cosine 0.9998 of the plain forward's."""
+    torch.manual_seed(0)
+    model = fair_esm.ESM2(4, 64, 4, "ESM-1b", True).eval()
+    plain = esm.ESMEmbedder(copy.deepcopy(model), model.alphabet, 4, CPU)
+    fp8 = esm.ESMEmbedder(model, model.alphabet, 4, CPU, fp8=True)
+    assert [isinstance(after[7], esm.FP8Weight) for _, after in fp8.layers] == [False, True, True, False]
+    encoded = plain.tokens([p.encode() for p in PROTEINS])
+    expected, _ = packed_run(plain, encoded, 1100)
+    got, _ = packed_run(fp8, encoded, 1100)
+    cosine = torch.nn.functional.cosine_similarity(got, expected)
+    assert 0.9998 < cosine.min() and cosine.max() < 0.99999
+
+
+def test_fp8_is_refused_where_its_gemm_fails_or_is_wrong(demo_models, monkeypatch):
+    """The ESM-2 job asked for fp8 tries one FP8 GEMM before loading its model: where it fails (a
+    GPU without FP8 tensor cores, a torch without the kernel) or is wrong, the job stops with one line."""
+    esm.check_fp8(CPU, torch.float16)  # torch's CPU kernel runs
+
+    def no_kernel(*args, **kwargs):
+        raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0\n(more)")
+
+    monkeypatch.setattr(torch, "_scaled_mm", no_kernel)
+    with pytest.raises(InputError) as refused:
+        esm_loading.embedder(str(demo_models["esm"]), None, None, CPU, torch.float32, fp8=True)
+    assert str(refused.value) == (
+        "embedding.precision fp8: cpu cannot run FP8 GEMMs (torch._scaled_mm is only supported on CUDA devices "
+        "with compute capability >= 9.0); set it to fp16"
+    )
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, *args, **kwargs: torch.zeros(a.shape[0], b.shape[1]))
+    with pytest.raises(InputError, match=r"cannot run FP8 GEMMs \(wrong results\)"):
+        esm.check_fp8(CPU, torch.float32)

@@ -233,7 +233,7 @@ class EmbedSettings:
     layer: int | None = setting("models.{model}.layer")  # ESM-2's; None: the last
     cache_dir: str | None = setting("models.cache_dir")
     device: Literal["auto", "cpu", "cuda"] = setting("embedding.device")
-    precision: Literal["fp32", "fp16", "bf16"] = setting("embedding.precision")  # on CUDA; the CPU uses fp32
+    precision: Literal["fp32", "fp16", "bf16", "fp8"] = setting("embedding.precision")  # on CUDA; the CPU uses fp32
     storage: Literal["float32", "float16"] = setting("embedding.storage")
     token_budget: int = setting("embedding.{model}_token_budget", results=False)
     num_workers: int | Literal["auto"] = setting("embedding.num_workers", results=False)

@@ -35,7 +35,8 @@ from workflow_lib.io.tables import write_json
 from workflow_lib.models import embedding_model, varlen
 
 log = logging.getLogger("workflow")
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# fp8: ESM-2's feed-forward GEMMs in FP8 (models/esm.py), the rest of the model in fp16
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
@@ -67,9 +68,10 @@ def select_device(name: str) -> torch.device:
     return torch.device("cuda", index)
 
 
-def select_precision(precision: str, device: torch.device) -> str:
+def select_precision(precision: str, device: torch.device, model: str) -> str:
     """Half precision is for GPUs; on the CPU embeddings are always computed in float32. A GPU
-    this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do."""
+    this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do.
+    fp8 is ESM-2's (its loading checks the GPU); DNABERT-S computes in fp16 then."""
     if device.type != "cuda":
         return "fp32"
     major, minor = torch.cuda.get_device_capability(device)
@@ -78,7 +80,7 @@ def select_precision(precision: str, device: torch.device) -> str:
         raise InputError(
             f"{torch.cuda.get_device_name(device)} does not compute in bf16; set embedding.precision to fp16"
         )
-    return precision
+    return "fp16" if precision == "fp8" and model != "esm" else precision
 
 
 def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:
@@ -98,9 +100,10 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
     )
 
 
-def build_embedder(settings: EmbedSettings, device: torch.device, dtype: torch.dtype):
+def build_embedder(settings: EmbedSettings, device: torch.device, precision: str):
     model = embedding_model(settings.model)
-    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype)
+    dtype, fp8 = PRECISIONS[precision], precision == "fp8"
+    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8=fp8)
 
 
 def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
@@ -191,9 +194,9 @@ def embed_shard(
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
         device = select_device(settings.device) if len(index) else torch.device("cpu")
-        precision = select_precision(settings.precision, device)
+        precision = select_precision(settings.precision, device, settings.model)
         loading = time.monotonic()
-        embedder = build_embedder(settings, device, PRECISIONS[precision])
+        embedder = build_embedder(settings, device, precision)
         workers, asked = loader_workers(settings, index)
         log.info(
             "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "

@@ -90,10 +90,12 @@ def load(
 
 
 def embedder(
-    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
 ) -> "DNABERTEmbedder":
-    """VirNucPro embeds with the last hidden state: `layer` must be None."""
+    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only."""
     if layer is not None:
         raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
+    if fp8:
+        raise ValueError("DNABERT-S has no FP8 path: it computes in fp16 where ESM-2 uses fp8")
     model, tokens = load(checkpoint, cache_dir, device, dtype)
     return DNABERTEmbedder(model, tokens, device, dtype)

@@ -7,17 +7,27 @@ EOS (its batch converter is called without truncation), averaged over the first 
 """
 
 import logging
+from typing import NamedTuple
 
 import esm
 import torch
 import torch.nn.functional as F
 
+from workflow_lib.cli.errors import InputError
 from workflow_lib.models import varlen
 from workflow_lib.models.checkpoints import check_esm_layer
 from workflow_lib.models.tokens import ESMTokens
 
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
 log = logging.getLogger("workflow")
+
+
+# The layer's levers toward 100,000 tokens/s (docs/gpu-check.md), on by name: the exact ones on by
+# default; `ffn_chunks` (smaller GEMMs) and `gelu_epilogue` (GELU's tanh form on CUDA) only when asked.
+LEVERS = frozenset({"residual_norm", "rotary_in_place", "ffn_chunks", "gelu_epilogue"})
+DEFAULT_LEVERS = frozenset({"residual_norm", "rotary_in_place"})
+FFN_CHUNK = 2048  # tokens: a chunk's 4d-wide activation in FP16 at the 3B shape is 40 MiB, an H100's L2 50 MiB
+E4M3_MAX = 448.0  # float8_e4m3fn's largest value
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -27,32 +37,114 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (y * cos + torch.cat((-y[..., half:], y[..., :half]), dim=-1) * sin).to(x.dtype)
 
 
-def attention_input(x, norm_w, norm_b, eps: float, q_w, q_b, k_w, k_b, v_w, v_b, cos, sin, heads: int):
-    """A layer's pre-LayerNorm, q, k and v, rotary on q and k: [T, H, dh] each. fair-esm scales q
-    by head_dim^-0.5 before rotary; rotary is linear, so the attention kernel's own 1/sqrt(dh)
-    scaling is the same (exactly so for power-of-two head sizes). Three GEMMs, not one over a
-    fused weight: on an H200 that was 2-3% slower (docs/gpu-check.md)."""
+def _rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """_rotate written into x itself (cos and sin in x's dtype), without the concatenated copy."""
+    half = x.shape[-1] // 2
+    x1, x2, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
+    x1_sin = x1 * s
+    x1.mul_(c).sub_(x2 * s)
+    x2.mul_(c).add_(x1_sin)
+    return x
+
+
+class FP8Weight(NamedTuple):
+    """A linear's weight [out, in] in float8 e4m3 and its float32 scales, one per output channel [1, out]."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
+
+    @classmethod
+    def of(cls, weight: torch.Tensor) -> "FP8Weight":
+        quantised, scale = quantise(weight)
+        return cls(quantised, scale.reshape(1, -1))
+
+
+def quantise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [n, k] in float8 e4m3 and one float32 scale per row [n, 1]: each row's largest magnitude
+    becomes 448, so x is about quantised * scale."""
+    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / E4M3_MAX
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def linear(x: torch.Tensor, w, b: torch.Tensor) -> torch.Tensor:
+    """F.linear, or for an FP8Weight an FP8 GEMM with x quantised per token, in x's dtype."""
+    if isinstance(w, FP8Weight):
+        x8, scale = quantise(x)
+        return torch._scaled_mm(x8, w.weight.t(), scale, w.scale, out_dtype=x.dtype) + b
+    return F.linear(x, w, b)
+
+
+def check_fp8(device: torch.device, dtype: torch.dtype) -> None:
+    """One FP8 GEMM as the forward runs it, on `device` against float32, before the model loads: a
+    GPU without FP8 tensor cores, or a torch without the kernel for it, stops the job here."""
+    generator = torch.Generator(device).manual_seed(0)
+    x, w = (torch.randn(n, 64, device=device, generator=generator) for n in (32, 48))
+    try:
+        got = linear(x.to(dtype), FP8Weight.of(w.to(dtype)), torch.zeros(48, device=device, dtype=dtype)).float()
+        error = None if F.cosine_similarity(got.flatten(), (x @ w.t()).flatten(), dim=0) > 0.99 else "wrong results"
+    except RuntimeError as failure:
+        error = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+    if error:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+        raise InputError(f"embedding.precision fp8: {name} cannot run FP8 GEMMs ({error}); set it to fp16")
+
+
+def attention_input(
+    x, norm_w, norm_b, eps: float, q_w, q_b, k_w, k_b, v_w, v_b, cos, sin, heads: int, pending=None, in_place=False
+):
+    """A layer's pre-LayerNorm, q, k and v, rotary on q and k: [T, H, dh] each, after x. fair-esm
+    scales q by head_dim^-0.5 before rotary; rotary is linear, so the attention kernel's own
+    1/sqrt(dh) scaling is the same (exactly so for power-of-two head sizes). Three GEMMs, not one
+    over a fused weight: on an H200 that was 2-3% slower (docs/gpu-check.md). `pending` (lever
+    residual_norm): the last layer's feed-forward output, added here, in the LayerNorm's kernel
+    when compiled. `in_place` (lever rotary_in_place): rotary written into q and k."""
+    if pending is not None:
+        x = x + pending
     h = F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
     q, k, v = (F.linear(h, w, b).view(x.shape[0], heads, -1) for w, b in ((q_w, q_b), (k_w, k_b), (v_w, v_b)))
-    return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+    rotate = _rotate_in_place if in_place else _rotate
+    return x, rotate(q, cos, sin), rotate(k, cos, sin), v
 
 
-def layer_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float, fc1_w, fc1_b, fc2_w, fc2_b):
-    """The attention's projection, then the feed-forward block, each added to the residual stream."""
+def attention_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float):
+    """The attention's projection added to the residual stream, and the feed-forward's LayerNorm of it."""
     x = x + F.linear(attended, out_w, out_b)
-    h = F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
-    return x + F.linear(F.gelu(F.linear(h, fc1_w, fc1_b)), fc2_w, fc2_b)  # erf GELU, as esm.modules.gelu
+    return x, F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
 
 
-def layer_weights(block: torch.nn.Module) -> tuple[tuple, tuple]:
+def feed_forward(h, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue=False):
+    """The feed-forward block. `gelu_epilogue` (lever): bias and GELU in cuBLASLt's epilogue of the
+    first GEMM, which computes GELU's tanh form on CUDA (ESM-2's is erf; the CPU's is erf)."""
+    if gelu_epilogue and not isinstance(fc1_w, FP8Weight):
+        a = torch._addmm_activation(fc1_b, h, fc1_w.t(), use_gelu=True)
+    else:
+        a = F.gelu(linear(h, fc1_w, fc1_b))  # erf GELU, as esm.modules.gelu
+    return linear(a, fc2_w, fc2_b)
+
+
+def layer_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue=False,
+                 defer=False):  # fmt: skip
+    """The attention's projection, then the feed-forward block, each added to the residual stream:
+    (x, None); with `defer` (lever residual_norm), (x, the feed-forward's output) for the next
+    layer's attention_input to add."""
+    x, h = attention_output(x, attended, out_w, out_b, norm_w, norm_b, eps)
+    y = feed_forward(h, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue)
+    return (x, y) if defer else (x + y, None)
+
+
+def layer_weights(block: torch.nn.Module, fp8: bool = False) -> tuple[tuple, tuple]:
     """The arguments of attention_input and layer_output for one fair-esm layer: plain tensors, so
-    that one compiled graph serves every layer."""
+    that one compiled graph serves every layer; `fp8`: the feed-forward's weights as FP8Weight."""
     attn, pre, post = block.self_attn, block.self_attn_layer_norm, block.final_layer_norm
     projections = [t for p in (attn.q_proj, attn.k_proj, attn.v_proj) for t in (p.weight, p.bias)]
+    fc1, fc2 = (FP8Weight.of(fc.weight) if fp8 else fc.weight for fc in (block.fc1, block.fc2))
     return (pre.weight, pre.bias, pre.eps, *projections), (
         *(attn.out_proj.weight, attn.out_proj.bias, post.weight, post.bias, post.eps),
-        *(block.fc1.weight, block.fc1.bias, block.fc2.weight, block.fc2.bias),
+        *(fc1, block.fc1.bias, fc2, block.fc2.bias),
     )
+
+
+LAYER_FUNCTIONS = (attention_input, attention_output, feed_forward, layer_output)
 
 
 class ESMEmbedder:
@@ -64,6 +156,8 @@ class ESMEmbedder:
     compute them in half: up to 0.25 rad off at position 1,000) and applied in `rotary_dtype`, the
     model's dtype unless given (see docs/gpu-check.md: FP16 equivalence). `compiled`: the layer's
     work around the attention kernel (LayerNorms, rotary, GELU, adds) fused by torch.compile.
+    `levers`: names from LEVERS (rotary_in_place needs rotary in the model's dtype). `fp8`: the
+    feed-forward GEMMs of every layer but the first and the last in FP8, weights quantised here.
     """
 
     pooling = "mean over the first 1024 residues (BOS and EOS excluded)"
@@ -79,31 +173,40 @@ class ESMEmbedder:
         rotary_dtype: torch.dtype | None = None,
         name: str = "this ESM-2 model",
         compiled: bool = False,
+        levers: frozenset[str] = DEFAULT_LEVERS,
+        fp8: bool = False,
     ):
         check_esm_layer(name, layer, model.num_layers)
+        if unknown := set(levers) - LEVERS:
+            raise ValueError(f"no ESM-2 lever {sorted(unknown)}: one of {sorted(LEVERS)}")
         # fair-esm's own frequencies, 1/10000^(arange(0, dh, 2)/dh) as the checkpoint holds them:
         # the published files store them in float16, and fair-esm uses them so even in fp32.
         self.inv_freq = model.layers[0].self_attn.rot_emb.inv_freq.to(device=device, dtype=torch.float32)
         self.model = model.to(device=device, dtype=dtype)
-        self.layers = [layer_weights(block) for block in model.layers[:layer]]
+        self.layers = [layer_weights(block, fp8 and 0 < i < layer - 1) for i, block in enumerate(model.layers[:layer])]
         self.layer, self.device, self.dim = layer, device, model.embed_dim
         self.tokens = ESMTokens.of(alphabet)
         self.heads = model.attention_heads
         self.rotary_dtype = rotary_dtype or dtype
-        self.compiled = compiled
+        self.levers = frozenset(levers) - ({"rotary_in_place"} if self.rotary_dtype != dtype else set())
+        self.fp8, self.compiled = fp8, compiled
         # dynamic: one kernel for every row length; the same code for every layer
-        self.attention_input, self.layer_output = (
-            (torch.compile(f, dynamic=True) for f in (attention_input, layer_output))
-            if compiled
-            else (attention_input, layer_output)
-        )
+        self.f = {f.__name__: torch.compile(f, dynamic=True) if compiled else f for f in LAYER_FUNCTIONS}
 
     def _layers(self, x: torch.Tensor, cos, sin, layout: varlen.Layout) -> torch.Tensor:
         n, d = x.shape
+        f, levers, pending = self.f, self.levers, None
+        gelu = "gelu_epilogue" in levers
         for before, after in self.layers:
-            q, k, v = self.attention_input(x, *before, cos, sin, self.heads)
-            x = self.layer_output(x, varlen.attention(q, k, v, layout).reshape(n, d), *after)
-        return x
+            x, q, k, v = f["attention_input"](x, *before, cos, sin, self.heads, pending, "rotary_in_place" in levers)
+            attended = varlen.attention(q, k, v, layout).reshape(n, d)
+            if "ffn_chunks" in levers:  # chunks of tokens, so that the 4d-wide activation stays in L2
+                x, h = f["attention_output"](x, attended, *after[:5])
+                for start in range(0, n, FFN_CHUNK):
+                    x[start : start + FFN_CHUNK] += f["feed_forward"](h[start : start + FFN_CHUNK], *after[5:], gelu)
+            else:
+                x, pending = f["layer_output"](x, attended, *after, gelu, "residual_norm" in levers)
+        return x if pending is None else x + pending
 
     def _layers_or_eager(self, x: torch.Tensor, cos, sin, layout: varlen.Layout) -> torch.Tensor:
         """The layers; compiled ones that fail (no C compiler on the node, an unsupported GPU)
@@ -117,7 +220,7 @@ class ESMEmbedder:
                 raise
             lines = str(error).strip().splitlines() or [type(error).__name__]
             log.warning("ESM-2: the compiled layers failed (%s); eager layers from now on", lines[0])
-            self.compiled, self.attention_input, self.layer_output = False, attention_input, layer_output
+            self.compiled, self.f = False, {f.__name__: f for f in LAYER_FUNCTIONS}
             return self._layers(x, cos, sin, layout)
 
     @torch.inference_mode()

@@ -11,7 +11,7 @@ import torch
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models.checkpoints import ESM2_MODELS, converted, is_local, load_weights, not_fetched, uninitialised
-from workflow_lib.models.esm import ESMEmbedder
+from workflow_lib.models.esm import ESMEmbedder, check_fp8
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 CONTACT_HEAD = ("contact_head.regression.weight", "contact_head.regression.bias")  # in the regression file
@@ -129,9 +129,13 @@ def load(
 
 
 def embedder(
-    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype
+    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
 ) -> "ESMEmbedder":
-    """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA."""
+    """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA; `fp8`:
+    its feed-forward GEMMs in FP8, checked on the device before the model loads."""
+    if fp8:
+        check_fp8(device, dtype)
     model, alphabet = load(checkpoint, cache_dir, device, dtype)
     layer = model.num_layers if layer is None else layer
-    return ESMEmbedder(model, alphabet, layer, device, dtype, name=checkpoint, compiled=device.type == "cuda")
+    compiled = device.type == "cuda"
+    return ESMEmbedder(model, alphabet, layer, device, dtype, name=checkpoint, compiled=compiled, fp8=fp8)
