@@ -4,7 +4,8 @@ published), loaded on the CPU in float32 and in a half dtype (bfloat16: what a G
 precision converts to, here without a GPU), the half dtype both from the .pt file and from the
 safetensors copy that the first such job writes (esm_loading.copy_path). Each load with the page
 cache cold-ish (the files' pages dropped with posix_fadvise: the disk's own cache may still hold
-them) and warm (the files read just before). Prints JSON.
+them) and warm (the files read just before); `weights_read_s` adds one read of every weight (a
+copy loaded on the CPU maps its file, read when first used). Prints JSON.
 
     python benchmarks/model_load.py --workdir /tmp/load --shape 650M
     python benchmarks/model_load.py --workdir /tmp/load --shape 650M --root /tmp/before   # another checkout
@@ -12,6 +13,7 @@ them) and warm (the files read just before). Prints JSON.
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -26,14 +28,16 @@ from workflow_lib.models import esm_loading
 from workflow_lib.workflow import demo_models
 
 SHAPES = {"tiny": demo_models.ESM_CONFIG, **demo_models.ESM2_SHAPES}
-# In the child: the seconds of loading alone (Python and torch imported), written to argv[4]; argv[5]
-# is the cache_dir ('' for none: no copy is read or written).
+# In the child: the seconds of loading alone (Python and torch imported), then of loading and reading
+# every weight once, written to argv[4]; argv[5] is the cache_dir ('' for none: no copy is read or
+# written). On the CPU a copy's tensors map the file, read when first used; a load to a GPU reads them all.
 LOAD = (
-    "import pathlib, sys, time, torch; sys.path.insert(0, sys.argv[1]); "
+    "import json, pathlib, sys, time, torch; sys.path.insert(0, sys.argv[1]); "
     "from workflow_lib.models import esm_loading; start = time.perf_counter(); "
     "dtype, cache_dir = getattr(torch, sys.argv[3]), sys.argv[5] or None; "
-    "e = esm_loading.embedder(sys.argv[2], cache_dir, None, torch.device('cpu'), dtype); "
-    "pathlib.Path(sys.argv[4]).write_text(str(time.perf_counter() - start))"
+    "e = esm_loading.embedder(sys.argv[2], cache_dir, None, torch.device('cpu'), dtype); loaded = time.perf_counter(); "
+    "[p.sum() for p in e.model.parameters()]; "
+    "pathlib.Path(sys.argv[4]).write_text(json.dumps([loaded - start, time.perf_counter() - start]))"
 )
 
 
@@ -41,8 +45,10 @@ def load(root: Path, checkpoint: Path, dtype: str, cache_dir: Path | None = None
     with tempfile.TemporaryDirectory() as tmp:
         seconds = Path(tmp) / "seconds"
         usage = measured([sys.executable, "-c", LOAD, root, checkpoint, dtype, seconds, cache_dir or ""])
+        loaded, read = json.loads(seconds.read_text())
         return {
-            "seconds": round(float(seconds.read_text()), 2),
+            "seconds": round(loaded, 2),
+            "weights_read_s": round(read, 2),
             "peak_rss_gb": round(usage["peak_rss_mb"] * 2**20 / 1e9, 2),
         }
 
