@@ -40,6 +40,7 @@ def test_model_load_times_the_checkpoint_and_its_copy(tmp_path):
             assert figures[f"{case}, {cache}"]["weights_read_s"] >= figures[f"{case}, {cache}"]["seconds"] >= 0
 
 
+@pytest.mark.slow
 def test_attention_kernels_run_on_the_cpu(tmp_path):
     """The GPU's attention benchmark, dry run: each kernel in its own process, FlexAttention twice."""
     figures = benchmark("attention_kernels", "--workdir", tmp_path, "--device", "cpu", "--tiny")
