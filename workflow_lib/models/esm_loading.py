@@ -133,7 +133,7 @@ def load(
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     copy = copy_path(path, cache_dir, dtype)
-    sources = _sources(path)  # before reading: a file changed during the load leaves the copy stale
+    sources = _sources(path)  # taken before reading: a file changed during the load never matches its copy
     if copy and (loaded := _from_copy(copy, sources, device)):
         log.info("ESM-2 loaded from %s, the %s copy of %s", copy, dtype, path)
         return loaded
