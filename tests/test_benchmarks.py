@@ -29,3 +29,21 @@ def test_report_memory_and_prepare_throughput_run(tmp_path):
     assert figures["plot_sample"]["peak_rss_mb"] > 0 and figures["summarize"]["peak_rss_mb"] > 0
     figures = benchmark("prepare_throughput", "--reads", 2000, "--repeats", 1, "--gzip")
     assert figures["input"] == "FASTA, gzip" and figures["reads_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_model_load_times_the_checkpoint_and_its_copy(tmp_path):
+    figures = benchmark("model_load", "--workdir", tmp_path, "--shape", "tiny")
+    assert figures["copy_gb"] is not None  # the first half-precision load wrote the copy
+    for case in ("float32", "bfloat16 from .pt", "bfloat16 from copy"):
+        for cache in ("cold", "warm"):
+            assert figures[f"{case}, {cache}"]["weights_read_s"] >= figures[f"{case}, {cache}"]["seconds"] >= 0
+
+
+@pytest.mark.slow
+def test_attention_kernels_run_on_the_cpu(tmp_path):
+    """The GPU's attention benchmark, dry run: each kernel in its own process, FlexAttention twice."""
+    figures = benchmark("attention_kernels", "--workdir", tmp_path, "--device", "cpu", "--tiny")
+    kernels = ("padded sdpa", "sdpa by sequence length", "flex_attention, compile cache empty")
+    for kernel in (*kernels, "flex_attention, compile cache warm"):
+        assert figures[kernel]["min_cosine"] > 0.99999 and figures[kernel]["ms_per_batch"] > 0, kernel

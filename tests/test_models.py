@@ -13,10 +13,11 @@ import esm as fair_esm
 import numpy as np
 import pytest
 import torch
-from helpers import DATA, ENV
+from helpers import DATA, ENV, tmpfs
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.io import locks
 from workflow_lib.models import (
     checkpoints,
     classifier,
@@ -267,12 +268,12 @@ def test_a_kernel_choice_holds_for_its_head_shape_only(fresh_kernel_choice):
 
 
 def test_fused_kernels_are_checked_against_float32_before_use(fresh_kernel_choice, caplog):
-    """Each installed fused kernel is run here and compared with the float32 per-sequence reference
-    first. On this CPU torch's varlen_attn cannot run (CUDA only); FlexAttention (eager) runs and agrees."""
+    """Each installed kernel is run here and compared with the float32 per-sequence reference first.
+    On this CPU torch's varlen_attn cannot run (CUDA only); FlexAttention (eager) runs and agrees.
+    With ALiBi the padded path, which needs no compile, comes first and agrees."""
     q = torch.randn(10, 4, 8)
-    for alibi in (False, True):
-        name, kernel = varlen.fused_kernel(q, alibi)
-        assert (name, kernel) == ("flex_attention", varlen._flex)
+    assert varlen.fused_kernel(q, False) == ("flex_attention", varlen._flex)
+    assert varlen.fused_kernel(q, True) == ("padded sdpa", varlen.padded_attention)
     if importlib.util.find_spec("torch.nn.attention.varlen"):
         assert "attention: torch varlen_attn does not run here" in caplog.text
     assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "sdpa by sequence length"  # what CPU forwards use
@@ -404,6 +405,93 @@ def test_a_checkpoint_converted_in_place_hands_its_pages_back(tmp_path):
     assert all(torch.equal(out[name], state[name].float()) for name in state)
     same = checkpoints.converted({"w1": out["w1"]}, lambda _, t: t)  # nothing new made: nothing handed back
     assert same["w1"] is out["w1"] and torch.equal(out["w1"], state["w1"].float())
+
+
+def half_checkpoint(path: Path, seed: int = 0) -> Path:
+    """A tiny ESM-2 checkpoint in float16, as the published ones."""
+    return demo_models.build_esm(path, seed, dtype=torch.float16)
+
+
+def esm_embeddings(checkpoint: Path, cache_dir: Path | None, dtype: torch.dtype) -> torch.Tensor:
+    model, alphabet = esm_loading.load(str(checkpoint), cache_dir and str(cache_dir), CPU, dtype)
+    embedder = esm.ESMEmbedder(model, alphabet, 2, CPU, dtype)
+    return packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS[:6]]), 2000)[0]
+
+
+@pytest.fixture
+def log(caplog):
+    caplog.set_level("INFO", logger="workflow")
+    return caplog
+
+
+def copies(cache: Path) -> list[str]:
+    return sorted(p.name.split(".", 1)[1] for p in (cache / "esm-copies").glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_half_precision_loads_write_a_safetensors_copy_that_embeds_bit_identically(tmp_path, dtype, log):
+    """The first half-precision load writes its weights to a safetensors copy in cache_dir; later
+    loads map the copy instead of converting the .pt, with bit-identical embeddings. In float32
+    nothing is copied."""
+    checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
+    today = esm_embeddings(checkpoint, None, dtype)
+    first = esm_embeddings(checkpoint, cache, dtype)
+    log.clear()
+    again = esm_embeddings(checkpoint, cache, dtype)
+    assert torch.equal(first, today) and torch.equal(again, today)
+    if dtype == torch.float32:
+        assert not (cache / "esm-copies").exists()
+    else:
+        assert copies(cache) == [f"{str(dtype).removeprefix('torch.')}.safetensors"]
+        assert "ESM-2 loaded from" in log.text and str(cache / "esm-copies") in log.text
+
+
+def test_a_changed_checkpoint_is_never_served_its_old_copy(tmp_path, log):
+    """A copy records the size and modification time of the files it was made from: a checkpoint
+    written again is loaded from itself and copied again, its regression file gone too."""
+    checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
+    old = esm_embeddings(checkpoint, cache, torch.bfloat16)
+    half_checkpoint(checkpoint, seed=1)
+    new = esm_embeddings(checkpoint, cache, torch.bfloat16)
+    assert torch.equal(new, esm_embeddings(checkpoint, None, torch.bfloat16)) and not torch.equal(new, old)
+    esm_loading.regression_path(checkpoint).unlink()
+    log.clear()
+    assert torch.equal(esm_embeddings(checkpoint, cache, torch.bfloat16), new)  # the contact head is not used
+    assert "weights copied to" in log.text and copies(cache) == ["bfloat16.safetensors"]
+
+
+def test_a_damaged_copy_is_made_again(tmp_path, log):
+    checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
+    expected = esm_embeddings(checkpoint, cache, torch.bfloat16)
+    (copy_file,) = (cache / "esm-copies").glob("*.safetensors")
+    copy_file.write_bytes(copy_file.read_bytes()[:1000])
+    assert torch.equal(esm_embeddings(checkpoint, cache, torch.bfloat16), expected)
+    assert "is unreadable" in log.text and "weights copied to" in log.text
+    log.clear()
+    assert torch.equal(esm_embeddings(checkpoint, cache, torch.bfloat16), expected)
+    assert "ESM-2 loaded from" in log.text
+
+
+@pytest.mark.parametrize("options", ["ro", "size=64k"])  # a read-only disk, a full one
+def test_a_copy_that_cannot_be_written_costs_one_line_not_the_job(tmp_path, options, log):
+    checkpoint = half_checkpoint(tmp_path / "esm2_t2_half.pt")
+    expected = esm_embeddings(checkpoint, None, torch.bfloat16)
+    with tmpfs(tmp_path / "disk", options) as disk:
+        assert torch.equal(esm_embeddings(checkpoint, disk, torch.bfloat16), expected)
+        warnings = [r.getMessage() for r in log.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "no copy of the weights written" in warnings[0], warnings
+        assert not [p.name for p in disk.rglob("*") if p.is_file() and p.suffix != ".lock"], "nothing left behind"
+
+
+def test_a_load_never_waits_for_another_job_writing_the_copy(tmp_path, log):
+    """Jobs starting together: the one that takes the copy's lock writes it; the others load the
+    .pt at once rather than wait."""
+    checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
+    copy_file = esm_loading.copy_path(checkpoint, str(cache), torch.bfloat16)
+    with locks.exclusive(copy_file.with_name(f".{copy_file.name}.lock")):  # another job writing it
+        expected = esm_embeddings(checkpoint, cache, torch.bfloat16)
+    assert not copy_file.exists() and "WARNING" not in log.text
+    assert torch.equal(esm_embeddings(checkpoint, cache, torch.bfloat16), expected) and copy_file.exists()
 
 
 def test_checkpoint_kinds():

@@ -29,14 +29,19 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def identity(path: Path) -> dict[str, int]:
+    """What says that a file is unchanged (the module's docstring says why each)."""
+    stat = Path(path).stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
+
+
 def describe(paths: list[Path], known: dict | None = None) -> dict[str, dict]:
     """{path: {"size", "mtime_ns", "ctime_ns", "inode", "sha256"}}; digests in `known` (an earlier
     describe() of the same files) are reused while all the rest still match."""
     described = {}
     for path in paths:
         path = Path(path).absolute()  # not resolved: a Hugging Face snapshot links names to blobs
-        stat = path.stat()
-        entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
+        entry = identity(path)
         earlier = (known or {}).get(str(path), {})
         same = all(earlier.get(k) == v for k, v in entry.items())
         entry["sha256"] = earlier["sha256"] if same and "sha256" in earlier else sha256(path)

@@ -50,16 +50,20 @@ def claim_gpu(uuids: list[str], lock_dir: Path | None = None, poll_s: float = 5.
 
 
 @contextlib.contextmanager
-def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if needed), waiting for other holders."""
+def exclusive(path: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive lock on `path` (created if needed), waiting for other holders; with
+    wait=False, not waiting: the block is given False when another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock(path)
     try:
         lock.acquire(blocking=False)
     except Timeout:
+        if not wait:
+            yield False
+            return
         log.info("waiting for another job to release %s", path)
         lock.acquire()
     try:
-        yield
+        yield True
     finally:
         lock.release()

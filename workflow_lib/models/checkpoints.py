@@ -4,8 +4,10 @@ and loading pickled checkpoints without running code from them."""
 import contextlib
 import ctypes
 import functools
+import json
 import mmap
 import re
+import struct
 import sys
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
@@ -143,3 +145,27 @@ def _madvise():
     madvise = ctypes.CDLL(None, use_errno=True).madvise
     madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
     return madvise
+
+
+_SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
+
+
+def write_safetensors(path: Path, tensors: dict, metadata: dict[str, str]) -> None:
+    """`tensors` (on any device) to a safetensors file at `path`, one tensor at a time: never a second
+    copy of them all on the host (safetensors' save_file copies every GPU tensor to the host first)."""
+    import torch
+
+    # widest dtypes first, as safetensors' own writer orders them: each tensor stays aligned to its size
+    names = sorted(tensors, key=lambda name: (-tensors[name].element_size(), name))
+    header, offset = {"__metadata__": metadata}, 0
+    for name in names:
+        tensor = tensors[name]
+        dtype = _SAFETENSORS_DTYPES[str(tensor.dtype).removeprefix("torch.")]
+        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + tensor.nbytes]}
+        offset += tensor.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(text)) + text)
+        for name in names:
+            handle.write(tensors[name].detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().data)

@@ -3,18 +3,36 @@ checkpoint, built in place in the job's precision; the embedder of a layer (esm.
 """
 
 import argparse
+import hashlib
+import json
+import logging
 import os
 from pathlib import Path
 
 import esm
 import torch
+from safetensors import SafetensorError, safe_open
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.models.checkpoints import ESM2_MODELS, converted, is_local, load_weights, not_fetched, uninitialised
+from workflow_lib.io import checksums, locks
+from workflow_lib.io.outputs import atomic_path
+from workflow_lib.models.checkpoints import (
+    ESM2_MODELS,
+    converted,
+    is_local,
+    load_weights,
+    not_fetched,
+    uninitialised,
+    write_safetensors,
+)
 from workflow_lib.models.esm import ESMEmbedder, check_fp8
 
 FAIR_ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm"
 CONTACT_HEAD = ("contact_head.regression.weight", "contact_head.regression.bias")  # in the regression file
+HALF = (torch.float16, torch.bfloat16)  # the precisions whose weights are copied to safetensors (copy_path)
+CONFIG_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "token_dropout")  # what ESM2 takes
+COPY_FORMAT = "virnucpro-esm2-copy-1"
+log = logging.getLogger("workflow")
 
 
 def _torch_load(path: Path):
@@ -109,13 +127,20 @@ def load(
     downloads what is missing and unpickles with weights_only=False. A local checkpoint may have
     `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
     used for embeddings, so it is optional (without it, its parameters stay unset).
+
+    In half precision with a cache_dir, the first job also writes the converted weights to a
+    safetensors copy (copy_path), which later jobs map straight to the device instead.
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
+    copy = copy_path(path, cache_dir, dtype)
+    sources = _sources(path)  # taken before reading: a file changed during the load never matches its copy
+    if copy and (loaded := _from_copy(copy, sources, device)):
+        log.info("ESM-2 loaded from %s, the %s copy of %s", copy, dtype, path)
+        return loaded
     data = _local_data(path)
     if regression_path(path).exists():
         data["model"].update(_torch_load(regression_path(path))["model"])
-    with uninitialised():  # fair-esm's ESM-2 builder, whatever the file is called
-        model, alphabet, state = esm.pretrained._load_model_and_alphabet_core_v2(data)
+    model, alphabet, state = _built(data["cfg"]["model"], data["model"])
     parameters, built = dict(model.named_parameters()).keys(), model.state_dict()
     wrong = (set(built) - set(state) - set(CONTACT_HEAD)) | (set(state) - set(built))
     if wrong:
@@ -125,7 +150,74 @@ def load(
         state, lambda name, t: t.to(device=device, dtype=dtype if name in parameters else built[name].dtype)
     )
     model.load_state_dict(state, strict=False, assign=True)
+    if copy:
+        config = {key: getattr(data["cfg"]["model"], key) for key in CONFIG_KEYS}
+        _write_copy(copy, state, {"format": COPY_FORMAT, "sources": sources, "cfg": json.dumps(config)})
     return model.eval(), alphabet
+
+
+def _built(cfg: argparse.Namespace, state: dict) -> tuple[esm.ESM2, esm.Alphabet, dict]:
+    with uninitialised():  # fair-esm's ESM-2 builder, whatever the file is called
+        return esm.pretrained._load_model_and_alphabet_core_v2({"cfg": {"model": cfg}, "model": state})
+
+
+def copy_path(path: Path, cache_dir: str | None, dtype: torch.dtype) -> Path | None:
+    """Where the half-precision safetensors copy of checkpoint `path` is kept: in cache_dir, which
+    the workflow writes and all its jobs share (a local .pt may sit in a read-only folder), named
+    after the checkpoint's absolute path. None in float32 (a copy would save no conversion and take
+    11.4 GB for ESM-2 3B) or without a cache_dir."""
+    if dtype not in HALF or not cache_dir:
+        return None
+    where = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:12]
+    return Path(cache_dir) / "esm-copies" / f"{path.stem}-{where}.{str(dtype).removeprefix('torch.')}.safetensors"
+
+
+def _sources(path: Path) -> str:
+    """The checkpoint's files as its copy records them (checksums.identity, as the model check
+    reuses digests): a file that changed (or a regression file that came or went) no longer matches."""
+    files = {p.name: checksums.identity(p) for p in (path, regression_path(path)) if p.is_file()}
+    return json.dumps(files, sort_keys=True)
+
+
+def _metadata(copy: Path) -> dict:
+    """The copy's metadata; {} when there is no readable copy."""
+    try:
+        with safe_open(copy, framework="pt") as f:
+            return f.metadata() or {}
+    except (OSError, SafetensorError):
+        return {}
+
+
+def _from_copy(copy: Path, sources: str, device: torch.device) -> tuple[esm.ESM2, esm.Alphabet] | None:
+    """The model from its copy, each tensor mapped from the file straight to `device`; None when
+    there is no copy of these very files."""
+    try:
+        with safe_open(copy, framework="pt", device=str(device)) as f:
+            metadata = f.metadata() or {}
+            if metadata.get("format") != COPY_FORMAT or metadata.get("sources") != sources:
+                return None
+            state = {name: f.get_tensor(name) for name in f.keys()}
+    except FileNotFoundError:
+        return None
+    except (OSError, SafetensorError) as error:  # a damaged copy: made again from the checkpoint
+        log.warning("ESM-2: %s is unreadable (%s); loading the checkpoint and copying it again", copy, error)
+        return None
+    model, alphabet, _ = _built(argparse.Namespace(**json.loads(metadata["cfg"])), {})
+    model.load_state_dict(state, strict=False, assign=True)
+    return model.eval(), alphabet
+
+
+def _write_copy(copy: Path, state: dict, metadata: dict[str, str]) -> None:
+    """Write the loaded weights to `copy`, atomically, unless another job is writing it now (this
+    one does not wait) or has just done so. A read-only or full disk costs a line, not the job."""
+    try:
+        with locks.exclusive(copy.with_name(f".{copy.name}.lock"), wait=False) as held:
+            if held and _metadata(copy) != metadata:  # another job may have just written it
+                with atomic_path(copy) as tmp:
+                    write_safetensors(tmp, state, metadata)
+                log.info("ESM-2: weights copied to %s, which later jobs load instead", copy)
+    except (OSError, InputError) as error:
+        log.warning("ESM-2: no copy of the weights written to %s (%s); jobs load the checkpoint as before", copy, error)
 
 
 def embedder(

@@ -5,11 +5,12 @@ Kernels, by device and precision:
   stacked [G, H, L, dh] (frames of one chunk length mostly share theirs), so that a sequence's
   embedding does not depend on the batch it lands in: no padding reaches a kernel, and each
   sequence's scores are its own rows of the same computation.
-- CUDA in half precision: the first fused kernel that passes a check against a float32
-  per-sequence reference on this device: flash-attn's varlen kernel when it is installed (it
-  also applies ALiBi slopes), PyTorch's own `varlen_attn` (torch >= 2.10, no ALiBi), or
-  FlexAttention with a document mask over the packed row and ALiBi as a score_mod (neither mask
-  nor bias is ever materialised).
+- CUDA in half precision: the first kernel that passes a check against a float32 per-sequence
+  reference on this device: flash-attn's varlen kernel when it is installed (it also applies
+  ALiBi slopes); then without ALiBi (ESM-2) PyTorch's own `varlen_attn` (torch >= 2.10), with
+  ALiBi (DNABERT-S) the padded path below, which needs no compile; then FlexAttention with a
+  document mask over the packed row and ALiBi as a score_mod (neither mask nor bias is ever
+  materialised), compiled at the job's first batch.
 - Otherwise (CUDA in fp32, or no fused kernel passes): the sequences are gathered into a padded
   [B, H, L, dh] block for scaled_dot_product_attention and scattered back, L the longest
   sequence of the batch. Its mask is B x 1 x 1 x L without ALiBi and B x H x L x L with it;
@@ -47,6 +48,7 @@ class Layout:
         self.scatter = self.seq * max_len + self.pos  # slot of each token
         self._block_mask = None
         self._by_length = None
+        self._masks = {}  # padded_mask's, shared by the layers of a forward
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
@@ -136,11 +138,14 @@ def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = Non
 
 
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """The padded path's attention mask: padded keys masked out, ALiBi added when slopes are given."""
-    keys = layout.valid[:, None, None, :]  # [B, 1, 1, L]
-    if slopes is None:
-        return keys
-    return alibi_bias(slopes, layout.max_len, dtype)[None].masked_fill(~keys, float("-inf"))  # [B, H, L, L]
+    """The padded path's attention mask: padded keys masked out, ALiBi added when slopes are given.
+    Made once per batch (a layout serves one model's forward)."""
+    key = (slopes is not None, dtype)
+    if key not in layout._masks:
+        keys = layout.valid[:, None, None, :]  # [B, 1, 1, L]
+        bias = None if slopes is None else alibi_bias(slopes, layout.max_len, dtype)
+        layout._masks[key] = keys if bias is None else bias[None].masked_fill(~keys, float("-inf"))  # [B, H, L, L]
+    return layout._masks[key]
 
 
 def padded_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
@@ -205,9 +210,13 @@ def _importable(module: str) -> bool:
 
 
 def candidates(alibi: bool) -> list[tuple[str, object]]:
-    """The fused kernels this installation has, best first."""
+    """The kernels this installation has, best first. With ALiBi the padded path comes before
+    FlexAttention: DNABERT-S's frames are short (about 100 tokens, attention about 2% of its FLOPs),
+    and FlexAttention's compile took 15-20 s of every job's start-up (docs/performance.md)."""
     found = [("flash-attn varlen", _flash)] if _importable("flash_attn") else []
-    if not alibi and _importable("torch.nn.attention.varlen"):  # torch >= 2.10
+    if alibi:
+        found.append(("padded sdpa", padded_attention))
+    elif _importable("torch.nn.attention.varlen"):  # torch >= 2.10
         found.append(("torch varlen_attn", _torch_varlen))
     if _importable("torch.nn.attention.flex_attention"):
         found.append(("flex_attention", _flex))
