@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
 import weakref
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import workflow_lib.embed.job
 import workflow_lib.embed.loader
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.job import allocator_conf_variable, build_embedder, set_allocator_conf
+from workflow_lib.embed.job import allocator_conf_variable, build_embedder, claimed_device, set_allocator_conf
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.embed.stopping import sigterm_held
@@ -42,6 +44,7 @@ from workflow_lib.harness.stages import (
     tokenize_into,
     write_reads,
 )
+from workflow_lib.io import locks
 from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
@@ -605,6 +608,21 @@ def test_a_whole_gpu_claim_shares_with_no_one(claimers):
     larger.waits("5000 MB")
     later.end()
     assert larger.index() == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="stand-ins are for a machine without GPUs")
+def test_a_job_on_the_cpu_claims_no_gpu(monkeypatch, tmp_path):
+    """embedding.device cpu: no claim, even where GPUs (stand-ins here) are there; auto on a
+    machine with only stand-ins: a claim of its share, held while in the context."""
+    gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 1000)
+    monkeypatch.setenv(workflow_lib.embed.job.GPUS_VARIABLE, f"{gpu.uuid}={gpu.memory_mb}")
+    claims = Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
+    with claimed_device("cpu", 300) as device:
+        assert device.type == "cpu" and not list(claims.glob(f"{gpu.uuid}.*"))
+    with claimed_device("auto", 300) as device:
+        assert device.type == "cpu" and [p.name for p in claims.glob(f"{gpu.uuid}.*")] == [
+            f"{gpu.uuid}.300mb.{os.getpid()}.claim"
+        ]
 
 
 @pytest.mark.slow
