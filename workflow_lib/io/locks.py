@@ -44,10 +44,11 @@ def claim_gpu(
 
     Locally nothing tells concurrent embed jobs apart (SLURM would set CUDA_VISIBLE_DEVICES per
     job), so each job claims a share of a GPU's memory: a file named after the GPU's UUID and the
-    share, which the job holds locked. A claim whose job has ended, however it ended, is unlocked:
-    the next job to look removes it. Of the GPUs where the share fits, the job takes the one with
-    the fewest claims (jobs spread over the GPUs before they share one), then the one with the
-    most memory left; where it fits on none, it waits until it does.
+    share, which the job holds locked and removes when done. A claim whose job was killed is
+    unlocked, since the kernel drops the locks of a process that ends: the next job to look at the
+    GPU removes it. Of the GPUs where the share fits, the job takes the one with the fewest claims
+    (jobs spread over the GPUs before they share one), then the one with the most memory left;
+    where it fits on none, it waits until it does.
     """
     lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,8 @@ def claim_gpu(
             if fits:
                 index = min(fits)[2]
                 gpu = gpus[index]
-                claim = _lock(lock_dir / f"{gpu.uuid}.{_share(gpu, mb)}mb.{os.getpid()}.claim")
+                path = lock_dir / f"{gpu.uuid}.{_share(gpu, mb)}mb.{os.getpid()}.claim"
+                claim = _lock(path)
                 claim.acquire(blocking=False)  # a claim of this pid's is an ended job's: never held
                 break
         if not waiting:
@@ -78,7 +80,9 @@ def claim_gpu(
     try:
         yield index
     finally:
-        claim.release()  # the next job to look removes the file
+        with looking:
+            path.unlink()
+            claim.release()
 
 
 def _share(gpu: Gpu, mb: int | None) -> int:
@@ -88,7 +92,7 @@ def _share(gpu: Gpu, mb: int | None) -> int:
 
 
 def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
-    """The MB of each claim on GPU `uuid` whose job holds it; claims of ended jobs are removed."""
+    """The MB of each claim on GPU `uuid` whose job holds it; claims of killed jobs are removed."""
     live = []
     for path in lock_dir.glob(f"{glob.escape(uuid)}.*mb.*.claim"):
         claim = _lock(path)
@@ -97,7 +101,7 @@ def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
         except Timeout:
             live.append(int(path.name[len(uuid) + 1 :].split("mb.")[0]))
             continue
-        path.unlink(missing_ok=True)  # no job holds it (its own removes none): no other looks while this one does
+        path.unlink()  # no job holds it, and no other looks while this one does
         claim.release()
     return live
 
