@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -582,10 +583,13 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
         assert table.stat().st_mtime_ns == (workdir / "results" / sample / "sequences.tsv").stat().st_mtime_ns
 
 
-def wait_for_line(paths: list[Path], text: str, run: subprocess.Popen, count: int) -> None:
-    """Returns once `count` of the files `paths` hold a line with `text`, failing if `run` ends first."""
+def wait_for_line(paths: list[Path], text: str, run: subprocess.Popen, count: int, limit_s: float = 600) -> None:
+    """Returns once `count` of the files `paths` hold a line with `text`, failing if `run` ends
+    first (the time limit only turns a hung run into a failure)."""
+    deadline = time.monotonic() + limit_s
     while sum(path.is_file() and text in path.read_text() for path in paths) < count:
         assert run.poll() is None, f"the run ended ({run.returncode}) before {count} jobs said '{text}'"
+        assert time.monotonic() < deadline, f"fewer than {count} jobs said '{text}' in {limit_s} s"
         time.sleep(0.1)
 
 
@@ -626,25 +630,25 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     logs = [tmp_path / "logs" / "embed" / f"{model}_0-0.log" for model in ("esm", "dnabert")]
     env = {**ENV, "VIRNUCPRO_GPUS": f"{gpu.uuid}={gpu.memory_mb}"}
     with open(tmp_path / "snakemake.log", "w") as output, locks.claim_gpu([gpu]):
-        run = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True, env=env)
+        run = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
         try:
             wait_for_line(logs, "waiting for other jobs to end", run, 2 if shared else 1)
             if not shared:  # the other is not started while the first holds the one GPU unit
                 assert sum(log.is_file() for log in logs) == 1
         except BaseException:
-            run.kill()
+            os.killpg(run.pid, signal.SIGKILL)  # Snakemake and its jobs
             raise
     assert run.wait(timeout=600) == 0, (tmp_path / "snakemake.log").read_text()[-3000:]
-    texts = [log.read_text() for log in logs]
     first, second = sorted(logs, key=lambda log: log_seconds(log)[0])
-    if shared:
-        for model, text in zip(("esm", "dnabert"), texts):
-            mb = job_resources.embed_gpu_mem_mb(
-                model,
-                str(tmp_path / "results/checks/models.json"),
-                {**yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"], **embedding},
-            )
-            assert f"no GPU has {mb} MB unclaimed" in text and f"claimed {mb} MB of GPU 0 ({gpu.uuid}, 4000 MB)" in text
-    else:
-        assert all(f"claimed all of GPU 0 ({gpu.uuid}, 4000 MB)" in text for text in texts)
-        assert log_seconds(second)[0] >= log_seconds(first)[-1]  # it started once the first had ended
+    if shared:  # the second started before the first ended
+        assert log_seconds(second)[0] <= log_seconds(first)[-1]
+        embedding = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"] | embedding
+        for model, log in zip(("esm", "dnabert"), logs):
+            mb = job_resources.embed_gpu_mem_mb(model, str(tmp_path / "results/checks/models.json"), embedding)
+            assert f"no GPU has {mb} MB unclaimed" in log.read_text()
+            assert f"claimed {mb} MB of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text()
+    else:  # the second started once the first had ended
+        assert log_seconds(second)[0] >= log_seconds(first)[-1]
+        assert all(f"claimed all of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text() for log in logs)
