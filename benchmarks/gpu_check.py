@@ -26,8 +26,10 @@ Parts:
                settings (FP32, toks_per_batch 2048) on a subset, as ratios; DNABERT-S tokens/s.
   oom          the embed job under a memory cap (set_per_process_memory_fraction) that makes its
                batches run out of memory, against the same job uncapped.
-  workflow     `snakemake --cores N --resources gpu=1` over 500 bp reads with 3B- and
-               DNABERT-S-shaped random checkpoints built on the spot: reads per hour end to end.
+  workflow     `snakemake --cores N --resources gpu=1 gpu_mem_mb=M` over 500 bp reads with 3B- and
+               DNABERT-S-shaped random checkpoints built on the spot, the embed jobs sharing the
+               GPU, then with a whole GPU each: reads per hour end to end; per run the wall time,
+               the embed jobs' span and the GPU's SM busy share over it (nvidia-smi, every second).
 
 The correctness parts (equivalence, oom) are in benchmarks/gpu_correctness.py, the speed parts
 (model, speed, workflow) in benchmarks/gpu_speed.py.

@@ -5,7 +5,10 @@ VirNucPro's settings; `workflow`, the whole workflow under Snakemake."""
 import copy
 import json
 import os
+import re
 import shutil
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -328,31 +331,118 @@ def esm_levers(args, shapes: dict, frames: Path, device, dtype, result: dict, re
 # ---------------------------------------------------------------- whole workflow
 
 
+# How the workflow part lets the embed jobs use its one GPU: sharing it by memory, as profiles/local
+# does (each job asks for its gpu_mem_mb, no whole GPU), or a whole GPU each (one after the other).
+GPU_SETTINGS = {"shared": ("--set-resources", "embed:gpu=0"), "whole": ("--set-resources", "embed:gpu=1")}
+
+
 def workflow(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
+    """The whole workflow, once with the embed jobs sharing the GPU and once with a whole GPU each
+    (a fresh run directory and kernel cache each; the second reads the models from the page cache:
+    the shared run goes first), with the GPU's SM busy share between the first embed job's start
+    and the last one's end."""
     with record.step("models and reads"):
         setup = workflow_setup(args, shapes, workdir)
-    with record.step("snakemake"):
-        kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
-        kept.mkdir(parents=True, exist_ok=True)
-        cores = len(os.sched_getaffinity(0))
-        options = ("--configfile", workdir / "config.yaml", "--cores", cores, "--resources", "gpu=1")
-        try:
-            run, _ = snakemake(workdir, *options, log=kept / "snakemake.log")
-        except RuntimeError:
-            if (workdir / "logs").is_dir():  # none when Snakemake stops before any job
-                shutil.copytree(workdir / "logs", kept, dirs_exist_ok=True)
-            raise
-    summary = json.loads((workdir / "results" / "reads" / "run_summary.json").read_text())
-    result |= {
-        "reads": args.workflow_reads,
-        "shards": len(summary["timings"]["score"]["shards"]),
-        "setup_seconds": round(setup, 1),
-        "seconds": run["seconds"],
-        "reads_per_hour": round(args.workflow_reads / run["seconds"] * 3600),
-        "counts": summary["counts"],
-        "timings": summary["timings"],
-        "embedding_shards": summary["embedding_shards"],
+    memory_mb = torch.cuda.get_device_properties(device).total_memory // 2**20 if device.type == "cuda" else 80000
+    result["setup_seconds"] = round(setup, 1)
+    kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
+    for setting, options in GPU_SETTINGS.items():
+        with record.step(f"snakemake, {setting}"):
+            result.setdefault("gpu_sharing", {})[setting] = workflow_run(
+                workdir, setting, options, memory_mb, kept / setting
+            )
+            if setting == "shared":  # the workflow's own figures, as profiles/local runs it
+                summary = json.loads((workdir / setting / "results" / "reads" / "run_summary.json").read_text())
+                result |= {
+                    "reads": args.workflow_reads,
+                    "shards": len(summary["timings"]["score"]["shards"]),
+                    "seconds": result["gpu_sharing"][setting]["seconds"],
+                    "reads_per_hour": round(args.workflow_reads / result["gpu_sharing"][setting]["seconds"] * 3600),
+                    "counts": summary["counts"],
+                    "timings": summary["timings"],
+                    "embedding_shards": summary["embedding_shards"],
+                }
+    shared, whole = result["gpu_sharing"]["shared"], result["gpu_sharing"]["whole"]
+    result["gpu_sharing"]["shared_over_whole"] = {
+        key: round(shared[key] / whole[key], 3) for key in ("seconds", "embed_seconds") if whole[key]
     }
+
+
+def workflow_run(workdir: Path, setting: str, options: tuple, memory_mb: int, kept: Path) -> dict:
+    """One run of the workflow part's config in workdir/`setting` with Snakemake `options`; its
+    wall time, its embed jobs' span (from their logs) and the GPU's busy share over that span;
+    Snakemake's output kept in `kept` (and the job logs, if it fails)."""
+    import yaml
+
+    folder = workdir / setting
+    folder.mkdir()
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["embedding"]["compile_cache_dir"] = str(folder / "compile")
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    kept.mkdir(parents=True, exist_ok=True)
+    cores = len(os.sched_getaffinity(0))
+    options = ("--configfile", folder / "config.yaml", "--cores", cores, *options)
+    options += ("--resources", "gpu=1", f"gpu_mem_mb={memory_mb}")
+    try:
+        with GpuBusy() as busy:
+            run, _ = snakemake(folder, *options, log=kept / "snakemake.log")
+    except RuntimeError:
+        if (folder / "logs").is_dir():  # none when Snakemake stops before any job
+            shutil.copytree(folder / "logs", kept, dirs_exist_ok=True)
+        raise
+    spans = [log_span(path) for path in sorted((folder / "logs" / "embed").glob("*.log"))]
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    overlap = sum(max(0, min(a[1], b[1]) - max(a[0], b[0])) for i, a in enumerate(spans) for b in spans[i + 1 :])
+    return {
+        "snakemake_options": [str(option) for option in options[2:]],
+        "seconds": run["seconds"],
+        "embed_jobs": len(spans),
+        "embed_seconds": end - start,  # the first embed job's first log line to the last one's last
+        "embed_jobs_overlap_seconds": overlap,  # summed over pairs of jobs
+        **busy.between(start, end),
+    }
+
+
+def log_span(path: Path) -> tuple[float, float]:
+    """A job log's first and last line times (HH:MM:SS, to the second) as epoch seconds, the last
+    one to the end of its second."""
+    stamps = re.findall(r"^(\d\d:\d\d:\d\d) ", path.read_text(), re.M)
+    day = time.strftime("%Y-%m-%d", time.localtime(path.stat().st_mtime))
+    first, last = (
+        time.mktime(time.strptime(f"{day} {stamp}", "%Y-%m-%d %H:%M:%S")) for stamp in (stamps[0], stamps[-1])
+    )
+    return first, last + 1
+
+
+class GpuBusy:
+    """The GPU's SM busy share (nvidia-smi's utilization.gpu: the share of the last sample period
+    in which a kernel ran), sampled every second while in the context; nothing where there is no
+    nvidia-smi (a CPU)."""
+
+    def __enter__(self):
+        self.samples, self.process = [], None
+        if shutil.which("nvidia-smi"):
+            query = ["nvidia-smi", "-i", "0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+            self.process = subprocess.Popen([*query, "-lms", "1000"], stdout=subprocess.PIPE, text=True)
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            if line.strip().isdigit():
+                self.samples.append((time.time(), int(line)))
+
+    def __exit__(self, *exc) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+            self.reader.join(timeout=30)
+
+    def between(self, start: float, end: float) -> dict:
+        busy = [value for at, value in self.samples if start <= at <= end]
+        share = round(sum(busy) / len(busy) / 100, 3) if busy else None
+        return {"gpu_sm_busy_share": share, "gpu_busy_samples": len(busy)}
 
 
 def workflow_setup(args, shapes: dict, workdir: Path) -> float:

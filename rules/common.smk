@@ -122,6 +122,13 @@ def embed_gpus(wildcards):
     return job_resources.embed_gpus(pooled_work(wildcards)["frames"])
 
 
+def embed_gpu_mem(wildcards, input):
+    """Known once the job's input exists, the model check among it (a dry run shows <TBD>)."""
+    return job_resources.embed_gpu_mem_mb(
+        wildcards.model, input.check, config["embedding"]
+    )
+
+
 def embed_runtime(wildcards):
     work = pooled_work(wildcards)
     return job_resources.embed_minutes(

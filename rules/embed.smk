@@ -85,9 +85,12 @@ rule embed:
     # memory: the model, built in place, each checkpoint tensor's file pages handed back once it is
     # converted (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32,
     # 6.0 GB in a half dtype on the host; a GPU job's weights go to the GPU), the loader workers'
-    # batches, and one shard's counters (6 bytes a frame, bounded by shard_tokens)
+    # batches, and one shard's counters (6 bytes a frame, bounded by shard_tokens). gpu: a whole GPU
+    # (profiles/local sets it to 0 for jobs that share GPUs); gpu_mem_mb: the share of a GPU's memory
+    # such a job claims, from its model and token budget (workflow_lib/workflow/job_resources.py)
     resources:
         gpu=embed_gpus,
+        gpu_mem_mb=embed_gpu_mem,
         mem_mb=16000,
         runtime=embed_runtime,
         tuning=embed_tuning,
@@ -101,6 +104,7 @@ rule embed:
         script_job(
             "embed",
             "--model {wildcards.model} {params.settings} {resources.tuning} --threads {threads} "
+            "--gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb} "
             "--model-check {input.check:q} --input {params.fasta:q} {params.tokens} "
             "--output {output.embeddings:q} --figures {output.figures:q}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "

@@ -18,12 +18,19 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")
     parser.add_argument("--model-check", required=True, help="the run's model check (JSON): checksums to reuse")
+    parser.add_argument(
+        "--gpus", type=int, required=True, help="GPUs the job holds whole (its gpu resource): 1, or 0 to share one"
+    )
+    parser.add_argument(
+        "--gpu-mem-mb", type=int, required=True, help="with --gpus 0: the share of a GPU's memory the job claims (MB)"
+    )
     add_arguments(parser, EmbedSettings)
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
-    embed_shard(args.input, args.output, args.figures, settings, args.tokens, args.planned_frames)
+    share = None if args.gpus else args.gpu_mem_mb
+    embed_shard(args.input, args.output, args.figures, settings, args.tokens, args.planned_frames, share)
 
 
 if __name__ == "__main__":

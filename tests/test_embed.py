@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
 import weakref
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import workflow_lib.embed.job
 import workflow_lib.embed.loader
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.job import allocator_conf_variable, build_embedder, set_allocator_conf
+from workflow_lib.embed.job import allocator_conf_variable, build_embedder, claimed_device, set_allocator_conf
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.embed.stopping import sigterm_held
@@ -42,6 +44,7 @@ from workflow_lib.harness.stages import (
     tokenize_into,
     write_reads,
 )
+from workflow_lib.io import locks
 from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
@@ -517,40 +520,109 @@ def _rows(part) -> int:
 CLAIM = (
     "import logging, sys; from pathlib import Path; from workflow_lib.io import locks; "
     "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
-    "print(locks.claim_gpu(['GPU-a', 'GPU-b'], Path({dir!r}), 0.1), flush=True); sys.stdin.read()"
+    "gpus = [locks.Gpu(uuid, 1000) for uuid in {uuids!r}]; "
+    "claim = locks.claim_gpu(gpus, {mb!r}, Path({dir!r}), 0.05); "
+    "print(claim.__enter__(), flush=True); sys.stdin.read()"
 )
 
 
-def test_concurrent_jobs_claim_different_gpus(tmp_path):
-    """Local runs on a multi-GPU node: each embed job takes a GPU no other job holds, and a job
-    that finds all taken waits for one to come free (the claim ends with the process)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+class Claimer:
+    """A job in its own process that claims `mb` MB (None: all) of one of the 1,000 MB GPUs
+    `uuids`, prints the GPU's index and holds its claim until its stdin closes or it is killed."""
 
-    def start():  # a job that holds its claim until its stdin is closed
-        code = CLAIM.format(dir=str(tmp_path))
+    def __init__(self, tmp_path: Path, uuids: list[str], mb: int | None):
+        code = CLAIM.format(uuids=uuids, mb=mb, dir=str(tmp_path))
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-        return subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.process = subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
+        self.log = Lines(self.process.stderr)
 
-    jobs = [start(), start()]
-    try:
-        first, second = jobs
-        claimed = [int(first.stdout.readline()), int(second.stdout.readline())]
-        assert set(claimed) == {0, 1}
-        third = start()
-        jobs.append(third)
-        log, lines = Lines(third.stderr), []
-        waiting = "all 2 GPUs are claimed by other jobs; waiting for one to come free"
-        while not any(waiting in line for line in lines):  # it had to wait for one of the first two to exit
-            lines = log.new()
-            assert lines is not None, "the third job ended: " + log.text()
-        first.stdin.close()
-        assert first.wait(timeout=30) == 0
-        assert int(third.stdout.readline()) == claimed[0]  # the GPU the first job held, the second still holds its
-    finally:
-        for job in jobs:
-            if not job.stdin.closed:
-                job.stdin.close()
-            job.wait(timeout=30)
+    def index(self) -> int:
+        return int(self.process.stdout.readline())
+
+    def waits(self, why: str) -> None:
+        """Returns once the job says it waits for `why`, failing if it claims a GPU instead."""
+        lines = []
+        while not any(f"no GPU has {why} unclaimed" in line for line in lines):
+            lines = self.log.new()
+            assert lines is not None, "the job ended: " + self.log.text()
+
+    def end(self) -> None:
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def claimers(tmp_path):
+    started = []
+
+    def start(uuids, mb=None):
+        started.append(Claimer(tmp_path, uuids, mb))
+        return started[-1]
+
+    yield start
+    for claimer in started:
+        claimer.end()
+
+
+def test_concurrent_jobs_spread_over_gpus_before_they_share_one(claimers):
+    """Local runs on a multi-GPU node: each embed job takes a GPU no other job holds while there is
+    one; then a job shares the GPU with the most memory left where its share fits."""
+    gpus = ["GPU-a", "GPU-b"]
+    first = claimers(gpus, 300)
+    on_first = first.index()
+    second = claimers(gpus, 500)
+    assert {on_first, second.index()} == {0, 1}
+    assert claimers(gpus, 400).index() == on_first  # 700 MB left there, 500 on the other
+
+
+def test_a_job_waits_until_its_share_fits_and_a_killed_jobs_share_comes_free(claimers):
+    """Two jobs whose shares fit run on one GPU together; a third that would overfill it waits, and
+    takes the share of a job killed with SIGKILL (the kernel drops its lock)."""
+    gpu = ["GPU-one"]
+    big, small = claimers(gpu, 600), claimers(gpu, 300)
+    assert big.index() == small.index() == 0
+    third = claimers(gpu, 300)
+    third.waits("300 MB")
+    big.process.kill()
+    assert big.process.wait(timeout=30) == -signal.SIGKILL
+    assert third.index() == 0
+
+
+def test_a_whole_gpu_claim_shares_with_no_one(claimers):
+    """A job that holds a whole GPU (None: under SLURM or with gpu=1 per embed job) waits for every
+    share of it to end, and a share waits for it; a share larger than the GPU takes it whole."""
+    gpu = ["GPU-one"]
+    share = claimers(gpu, 100)
+    assert share.index() == 0
+    whole = claimers(gpu, None)
+    whole.waits("all its memory")
+    share.end()
+    assert whole.index() == 0
+    later = claimers(gpu, 100)
+    later.waits("100 MB")
+    whole.end()
+    assert later.index() == 0
+    larger = claimers(gpu, 5000)
+    larger.waits("5000 MB")
+    later.end()
+    assert larger.index() == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="stand-ins are for a machine without GPUs")
+def test_a_job_on_the_cpu_claims_no_gpu(monkeypatch, tmp_path):
+    """embedding.device cpu: no claim, even where GPUs (stand-ins here) are there; auto on a
+    machine with only stand-ins: a claim of its share, held while in the context."""
+    gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 1000)
+    monkeypatch.setenv(workflow_lib.embed.job.GPUS_VARIABLE, f"{gpu.uuid}={gpu.memory_mb}")
+    claims = Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
+    with claimed_device("cpu", 300) as device:
+        assert device.type == "cpu" and not list(claims.glob(f"{gpu.uuid}.*"))
+    with claimed_device("auto", 300) as device:
+        assert device.type == "cpu" and [p.name for p in claims.glob(f"{gpu.uuid}.*")] == [
+            f"{gpu.uuid}.300mb.{os.getpid()}.claim"
+        ]
 
 
 @pytest.mark.slow

@@ -100,9 +100,17 @@ def test_oom_part(tmp_path):
 
 
 def test_workflow_part(tmp_path):
+    """Shared and whole GPUs: both runs' figures (no GPU busy share on the CPU), the embed jobs of
+    the whole run one after the other (two cores fit one embed job: the shared run's may not overlap)."""
     figures = run_part("workflow", tmp_path)
     assert figures["counts"]["records"] == 200 and figures["reads_per_hour"] > 0
     assert {s["model"] for s in figures["embedding_shards"]} == {"esm", "dnabert"}
+    runs = figures["gpu_sharing"]
+    assert "embed:gpu=0" in runs["shared"]["snakemake_options"] and "embed:gpu=1" in runs["whole"]["snakemake_options"]
+    for run in (runs["shared"], runs["whole"]):
+        assert run["embed_jobs"] == 2 and run["seconds"] > 0 and run["gpu_sm_busy_share"] is None
+    assert runs["whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
+    assert set(runs["shared_over_whole"]) == {"seconds", "embed_seconds"}
 
 
 def test_a_part_killed_midway_keeps_what_it_measured(tmp_path):
@@ -132,5 +140,6 @@ def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 1
     figures = json.loads(out.read_text())
-    assert figures["failed_step"] == "snakemake" and "the workflow failed" in figures["error"]
-    assert "shard_tokens: 0 is less than the minimum of 1" in (tmp_path / "workflow_logs" / "snakemake.log").read_text()
+    assert figures["failed_step"] == "snakemake, shared" and "the workflow failed" in figures["error"]
+    kept = tmp_path / "workflow_logs" / "shared" / "snakemake.log"
+    assert "shard_tokens: 0 is less than the minimum of 1" in kept.read_text()

@@ -2,10 +2,12 @@
 priority, the model files a config names, the shell commands and the outputs' flags."""
 
 import copy
+import json
 import os
 import shlex
 
 import pandas as pd
+from helpers import ROOT
 from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, Wildcards
 
@@ -31,6 +33,22 @@ def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
     assert job_resources.by_input(10, 1024)(None, inputs) == 14
     assert job_resources.by_input(10, 1024, ["esm"])(None, inputs) == 13
     assert job_resources.by_input(10, 1024, ["plan"])(None, inputs) == 10  # an input the rule lacks
+
+
+def test_an_embed_jobs_gpu_memory_covers_the_peaks_measured_on_a_gpu(tmp_path):
+    """gpu_mem_mb, the share of a GPU an embed job claims, is at least the peak memory measured on
+    an H200 (the GPU check's model part) at each token budget, plus its context allowance, and
+    not far above it; in fp32 the model and the batch take twice as much."""
+    check = tmp_path / "models.json"
+    check.write_text(json.dumps({"esm": {"layers": 36, "dim": 2560}, "dnabert": {"layers": 12, "dim": 768}}))
+    measured = json.loads((ROOT / "docs" / "gpu-check" / "model.json").read_text())["model"]
+    for model in ("esm", "dnabert"):
+        for budget, run in measured[model]["budgets"].items():
+            embedding = {f"{model}_token_budget": int(budget), "precision": "fp16"}
+            share = job_resources.embed_gpu_mem_mb(model, str(check), embedding) - job_resources.GPU_CONTEXT_MB
+            assert run["peak_memory_gib"] * 1024 <= share <= run["peak_memory_gib"] * 1024 * 1.1, (model, budget)
+            fp32 = job_resources.embed_gpu_mem_mb(model, str(check), embedding | {"precision": "fp32"})
+            assert abs(fp32 - job_resources.GPU_CONTEXT_MB - 2 * share) <= 1
 
 
 def test_a_sample_is_small_up_to_a_gigabyte_of_input(tmp_path):

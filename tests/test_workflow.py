@@ -3,7 +3,10 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import h5py
@@ -25,11 +28,12 @@ from helpers import (
     write_inputs,
 )
 
-from workflow_lib.io import h5store
+from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import SHARDS
 from workflow_lib.models import classifier
 from workflow_lib.prepare.plan import pack, plan_is_current, read_plans, write_plan
+from workflow_lib.workflow import job_resources
 
 
 @pytest.mark.slow
@@ -577,3 +581,74 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
     for sample in SAMPLES:  # the tables of the first run, as the copy has them
         table = copy / "results" / sample / "sequences.tsv"
         assert table.stat().st_mtime_ns == (workdir / "results" / sample / "sequences.tsv").stat().st_mtime_ns
+
+
+def wait_for_line(paths: list[Path], text: str, run: subprocess.Popen, count: int, limit_s: float = 600) -> None:
+    """Returns once `count` of the files `paths` hold a line with `text`, failing if `run` ends
+    first (the time limit only turns a hung run into a failure)."""
+    deadline = time.monotonic() + limit_s
+    while sum(path.is_file() and text in path.read_text() for path in paths) < count:
+        assert run.poll() is None, f"the run ended ({run.returncode}) before {count} jobs said '{text}'"
+        assert time.monotonic() < deadline, f"fewer than {count} jobs said '{text}' in {limit_s} s"
+        time.sleep(0.1)
+
+
+def log_seconds(path: Path) -> list[int]:
+    """The times of a job log's lines (HH:MM:SS), in seconds of the day."""
+    stamps = re.findall(r"^(\d\d):(\d\d):(\d\d) ", path.read_text(), re.M)
+    return [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in stamps]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "whole"])
+def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_path, shared):
+    """Under profiles/local on a one-GPU machine (--resources gpu=1), the ESM-2 and DNABERT-S embed
+    jobs of a shard run at the same time, each claiming its share (gpu_mem_mb) of the GPU's memory;
+    with a whole GPU per embed job (embed: gpu=1), one after the other. The GPU is a stand-in
+    (VIRNUCPRO_GPUS) with real claims; the jobs compute on the CPU. The test holds the whole GPU
+    until the jobs that Snakemake lets run all wait for it: both at once only when sharing."""
+    shutil.copy(GENOMES / "phiX174.fasta", tmp_path / "phix.fa")
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'phix.fa'}\n")
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
+    embedding = {"esm_token_budget": 2048, "dnabert_token_budget": 2048, "num_workers": 0}
+    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), embedding=embedding)
+    gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
+    command = [
+        *SNAKEMAKE[:5],
+        "results/phix/frames.tsv",
+        "--profile",
+        str(ROOT / "profiles" / "local"),
+        "--cores",
+        "2",
+    ]
+    command += ["--directory", str(tmp_path), "--configfile", str(config)]
+    if shared:  # the profile's set-resources: embed jobs ask for their GPU memory, no whole GPU
+        command += ["--resources", "gpu=1", f"gpu_mem_mb={gpu.memory_mb}"]
+    else:
+        command += ["--resources", "gpu=1", "--set-resources", "embed:gpu=1"]
+    logs = [tmp_path / "logs" / "embed" / f"{model}_0-0.log" for model in ("esm", "dnabert")]
+    env = {**ENV, "VIRNUCPRO_GPUS": f"{gpu.uuid}={gpu.memory_mb}"}
+    with open(tmp_path / "snakemake.log", "w") as output, locks.claim_gpu([gpu]):
+        run = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        try:
+            wait_for_line(logs, "waiting for other jobs to end", run, 2 if shared else 1)
+            if not shared:  # the other is not started while the first holds the one GPU unit
+                assert sum(log.is_file() for log in logs) == 1
+        except BaseException:
+            os.killpg(run.pid, signal.SIGKILL)  # Snakemake and its jobs
+            raise
+    assert run.wait(timeout=600) == 0, (tmp_path / "snakemake.log").read_text()[-3000:]
+    first, second = sorted(logs, key=lambda log: log_seconds(log)[0])
+    if shared:  # the second started before the first ended
+        assert log_seconds(second)[0] <= log_seconds(first)[-1]
+        embedding = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"] | embedding
+        for model, log in zip(("esm", "dnabert"), logs):
+            mb = job_resources.embed_gpu_mem_mb(model, str(tmp_path / "results/checks/models.json"), embedding)
+            assert f"no GPU has {mb} MB unclaimed" in log.read_text()
+            assert f"claimed {mb} MB of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text()
+    else:  # the second started once the first had ended
+        assert log_seconds(second)[0] >= log_seconds(first)[-1]
+        assert all(f"claimed all of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text() for log in logs)

@@ -7,6 +7,7 @@ chunked HDF5 output as they come, a bounded number held at a time; every frame c
 once (checked before the output is renamed into place), in the shard's order.
 """
 
+import contextlib
 import importlib.metadata
 import json
 import logging
@@ -37,6 +38,7 @@ from workflow_lib.models import embedding_model, varlen
 log = logging.getLogger("workflow")
 # fp8: ESM-2's feed-forward GEMMs in FP8 (models/esm.py), the rest of the model in fp16
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}
+GPUS_VARIABLE = "VIRNUCPRO_GPUS"
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
@@ -52,20 +54,46 @@ def set_allocator_conf(value: str) -> None:
         os.environ[allocator_conf_variable()] = value
 
 
-def select_device(name: str) -> torch.device:
-    """The device to embed on. With several GPUs visible, this job claims one that no concurrent
-    job holds (SLURM gives each job its own; a local run on a multi-GPU node does not)."""
+@contextlib.contextmanager
+def claimed_device(name: str, gpu_mem_mb: int | None = None) -> Iterator[torch.device]:
+    """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of the
+    memory of one that concurrent jobs leave free (None: a whole GPU; locks.claim_gpu), since a
+    local run on a node gives its jobs no GPU of their own (SLURM gives each job its own)."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
             "request a GPU or set embedding.device to 'auto' or 'cpu'"
         )
-    if name == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    count = torch.cuda.device_count()
-    index = locks.claim_gpu([str(torch.cuda.get_device_properties(i).uuid) for i in range(count)]) if count > 1 else 0
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
+    gpus = visible_gpus(name)
+    if not gpus:
+        yield torch.device("cpu")
+        return
+    with locks.claim_gpu(gpus, gpu_mem_mb) as index:
+        log.info(
+            "claimed %s of GPU %d (%s, %d MB)",
+            f"{gpu_mem_mb} MB" if gpu_mem_mb else "all",
+            index,
+            gpus[index].uuid,
+            gpus[index].memory_mb,
+        )
+        if not torch.cuda.is_available():  # GPUS_VARIABLE's stand-ins
+            yield torch.device("cpu")
+            return
+        torch.cuda.set_device(index)
+        yield torch.device("cuda", index)
+
+
+def visible_gpus(name: str) -> list[locks.Gpu]:
+    """The GPUs this job may embed on (none with embedding.device cpu): CUDA's, or where CUDA shows
+    none, those GPUS_VARIABLE names ("UUID=MB,UUID=MB"), which stand in for GPUs in tests of the
+    claims on a machine without any: the job claims one of them, then computes on the CPU."""
+    if name == "cpu":
+        return []
+    if torch.cuda.is_available():
+        properties = map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))
+        return [locks.Gpu(str(p.uuid), p.total_memory // 2**20) for p in properties]
+    named = (item.split("=") for item in os.environ.get(GPUS_VARIABLE, "").split(",") if item)
+    return [locks.Gpu(uuid, int(mb)) for uuid, mb in named]
 
 
 def select_precision(precision: str, device: torch.device, model: str) -> str:
@@ -181,19 +209,21 @@ def embed_shard(
     settings: EmbedSettings,
     tokens_path: str | Path | None = None,
     planned_frames: int | None = None,
+    gpu_mem_mb: int | None = None,
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
     `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
     instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
+    `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device).
     A SIGTERM before every frame is committed ends the job through its normal exits (its status
     says so); after, the job finishes (stopping.sigterm_exits)."""
-    with sigterm_exits() as finishing:
+    with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
-        device = select_device(settings.device) if len(index) else torch.device("cpu")
+        device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb)) if len(index) else torch.device("cpu")
         precision = select_precision(settings.precision, device, settings.model)
         loading = time.monotonic()
         embedder = build_embedder(settings, device, precision)

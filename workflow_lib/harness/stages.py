@@ -126,14 +126,14 @@ def train_settings(**settings):
 
 
 def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) -> list[str]:
-    """scripts/embed.py on one shard, with the config's defaults on the CPU unless `options` (the
-    script's options, `_` for `-`) give others. A model check of this model's files is written
+    """scripts/embed.py on one shard, with the config's defaults on the CPU (on a GPU, a whole one)
+    unless `options` (the script's options, `_` for `-`) give others. A model check of this model's files is written
     beside the output, as the check_models job writes it, unless `model_check` names another."""
     from workflow_lib.cli.settings import EmbedSettings
     from workflow_lib.io.tables import write_json
 
     output = Path(output)
-    values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard}
+    values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard, "gpus": 1, "gpu_mem_mb": 0}
     values |= {"output": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
     values |= {"model_check": output.with_name(f"{output.stem}.models.json")} | options
     if "model_check" not in options and not Path(values["model_check"]).exists():

@@ -1,12 +1,16 @@
-"""Advisory file locks between jobs on one node: GPU claims and model downloads.
+"""Advisory file locks between jobs on one node: GPU claims (shares of a GPU's memory) and model
+downloads.
 
 The locks are flock locks (filelock), which belong to an open file: the kernel drops them when the
 process exits, however it exits, so a killed job never leaves a GPU or a model cache locked. Never
 filelock's soft fallback (a lock file that a killed job would leave behind), and the lock files
-stay (one removed while another job waits on it would let two jobs hold "the" lock).
+stay (one removed while another job waits on it would let two jobs hold "the" lock); only a GPU
+claim that no job holds is removed, which no job ever waits on.
 """
 
 import contextlib
+import dataclasses
+import glob
 import logging
 import os
 import tempfile
@@ -17,36 +21,89 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 log = logging.getLogger("workflow")
-_held = []  # GPU claims stay held for the life of the process
 
 
 def _lock(path: Path) -> FileLock:
     return FileLock(path, fallback_to_soft=False, preserve_lock_file=True, thread_local=False)
 
 
-def claim_gpu(uuids: list[str], lock_dir: Path | None = None, poll_s: float = 5.0) -> int:
-    """Index of a GPU that no other job of this user on this node has claimed.
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """A GPU of this node as the claims know it: its UUID and its memory (MB)."""
+
+    uuid: str
+    memory_mb: int
+
+
+@contextlib.contextmanager
+def claim_gpu(
+    gpus: list[Gpu], mb: int | None = None, lock_dir: Path | None = None, poll_s: float = 5.0
+) -> Iterator[int]:
+    """Claim `mb` of the memory of a GPU of `gpus` (None: the whole GPU, shared with no one) that
+    other jobs of this user on this node have not claimed, while in the context; yields its index.
 
     Locally nothing tells concurrent embed jobs apart (SLURM would set CUDA_VISIBLE_DEVICES per
-    job), so each claims a GPU by locking a file named after its UUID; when all are claimed,
-    it waits for one to come free.
+    job), so each job claims a share of a GPU's memory: a file named after the GPU's UUID and the
+    share, which the job holds locked and removes when done. A claim whose job was killed is
+    unlocked, since the kernel drops the locks of a process that ends: the next job to look at the
+    GPU removes it. Of the GPUs where the share fits, the job takes the one with the fewest claims
+    (jobs spread over the GPUs before they share one), then the one with the most memory left;
+    where it fits on none, it waits until it does.
     """
     lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
     lock_dir.mkdir(parents=True, exist_ok=True)
+    looking = _lock(lock_dir / "looking.lock")  # one job looks at the claims at a time
     waiting = False
     while True:
-        for index, uuid in enumerate(uuids):
-            lock = _lock(lock_dir / f"{uuid}.lock")
-            try:
-                lock.acquire(blocking=False)
-            except Timeout:
-                continue
-            _held.append(lock)
-            return index
+        with looking:
+            held = {gpu.uuid: _live_claims(lock_dir, gpu.uuid) for gpu in gpus}
+            fits = [
+                (len(held[gpu.uuid]), -(gpu.memory_mb - sum(held[gpu.uuid])), index)
+                for index, gpu in enumerate(gpus)
+                if sum(held[gpu.uuid]) + _share(gpu, mb) <= gpu.memory_mb
+            ]
+            if fits:
+                index = min(fits)[2]
+                gpu = gpus[index]
+                path = lock_dir / f"{gpu.uuid}.{_share(gpu, mb)}mb.{os.getpid()}.claim"
+                claim = _lock(path)
+                claim.acquire(blocking=False)  # a claim of this pid's is an ended job's: never held
+                break
         if not waiting:
-            log.info("all %d GPUs are claimed by other jobs; waiting for one to come free", len(uuids))
+            log.info(
+                "no GPU has %s unclaimed (%s); waiting for other jobs to end",
+                f"{mb} MB" if mb else "all its memory",
+                ", ".join(f"{gpu.uuid}: {sum(held[gpu.uuid])} of {gpu.memory_mb} MB claimed" for gpu in gpus),
+            )
             waiting = True
         time.sleep(poll_s)
+    try:
+        yield index
+    finally:
+        with looking:
+            path.unlink()
+            claim.release()
+
+
+def _share(gpu: Gpu, mb: int | None) -> int:
+    """What a claim of `mb` takes of `gpu`: all of it for None, or for more than it has (the job
+    then has the GPU to itself, and halves a batch that runs out of memory)."""
+    return min(mb or gpu.memory_mb, gpu.memory_mb)
+
+
+def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
+    """The MB of each claim on GPU `uuid` whose job holds it; claims of killed jobs are removed."""
+    live = []
+    for path in lock_dir.glob(f"{glob.escape(uuid)}.*mb.*.claim"):
+        claim = _lock(path)
+        try:
+            claim.acquire(blocking=False)
+        except Timeout:
+            live.append(int(path.name[len(uuid) + 1 :].split("mb.")[0]))
+            continue
+        path.unlink()  # no job holds it, and no other looks while this one does
+        claim.release()
+    return live
 
 
 @contextlib.contextmanager
