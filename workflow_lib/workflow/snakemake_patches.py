@@ -56,9 +56,11 @@ as if the due job were not there, which is what `ancient()` means.
 Retries in the main process only. A cluster job's command line runs Snakemake again in the job
 (`--attempt N --retries 0`: "retries are handled by the main process"), but a rule's `retries:`
 beats `--retries` (`Rule.restart_times`), so that Snakemake retried the job too, and under SLURM
-twice over: the one in the batch step started a step per try, and the one in each step could retry
-the command inside it (snakemake#2050). An embed job killed for memory ran 3, 2 and 1 times in the
-three SLURM jobs of its attempts, 6 tries on a GPU where `retries: 2` gives 3 (the SLURM test bed).
+twice over: the one in the batch step started a step per try, and the one in each step retried the
+command inside it (snakemake#2050 reports the same of `run:` jobs). On the SLURM test bed, for
+`retries: 2` (3 tries), an embed job killed for memory (its step killed, Snakemake in it too) ran
+3, 2 and 1 times in the three SLURM jobs of its attempts, 6 runs on a GPU; one that exited with an
+error ran 6, 3 and 1 times, 10.
 `retries_in_main_process` makes a rule's retries 0 in any other process than the main one.
 """
 
