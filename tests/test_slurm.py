@@ -2,7 +2,8 @@
 node of 6 CPUs, two fake GPUs) with the shipped profiles/slurm, its SITE lines filled in: embed
 jobs reach SLURM with --gpus=1 and two CPUs, see the GPU it gave them and run side by side, CPU
 jobs get none and go grouped as the profile says, and the tables equal a local run; a failing
-job's error line, a job killed for memory and a job that can never start reach the console. Each
+job's error line, a job killed for memory and a job that can never start reach the console; an
+embed job is tried as often as its rule says, one SLURM job and one run of its command a try. Each
 test bed has its own directory and free ports, and whatever it started is stopped when the test
 ends, passed or failed: test runs side by side do not collide."""
 
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ENV, SNAKEMAKE, write_config, write_inputs
+from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
 from slurm_testbed import SHIPPED, TEST_OPTIONS, shipped_profile, slurm_cluster
 
+from workflow_lib.cli.settings import MODELS
 from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
 from workflow_lib.workflow.cluster_watch import job_name
@@ -199,14 +201,7 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
     """A job that SLURM kills for memory (the test bed's OverMemoryKill) says nothing of its own:
     the console names the job's group, its rules and the mem_mb SLURM gave it. At 100 MB,
     Snakemake itself in the job (about 140 MB) is over it within seconds of starting."""
-    workdir = tmp_path / "memory"
-    workdir.mkdir()
-    write_inputs(workdir)
-    (workdir / "samples.tsv").write_text(f"sample\tpath\nphix\t{workdir / 'inputs' / 'phix.fa'}\n")
-    config = write_config(workdir, classifier="classifier.pt")
-    classifier_file(workdir / "classifier.pt")
-    profile = ["--profile", str(shipped_profile(tmp_path / "profile")), *TEST_OPTIONS]
-    command = SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + profile
+    command = phix_run(tmp_path / "memory", tmp_path / "profile")
     ran = subprocess.run(
         command + ["--set-resources", "prepare:mem_mb=100"], capture_output=True, text=True, env=cluster, timeout=600
     )
@@ -225,6 +220,58 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
         "rule_small_prepare_prepare",
         "100M",
     ]
+
+
+def test_an_embed_job_is_tried_as_often_as_its_rule_says(cluster, tmp_path):
+    """An embed job is tried 1 + its rule's retries times, each try one SLURM job that runs the
+    job's command once, a memory kill like any other failure: Snakemake's log, SLURM's record and
+    the SLURM logs count 3 SLURM jobs and 3 runs of the command for each model's job. Before, the
+    Snakemake in each SLURM job retried the rule as well (6 runs in 3 SLURM jobs)."""
+    workdir = tmp_path / "retries"
+    command = phix_run(workdir, tmp_path / "profile")
+    # 250 MB: Snakemake in the batch step (about 140 MB) stays under it, the job's step (Snakemake
+    # and the embed job importing torch) goes over it within seconds; --keep-going: both models'
+    # jobs are tried to the end, whichever fails first
+    ran = subprocess.run(
+        command + ["--keep-going", "--set-resources", "embed:mem_mb=250"],
+        capture_output=True,
+        text=True,
+        env=cluster,
+        timeout=600,
+    )
+    output = ran.stdout + ran.stderr
+    rules = (ROOT / "rules" / "embed.smk").read_text()
+    retries = int(re.search(r"^rule embed:\n.*?^    retries: (\d+)$", rules, re.M | re.S)[1])
+    submitted = re.findall(
+        r"^Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+/rule_embed/(\w+)_[^/]+/\1\.log)\)\.$",
+        output,
+        re.M,
+    )
+    assert ran.returncode != 0 and sorted(model for *_, model in submitted) == sorted(MODELS * (1 + retries))
+    jobs = {job for job, *_ in submitted}
+    killed = re.findall(r"^failed: rule embed \(SLURM job (\d+)\) was killed for memory by SLURM", output, re.M)
+    assert sorted(killed) == sorted(jobs), output[-3000:]
+    # SLURM's record: the run's embed jobs are those Snakemake submitted (none resubmitted by SLURM)
+    record = ["squeue", "-h", "-t", "all", "-o", "%i %Z %k"]  # the job, its directory, its name
+    listed = subprocess.run(record, capture_output=True, text=True, env=cluster).stdout
+    ran_here = [line.split() for line in listed.splitlines() if f" {workdir} " in line]
+    assert {job for job, _, name in ran_here if name.startswith("rule_embed_")} == jobs, listed
+    # each SLURM job ran the command once: one step (J.0, killed), one run announced by Snakemake in it
+    for job, log, _ in submitted:
+        text = Path(log).read_text()
+        assert text.count("localrule embed:") == 1 and set(re.findall(r"StepId=(\d+\.\w+)", text)) == {f"{job}.0"}, text
+
+
+def phix_run(workdir: Path, profile: Path) -> list[str]:
+    """The command of a run of one sample (phix, one pooled shard) with a given classifier through
+    the shipped profile, in `workdir`, made and filled with the inputs."""
+    workdir.mkdir()
+    write_inputs(workdir)
+    (workdir / "samples.tsv").write_text(f"sample\tpath\nphix\t{workdir / 'inputs' / 'phix.fa'}\n")
+    config = write_config(workdir, classifier="classifier.pt")
+    classifier_file(workdir / "classifier.pt")
+    options = ["--profile", str(shipped_profile(profile)), *TEST_OPTIONS]
+    return SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + options
 
 
 def classifier_file(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Four mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
+"""Five mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
 
 One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
 (`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
@@ -52,6 +52,16 @@ output only through `ancient()` is neither tested nor marked: with the model che
 classifier swap) and `embedding.storage` changed with it, no embed job ran and the old embeddings
 were kept. `mend_needrun_mask` masks along plain inputs only; a job past an ancient one is tested
 as if the due job were not there, which is what `ancient()` means.
+
+Retries in the main process only. A cluster job's command line runs Snakemake again in the job
+(`--attempt N --retries 0`: "retries are handled by the main process"), but a rule's `retries:`
+beats `--retries` (`Rule.restart_times`), so that Snakemake retried the job too, and under SLURM
+twice over: the one in the batch step started a step per try, and the one in each step retried the
+command inside it (snakemake#2050 reports the same of `run:` jobs). On the SLURM test bed, for
+`retries: 2` (3 tries), an embed job killed for memory (its step killed, Snakemake in it too) ran
+3, 2 and 1 times in the three SLURM jobs of its attempts, 6 runs on a GPU; one that exited with an
+error ran 6, 3 and 1 times, 10.
+`retries_in_main_process` makes a rule's retries 0 in any other process than the main one.
 """
 
 import heapq
@@ -64,9 +74,10 @@ try:
     from snakemake.common import group_into_chunks
     from snakemake.dag import DAG
     from snakemake.exceptions import WorkflowError
+    from snakemake.rules import Rule
     from snakemake.scheduling.job_scheduler import JobScheduler
 except ImportError:  # another Snakemake: nothing to mend
-    DAG = JobScheduler = None
+    DAG = JobScheduler = Rule = None
 
 
 def keep_one_timer() -> bool:
@@ -212,3 +223,19 @@ def _masking_bfs(dag, direction, *jobs, stop=lambda job: False):
     if direction is dag.depending:
         direction = _PlainEdges(direction)
     return DAG.bfs(dag, direction, *jobs, stop=stop)
+
+
+def retries_in_main_process() -> bool:
+    """Patch Rule (once per process); whether this Snakemake has the retries to mend."""
+    if Rule is None or not isinstance(getattr(Rule, "restart_times", None), property):
+        return False
+    if getattr(Rule, "_retries_in_main_process", False):
+        return True
+    restart_times = Rule.restart_times
+
+    def in_main_process(self) -> int:
+        return restart_times.fget(self) if self.workflow.is_main_process else 0
+
+    Rule.restart_times = property(in_main_process, restart_times.fset)
+    Rule._retries_in_main_process = True
+    return True
