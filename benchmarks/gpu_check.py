@@ -3,11 +3,15 @@ writing one JSON of figures. On the GPU machine (no network; fair-esm, snakemake
 come as wheels from benchmarks/gpu_wheels.py), from the repository root:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+    python3 benchmarks/gpu_check.py --part all --deadline-seconds 450 --out $OUT/all.json \
+        --reads 20000 --frames 8000 --sweep 65536 --lever-frames 100 --workflow-reads 100000 300000 \
+        --shard-tokens 180000000 --esm-shapes 3B --precisions fp16 --equivalence-frames 50
     python3 benchmarks/gpu_check.py --part equivalence --out $OUT/equivalence.json   # ~3 min on an H100
-    python3 benchmarks/gpu_check.py --part model --out $OUT/model.json
-    python3 benchmarks/gpu_check.py --part speed --out $OUT/speed.json
-    python3 benchmarks/gpu_check.py --part oom --out $OUT/oom.json
-    python3 benchmarks/gpu_check.py --part workflow --out $OUT/workflow.json
+
+`--part all` runs the model part with its levers (compiled), the workflow part, the attention
+part and the equivalence part, in that order, each into its own JSON beside --out (all.json says
+which ran, failed or were skipped): the measurements of a GPU session in one command, whose
+--deadline-seconds bounds it (a part, or a workflow run, starts only with enough left).
 
 Parts:
   equivalence  ESM-2 packed in FP16 and BF16 (rotary in the model's dtype and in float32) against
@@ -27,9 +31,13 @@ Parts:
   oom          the embed job under a memory cap (set_per_process_memory_fraction) that makes its
                batches run out of memory, against the same job uncapped.
   workflow     `snakemake --cores N --resources gpu=1 gpu_mem_mb=M` over 500 bp reads with 3B- and
-               DNABERT-S-shaped random checkpoints built on the spot, the embed jobs sharing the
-               GPU, then with a whole GPU each: reads per hour end to end; per run the wall time,
-               the embed jobs' span and the GPU's SM busy share over it (nvidia-smi, every second).
+               DNABERT-S-shaped random checkpoints built on the spot, run after run on one model
+               cache: --cold-reads with every cache empty, then each of --workflow-reads on the
+               caches it left (a second run of the same models), the first also with a whole GPU
+               per embed job: per run reads per hour, the model check's seconds, each embed job's
+               start-up, load and rate, the embed jobs' span and the GPU's SM busy share over it
+               (nvidia-smi, every second).
+  attention    DNABERT-S-shaped attention through each kernel (benchmarks/attention_kernels.py).
 
 The correctness parts (equivalence, oom) are in benchmarks/gpu_correctness.py, the speed parts
 (model, speed, workflow) in benchmarks/gpu_speed.py.
@@ -44,6 +52,8 @@ import argparse
 import contextlib
 import json
 import logging
+import math
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,8 +72,35 @@ TINY_ESM = {
     "t2": {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True},
     "t3": {"encoder_layers": 3, "encoder_embed_dim": 96, "encoder_attention_heads": 6, "token_dropout": True},
 }
-PARTS = {"equivalence": equivalence, "model": model_alone, "speed": speed, "oom": out_of_memory, "workflow": workflow}
 log = logging.getLogger("workflow")
+
+
+def attention(args, shapes: dict, workdir: Path, device, result: dict, record) -> None:
+    """DNABERT-S-shaped attention through each kernel, first call and steady (attention_kernels.py)."""
+    with record.step("attention kernels"):
+        command = [sys.executable, Path(__file__).with_name("attention_kernels.py"), "--workdir", workdir / "attention"]
+        command += ["--device", device.type, "--sequences", args.frames, "--budget", args.dnabert_budget]
+        command += ["--tiny"] if args.tiny else []
+        done = subprocess.run(list(map(str, command)), capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"attention_kernels.py failed: {done.stderr.strip().splitlines()[-1:]}")
+        result |= json.loads(done.stdout[done.stdout.index("{") :])
+
+
+PARTS = {
+    "equivalence": equivalence,
+    "model": model_alone,
+    "speed": speed,
+    "oom": out_of_memory,
+    "workflow": workflow,
+    "attention": attention,
+}
+# --part all: a GPU session's parts in one command, most decisive first (the levers decide the
+# default forward; the workflow's runs give the end-to-end goals), each writing a JSON of its own
+# beside --out; a part starts only with MIN_PART_SECONDS of --deadline-seconds left.
+# The model part's layers compiled where the embed job compiles them (CUDA).
+ALL = (("model", {"levers": True, "compiled": "cuda"}), ("workflow", {}), ("attention", {}), ("equivalence", {}))
+MIN_PART_SECONDS = 45
 
 
 class Record:
@@ -71,9 +108,13 @@ class Record:
     step, so that a part cut off at any moment leaves a JSON holding all it measured. A step that
     fails is named in the JSON (`failed_step`, `error`) and the part exits non-zero."""
 
-    def __init__(self, path: Path | None, figures: dict):
-        self.path, self.figures = path, figures
+    def __init__(self, path: Path | None, figures: dict, deadline: float = math.inf):
+        self.path, self.figures, self.deadline = path, figures, deadline
         self.save()
+
+    def seconds_left(self) -> float:
+        """Of --deadline-seconds (time.monotonic's clock), for parts that skip what would not fit."""
+        return self.deadline - time.monotonic()
 
     def save(self) -> None:
         if self.path:
@@ -116,7 +157,7 @@ def shapes(tiny: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=tuple(PARTS), required=True)
+    parser.add_argument("--part", choices=(*PARTS, "all"), required=True)
     parser.add_argument("--out", type=Path, help="JSON file to write (the figures are printed too)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny model shapes (the CPU dry run)")
@@ -149,7 +190,15 @@ def main() -> None:
         "against FP32 at the 650M and 3B shapes",
     )
     parser.add_argument("--lever-frames", type=int, default=200, help="frames of the levers' cosine against FP32")
-    parser.add_argument("--workflow-reads", type=int, default=100_000)
+    parser.add_argument(
+        "--workflow-reads", type=int, nargs="+", default=[100_000], help="reads of the workflow's warm runs"
+    )
+    parser.add_argument(
+        "--cold-reads", type=int, default=10_000, help="reads of the workflow's first run, on empty caches (0: none)"
+    )
+    parser.add_argument(
+        "--deadline-seconds", type=float, help="of the whole command: later parts, and workflow runs, skipped"
+    )
     parser.add_argument(
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"
     )
@@ -160,18 +209,38 @@ def main() -> None:
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    figures = header("gpu_check") | {"part": args.part, "tiny": args.tiny, **device_figures(device), args.part: {}}
-    record = Record(args.out, figures)
+    deadline = time.monotonic() + args.deadline_seconds if args.deadline_seconds else math.inf
+    if args.part != "all":
+        sys.exit(run_part(args, args.part, args.out, device, deadline))
+    summary = Record(args.out, header("gpu_check") | {"part": "all", **device_figures(device), "parts": {}})
+    for part, overrides in ALL:
+        if deadline - time.monotonic() < MIN_PART_SECONDS:
+            summary.figures["parts"][part] = "skipped: the deadline"
+            continue
+        out = args.out.with_name(f"{part}.json") if args.out else None
+        overrides = {key: value == device.type if value == "cuda" else value for key, value in overrides.items()}
+        status = run_part(argparse.Namespace(**vars(args) | overrides), part, out, device, deadline)
+        summary.figures["parts"][part] = "failed" if status else "done"
+        summary.save()
+    print_figures(summary.figures)
+    sys.exit(int("failed" in summary.figures["parts"].values()))
+
+
+def run_part(args, part: str, out: Path | None, device, deadline: float) -> int:
+    """One part, its figures in `out`: 0, or 1 when a step failed (named in the JSON)."""
+    figures = header("gpu_check") | {"part": part, "tiny": args.tiny, **device_figures(device), part: {}}
+    record = Record(out, figures, deadline)
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            PARTS[args.part](args, shapes(args.tiny), Path(workdir), device, figures[args.part], record)
+            PARTS[part](args, shapes(args.tiny), Path(workdir), device, figures[part], record)
     except Exception:
-        log.exception("step %r failed; the figures measured before it are in %s", figures.get("failed_step"), args.out)
-        sys.exit(1)
+        log.exception("step %r failed; the figures measured before it are in %s", figures.get("failed_step"), out)
+        return 1
     figures["part_seconds"] = round(time.perf_counter() - start, 1)
     record.save()
     print_figures(figures)
+    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ rule check_models:
         MODEL_CHECK,
     log:
         "logs/check_models.log",
+    benchmark:
+        "results/benchmarks/check_models.tsv"
     localrule: True
     conda:
         "../envs/embed.yaml"

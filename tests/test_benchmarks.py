@@ -38,12 +38,3 @@ def test_model_load_times_the_checkpoint_and_its_copy(tmp_path):
     for case in ("float32", "bfloat16 from .pt", "bfloat16 from copy"):
         for cache in ("cold", "warm"):
             assert figures[f"{case}, {cache}"]["weights_read_s"] >= figures[f"{case}, {cache}"]["seconds"] >= 0
-
-
-@pytest.mark.slow
-def test_attention_kernels_run_on_the_cpu(tmp_path):
-    """The GPU's attention benchmark, dry run: each kernel in its own process, FlexAttention twice."""
-    figures = benchmark("attention_kernels", "--workdir", tmp_path, "--device", "cpu", "--tiny")
-    kernels = ("padded sdpa", "sdpa by sequence length", "flex_attention, compile cache empty")
-    for kernel in (*kernels, "flex_attention, compile cache warm"):
-        assert figures[kernel]["min_cosine"] > 0.99999 and figures[kernel]["ms_per_batch"] > 0, kernel

@@ -18,7 +18,7 @@ SMALL = {
     + ["--virnucpro-frames", "30", "--budget", "2048", "--dnabert-budget", "2048", "--workers", "1"],
     # more frames than the reads give: the part takes them all (it once wrote a broken shard)
     "oom": ["--reads", "300", "--frames", "100000", "--oom-budget", "2048", "--workers", "1"],
-    "workflow": ["--workflow-reads", "200", "--budget", "2048", "--dnabert-budget", "2048"],
+    "workflow": ["--workflow-reads", "200", "--cold-reads", "100", "--budget", "2048", "--dnabert-budget", "2048"],
 }
 
 
@@ -40,19 +40,6 @@ def run_part(part: str, tmp_path, options: list[str] | None = None) -> dict:
     return figures[part]
 
 
-def test_equivalence_part(tmp_path):
-    figures = run_part("equivalence", tmp_path)
-    for shape in ("t2", "t3"):
-        runs = figures["esm"][shape]["runs"]
-        assert set(runs) == {f"{p}, rotary in {r}" for p in ("fp16", "bf16") for r in ("model dtype", "float32")}
-        for run in runs.values():
-            assert run["min_cosine"] > 0.999 and run["attention"] == "sdpa by sequence length"
-            assert set(run["edge"]) == {"1 residue", "1022 residues", "1100 residues", "X/B/Z/U/O", "<mask>"}
-    assert figures["dnabert"]["max_tokens"] > 512  # past DNABERT-S's ALiBi starting size
-    assert all(run["min_cosine"] > 0.999 for run in figures["dnabert"]["runs"].values())
-    assert figures["dnabert_fixture"]["fp32"]["max_abs_diff"] < 1e-5
-
-
 def test_model_part(tmp_path):
     """The models alone, warm-up excluded, over the token-budget sweep, ESM-2 eager and compiled:
     every step's figures."""
@@ -61,22 +48,6 @@ def test_model_part(tmp_path):
         assert figures[model]["frames"] == 100 and set(figures[model]["budgets"]) == {"1024", "4096"}
         for run in figures[model]["budgets"].values():
             assert run["tokens_per_s"] > 0 and run["batches"] >= 1 and run["mfu"] is None  # no peak for a CPU
-
-
-def test_model_part_levers(tmp_path):
-    """ESM-2's levers and FP8 (eager: the CPU computes them all, FP8 GEMMs included), each timed
-    on the speed shape and compared with the same model's FP32 forward at both shapes; FP8 only in
-    t3's middle layer (t2's two layers are its first and last), so only there does it move."""
-    options = ["--reads", "300", "--frames", "30", "--sweep", "1024", "--levers", "--lever-frames", "10"]
-    figures = run_part("model", tmp_path, options)["levers"]
-    assert figures["frames"] == 30 and figures["cosine_frames"] == 10 and not figures["compiled"]
-    runs = figures["runs"]
-    assert list(runs) == ["none", *sorted(esm.LEVERS), "default", "kept", "fp8", "none, again"]
-    for name, run in runs.items():
-        assert run["tokens_per_s"] > 0 and run["over_none"] > 0 and (run["pays"] is None) == (name.startswith("none"))
-        assert run["t2"]["min_cosine"] > 0.99999 and run["t3"]["min_cosine"] > 0.9999
-    assert set(runs["kept"]["levers"]) == {n for n in esm.LEVERS if runs[n]["pays"]}  # every lever is exact here
-    assert runs["fp8"]["fp8"] and runs["fp8"]["t2"]["max_abs_diff"] == 0 < runs["fp8"]["t3"]["max_abs_diff"]
 
 
 def test_speed_part(tmp_path):
@@ -99,18 +70,65 @@ def test_oom_part(tmp_path):
     assert figures["capped_against_uncapped"]["max_abs_diff"] == 0
 
 
-def test_workflow_part(tmp_path):
-    """Shared and whole GPUs: both runs' figures (no GPU busy share on the CPU), the embed jobs of
-    the whole run one after the other (two cores fit one embed job: the shared run's may not overlap)."""
-    figures = run_part("workflow", tmp_path)
-    assert figures["counts"]["records"] == 200 and figures["reads_per_hour"] > 0
-    assert {s["model"] for s in figures["embedding_shards"]} == {"esm", "dnabert"}
-    runs = figures["gpu_sharing"]
-    assert "embed:gpu=0" in runs["shared"]["snakemake_options"] and "embed:gpu=1" in runs["whole"]["snakemake_options"]
-    for run in (runs["shared"], runs["whole"]):
-        assert run["embed_jobs"] == 2 and run["seconds"] > 0 and run["gpu_sm_busy_share"] is None
-    assert runs["whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
-    assert set(runs["shared_over_whole"]) == {"seconds", "embed_seconds"}
+def test_all_parts_in_one_command(tmp_path):
+    """A GPU session's one command, dry run: the model part with ESM-2's levers and FP8 (eager: the
+    CPU computes them all, FP8 GEMMs included), the workflow's runs (on empty caches, then on the
+    caches they left, the embed jobs sharing the GPU and with a whole one each), the attention
+    kernels and equivalence, each part's JSON beside all.json."""
+    options = ["--reads", "300", "--frames", "30", "--sweep", "1024", "--lever-frames", "10", "--budget", "2048"]
+    options += ["--dnabert-budget", "2048", "--workflow-reads", "200", "--cold-reads", "100"]
+    options += ["--equivalence-frames", "30", "--out", str(tmp_path / "all.json")]
+    result = subprocess.run(gpu_check("all", tmp_path) + options, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parts = json.loads((tmp_path / "all.json").read_text())["parts"]
+    assert parts == {"model": "done", "workflow": "done", "attention": "done", "equivalence": "done"}
+    figures = {part: json.loads((tmp_path / f"{part}.json").read_text())[part] for part in parts}
+
+    levers = figures["model"]["levers"]
+    assert levers["frames"] == 30 and levers["cosine_frames"] == 10 and levers["compiled"] is False  # eager on a CPU
+    runs = levers["runs"]
+    assert list(runs) == ["none", *sorted(esm.LEVERS), "default", "kept", "fp8", "none, again"]
+    for name, run in runs.items():
+        assert run["tokens_per_s"] > 0 and run["over_none"] > 0 and (run["pays"] is None) == (name.startswith("none"))
+        assert run["t2"]["min_cosine"] > 0.99999 and run["t3"]["min_cosine"] > 0.9999
+    assert set(runs["kept"]["levers"]) == {n for n in esm.LEVERS if runs[n]["pays"]}  # every lever is exact here
+    # FP8 only in t3's middle layer (t2's two layers are its first and last), so only there does it move
+    assert runs["fp8"]["fp8"] and runs["fp8"]["t2"]["max_abs_diff"] == 0 < runs["fp8"]["t3"]["max_abs_diff"]
+
+    workflow = figures["workflow"]
+    assert list(workflow["runs"]) == ["cold", "warm_200", "warm_200_whole"] and not workflow["skipped"]
+    for name, run in workflow["runs"].items():
+        assert run["reads"] == (100 if name == "cold" else 200) and run["reads_per_hour"] > 0, name
+        assert run["embed_jobs"] == 2 and run["gpu_sm_busy_share"] is None and run["model_check_s"] >= 0
+        assert {job.split("_shard")[0] for job in run["embed_job"]} == {"esm", "dnabert"}
+        assert all(job["startup_s"] > 0 and job["load_seconds"] > 0 for job in run["embed_job"].values())
+    assert "embed:gpu=0" in workflow["runs"]["warm_200"]["snakemake_options"]
+    assert "embed:gpu=1" in workflow["runs"]["warm_200_whole"]["snakemake_options"]
+    assert workflow["runs"]["warm_200_whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
+    assert set(workflow["shared_over_whole"]) == {"seconds", "embed_seconds"}
+
+    kernels = ("padded sdpa", "sdpa by sequence length", "flex_attention, compile cache empty")
+    for kernel in (*kernels, "flex_attention, compile cache warm"):
+        assert figures["attention"][kernel]["min_cosine"] > 0.99999, kernel
+    equivalence = figures["equivalence"]
+    for shape in ("t2", "t3"):
+        runs = equivalence["esm"][shape]["runs"]
+        assert set(runs) == {f"{p}, rotary in {r}" for p in ("fp16", "bf16") for r in ("model dtype", "float32")}
+        for run in runs.values():
+            assert run["min_cosine"] > 0.999 and run["attention"] == "sdpa by sequence length"
+            assert set(run["edge"]) == {"1 residue", "1022 residues", "1100 residues", "X/B/Z/U/O", "<mask>"}
+    assert equivalence["dnabert"]["max_tokens"] > 512  # past DNABERT-S's ALiBi starting size
+    assert all(run["min_cosine"] > 0.999 for run in equivalence["dnabert"]["runs"].values())
+    assert equivalence["dnabert_fixture"]["fp32"]["max_abs_diff"] < 1e-5
+
+
+def test_the_deadline_skips_the_workflow_runs_that_would_not_fit(tmp_path):
+    out = tmp_path / "workflow.json"
+    command = gpu_check("workflow", tmp_path) + SMALL["workflow"] + ["--deadline-seconds", "1", "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())["workflow"]
+    assert figures["runs"] == {} and figures["skipped"] == ["cold", "warm_200", "warm_200_whole"]
 
 
 def test_a_part_killed_midway_keeps_what_it_measured(tmp_path):
@@ -140,6 +158,6 @@ def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 1
     figures = json.loads(out.read_text())
-    assert figures["failed_step"] == "snakemake, shared" and "the workflow failed" in figures["error"]
-    kept = tmp_path / "workflow_logs" / "shared" / "snakemake.log"
+    assert figures["failed_step"] == "snakemake, cold" and "the workflow failed" in figures["error"]
+    kept = tmp_path / "workflow_logs" / "cold" / "snakemake.log"
     assert "shard_tokens: 0 is less than the minimum of 1" in kept.read_text()
