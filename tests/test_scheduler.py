@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+from helpers import ROOT
 from snakemake.exceptions import WorkflowError
 
 from workflow_lib.workflow.snakemake_patches import (
@@ -205,3 +206,21 @@ def test_a_job_behind_an_ancient_input_is_tested_on_its_own(tmp_path):
     for mend in (1, 0):
         planned = snakemake("-n", mend=mend, storage="float16", classifier="b")
         assert "rule check:" in planned and ("rule embed:" in planned) == bool(mend), mend
+
+
+def test_another_snakemake_is_told_in_one_line_what_its_mends_are_tested_with(monkeypatch):
+    """The mends are tested with the Snakemake that requirements.txt pins; on that one the start-up
+    says nothing, on another it names both versions and how to install the tested one."""
+    import snakemake
+
+    from workflow_lib.workflow import snakemake_patches
+
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    pinned = next(line for line in lines if line.startswith("snakemake=="))
+    assert pinned == f"snakemake=={snakemake_patches.TESTED}" == f"snakemake=={snakemake.__version__}"
+    assert snakemake_patches.mend_all() is None
+    monkeypatch.setattr(snakemake, "__version__", "9.99.0")
+    line = snakemake_patches.mend_all()
+    assert line.startswith("Snakemake 9.99.0: ") and "\n" not in line
+    assert "tested with 9.27.1 (all five applied" in line
+    assert line.endswith("install snakemake==9.27.1 (requirements.txt) to be sure")

@@ -1,4 +1,6 @@
-"""Five mends to Snakemake's scheduling (9.27.1 here), each a no-op where its target is missing.
+"""Five mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED,
+as requirements.txt and envs/ pin it), each a no-op where its target is missing; `mend_all` applies
+them and says in one line what another Snakemake does without them.
 
 One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
 (`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
@@ -68,6 +70,10 @@ import heapq
 import threading
 from collections import defaultdict
 from functools import partial
+
+import snakemake
+
+TESTED = "9.27.1"
 
 try:
     import snakemake.api  # noqa: F401 (first: snakemake.dag alone is a circular import)
@@ -239,3 +245,27 @@ def retries_in_main_process() -> bool:
     Rule.restart_times = property(in_main_process, restart_times.fset)
     Rule._retries_in_main_process = True
     return True
+
+
+# Each mend, and what a run does without it.
+MENDS = {
+    keep_one_timer: "Snakemake's own CPU grows with the square of the samples",
+    bound_passes: "each scheduling pass weighs every ready job",
+    mend_job_groups: "grouped cluster jobs can hold far more samples than group-components asks",
+    mend_needrun_mask: "a job behind an ancient() input can go untested while the job before it is due",
+    retries_in_main_process: "a cluster job can be retried inside its own SLURM jobs as well",
+}
+
+
+def mend_all() -> str | None:
+    """Apply every mend; None on the Snakemake they were tested with, else one line naming the
+    version, the mends that found nothing to patch and what each costs."""
+    missing = [cost for mend, cost in MENDS.items() if not mend()]
+    if snakemake.__version__ == TESTED:
+        return None
+    where = "workflow_lib/workflow/snakemake_patches.py"
+    found = f"not applied: {'; '.join(missing)}" if missing else "all five applied, to internals they may not fit"
+    return (
+        f"Snakemake {snakemake.__version__}: this workflow's mends to its scheduling ({where}) are tested with "
+        f"{TESTED} ({found}); install snakemake=={TESTED} (requirements.txt) to be sure"
+    )

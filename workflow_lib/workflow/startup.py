@@ -74,11 +74,7 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Sa
     # hold far more samples than group-components asks, a job behind an ancient input would go
     # untested while the job before it is due, and the Snakemake in a cluster job would retry its
     # rule as well as the main one (snakemake_patches.py).
-    snakemake_patches.keep_one_timer()
-    snakemake_patches.bound_passes()
-    snakemake_patches.mend_job_groups()
-    snakemake_patches.mend_needrun_mask()
-    snakemake_patches.retries_in_main_process()
+    unmended = snakemake_patches.mend_all()
     # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
     # ---"); the console still gets every message, and onerror says the disk is full.
     logging.raiseExceptions = False
@@ -87,7 +83,7 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Sa
     except InputError as error:
         refuse(error)
     if workflow.is_main_process:  # once, not in every cluster job
-        for line in recorded_differences(config, recorded):
+        for line in [unmended] * bool(unmended) + recorded_differences(config, recorded):
             print(f"Warning: {line}", file=sys.stderr)
     return samples
 
