@@ -209,7 +209,9 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     data = overview_data(summaries)
     write_tsv(data.counts, table)
     weighed = [
-        c for c in ("viral_fraction_estimate", "unreliable_records", "records_passing_qvalue") if c in data.counts
+        c
+        for c in ("viral_fraction_estimate", "composition_fit", "unreliable_records", "records_passing_qvalue")
+        if c in data.counts
     ]
     rows = data.counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
         **{"viral fraction": data.counts["virus"] / data.counts["records"].clip(lower=1)}
