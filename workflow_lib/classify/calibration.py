@@ -87,7 +87,7 @@ class Calibration:
     atypicality_limit: float
     fitted_on: dict  # counts, the methods' held-out log loss, calibration error before and after
     # per class (virus, other): its chunks' LLRs (a sparse histogram: bins, counts) and
-    # their worth in independent chunks (`effective`), for the check that a sample fits the calibration
+    # their worth in independent chunks (`effective`), for the composition's interval and its fit
     class_llrs: dict
     version: int = VERSION
 
@@ -336,24 +336,33 @@ def fit(
         atypicality_limit=limit,
         fitted_on=fitted_on,
         # the map a sample meets, so that its chunks and these share one scale
-        class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records, r),
+        class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records),
     )
 
 
-def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray, correlation: float) -> dict:
-    """Per class, the chunks' LLRs as a sparse histogram, and what they are worth in
-    independent chunks: a record's n chunks as n / (1 + r (n - 1)), as the record rule weighs them."""
+def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray) -> dict:
+    """Per class, the chunks' LLRs as a sparse histogram, and what they are worth in independent
+    chunks: a record's n chunks as n / (1 + rho (n - 1)), rho the share of the LLRs' variance that
+    lies between the class's records (one-way analysis of variance). Chunks of one genome score
+    alike, so a class of a few genomes is worth little more than a few chunks, however long they are."""
     starts = np.flatnonzero(np.r_[True, records[1:] != records[:-1]])
     sizes = np.diff(np.append(starts, records.size))
+    means = np.add.reduceat(llr, starts) / sizes
     classes = {}
     for name, label in (("virus", 1), ("other", 0)):
         counts = histogram(llr[y == label])
-        n = sizes[y[starts] == label]
+        mine = y[starts] == label
+        n, m = sizes[mine], means[mine]
+        within = ((llr[y == label] - np.repeat(m, n)) ** 2).sum() / max(n.sum() - n.size, 1)
+        between = max((n * (m - np.average(m, weights=n)) ** 2).sum() / max(n.size - 1, 1) - within, 0.0)
+        between /= max((n.sum() - (n**2).sum() / n.sum()) / max(n.size - 1, 1), 1e-12)  # per record, n unequal
+        # one record: how its chunks vary between records is unknown; count them as one
+        rho = between / (between + within) if n.size > 1 and between + within > 0 else 1.0
         bins = np.flatnonzero(counts)
         classes[name] = {
             "bins": bins.tolist(),
             "counts": counts[bins].tolist(),
-            "effective": float((n / (1 + correlation * (n - 1))).sum()),
+            "effective": float((n / (1 + rho * (n - 1))).sum()),
         }
     return classes
 
@@ -554,6 +563,7 @@ def composition_intervals(
     record_shares /= np.maximum(resampled @ records, 1)
     p = expit(CENTRES + logit(record_share_of(share)))
     record_shares += rng.normal(0, np.sqrt((record_llrs * p * (1 - p)).sum()) / total, BOOTSTRAP_REPLICATES)
+    np.clip(record_shares, 0, 1, out=record_shares)
     tails = np.array([(1 - INTERVAL_LEVEL) / 2, (1 + INTERVAL_LEVEL) / 2])
     found = {}
     for name, estimate, replicated in (

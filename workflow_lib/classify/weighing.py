@@ -265,8 +265,8 @@ def fit_line(sample: str, records: dict, fit: dict | None) -> str | None:
         )
     return (
         f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences score unlike "
-        f"the calibration's classes, {found}, widened to what each score band says; q-values at {low:.3f}, "
-        "honest only as far as its viral sequences score like the calibration's"
+        f"the calibration's classes, {found}: as little as 0 if its non-viral ones score like viral ones; "
+        f"q-values at {low:.3f}, which passes only overwhelming evidence"
     )
 
 
