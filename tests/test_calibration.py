@@ -163,6 +163,7 @@ def composition_of(cal: Calibration, sample: dict, scratch) -> dict:
     chunks = pd.DataFrame({"sequence_id": sample["record"], "max_score_virus": sample["score"], "atypicality": 1.0})
     weighing.count(chunks)
     weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
+    weighing.flush()
     weighing.evidence.close()
     return sample_composition(weighing.chunks, weighing.record_chunks, weighing.group_records, weighing.records, cal)
 

@@ -51,11 +51,16 @@ def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
     weighted = np.bincount(calibration.bin_of(llr), np.repeat(1 / sizes, sizes), minlength=calibration.N_BINS)
     for block in (1, 2, 3, 5, ids.size):
         weighing = ChunkWeighing(cal, tmp_path / f"evidence_{block}")
+        weighing.PENDING = 4  # the groups' histograms are added to along the way too
         for start in range(0, ids.size, block):
             weighing.count(chunks.iloc[start : start + block])
         weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
+        weighing.flush()
         assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks.sum(0), weighted), block
         assert weighing.group_records.sum() == sizes.size and weighing.chunks.sum() == ids.size
+        if block == 1:
+            grouped = weighing.chunks.copy()
+        assert np.array_equal(weighing.chunks, grouped), block  # each record's group whatever the blocks
         weighing.evidence.close()
 
 

@@ -77,6 +77,9 @@ class ChunkWeighing:
     compositions get their intervals."""
 
     LINES = 1 << 16  # lines copied at a time
+    # chunks held (12 bytes each) before the groups' histograms (64 x 8,001 cells, twice) are added
+    # to: adding them for each block cost as much as the rest of predict's weighing
+    PENDING = 1 << 20
 
     def __init__(self, cal: Calibration, scratch: Path):
         self.cal, self.path = cal, scratch
@@ -87,6 +90,7 @@ class ChunkWeighing:
         self.group_records = np.zeros(groups, dtype=np.int64)
         self.chunks = np.zeros((groups, calibration.N_BINS), dtype=np.int64)
         self.record_chunks = np.zeros((groups, calibration.N_BINS))
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (cell, weight) of chunks not yet in them
         self.held = (None, np.empty(0))  # the latest block's last record (ID, its chunks' LLRs): it may go on
         self.evidence = open(scratch, "wb")
 
@@ -112,8 +116,17 @@ class ChunkWeighing:
         group = calibration.bootstrap_group(self.group_records.sum() + np.arange(sizes.size))
         self.group_records += np.bincount(group, minlength=calibration.BOOTSTRAP_GROUPS)
         cell = np.repeat(group, sizes) * calibration.N_BINS + calibration.bin_of(llr)
+        self.pending.append((cell.astype(np.int32), np.repeat(1.0 / sizes, sizes)))
+        if sum(c.size for c, _ in self.pending) >= self.PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the pending chunks into the groups' histograms."""
+        if not self.pending:
+            return
+        cell, weights = (np.concatenate(parts) for parts in zip(*self.pending))
+        self.pending = []
         self.chunks += np.bincount(cell, minlength=self.chunks.size).reshape(self.chunks.shape)
-        weights = np.repeat(1.0 / sizes, sizes)
         self.record_chunks += np.bincount(cell, weights, minlength=self.chunks.size).reshape(self.chunks.shape)
 
     def write(self, unweighed: Path, output: Path) -> dict:
@@ -123,6 +136,7 @@ class ChunkWeighing:
         self.evidence.close()
         if self.held[0] is not None:
             self.count_records(self.held[1], np.zeros(1, dtype=np.int64))
+        self.flush()
         found = sample_composition(self.chunks, self.record_chunks, self.group_records, self.records, self.cal)
         shift = logit(found["chunk_composition"]["viral_fraction_estimate"])
         evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
