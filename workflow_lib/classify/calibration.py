@@ -502,8 +502,11 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
 
     def rising(share: np.ndarray) -> np.ndarray:
         mixed = share[:, None] * virus + (1 - share[:, None]) * other
-        terms = np.divide(observed * (virus - other), mixed, out=np.zeros(mixed.shape), where=mixed > 0)
-        return terms.sum(axis=1) > 0
+        # a bin neither class holds (0 / 0) says nothing; one that the share leaves empty, though the
+        # sample has chunks there, pulls the share away without limit (-inf at 1 where only non-viral
+        # chunks fall): skipping it put set B's replicates all at 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.nansum(observed * (virus - other) / mixed, axis=1) > 0
 
     low, high = np.zeros(observed.shape[0]), np.ones(observed.shape[0])
     at_one, at_zero = rising(high), ~rising(low)
