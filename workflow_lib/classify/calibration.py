@@ -52,7 +52,7 @@ MIN_RECORDS_PER_CLASS = 10
 # are dealt at random into BOOTSTRAP_GROUPS groups, each with its own histograms, and the groups are
 # resampled BOOTSTRAP_REPLICATES times.
 BOOTSTRAP_GROUPS, BOOTSTRAP_REPLICATES, INTERVAL_LEVEL = 64, 200, 0.95
-COARSE_BINS = 40  # of LLR, for the calibration's share of the interval (composition_intervals)
+COARSE_BINS = 40  # of LLR at most, for the calibration's share of the interval (composition_intervals)
 # The fit check compares the sample's share of chunks above FIT_BANDS LLRs (the fitted mixture's
 # deciles) with the calibration's classes mixed at the estimate; the fit is poor beyond FIT_LIMIT
 # standard errors in any.
@@ -549,10 +549,14 @@ def composition_intervals(
     replicates = resampled @ chunks.astype(np.float64)
     share = estimate_prior(counts)
     fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal)
-    # coarse bins: equal shares of the calibration's chunks of both classes together
+    # coarse bins: equal shares of the calibration's chunks of both classes together, each worth about
+    # ten independent chunks of the smaller class at least: redrawn, a class of few records left most
+    # bins empty, and empty bins, not the data, then made the replicates
     classes = [_class_counts(cal, name) for name in ("virus", "other")]
     pooled = np.cumsum(classes[0] / classes[0].sum() + classes[1] / classes[1].sum()) / 2
-    starts = np.unique(np.r_[0, np.searchsorted(pooled, np.linspace(0, 1, COARSE_BINS + 1)[1:-1], "right")])
+    fewest = min(cal.class_llrs[name]["effective"] for name in ("virus", "other"))
+    n_bins = int(np.clip(fewest // 10, 2, COARSE_BINS))
+    starts = np.unique(np.r_[0, np.searchsorted(pooled, np.linspace(0, 1, n_bins + 1)[1:-1], "right")])
     coarse = functools.partial(np.add.reduceat, indices=starts, axis=-1)
     drawn = []
     for counted, name in zip(classes, ("virus", "other")):
