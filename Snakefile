@@ -34,6 +34,14 @@ onstart:
         PendingWatch(config["pending_check_seconds"], JOB_GROUPS).start()
 
 
+onsuccess:
+    # each weighed sample's composition, whether the calibration fits it, and what that means for its q-values
+    for line in composition_lines(
+        {s: rules.call.output.manifest.format(sample=s) for s in SAMPLES.sheet}
+    ):
+        print(line, file=sys.stderr)
+
+
 onerror:
     # a cluster job's error line is in its log, not on this console (scripts/run_logged.sh)
     if workflow.non_local_exec:

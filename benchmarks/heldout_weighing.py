@@ -4,10 +4,11 @@ directory with the demo's classifier and calibration. Prints JSON.
 
 Per mixture: the chunks' calibration error (`probability_virus` against the record's label, and
 the raw `max_score_virus` beside it), the realised false discovery rate among records passing each
-q-value cutoff, and the sample's `viral_fraction_estimate` against the truth (records with a
-scored chunk). A third sample of random DNA and of low-complexity repeats (units of 1 to 12 bp)
-gives the share of each flagged `reliable = False`. The genomes must be ones the demo did not
-train on (the bundled ones are all in the demo): for example other packages' test genomes,
+q-value cutoff, and the sample's `viral_fraction_estimate` with its interval and `composition_fit`
+against the truth (records with a scored chunk). One more sample, of random DNA and of
+low-complexity repeats (units of 1 to 12 bp), gives the share of each flagged `reliable = False`.
+The genomes must be ones the demo did not train on (the bundled ones are all in the demo): for
+example other packages' test genomes,
 `pip download --no-deps --no-binary :all: checkv biopython PhiSpy pyrodigal` (docs/weighing.md
 gives the figures of two sets):
 
@@ -149,7 +150,10 @@ def main() -> None:
     }
     estimates = pd.read_csv(demo / "results/report/samples.tsv", sep="\t").set_index("sample")
     for name, figures_of in figures["mixtures"].items():
-        figures_of["viral_fraction_estimate"] = float(estimates.loc[name, "viral_fraction_estimate"])
+        row = estimates.loc[name]
+        figures_of["viral_fraction_estimate"] = float(row["viral_fraction_estimate"])
+        figures_of["viral_fraction_interval"] = [float(row["viral_fraction_low"]), float(row["viral_fraction_high"])]
+        figures_of["composition_fit"] = [row["composition_fit"], float(row["composition_fit_statistic"])]
     print_figures(figures, args.out)
 
 

@@ -29,6 +29,7 @@ from workflow_lib.cli.settings import (
     TrainSettings,
     cli,
 )
+from workflow_lib.classify.weighing import composition_lines
 from workflow_lib.io import sharding
 from workflow_lib.prepare.plan import plan_is_current, read_plan, read_pools
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs

@@ -5,22 +5,30 @@ import dataclasses
 import functools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from workflow_lib.classify import calibration
 from workflow_lib.classify.calibration import Calibration, expit, logit
+from workflow_lib.classify.weighing import ChunkWeighing, sample_composition
 
 
-def synthetic(n_records: int, viral_share: float, seed: int, chunks=(1, 12)) -> dict[str, np.ndarray]:
+def synthetic(
+    n_records: int, viral_share: float, seed: int, chunks=(1, 12), viral_like: float = 0.0
+) -> dict[str, np.ndarray]:
     """Records of a few chunks whose virus scores are overconfident and correlated within a record,
     as a classifier's are: a chunk's true evidence is a record effect plus its own, and the score
-    exaggerates it threefold."""
+    exaggerates it threefold. A share `viral_like` of the non-viral records are of another kind,
+    which scores nearly as viral ones do (a record effect of 0.5, against 1 for viral records and
+    -1 for the other non-viral ones)."""
     rng = np.random.default_rng(seed)
     label = (rng.random(n_records) < viral_share).astype(int)
     size = rng.integers(chunks[0], chunks[1] + 1, n_records)
     record = np.repeat(np.arange(n_records), size)
     effect = rng.normal(np.where(label == 1, 1.0, -1.0), 0.8)[record]
     evidence = effect + rng.normal(0, 1.0, record.size)
+    like = (rng.random(n_records) < viral_like) & (label == 0)  # drawn last: the other draws stay as they were
+    evidence += 1.5 * like[record]
     score = expit(3 * evidence + 0.5)  # overconfident, leaning viral
     return {"score": score, "label": label[record], "record": record, "record_label": label, "size": size}
 
@@ -146,3 +154,75 @@ def test_a_samples_viral_fraction_of_records_comes_from_its_chunks(share):
     leaning = dataclasses.replace(cal, record_offset=cal.record_offset + 2)
     record_llrs = leaning.record_llrs(sample["size"], np.bincount(sample["record"], llr))
     assert calibration.estimate_prior(calibration.histogram(record_llrs)) - truth > 0.05
+
+
+def composition_of(cal: Calibration, sample: dict, scratch) -> dict:
+    """What predict finds of the sample's composition (sample_composition), its chunks counted as
+    predict counts them."""
+    weighing = ChunkWeighing(cal, scratch)
+    chunks = pd.DataFrame({"sequence_id": sample["record"], "max_score_virus": sample["score"], "atypicality": 1.0})
+    weighing.count(chunks)
+    weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
+    weighing.flush()
+    weighing.evidence.close()
+    return sample_composition(weighing.chunks, weighing.record_chunks, weighing.group_records, weighing.records, cal)
+
+
+def realised_fdr(cal: Calibration, sample: dict, share: float, cutoff: float) -> tuple[float, int]:
+    """The share of non-viral records among those within q-value `cutoff` at the viral fraction of
+    records `share`, and their number."""
+    llr = cal.record_llrs(sample["size"], np.bincount(sample["record"], cal.chunk_llrs(sample["score"])))
+    called = calibration.qvalues(calibration.histogram(llr), share)[calibration.bin_of(llr)] <= cutoff
+    return float((sample["record_label"][called] == 0).mean()) if called.any() else 0.0, int(called.sum())
+
+
+def test_the_interval_covers_the_viral_fraction_where_the_calibration_fits(tmp_path):
+    """Each repeat draws a calibration (5,000 records) and a sample (5,000 records) of another
+    viral fraction: the calibration's own sampling moves the estimate as much as the sample's, so
+    the interval must hold both. It covers the truth in at least 90% of repeats, and the fit is
+    rarely poor where nothing differs but the balance."""
+    shares = (0.01, 0.05, 0.1, 0.2, 0.5)
+    covered, poor = {"chunks": [], "records": []}, 0
+    for repeat in range(20):
+        data = synthetic(5000, 0.5, seed=100 + repeat)
+        cal = calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+        sample = synthetic(5000, shares[repeat % 5], seed=200 + repeat)
+        found = composition_of(cal, sample, tmp_path / "evidence")
+        poor += found["composition_fit"]["fit"] == "poor"
+        for name, truth in (("chunks", sample["label"].mean()), ("records", sample["record_label"].mean())):
+            low, high = found[f"{name[:-1]}_composition"]["interval"]
+            assert low <= found[f"{name[:-1]}_composition"]["viral_fraction_estimate"] <= high
+            if found["composition_fit"]["fit"] == "ok":
+                covered[name].append(low <= truth <= high)
+    assert poor <= 2
+    assert np.mean(covered["chunks"]) >= 0.9 and np.mean(covered["records"]) >= 0.9, covered
+
+
+@functools.cache
+def fitted_with_viral_like(seed: int = 11) -> Calibration:
+    """A calibration (20,000 records) whose non-viral records are 20% of the viral-like kind."""
+    data = synthetic(20000, 0.5, seed, viral_like=0.2)
+    return calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+
+
+@pytest.mark.parametrize("share", [0.01, 0.05, 0.1, 0.2, 0.5])
+def test_qvalues_stay_honest_where_the_non_viral_class_shifts(share, tmp_path):
+    """Where 60% of the sample's non-viral records are of the viral-like kind (20% in the
+    calibration's), label shift takes them for viral: the estimate runs far above the truth and
+    q-values at it promise a fraction of their false calls. The fit is then poor, and the q-values
+    written (at the lower end of the interval) keep the realised FDR within q + 2 sigma; where the
+    fit is ok, the interval covers the truth."""
+    cal = fitted_with_viral_like()
+    sample = synthetic(20000, share, seed=12, viral_like=0.6)
+    found = composition_of(cal, sample, tmp_path / "evidence")
+    records = found["record_composition"]
+    truth = sample["record_label"].mean()
+    assert records["viral_fraction_estimate"] - truth > 0.15  # the assumption breaks
+    at_estimate = [realised_fdr(cal, sample, records["viral_fraction_estimate"], q) for q in (0.1, 0.2)]
+    assert any(n >= 20 and fdr > 2 * q for (fdr, n), q in zip(at_estimate, (0.1, 0.2)))
+    if found["composition_fit"]["fit"] == "ok":
+        low, high = records["interval"]
+        assert low <= truth <= high
+    for cutoff in (0.05, 0.1, 0.2):
+        fdr, n = realised_fdr(cal, sample, calibration.qvalue_share(records), cutoff)
+        assert n == 0 or fdr <= cutoff + 2 * np.sqrt(cutoff * (1 - cutoff) / n), (cutoff, fdr, n)

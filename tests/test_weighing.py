@@ -13,7 +13,7 @@ import yaml
 from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv
 
 from workflow_lib.classify import calibration
-from workflow_lib.classify.weighing import ChunkWeighing
+from workflow_lib.classify.weighing import OK_LINES, ChunkWeighing, composition_lines
 from workflow_lib.io import tables
 from workflow_lib.io.checksums import sha256
 
@@ -43,17 +43,46 @@ def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
     ids = np.repeat([f"r{i}" for i in range(sizes.size)], sizes)
     score = np.random.default_rng(0).random(ids.size)
     chunks = pd.DataFrame({"sequence_id": ids, "max_score_virus": score, "atypicality": np.ones(ids.size)})
-    cal = calibration.Calibration("0" * 64, 500, "platt", [-5.0, 5.0], [-4.0, 4.0], 0.3, 0.8, 0.2, 0.1, 0.3, 9.0, {})
+    cal = calibration.Calibration(
+        "0" * 64, 500, "platt", [-5.0, 5.0], [-4.0, 4.0], 0.3, 0.8, 0.2, 0.1, 0.3, 9.0, fitted_on={}, class_llrs={}
+    )
     llr = cal.chunk_llrs(score)
     records = calibration.histogram(cal.record_llrs(sizes, np.add.reduceat(llr, np.r_[0, np.cumsum(sizes)[:-1]])))
     weighted = np.bincount(calibration.bin_of(llr), np.repeat(1 / sizes, sizes), minlength=calibration.N_BINS)
     for block in (1, 2, 3, 5, ids.size):
         weighing = ChunkWeighing(cal, tmp_path / f"evidence_{block}")
+        weighing.PENDING = 4  # the groups' histograms are added to along the way too
         for start in range(0, ids.size, block):
             weighing.count(chunks.iloc[start : start + block])
         weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
-        assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks, weighted), block
+        weighing.flush()
+        assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks.sum(0), weighted), block
+        assert weighing.group_records.sum() == sizes.size and weighing.chunks.sum() == ids.size
+        if block == 1:
+            grouped = weighing.chunks.copy()
+        assert np.array_equal(weighing.chunks, grouped), block  # each record's group whatever the blocks
         weighing.evidence.close()
+
+
+def test_the_end_of_a_run_says_in_one_line_per_sample_what_the_fit_means_for_the_qvalues(tmp_path):
+    def manifest(sample, fit, low):
+        records = {"viral_fraction_estimate": 0.45, "interval": [low, 0.5], "source": "sample", "counted": 200}
+        fitted = {"fit": fit, "statistic": 7.25 if fit == "poor" else 1.5, "limit": 3.5, "most": 0.5}
+        path = tmp_path / f"{sample}.json"
+        path.write_text(json.dumps({"weighing": {"composition": {"records": records}, "composition_fit": fitted}}))
+        return path
+
+    manifests = {"good": manifest("good", "ok", 0.4), "bad": manifest("bad", "poor", 0.0)}
+    manifests["unweighed"] = tmp_path / "unweighed.json"
+    manifests["unweighed"].write_text(json.dumps({"counts": {}}))
+    manifests["missing"] = tmp_path / "missing.json"
+    lines = composition_lines(manifests)
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    assert lines[0].startswith("bad: composition_fit poor (7.2 > 3.5)") and "q-values at 0.000" in lines[0]
+    assert lines[1].startswith("good: the calibration fits") and "q-values at 0.400" in lines[1]
+    many = {f"s{i}": manifest(f"s{i}", "ok", 0.4) for i in range(OK_LINES + 1)} | {"bad": manifests["bad"]}
+    lines = composition_lines(many)
+    assert len(lines) == 2 and lines[1].startswith(f"{OK_LINES + 1} samples fit the calibration")
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +193,12 @@ def test_the_report_gives_each_samples_viral_fraction_and_the_reliability_diagra
     # the genomes are one record each: too few for an estimate of their own
     assert set(table["viral_fraction_from"]) <= {"sample", "calibration"}
     assert table.set_index("sample").loc["phix", "viral_fraction_from"] == "calibration"
+    # an interval and a fit where the sample's own fraction is estimated, none where the calibration's stands in
+    own = table[table["viral_fraction_from"] == "sample"]
+    assert (own["viral_fraction_low"] <= own["viral_fraction_estimate"]).all()
+    assert (own["viral_fraction_estimate"] <= own["viral_fraction_high"]).all()
+    assert set(own["composition_fit"]) <= {"ok", "poor"} and (own["composition_fit_statistic"] >= 0).all()
+    assert table.loc[table["viral_fraction_from"] == "calibration", "composition_fit"].isna().all()
     assert (workdir / "results" / "report" / "calibration.png").stat().st_size > 10_000
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from workflow_lib import __version__
 from workflow_lib.classify.calibration import Calibration
 from workflow_lib.classify.regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, regions_table
-from workflow_lib.classify.weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing
+from workflow_lib.classify.weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing, fit_line
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.seqio import read_batches
@@ -224,6 +224,8 @@ def call(
     weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path)) if calibration else None
     if weighing:
         log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
+        if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
+            log.info(line)
 
     def pieces(write, write_regions, fasta) -> Iterator[tuple[bytes, list[Piece]]]:
         for table, found in sequence_tables(
@@ -278,7 +280,7 @@ def call(
         },
     }
     if weighing:
-        manifest["weighing"] = weighing.summary(scoring.get("chunk_composition"), max_qvalue)
+        manifest["weighing"] = weighing.summary(scoring, max_qvalue)
     write_json(manifest, outputs.manifest)
     log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
     return dict(counts)

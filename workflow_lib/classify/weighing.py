@@ -17,7 +17,7 @@ from workflow_lib.classify.calibration import Calibration, expit, logit
 from workflow_lib.classify.regions import REGIONS
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
-from workflow_lib.io.tables import decimal_text, formatted, read_chunks, tsv_writer
+from workflow_lib.io.tables import decimal_text, formatted, read_chunks, read_json, tsv_writer
 
 # columns a calibration adds, after the contract's (docs/outputs.md)
 CHUNK_COLUMNS = ("probability_virus", "atypicality")
@@ -35,12 +35,35 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
     return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
 
 
-def composition(counted: int, estimate, fallback: float) -> dict:
-    """The viral fraction of `counted` items, `estimate()`, or the calibration's own (`fallback`)
-    when too few were counted for an estimate."""
-    if counted < calibration.MIN_RECORDS_FOR_ESTIMATE:
-        return {"viral_fraction_estimate": fallback, "source": "calibration", "counted": counted}
-    return {"viral_fraction_estimate": estimate(), "source": "sample", "counted": counted}
+def sample_composition(
+    chunks: np.ndarray, weighted: np.ndarray, records: np.ndarray, record_llrs: np.ndarray, cal: Calibration
+) -> dict:
+    """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
+    of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
+    where too few were counted for an estimate) and `composition_fit` (None without an estimate of
+    the records'), from the histograms of ChunkWeighing's bootstrap groups (rows) and the records'
+    LLRs counted."""
+    n_chunks, n_records = int(chunks.sum()), int(records.sum())
+    own = {"source": "sample"}
+    if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
+        found = calibration.composition_intervals(chunks, weighted, records, record_llrs, cal)
+        return {
+            "chunk_composition": found["chunks"] | own | {"counted": n_chunks},
+            "record_composition": found["records"] | own | {"counted": n_records},
+            "composition_fit": found["fit"],
+        }
+    counts = chunks.sum(axis=0)
+    if n_chunks >= calibration.MIN_RECORDS_FOR_ESTIMATE:
+        chunk = {"viral_fraction_estimate": calibration.estimate_prior(counts)} | own
+    else:
+        chunk = {"viral_fraction_estimate": cal.chunk_prior, "source": "calibration"}
+    record = {"viral_fraction_estimate": cal.record_prior, "source": "calibration"}
+    # with so few records no interval is worth its name
+    return {
+        "chunk_composition": chunk | {"interval": None, "counted": n_chunks},
+        "record_composition": record | {"interval": None, "counted": n_records},
+        "composition_fit": None,
+    }
 
 
 class ChunkWeighing:
@@ -50,21 +73,29 @@ class ChunkWeighing:
     and its atypicality. Copying lines, not parsing them again, keeps the cost of weighing small.
     The records are counted on the way (a record's chunks come together), so that call knows the
     records' composition and q-values before its one pass (scoring.json's `record_composition` and
-    `record_llrs`)."""
+    `record_llrs`); each record's chunks go to the histograms of its bootstrap group, from which the
+    compositions get their intervals."""
 
     LINES = 1 << 16  # lines copied at a time
+    # chunks held (12 bytes each) before the groups' histograms (64 x 8,001 cells, twice) are added
+    # to: adding them for each block cost as much as the rest of predict's weighing
+    PENDING = 1 << 20
 
     def __init__(self, cal: Calibration, scratch: Path):
         self.cal, self.path = cal, scratch
-        self.counts = np.zeros(calibration.N_BINS, dtype=np.int64)
         self.records = np.zeros(calibration.N_BINS, dtype=np.int64)
-        self.record_chunks = np.zeros(calibration.N_BINS)  # chunks' LLRs, each weighing 1 / its record's chunks
+        # per bootstrap group of records (calibration.composition_intervals): its records, its chunks'
+        # LLRs, and those each weighing 1 / its record's chunks
+        groups = calibration.BOOTSTRAP_GROUPS
+        self.group_records = np.zeros(groups, dtype=np.int64)
+        self.chunks = np.zeros((groups, calibration.N_BINS), dtype=np.int64)
+        self.record_chunks = np.zeros((groups, calibration.N_BINS))
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (cell, weight) of chunks not yet in them
         self.held = (None, np.empty(0))  # the latest block's last record (ID, its chunks' LLRs): it may go on
         self.evidence = open(scratch, "wb")
 
     def count(self, chunks: pd.DataFrame) -> None:
         llr = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
-        self.counts += calibration.histogram(llr)
         np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
         ids = chunks["sequence_id"].to_numpy()
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # of each record's run of chunks
@@ -82,25 +113,32 @@ class ChunkWeighing:
             return
         sizes = np.diff(np.r_[starts, llr.size])
         self.records += calibration.histogram(self.cal.record_llrs(sizes, np.add.reduceat(llr, starts)))
-        weights = np.repeat(1.0 / sizes, sizes)
-        self.record_chunks += np.bincount(calibration.bin_of(llr), weights, minlength=calibration.N_BINS)
+        group = calibration.bootstrap_group(self.group_records.sum() + np.arange(sizes.size))
+        self.group_records += np.bincount(group, minlength=calibration.BOOTSTRAP_GROUPS)
+        cell = np.repeat(group, sizes) * calibration.N_BINS + calibration.bin_of(llr)
+        self.pending.append((cell.astype(np.int32), np.repeat(1.0 / sizes, sizes)))
+        if sum(c.size for c, _ in self.pending) >= self.PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the pending chunks into the groups' histograms."""
+        if not self.pending:
+            return
+        cell, weights = (np.concatenate(parts) for parts in zip(*self.pending))
+        self.pending = []
+        self.chunks += np.bincount(cell, minlength=self.chunks.size).reshape(self.chunks.shape)
+        self.record_chunks += np.bincount(cell, weights, minlength=self.chunks.size).reshape(self.chunks.shape)
 
     def write(self, unweighed: Path, output: Path) -> dict:
         """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
-        CHUNK_COLUMNS, to `output`; scoring.json's entries: the composition used and the records'
-        LLRs (a sparse histogram)."""
+        CHUNK_COLUMNS, to `output`; scoring.json's entries: the compositions (sample_composition) and
+        the records' LLRs (a sparse histogram)."""
         self.evidence.close()
         if self.held[0] is not None:
             self.count_records(self.held[1], np.zeros(1, dtype=np.int64))
-        found = composition(
-            int(self.counts.sum()), lambda: calibration.estimate_prior(self.counts), self.cal.chunk_prior
-        )
-        shift = logit(found["viral_fraction_estimate"])
-        records = int(self.records.sum())
-        chunk_share = found["viral_fraction_estimate"]
-        found_records = composition(
-            records, lambda: calibration.record_share(self.record_chunks, records, chunk_share), self.cal.record_prior
-        )
+        self.flush()
+        found = sample_composition(self.chunks, self.record_chunks, self.group_records, self.records, self.cal)
+        shift = logit(found["chunk_composition"]["viral_fraction_estimate"])
         evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
         with open(unweighed, "rb") as table, atomic_open(output, "wb") as out:
             out.write(table.readline().rstrip(b"\n") + "".join(f"\t{c}" for c in CHUNK_COLUMNS).encode() + b"\n")
@@ -114,9 +152,7 @@ class ChunkWeighing:
                 out.write(b"%s\t%s\t%s\n" * len(lines) % tuple(cells))
                 done += len(lines)
         bins = np.flatnonzero(self.records)
-        return {
-            "chunk_composition": found,
-            "record_composition": found_records,
+        return found | {
             "record_llrs": {"bins": bins.tolist(), "counts": self.records[bins].tolist()},
         }
 
@@ -124,9 +160,10 @@ class ChunkWeighing:
 @dataclass
 class RecordWeighing:
     """call's records and regions: each one's probability at the sample's viral fraction of records,
-    and its q-value. The records' composition and q-values come from the histogram of their LLRs
-    that predict counted (scoring.json); the regions' q-values need every region, so call adds them
-    at the end (weigh_region_table)."""
+    and its q-value, at the lower end of that fraction's interval (calibration.qvalue_share). The
+    records' composition and q-values come from the histogram of their LLRs that predict counted
+    (scoring.json); the regions' q-values need every region, so call adds them at the end
+    (weigh_region_table)."""
 
     cal: Calibration
     found: dict  # the records' composition (predict's, ChunkWeighing.write)
@@ -136,7 +173,7 @@ class RecordWeighing:
 
     @classmethod
     def of(cls, cal: Calibration, scoring: dict, scoring_path: Path) -> "RecordWeighing":
-        if "record_composition" not in scoring:
+        if "composition_fit" not in scoring:
             raise InputError(
                 f"{scoring_path}: written without the records' composition (no calibration, or an older version); "
                 "delete the sample's predict outputs and run again"
@@ -144,7 +181,7 @@ class RecordWeighing:
         records = np.zeros(calibration.N_BINS, np.int64)
         records[scoring["record_llrs"]["bins"]] = scoring["record_llrs"]["counts"]
         found = scoring["record_composition"]
-        return cls(cal, found, calibration.qvalues(records, found["viral_fraction_estimate"]))
+        return cls(cal, found, calibration.qvalues(records, calibration.qvalue_share(found)))
 
     @property
     def shift(self) -> float:
@@ -199,7 +236,7 @@ class RecordWeighing:
         """The regions table at `weighed` (REGIONS, probability_virus, in_seq_edge and llr_bin) with
         their q-values, to `output` (REGIONS and REGION_COLUMNS); the regions within `max_qvalue`
         (sequence_id, region, probability_virus, qvalue), in order."""
-        region_q = calibration.qvalues(self.regions, self.found["viral_fraction_estimate"])
+        region_q = calibration.qvalues(self.regions, calibration.qvalue_share(self.found))
         passing = []
         with tsv_writer(output, REGIONS + REGION_COLUMNS) as write:
             for block in read_chunks(weighed):
@@ -215,12 +252,53 @@ class RecordWeighing:
             self.tallied.update(regions_passing=len(passing))
         return passing
 
-    def summary(self, chunk_composition: dict | None, max_qvalue: float | None) -> dict:
-        """The manifest's `weighing`."""
+    def summary(self, scoring: dict, max_qvalue: float | None) -> dict:
+        """The manifest's `weighing`, with predict's compositions and their fit (`scoring`)."""
         passing = {key: self.tallied[key] for key in ("records_passing", "regions_passing")}
         return {
-            "composition": {"records": self.found, "chunks": chunk_composition},
+            "composition": {"records": self.found, "chunks": scoring["chunk_composition"]},
+            "composition_fit": scoring["composition_fit"],
+            "qvalues_at": calibration.qvalue_share(self.found),
             "unreliable_records": self.tallied["unreliable_records"],
             "max_qvalue": max_qvalue,
             "passing": None if max_qvalue is None else passing,
         }
+
+
+def fit_line(sample: str, records: dict, fit: dict | None) -> str | None:
+    """One line on the sample's composition of records, its fit (`composition_fit`) and what that
+    means for its q-values; None where the calibration's own fraction stood in."""
+    if fit is None:
+        return None
+    low, high = records["interval"]
+    found = f"viral fraction of records {records['viral_fraction_estimate']:.3f} ({low:.3f}-{high:.3f})"
+    if fit["fit"] == "ok":
+        return (
+            f"{sample}: the calibration fits its scores (fit {fit['statistic']:.1f} <= {fit['limit']:g}), {found}; "
+            f"q-values at {low:.3f}, the end of the interval that passes fewer records"
+        )
+    return (
+        f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences score unlike "
+        f"the calibration's classes, {found}: as little as 0 if its non-viral ones score like viral ones; "
+        f"q-values at {low:.3f}, which passes only overwhelming evidence"
+    )
+
+
+# at the end of a run, the samples whose fit is ok are listed one a line up to this many, then counted
+OK_LINES = 10
+
+
+def composition_lines(manifests: dict[str, Path]) -> list[str]:
+    """For the end of a run: fit_line of each weighed sample (name: its call manifest, where written),
+    the poor ones first; beyond OK_LINES samples, those that fit in one line."""
+    lines = {"poor": [], "ok": []}
+    for sample, path in manifests.items():
+        weighing = read_json(path).get("weighing") if Path(path).exists() else None
+        if weighing and (fit := weighing["composition_fit"]):
+            lines[fit["fit"]].append(fit_line(sample, weighing["composition"]["records"], fit))
+    if len(lines["ok"]) > OK_LINES:
+        lines["ok"] = [
+            f"{len(lines['ok'])} samples fit the calibration: q-values at the lower end of each one's viral "
+            "fraction interval (results/report/samples.tsv)"
+        ]
+    return lines["poor"] + lines["ok"]

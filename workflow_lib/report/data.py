@@ -168,6 +168,10 @@ WEIGHING_COLUMNS = (
     "unreliable_records",
     "records_passing_qvalue",
     "regions_passing_qvalue",
+    "viral_fraction_low",
+    "viral_fraction_high",
+    "composition_fit",
+    "composition_fit_statistic",
 )
 
 
@@ -176,8 +180,9 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
     chunks scored and called viral, the bases of the records called virus, and the viral regions
     inside records and their bases.
     With a calibration, each sample's estimated viral fraction of records (and whether it comes
-    from the sample or, with too few scored records, the calibration), and the records and regions
-    within call.max_qvalue."""
+    from the sample or, with too few scored records, the calibration), the records and regions
+    within call.max_qvalue, the estimate's interval and whether the calibration fits the sample
+    (empty where the calibration's fraction stood in)."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
@@ -192,6 +197,10 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
                 "records_passing_qvalue": passing.get("records_passing"),
                 "regions_passing_qvalue": passing.get("regions_passing"),
             }
+            fit = run["weighing"]["composition_fit"]
+            if fit is not None:
+                row["viral_fraction_low"], row["viral_fraction_high"] = records["interval"]
+                row |= {"composition_fit": fit["fit"], "composition_fit_statistic": fit["statistic"]}
         rows.append(row)
     weighed = [c for c in WEIGHING_COLUMNS if any(c in row for row in rows)]
     return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS, *weighed])
@@ -321,17 +330,21 @@ QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]
 
 
 def weighed_calls(sequences: str | Path, manifest: str | Path) -> dict:
-    """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus and its
-    estimated viral fraction, the sequences table read in blocks."""
+    """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus, its
+    estimated viral fraction with its interval and fit (None where the calibration's stood in), the
+    sequences table read in blocks."""
     passing, virnucpro = np.zeros(QVALUE_CUTOFFS.size, dtype=np.int64), 0
     for block in read_chunks(sequences, ["call", "qvalue"]):
         q = pd.to_numeric(block["qvalue"], errors="coerce").to_numpy()
         passing += (q[:, None] <= QVALUE_CUTOFFS).sum(axis=0)
         virnucpro += int((block["call"] == "virus").sum())
-    records = read_json(manifest)["weighing"]["composition"]["records"]
+    weighing = read_json(manifest)["weighing"]
+    records = weighing["composition"]["records"]
     return {
         "passing": passing.tolist(),
         "virnucpro": virnucpro,
         "viral_fraction_estimate": records["viral_fraction_estimate"],
+        "interval": records["interval"],
+        "fit": weighing["composition_fit"] and weighing["composition_fit"]["fit"],
         "from_sample": records["source"] == "sample",
     }

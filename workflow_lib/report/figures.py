@@ -209,7 +209,9 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     data = overview_data(summaries)
     write_tsv(data.counts, table)
     weighed = [
-        c for c in ("viral_fraction_estimate", "unreliable_records", "records_passing_qvalue") if c in data.counts
+        c
+        for c in ("viral_fraction_estimate", "composition_fit", "unreliable_records", "records_passing_qvalue")
+        if c in data.counts
     ]
     rows = data.counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
         **{"viral fraction": data.counts["virus"] / data.counts["records"].clip(lower=1)}
@@ -269,12 +271,17 @@ def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: 
     html_table(table, "classifier training", f"from {Path(metrics_path).name}", table_path)
 
 
+# bars of the samples' viral fractions, by composition_fit
+FIT_COLORS = {"ok": "#c0392b", "poor": "#e67e22"}
+
+
 def calibration_report(calibration_path: str | Path, samples: list[tuple[str, str, str]], path: str | Path) -> None:
     """Weighing the calls, in three panels: the calibration's reliability diagram (on chunks it did
     not learn from, cross-validated: the observed viral share against the classifier's score and
     against the calibrated probability, per tenth of the range; a dot's area follows its chunks);
-    each sample's estimated viral fraction; and per sample the records called viral at each q-value
-    cutoff against VirNucPro's calls (a cross). `samples`: (name, sequences table, manifest)."""
+    each sample's estimated viral fraction with its interval and fit; and per sample the records
+    called viral at each q-value cutoff against VirNucPro's calls (a cross). `samples`: (name,
+    sequences table, manifest)."""
     fitted = read_json(calibration_path)
     curves, errors = fitted["fitted_on"]["reliability"], fitted["fitted_on"]["held_out_calibration_error"]
     figure, axes = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")
@@ -294,11 +301,14 @@ def calibration_report(calibration_path: str | Path, samples: list[tuple[str, st
     shown = samples[:WEIGHED_SAMPLES_SHOWN]
     weighed = [weighed_calls(sequences, manifest) for _, sequences, manifest in shown]
     names = [_text(name) for name, _, _ in shown]
-    fractions = [w["viral_fraction_estimate"] for w in weighed]
-    colors = ["#c0392b" if w["from_sample"] else "#95a5a6" for w in weighed]
-    axes[1].barh(names[::-1], fractions[::-1], color=colors[::-1])
-    axes[1].set(xlabel="estimated viral fraction of records", xlim=(0, 1))
-    axes[1].set_title("per sample (grey: too few records, the calibration's)")
+    fractions = np.array([w["viral_fraction_estimate"] for w in weighed])
+    # the interval as error bars; none where the calibration's fraction stood in
+    ends = np.array([w["interval"] or [f, f] for w, f in zip(weighed, fractions)])
+    bars = np.abs(ends - fractions[:, None]).T
+    colors = [FIT_COLORS[w["fit"]] if w["from_sample"] else "#95a5a6" for w in weighed]
+    axes[1].barh(names[::-1], fractions[::-1], color=colors[::-1], xerr=bars[:, ::-1], capsize=3)
+    axes[1].set(xlabel="estimated viral fraction of records, 95% interval", xlim=(0, 1))
+    axes[1].set_title("per sample; orange: the calibration fits poorly\n(q-values at the interval's lower end)")
     for name, w in zip(names, weighed):
         line = axes[2].plot(QVALUE_CUTOFFS, w["passing"], marker="o", markersize=3, label=name)
         axes[2].scatter([0.5], [w["virnucpro"]], marker="x", color=line[0].get_color())
