@@ -145,7 +145,12 @@ def embed_tuning(wildcards):
 
 
 def embed_priority(wildcards):
-    pooled = {p["sample"] for p in pool_pieces(wildcards.pool)}
+    try:
+        pooled = {p["sample"] for p in pool_pieces(wildcards.pool)}
+    except IncompleteCheckpointException:
+        # an embed job asked for by its file before the plan exists: Snakemake makes the job again,
+        # with its samples known, once the plan is done (a priority function may not raise)
+        return job_resources.embed_priority(wildcards.pool, False)
     labelled = (SAMPLES.table.loc[list(pooled), "label"] != "").any()
     return job_resources.embed_priority(wildcards.pool, TRAINS_HERE and labelled)
 
