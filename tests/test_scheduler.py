@@ -224,3 +224,16 @@ def test_another_snakemake_is_told_in_one_line_what_its_mends_are_tested_with(mo
     assert line.startswith("Snakemake 9.99.0: ") and "\n" not in line
     assert "tested with 9.27.1 (all five applied" in line
     assert line.endswith("install snakemake==9.27.1 (requirements.txt) to be sure")
+
+
+def test_the_snakemake_code_the_mends_rely_on_is_the_code_they_were_written_for():
+    """An upgrade of the pinned Snakemake that changes a function the mends replace or rely on fails
+    here, naming it: re-read it against the mend, then record its new fingerprint."""
+    from workflow_lib.workflow import snakemake_patches
+
+    changed = {
+        target: snakemake_patches.source_fingerprint(target)
+        for target, fingerprint in snakemake_patches.PATCHED.items()
+        if snakemake_patches.source_fingerprint(target) != fingerprint
+    }
+    assert not changed, f"Snakemake's code under the mends changed (new fingerprints): {changed}"

@@ -83,3 +83,35 @@ def test_packages_are_small_and_say_what_they_own():
         assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{package} has no docstring"
     top = [path.name for path in (ROOT / "workflow_lib").glob("*.py")]
     assert top == ["__init__.py"], top
+
+
+# What may stand at the repository's root (tracked): a file left there by a stray command fails here.
+ROOT_ENTRIES = {
+    ".ci",
+    ".gitignore",
+    ".snakemake-workflow-catalog.yml",
+    "README.md",
+    "Snakefile",
+    "benchmarks",
+    "config",
+    "docs",
+    "envs",
+    "profiles",
+    "pyproject.toml",
+    "report",
+    "requirements.txt",
+    "resources",
+    "rules",
+    "run.sh",
+    "scripts",
+    "tests",
+    "workflow_lib",
+}
+
+
+def test_only_the_expected_entries_stand_at_the_root():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    entries = {line.split("/")[0] for line in tracked.splitlines()}
+    assert entries == ROOT_ENTRIES, (
+        f"unexpected: {sorted(entries - ROOT_ENTRIES)}; missing: {sorted(ROOT_ENTRIES - entries)}"
+    )

@@ -1,6 +1,7 @@
 """Five mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED,
 as requirements.txt and envs/ pin it), each a no-op where its target is missing; `mend_all` applies
-them and says in one line what another Snakemake does without them.
+them and says in one line what another Snakemake does without them. PATCHED fingerprints the
+Snakemake code they replace or rely on, which a test compares with the pinned Snakemake's.
 
 One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
 (`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
@@ -66,7 +67,10 @@ error ran 6, 3 and 1 times, 10.
 `retries_in_main_process` makes a rule's retries 0 in any other process than the main one.
 """
 
+import ast
+import hashlib
 import heapq
+import importlib.util
 import threading
 from collections import defaultdict
 from functools import partial
@@ -255,6 +259,36 @@ MENDS = {
     mend_needrun_mask: "a job behind an ancient() input can go untested while the job before it is due",
     retries_in_main_process: "a cluster job can be retried inside its own SLURM jobs as well",
 }
+
+
+# The Snakemake code that the mends replace or rely on, "module:Class.function", with the SHA-256 (first 16
+# hex digits) of its source in TESTED: tests/test_scheduler.py fails when the pinned Snakemake's differ, so
+# a Snakemake upgrade is a decision to re-read these functions, not a surprise.
+PATCHED = {
+    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": "41ba084422e3e8b4",
+    "snakemake.scheduling.job_scheduler:JobScheduler.schedule": "0bc9281c9eaf66d6",
+    "snakemake.scheduling.job_scheduler:JobScheduler.job_selector": "80c6e52e3dabebdd",
+    "snakemake.dag:DAG._update_group_components": "d6a0ea1266307cfe",
+    "snakemake.dag:DAG._check_groups": "24f9376fd7119b09",
+    "snakemake.dag:DAG.update_needrun": "1a9557752f560ad8",
+    "snakemake.dag:DAG.bfs": "95b93c3009fc0e6a",
+    "snakemake.rules:Rule.restart_times": "c45d536656ad31f7",
+    "snakemake.common:group_into_chunks": "e74dae2a65735371",
+}
+
+
+def source_fingerprint(target: str) -> str | None:
+    """The SHA-256 (16 hex digits) of a function's source as the installed Snakemake's file holds it,
+    read without importing it (a class already mended would show the mend); None where it is gone."""
+    module, _, qualname = target.partition(":")
+    source = open(importlib.util.find_spec(module).origin, encoding="utf-8").read()
+    node = ast.parse(source)
+    for name in qualname.split("."):
+        # a property's getter comes first, under the same name as its setter
+        node = next((child for child in node.body if getattr(child, "name", None) == name), None)
+        if node is None:
+            return None
+    return hashlib.sha256(ast.get_source_segment(source, node).encode()).hexdigest()[:16]
 
 
 def mend_all() -> str | None:
