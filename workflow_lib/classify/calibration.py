@@ -296,32 +296,11 @@ def fit(
     chunk_llr = METHODS[chosen](x, y) - logit(prior)
     # the record rule learns from held-out chunk LLRs, as the runs will meet them
     t, r, c, record_prior, window_loss = _record_rule(records, y, held_out[chosen] - logit(prior))
-    fitted_on = {
-        "chunks": int(y.size),
-        "viral_chunks": int(y.sum()),
-        "records": int(np.unique(records).size),
-        "held_out_log_loss": losses,
-        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
-        "held_out_calibration_error": {
-            "scores": calibration_error(y, np.asarray(max_score_virus, dtype=np.float64)),
-            chosen: calibration_error(y, expit(held_out[chosen])),
-        },
-        "reliability": {
-            "scores": reliability_curve(y, np.asarray(max_score_virus, dtype=np.float64)),
-            chosen: reliability_curve(y, expit(held_out[chosen])),
-        },
-        "windows_log_loss": window_loss,
-    }
-    limit = float("inf")
-    if atypicality is not None and np.isfinite(atypicality).any():
-        # a record is judged by its median chunk: the limit admits all but the most atypical 2% of the
-        # calibration's chunks and of its records' medians, so that its own records pass
-        per_record = pd.Series(atypicality).groupby(records).median()
-        quantiles = [
-            np.nanquantile(v, ATYPICAL_QUANTILE, method="higher") for v in (atypicality, per_record.to_numpy())
-        ]
-        limit = float(max(quantiles)) * ATYPICAL_MARGIN
-        fitted_on["records_unreliable"] = float((per_record > limit).mean())
+    fitted_on = _fitted_on(y, records, max_score_virus, held_out[chosen], losses, method, chosen)
+    fitted_on["windows_log_loss"] = window_loss
+    limit, unreliable = _atypicality_limit(atypicality, records)
+    if unreliable is not None:
+        fitted_on["records_unreliable"] = unreliable
     return Calibration(
         classifier_sha256=classifier_sha256,
         chunk_length=int(chunk_length),
@@ -338,6 +317,37 @@ def fit(
         # the map a sample meets, so that its chunks and these share one scale
         class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records),
     )
+
+
+def _fitted_on(y, records, max_score_virus, held_out, losses: dict, method: str, chosen: str) -> dict:
+    """What the calibration was fitted on, and how its chosen map did on held-out chunks against the
+    classifier's scores as they are."""
+    scores = np.asarray(max_score_virus, dtype=np.float64)
+    return {
+        "chunks": int(y.size),
+        "viral_chunks": int(y.sum()),
+        "records": int(np.unique(records).size),
+        "held_out_log_loss": losses,
+        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
+        "held_out_calibration_error": {
+            "scores": calibration_error(y, scores),
+            chosen: calibration_error(y, expit(held_out)),
+        },
+        "reliability": {"scores": reliability_curve(y, scores), chosen: reliability_curve(y, expit(held_out))},
+    }
+
+
+def _atypicality_limit(atypicality: np.ndarray | None, records: np.ndarray) -> tuple[float, float | None]:
+    """The atypicality beyond which a record is unreliable, and the share of the calibration's records
+    beyond it; infinite and None without atypicalities."""
+    if atypicality is None or not np.isfinite(atypicality).any():
+        return float("inf"), None
+    # a record is judged by its median chunk: the limit admits all but the most atypical 2% of the
+    # calibration's chunks and of its records' medians, so that its own records pass
+    per_record = pd.Series(atypicality).groupby(records).median()
+    quantiles = [np.nanquantile(v, ATYPICAL_QUANTILE, method="higher") for v in (atypicality, per_record.to_numpy())]
+    limit = float(max(quantiles)) * ATYPICAL_MARGIN
+    return limit, float((per_record > limit).mean())
 
 
 def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray) -> dict:
@@ -549,6 +559,24 @@ def composition_intervals(
     replicates = resampled @ chunks.astype(np.float64)
     share = estimate_prior(counts)
     fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal)
+    shares = _replicated_chunk_shares(counts, replicates, share, cal, rng)
+    record_share_of = functools.partial(record_share, weighted.sum(axis=0), total)
+    record_shares = ((resampled @ weighted) * expit(CENTRES + logit(shares)[:, None])).sum(axis=1)
+    record_shares /= np.maximum(resampled @ records, 1)
+    p = expit(CENTRES + logit(record_share_of(share)))
+    record_shares += rng.normal(0, np.sqrt((record_llrs * p * (1 - p)).sum()) / total, BOOTSTRAP_REPLICATES)
+    np.clip(record_shares, 0, 1, out=record_shares)
+    found = {"chunks": _interval(share, shares, fit, fit["most"])}
+    # the records' interval is at least as wide as the chunks' makes it
+    widest = [record_share_of(end) for end in found["chunks"]["interval"]]
+    found["records"] = _interval(record_share_of(share), record_shares, fit, record_share_of(fit["most"]), widest)
+    return found | {"fit": fit}
+
+
+def _replicated_chunk_shares(counts, replicates, share: float, cal: Calibration, rng) -> np.ndarray:
+    """The viral fraction of chunks in each bootstrap replicate: the estimate `share`, moved by how far
+    the replicate's mixture of the calibration's classes (redrawn) departs from the data's as they
+    are, in coarse bins of LLR."""
     # coarse bins: equal shares of the calibration's chunks of both classes together, each worth about
     # ten independent chunks of the smaller class at least: redrawn, a class of few records left most
     # bins empty, and empty bins, not the data, then made the replicates
@@ -564,27 +592,17 @@ def composition_intervals(
         effective = max(int(round(cal.class_llrs[name]["effective"])), 1)
         drawn.append((share_of_bins, rng.multinomial(effective, share_of_bins, BOOTSTRAP_REPLICATES) / effective))
     as_is = mixture_priors(coarse(counts)[None, :], drawn[0][0][None, :], drawn[1][0][None, :])[0]
-    shares = np.clip(share + mixture_priors(coarse(replicates), drawn[0][1], drawn[1][1]) - as_is, 0, 1)
-    record_share_of = functools.partial(record_share, weighted.sum(axis=0), total)
-    record_shares = ((resampled @ weighted) * expit(CENTRES + logit(shares)[:, None])).sum(axis=1)
-    record_shares /= np.maximum(resampled @ records, 1)
-    p = expit(CENTRES + logit(record_share_of(share)))
-    record_shares += rng.normal(0, np.sqrt((record_llrs * p * (1 - p)).sum()) / total, BOOTSTRAP_REPLICATES)
-    np.clip(record_shares, 0, 1, out=record_shares)
-    tails = np.array([(1 - INTERVAL_LEVEL) / 2, (1 + INTERVAL_LEVEL) / 2])
-    found = {}
-    for name, estimate, replicated in (
-        ("chunks", share, shares),
-        ("records", record_share_of(share), record_shares),
-    ):
-        low, high = np.quantile(replicated, tails)
-        if name == "records":  # and at least as wide as the chunks' interval makes it
-            low, high = (
-                min(low, record_share_of(found["chunks"]["interval"][0])),
-                max(high, record_share_of(found["chunks"]["interval"][1])),
-            )
-        low, high = min(low, estimate), max(high, estimate)
-        if fit["fit"] == "poor":  # the sample's non-viral chunks may score like its viral ones: none may be viral
-            low, high = 0.0, max(high, fit["most"] if name == "chunks" else record_share_of(fit["most"]))
-        found[name] = {"viral_fraction_estimate": estimate, "interval": [float(low), float(high)]}
-    return found | {"fit": fit}
+    return np.clip(share + mixture_priors(coarse(replicates), drawn[0][1], drawn[1][1]) - as_is, 0, 1)
+
+
+def _interval(estimate: float, replicated: np.ndarray, fit: dict, most: float, widest=None) -> dict:
+    """The estimate and the middle INTERVAL_LEVEL of its replicates, widened to hold the estimate (and
+    `widest`); where the fit is poor the sample's non-viral chunks may score like its viral ones, so
+    none may be viral: from 0 to at most `most`."""
+    low, high = np.quantile(replicated, [(1 - INTERVAL_LEVEL) / 2, (1 + INTERVAL_LEVEL) / 2])
+    if widest is not None:
+        low, high = min(low, widest[0]), max(high, widest[1])
+    low, high = min(low, estimate), max(high, estimate)
+    if fit["fit"] == "poor":
+        low, high = 0.0, max(high, most)
+    return {"viral_fraction_estimate": estimate, "interval": [float(low), float(high)]}
