@@ -23,7 +23,7 @@ from workflow_lib.harness.measure import header, print_figures, print_progress, 
 FORWARD = """
 import json, pathlib, sys, time, torch
 from workflow_lib.models import esm, esm_loading, varlen
-from workflow_lib.workflow import demo_models
+from workflow_lib.models import demo_models
 layers, dim, heads = map(int, sys.argv[3].split(","))
 device = torch.device(sys.argv[4])
 dtype = torch.float16 if device.type == "cuda" else torch.float32

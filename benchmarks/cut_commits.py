@@ -26,7 +26,7 @@ from helpers import EMBEDDING_TOLERANCE  # noqa: E402
 from workflow_lib.embed.loader import ShardIndex  # noqa: E402
 from workflow_lib.harness.measure import header, print_figures, print_progress  # noqa: E402
 from workflow_lib.harness.stages import GENOMES, READS_PER_FRAME, embed_command, prepared_reads  # noqa: E402
-from workflow_lib.workflow import demo_models  # noqa: E402
+from workflow_lib.models import demo_models  # noqa: E402
 
 UNREADABLE = re.compile(r"(part_\d+\.npz): unreadable \(.*\); its frames are embedded again")
 OPTIONS = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0, "progress_seconds": 600}  # a commit a batch

@@ -26,9 +26,8 @@ import torch
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.harness.measure import header, print_figures
 from workflow_lib.harness.stages import DEFAULTS, GENOMES, embed_into, embed_settings, prepared_reads
-from workflow_lib.models import dnabert_loading, esm, esm_loading
+from workflow_lib.models import demo_models, dnabert_loading, esm, esm_loading
 from workflow_lib.models.tokens import ESMTokens
-from workflow_lib.workflow import demo_models
 
 
 def loader_rate(index: ShardIndex, encode, budget: int, workers: int) -> dict:

@@ -66,7 +66,7 @@ from gpu_speed import model_alone, speed, workflow
 
 from workflow_lib.embed.job import set_allocator_conf
 from workflow_lib.harness.measure import header, print_figures
-from workflow_lib.workflow import demo_models
+from workflow_lib.models import demo_models
 
 TINY_ESM = {
     "t2": {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True},

@@ -15,9 +15,8 @@ from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import PRECISIONS
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.harness.stages import GENOMES, ROOT, prepared_reads
-from workflow_lib.models import dnabert, dnabert_loading, esm, varlen
+from workflow_lib.models import demo_models, dnabert, dnabert_loading, esm, varlen
 from workflow_lib.models.tokens import ESMTokens
-from workflow_lib.workflow import demo_models
 
 
 def feed_embeddings(embedder, encoded: list[np.ndarray], budget: int, device: torch.device) -> np.ndarray:

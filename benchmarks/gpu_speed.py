@@ -31,9 +31,8 @@ from gpu_correctness import agreement, feed_embeddings
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.harness.measure import snakemake
 from workflow_lib.harness.stages import GENOMES, prepared_reads, write_reads
-from workflow_lib.models import classifier, dnabert, esm, esm_loading, varlen
+from workflow_lib.models import classifier, demo_models, dnabert, esm, esm_loading, varlen
 from workflow_lib.models.tokens import ESMTokens
-from workflow_lib.workflow import demo_models
 
 # dense FP16/BF16 tensor cores, by device name (the first that the name holds)
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}

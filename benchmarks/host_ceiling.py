@@ -46,8 +46,8 @@ from workflow_lib.harness.stages import (
     tokenize_into,
 )
 from workflow_lib.io import h5store
+from workflow_lib.models import demo_models
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
-from workflow_lib.workflow import demo_models
 
 WIDTH = {"esm": 2560, "dnabert": 768}  # the production models'
 # --one-layer: models with real attention and almost no other compute

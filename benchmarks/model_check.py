@@ -23,7 +23,7 @@ import torch
 from workflow_lib.harness.measure import header, measured, print_figures, print_progress
 from workflow_lib.harness.stages import ROOT
 from workflow_lib.io.checksums import describe_kept
-from workflow_lib.workflow import demo_models
+from workflow_lib.models import demo_models
 
 DNABERT = ROOT / "tests" / "data" / "dnabert_s_tiny"
 

@@ -25,8 +25,7 @@ import torch
 
 from workflow_lib.harness.measure import header, measured, print_figures, print_progress
 from workflow_lib.harness.stages import ROOT
-from workflow_lib.models import esm_loading
-from workflow_lib.workflow import demo_models
+from workflow_lib.models import demo_models, esm_loading
 
 SHAPES = {"tiny": demo_models.ESM_CONFIG, **demo_models.ESM2_SHAPES}
 # In the child: the seconds of loading alone (Python and torch imported), then of loading and reading

@@ -34,8 +34,8 @@ from workflow_lib.harness.stages import (
 )
 from workflow_lib.io import h5store
 from workflow_lib.io.tables import write_json
+from workflow_lib.models.demo_models import ESM_CONFIG, build_esm
 from workflow_lib.report.figures import SampleFigures
-from workflow_lib.workflow.demo_models import ESM_CONFIG, build_esm
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
 SUFFIX = {"dnabert": "fna", "esm": "faa"}

@@ -22,7 +22,7 @@ import numpy as np
 
 from workflow_lib.harness.measure import header, print_figures, print_progress
 from workflow_lib.harness.stages import GENOMES, READS_PER_FRAME, embed_command, prepared_reads
-from workflow_lib.workflow import demo_models
+from workflow_lib.models import demo_models
 
 STOPPED = re.compile(r"stopped after ([\d,]+) of [\d,]+ frames; they are committed")
 

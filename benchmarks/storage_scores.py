@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib.classify.train import load_examples, train
 from workflow_lib.harness.measure import header, print_figures
 from workflow_lib.harness.stages import (
     GENOMES,
@@ -28,7 +27,8 @@ from workflow_lib.harness.stages import (
 from workflow_lib.io import h5store
 from workflow_lib.io.tables import read_table
 from workflow_lib.models import classifier
-from workflow_lib.workflow.demo_models import build_in
+from workflow_lib.models.demo_models import build_in
+from workflow_lib.training.train import load_examples, train
 
 VIRUSES = ("phage", "lambda", "phiX174")
 

@@ -24,9 +24,8 @@ import yaml
 
 from workflow_lib.harness.measure import header, print_figures, print_progress, snakemake
 from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
-from workflow_lib.models import classifier
+from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
-from workflow_lib.workflow import demo_models
 
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
 DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}

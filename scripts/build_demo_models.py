@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from workflow_lib.cli.errors import run_cli
-from workflow_lib.workflow.demo_models import build
+from workflow_lib.models.demo_models import build
 
 
 def main() -> None:

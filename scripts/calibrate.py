@@ -2,9 +2,9 @@
 
 import argparse
 
-from workflow_lib.classify.calibrate import Labelled, calibrate
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
+from workflow_lib.training.calibrate import Labelled, calibrate
 
 
 def main() -> None:

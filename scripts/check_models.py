@@ -5,7 +5,7 @@ import argparse
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import CheckModelsSettings, add_arguments, from_arguments
-from workflow_lib.workflow.check_models import check_models
+from workflow_lib.models.check_models import check_models
 
 
 def main() -> None:

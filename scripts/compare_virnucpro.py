@@ -3,8 +3,8 @@
 import argparse
 import json
 
-from workflow_lib.classify.compare import compare
 from workflow_lib.cli.errors import run_cli
+from workflow_lib.report.compare import compare
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import EmbedSettings, add_arguments, from_arguments
 from workflow_lib.cli.threads import use_threads
 from workflow_lib.embed.job import embed_shard
-from workflow_lib.workflow.check_models import known_checksums
+from workflow_lib.models.check_models import known_checksums
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import re
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import FetchSettings, add_arguments, from_arguments
-from workflow_lib.workflow.fetch_models import fetch_models
+from workflow_lib.models.fetch_models import fetch_models
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import TokenizeSettings, add_arguments
 from workflow_lib.embed.stored_tokens import tokenize_shard
-from workflow_lib.workflow.check_models import known_checksums
+from workflow_lib.models.check_models import known_checksums
 
 
 def main() -> None:

@@ -2,11 +2,11 @@
 
 import argparse
 
-from workflow_lib.classify.train import train_classifier
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import TrainSettings, add_arguments, from_arguments
 from workflow_lib.cli.threads import use_threads
+from workflow_lib.training.train import train_classifier
 
 
 def main() -> None:

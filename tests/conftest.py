@@ -15,7 +15,7 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny seeded demo models, in their real on-disk formats."""
-    from workflow_lib.workflow.demo_models import build_in
+    from workflow_lib.models.demo_models import build_in
 
     return build_in(tmp_path_factory.mktemp("demo_models"), [GENOMES / "lambda_NC_001416.fasta"], seed=0)
 

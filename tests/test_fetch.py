@@ -25,7 +25,7 @@ from model_server import ModelServer
 from workflow_lib.cli.errors import InputError
 from workflow_lib.harness.stages import DEFAULTS, embed_command
 from workflow_lib.models import classifier
-from workflow_lib.workflow.fetch_models import fetch_models
+from workflow_lib.models.fetch_models import fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
 ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"

@@ -10,7 +10,7 @@ from test_bad_input import PHIX, dry_run
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models import classifier
-from workflow_lib.workflow.check_models import check_models
+from workflow_lib.models.check_models import check_models
 
 SHEET = f"sample\tpath\nphix\t{PHIX}\n"
 

@@ -22,6 +22,7 @@ from workflow_lib.models import (
     checkpoints,
     classifier,
     classifier_chunks,
+    demo_models,
     dnabert,
     dnabert_loading,
     esm,
@@ -29,7 +30,6 @@ from workflow_lib.models import (
     varlen,
 )
 from workflow_lib.models.checkpoints import is_local
-from workflow_lib.workflow import demo_models
 
 CPU = torch.device("cpu")
 # 1 residue, fair-esm's usual truncation (1022), VirNucPro's pooling limit (1024) and past both,

@@ -11,7 +11,12 @@ import pytest
 import torch
 from helpers import ROOT, read_tsv
 
-from workflow_lib.classify.train import (
+from workflow_lib.cli.errors import InputError
+from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
+from workflow_lib.io import h5store
+from workflow_lib.io.seqio import read_records
+from workflow_lib.models.classifier import MLPClassifier
+from workflow_lib.training.train import (
     Examples,
     cross_fitted_scores,
     fit,
@@ -22,11 +27,6 @@ from workflow_lib.classify.train import (
     split,
     virus_scores,
 )
-from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
-from workflow_lib.io import h5store
-from workflow_lib.io.seqio import read_records
-from workflow_lib.models.classifier import MLPClassifier
 
 # Each sample's 46 to 75 frames (4,659 to 7,604 tokens) fill 2 to 4 shards of 2,500 tokens.
 RECORDS, RECORD_LENGTH, SHARD_TOKENS = 4, 6000, 2500

@@ -1,5 +1,6 @@
 """Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier, their
-tokenizers, checkpoints and attention over packed rows.
+tokenizers, checkpoints and attention over packed rows; and the tooling of their files: fetching
+them into the cache, checking them, building the tiny demo models.
 
 The two embedding models share one interface, by the names the config and the HDF5 files use:
 each one's loading module (esm_loading, dnabert_loading; their forwards are in esm and dnabert)

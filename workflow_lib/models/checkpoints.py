@@ -16,7 +16,7 @@ from workflow_lib.cli.errors import InputError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MANIFEST = "fetched.json"  # what fetch_models fetched, in models.cache_dir
-# The tiny random demo models (workflow_lib/workflow/demo_models.py), by name: a report flags their results.
+# The tiny random demo models (workflow_lib/models/demo_models.py), by name: a report flags their results.
 DEMO_ESM, DEMO_DNABERT = "esm2_t2_demo", "dnabert_s_demo"
 DEMO_FILES = (f"{DEMO_ESM}.pt", DEMO_DNABERT)
 # fair-esm's ESM-2 models: layers, embedding size (here, not in esm.py: the Snakefile checks the
