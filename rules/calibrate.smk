@@ -5,10 +5,9 @@ if len(SAMPLES.calibration):
 
     rule calibrate:
         input:
-            samples=lambda wildcards: [
-                f for files in calibration_inputs() for f in files
-            ],
-            check=MODEL_CHECK,
+            # read as the samples' --sample options
+            lambda wildcards: [f for files in calibration_inputs() for f in files],
+            MODEL_CHECK,
         output:
             calibration="results/calibration/calibration.json",
         log:
@@ -21,9 +20,11 @@ if len(SAMPLES.calibration):
         # holds a score and a label per chunk of the calibration samples (tens of bytes a chunk) and
         # fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md)
         resources:
-            mem_mb=by_input(2000, 200, ["samples"]),
-            runtime=by_input(30, 10, ["samples"]),
+            mem_mb=by_input(2000, 200),
+            runtime=by_input(30, 10),
+            tuning=tuning_of(CalibrateSettings),
         params:
+            files=named_files,
             samples=lambda wildcards: cli(
                 sample=[
                     (s, SAMPLES.calibration.loc[s, "label"], *files)
@@ -32,15 +33,11 @@ if len(SAMPLES.calibration):
                     )
                 ]
             ),
-            settings=lambda wildcards: cli(
-                chunk_length=config["chunk_length"],
-                method=config["calibration"]["method"],
-                progress_seconds=config["progress_seconds"],
-            ),
+            settings=settings_of(CalibrateSettings),
         shell:
             script_job(
                 "calibrate",
-                "{params.samples} {params.settings} --output {output.calibration:q}",
+                "{params.files} {params.samples} {params.settings} {resources.tuning}",
             )
 
 else:

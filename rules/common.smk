@@ -17,10 +17,12 @@ sys.path.insert(0, ROOT)
 from workflow_lib.cli.errors import full_disk_here
 from workflow_lib.cli.settings import (
     MODELS,
+    CalibrateSettings,
     CallSettings,
     CheckModelsSettings,
     EmbedSettings,
     FetchSettings,
+    PlanSettings,
     PlotSampleSettings,
     PredictSettings,
     PrepareSettings,
@@ -50,6 +52,7 @@ TRAINS_HERE = model_files.trains_here(config, SAMPLES.labelled)
 script_job = functools.partial(job_commands.script_job, ROOT)
 settings_of = functools.partial(job_commands.settings_of, config=config)
 tuning_of = functools.partial(job_commands.tuning_of, config=config)
+named_files = job_commands.named_files
 
 
 wildcard_constraints:

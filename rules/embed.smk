@@ -2,8 +2,8 @@
 # after the other. A pool of one sample's shard needs none: its jobs read prepare's shard.
 rule pool_shard:
     input:
-        shards=pooled_shard_dirs,
-        plan=pool_plan,
+        pooled_shard_dirs,  # read as its --piece options
+        pool_plan,
     output:
         fna=temp_unless_kept("results/shards/shard_{pool}.fna"),
         faa=temp_unless_kept("results/shards/shard_{pool}.faa"),
@@ -17,12 +17,10 @@ rule pool_shard:
         mem_mb=500,
         runtime=30,
     params:
+        files=named_files,
         pieces=pooled_pieces,
     shell:
-        script_job(
-            "pool_shard",
-            "{params.pieces} --fna {output.fna:q} --faa {output.faa:q}",
-        )
+        script_job("pool_shard", "{params.files} {params.pieces}")
 
 
 # A shard's DNABERT-S tokens, made once in a CPU job: tokenising in the embed job's loader workers

@@ -41,14 +41,11 @@ rule predict:
         runtime=by_input(10, 10),
         tuning=tuning_of(PredictSettings),
     params:
-        calibration=lambda wildcards, input: cli(calibration=input.calibration or None),
+        files=named_files,
     shell:
         script_job(
             "predict",
-            "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--sample {wildcards.sample:q} --scores {input.scores:q} --frames {output.frames:q} --chunks {output.chunks:q} "
-            "--scoring {output.scoring:q} --virnucpro {output.virnucpro:q} {params.calibration} "
-            "{resources.tuning}",
+            "{params.files} --sample {wildcards.sample:q} {resources.tuning}",
         )
 
 

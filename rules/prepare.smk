@@ -42,11 +42,11 @@ rule prepare:
 # concatenates small tables.
 checkpoint plan:
     input:
+        plan_check,  # ancient while the plan is current: a classifier swap reruns the check
         shard_tables=lambda wildcards: expand(
             rules.prepare.output.shard_table,
             sample=SAMPLES.of_generation(wildcards.generation),
         ),
-        check=plan_check,  # ancient while the plan is current: a classifier swap reruns the check
     output:
         plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",
     log:
@@ -56,15 +56,13 @@ checkpoint plan:
     conda:
         "../envs/cpu.yaml"
     params:
-        samples=lambda wildcards, input: cli(
-            sample=list(
-                zip(SAMPLES.of_generation(wildcards.generation), input.shard_tables)
-            )
+        files=named_files,
+        samples=lambda wildcards: cli(
+            sample=SAMPLES.of_generation(wildcards.generation)
         ),
-        shard_tokens=config["shard_tokens"],
+        settings=settings_of(PlanSettings),
     shell:
         script_job(
             "plan",
-            "{params.samples} --shard-tokens {params.shard_tokens} "
-            "--generation {wildcards.generation} --output {output.plan:q}",
+            "{params.files} {params.samples} --generation {wildcards.generation} {params.settings}",
         )

@@ -69,7 +69,7 @@ SAMPLE_PAGES = {
         "Predictions",
         "top sequences table",
     ),
-    "input": ("input.png", "input.rst", "Input", "input statistics"),
+    "input_statistics": ("input.png", "input.rst", "Input", "input statistics"),
     "throughput": (
         "throughput.png",
         "throughput.rst",
@@ -103,16 +103,12 @@ rule plot_sample:
         mem_mb=2000,
         runtime=by_input(10, 3),
     params:
+        files=named_files,
         settings=settings_of(PlotSampleSettings),
     shell:
         script_job(
             "plot_sample",
-            "--sample {wildcards.sample:q} --frames {input.frames:q} --chunks {input.chunks:q} "
-            "--sequences {input.sequences:q} --regions {input.regions:q} "
-            "--prepared-frames {input.prepared_frames:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--summary {input.summary:q} "
-            f"{job_commands.file_options('output', SAMPLE_PAGES, '-out')} "
-            "{params.settings}",
+            "{params.files} --sample {wildcards.sample:q} {params.settings}",
         )
 
 
@@ -137,12 +133,10 @@ rule overview:
     resources:
         mem_mb=by_input(1000, 1024),
         runtime=10,
+    params:
+        files=named_files,
     shell:
-        script_job(
-            "overview",
-            "--summaries {input.summaries:q} --output {output.page:q} --table {output.table:q} "
-            "--recorded {output.recorded:q}",
-        )
+        script_job("overview", "{params.files}")
 
 
 rule plot_training:
@@ -171,11 +165,10 @@ rule plot_training:
     resources:
         mem_mb=1000,
         runtime=10,
+    params:
+        files=named_files,
     shell:
-        script_job(
-            "plot_training",
-            "--metrics {input.metrics:q} --roc {output.roc:q} --table {output.table:q}",
-        )
+        script_job("plot_training", "{params.files}")
 
 
 rule plot_calibration:
@@ -200,11 +193,7 @@ rule plot_calibration:
         mem_mb=1000,
         runtime=by_input(10, 2, ["sequences"]),
     params:
-        samples=lambda wildcards, input: cli(
-            sample=list(zip(SAMPLES.sheet, input.sequences, input.manifests))
-        ),
+        files=named_files,
+        samples=cli(sample=SAMPLES.sheet),
     shell:
-        script_job(
-            "plot_calibration",
-            "--calibration {input.calibration:q} {params.samples} --output {output.figure:q}",
-        )
+        script_job("plot_calibration", "{params.files} {params.samples}")

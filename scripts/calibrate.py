@@ -4,6 +4,7 @@ import argparse
 
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import CalibrateSettings, add_arguments, from_arguments
 from workflow_lib.training.calibrate import Labelled, calibrate
 
 
@@ -18,12 +19,8 @@ def main() -> None:
         help="one labelled sample: its name, virus|other, prepare's frames and sequences tables, its shards' "
         "(pooled) scores files",
     )
-    parser.add_argument("--chunk-length", type=int, required=True, help="config chunk_length")
-    parser.add_argument(
-        "--method", choices=("auto", "platt", "isotonic"), default="auto", help="config calibration.method"
-    )
-    parser.add_argument("--output", required=True, help="the calibration JSON to write")
-    parser.add_argument("--progress-seconds", type=float, default=30, help="config progress_seconds")
+    parser.add_argument("--calibration", required=True, help="the calibration JSON to write")
+    add_arguments(parser, CalibrateSettings)
     args = parser.parse_args()
     if any(len(s) < 5 for s in args.sample):
         parser.error("--sample takes a name, a label, a frames table, a sequences table and at least one scores file")
@@ -31,7 +28,8 @@ def main() -> None:
     samples = [
         Labelled(name, label, frames, sequences, scores) for name, label, frames, sequences, *scores in args.sample
     ]
-    calibrate(samples, args.chunk_length, args.method, args.output, args.progress_seconds)
+    settings = from_arguments(CalibrateSettings, args)
+    calibrate(samples, settings.chunk_length, settings.method, args.calibration, settings.progress_seconds)
 
 
 if __name__ == "__main__":

@@ -5,26 +5,29 @@ import logging
 
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
+from workflow_lib.cli.settings import PlanSettings, add_arguments, from_arguments
 from workflow_lib.prepare.plan import write_plan
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--sample", nargs=2, action="append", required=True, metavar=("NAME", "SHARDS_TABLE"), help="once per sample"
-    )
-    parser.add_argument("--shard-tokens", type=int, required=True, help="ESM-2 tokens a pool holds at most")
+    parser.add_argument("--sample", action="append", required=True, help="a sample's name, once per sample")
+    parser.add_argument("--shard-tables", nargs="+", required=True, help="prepare's shards table of each sample")
     parser.add_argument("--generation", type=int, default=0, help="the samples' generation (names the pools)")
-    parser.add_argument("--output", required=True, help="the plan to write (TSV)")
+    parser.add_argument("--plan", required=True, help="the plan to write (TSV)")
+    add_arguments(parser, PlanSettings)
     args = parser.parse_args()
+    if len(args.sample) != len(args.shard_tables):
+        parser.error("--sample (once per sample) and --shard-tables name as many samples")
     setup_logging()
-    counts = write_plan([tuple(pair) for pair in args.sample], args.shard_tokens, args.output, args.generation)
+    settings = from_arguments(PlanSettings, args)
+    counts = write_plan(list(zip(args.sample, args.shard_tables)), settings.shard_tokens, args.plan, args.generation)
     logging.getLogger("workflow").info(
         "%d shards of %d samples in %d pools, planned in %s",
         counts["shards"],
         len(args.sample),
         counts["pools"],
-        args.output,
+        args.plan,
     )
 
 

@@ -10,17 +10,14 @@ from workflow_lib.report.figures import calibration_report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calibration", required=True, help="the calibration JSON (models.calibration)")
-    parser.add_argument(
-        "--sample",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("NAME", "SEQUENCES", "MANIFEST"),
-        help="a weighed sample: its name, sequences table and manifest (call's)",
-    )
-    parser.add_argument("--output", required=True, help="the figure to write (PNG)")
+    parser.add_argument("--sample", action="append", required=True, help="a weighed sample's name, once per sample")
+    parser.add_argument("--sequences", nargs="+", required=True, help="call's sequences table of each sample")
+    parser.add_argument("--manifests", nargs="+", required=True, help="call's manifest of each sample")
+    parser.add_argument("--figure", required=True, help="the figure to write (PNG)")
     args = parser.parse_args()
-    calibration_report(args.calibration, [tuple(s) for s in args.sample], args.output)
+    if not len(args.sample) == len(args.sequences) == len(args.manifests):
+        parser.error("--sample (once per sample), --sequences and --manifests name as many samples")
+    calibration_report(args.calibration, list(zip(args.sample, args.sequences, args.manifests)), args.figure)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import os
 import shlex
 
 import pandas as pd
+import pytest
 from helpers import ROOT
 from snakemake.io import is_flagged
-from snakemake.iocontainers import InputFiles, Wildcards
+from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
 from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
@@ -131,16 +132,20 @@ def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
     ]
 
 
-def test_file_options_are_the_named_files_as_the_scripts_take_them():
-    # plot_sample's outputs, as its rule wrote them out before they were named once
-    names = ["scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"]
-    assert job_commands.file_options("output", names, "-out") == (
-        "--scores-out {output.scores:q} --calls-out {output.calls:q} "
-        "--top-sequences-out {output.top_sequences:q} --top-regions-out {output.top_regions:q} "
-        "--table-out {output.table:q} --input-out {output.input:q} "
-        "--throughput-out {output.throughput:q}"
-    )
-    assert job_commands.file_options("input", ["prepared_frames"]) == "--prepared-frames {input.prepared_frames:q}"
+def test_a_jobs_named_files_are_its_scripts_options():
+    """A rule names each file once: the job's named inputs and outputs become the script's options,
+    lists as their paths, none left out; what a job only waits for goes unnamed."""
+    input = InputFiles(["a b.tsv", "x.h5", "y.h5", "plan.tsv"])
+    input._set_name("prepared_frames", 0)
+    input._set_name("scores", 1, 3)
+    input._set_name("calibration", 3, 3)  # none: no option
+    output = OutputFiles(["out.tsv"])
+    output._set_name("chunks", 0)
+    options = job_commands.named_files(None, input, output)
+    assert shlex.split(options) == ["--prepared-frames", "a b.tsv", "--scores", "x.h5", "y.h5", "--chunks", "out.tsv"]
+    output._set_name("scores", 0)
+    with pytest.raises(ValueError, match="share the name scores"):
+        job_commands.named_files(None, input, output)
 
 
 def test_settings_reach_the_job_as_params_or_as_a_resource():

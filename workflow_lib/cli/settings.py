@@ -217,6 +217,13 @@ class PrepareSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanSettings:
+    """Pack a generation of samples' shards into pooled shards."""
+
+    shard_tokens: int = setting("shard_tokens", check=positive)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenizeSettings:
     """Tokenise a shard's nucleotides for DNABERT-S."""
 
@@ -292,6 +299,15 @@ class TrainSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class CalibrateSettings:
+    """Fit a calibration for the classifier from labelled samples' scores."""
+
+    chunk_length: int = setting("chunk_length")  # recorded in the calibration
+    method: Literal["auto", "platt", "isotonic"] = setting("calibration.method")
+    progress_seconds: float = PROGRESS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class FetchSettings:
     """Download the configured models into the cache directory."""
 
@@ -329,11 +345,13 @@ STAGES = (
     FetchSettings,
     CheckModelsSettings,
     PrepareSettings,
+    PlanSettings,
     TokenizeSettings,
     EmbedSettings,
     ScoreSettings,
     PredictSettings,
     CallSettings,
     TrainSettings,
+    CalibrateSettings,
     PlotSampleSettings,
 )

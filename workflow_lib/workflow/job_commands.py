@@ -1,5 +1,5 @@
-"""The rules' shell commands: a script run through scripts/run_logged.sh, the stage's settings from
-the config, options of a rule's named files, and the config a run summary records."""
+"""The rules' shell commands: a script run through scripts/run_logged.sh, the job's named files as its
+options (`named_files`), the stage's settings from the config, and the config a run summary records."""
 
 import copy
 import functools
@@ -39,10 +39,20 @@ def tuning_of(declaration, config: dict):
     return lambda wildcards: options(declaration, config, results=False, model=wildcards.get("model"))
 
 
-def file_options(directive: str, names, suffix: str = "") -> str:
-    """A shell template of an option per named file of the rule's `directive` (input, output):
-    --NAME{suffix} {directive.NAME:q}, underscores as dashes."""
-    return " ".join(f"--{name.replace('_', '-')}{suffix} {{{directive}.{name}:q}}" for name in names)
+def named_files(wildcards, input, output) -> str:
+    """params: each named input and output of the job as the script takes it, --NAME PATH... (a list
+    as its paths one after another, an empty one left out; underscores as dashes), so that a rule
+    names each file once: what a job depends on but does not read goes unnamed. Snakemake compares
+    params, but a job's own paths change only with the job."""
+    inputs, outputs = dict(input.items()), dict(output.items())
+    if shared := inputs.keys() & outputs.keys():
+        raise ValueError(f"an input and an output share the name {sorted(shared)[0]}: rename one")
+    words = []
+    for name, value in (inputs | outputs).items():
+        paths = [value] if isinstance(value, str) else list(value)
+        if paths:
+            words.append(f"--{name.replace('_', '-')} {shlex.join(map(str, paths))}")
+    return " ".join(words)
 
 
 def result_config(config: dict) -> dict:
