@@ -129,8 +129,8 @@ def main() -> None:
     for name in ("frames", "chunks", "sequences", "regions", "prepared_frames", "prepared_sequences"):
         plot += [f"--{name.replace('_', '-')}", str(folder / f"{name}.{'tsv.gz' if 'prepared' in name else 'tsv'}")]
     plot += ["--summary", str(folder / "run_summary.json")]
-    for name in ("scores", "calls", "top_sequences", "top_regions", "table", "input_statistics", "throughput"):
-        plot += [f"--{name.replace('_', '-')}", str(out / f"{name}.{'html' if name == 'table' else 'png'}")]
+    for name in ("scores", "calls", "top_sequences", "top_regions", "table", "input", "throughput"):
+        plot += [f"--{name.replace('_', '-')}-page", str(out / f"{name}.{'html' if name == 'table' else 'png'}")]
     tables_mb = sum(f.stat().st_size for f in folder.glob("*.tsv*")) / 1e6
     result = header("report_memory") | {"records": args.records, "tables_mb": round(tables_mb, 1)}
     print_figures(result | {"summarize": measured(summarize), "plot_sample": measured(plot)})

@@ -46,31 +46,36 @@ rule summarize:
         )
 
 
-# plot_sample's outputs, each given as --NAME-out: (file in results/{sample}/report/, caption in
+# plot_sample's outputs, the figures' names with _page: (file in results/{sample}/report/, caption in
 # report/, category, label) of the sample's pages of the report
 SAMPLE_PAGES = {
-    "scores": ("scores.png", "scores.rst", "Predictions", "virus score distributions"),
-    "calls": ("calls.png", "calls.rst", "Predictions", "calls"),
-    "top_sequences": (
+    "scores_page": (
+        "scores.png",
+        "scores.rst",
+        "Predictions",
+        "virus score distributions",
+    ),
+    "calls_page": ("calls.png", "calls.rst", "Predictions", "calls"),
+    "top_sequences_page": (
         "top_sequences.png",
         "top_sequences.rst",
         "Predictions",
         "top sequences along their length",
     ),
-    "top_regions": (
+    "top_regions_page": (
         "top_regions.png",
         "top_regions.rst",
         "Predictions",
         "strongest viral regions along their records",
     ),
-    "table": (
+    "table_page": (
         "sequences.html",
         "sequences_table.rst",
         "Predictions",
         "top sequences table",
     ),
-    "input_statistics": ("input.png", "input.rst", "Input", "input statistics"),
-    "throughput": (
+    "input_page": ("input.png", "input.rst", "Input", "input statistics"),
+    "throughput_page": (
         "throughput.png",
         "throughput.rst",
         "Embedding",

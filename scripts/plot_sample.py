@@ -14,12 +14,12 @@ def main() -> None:
     for name in SampleTables._fields:
         parser.add_argument(f"--{name.replace('_', '-')}", required=True, help=f"the sample's {name} (read)")
     for name in SampleFigures._fields:
-        parser.add_argument(f"--{name.replace('_', '-')}", required=True, help=f"the {name} figure (written)")
+        parser.add_argument(f"--{name.replace('_', '-')}-page", required=True, help=f"the {name} figure (written)")
     add_arguments(parser, PlotSampleSettings)
     parsed = parser.parse_args()
     settings, args = from_arguments(PlotSampleSettings, parsed), vars(parsed)
     tables = SampleTables(*(Path(args[name]) for name in SampleTables._fields))
-    figures = SampleFigures(*(Path(args[name]) for name in SampleFigures._fields))
+    figures = SampleFigures(*(Path(args[f"{name}_page"]) for name in SampleFigures._fields))
     sample_report(args["sample"], tables, figures, settings)
 
 

@@ -41,7 +41,7 @@ class SampleFigures(NamedTuple):
     top_sequences: Path  # PNG: the top sequences chunk by chunk
     top_regions: Path  # PNG: the records with the strongest regions, chunk by chunk, regions marked
     table: Path  # HTML: the top sequences table
-    input_statistics: Path  # PNG: input statistics
+    input: Path  # PNG: input statistics
     throughput: Path  # PNG: embedding figures per shard
 
 
@@ -247,7 +247,7 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, set
         f"the whole table is {Path(tables.sequences).name}.",
         figures.table,
     )
-    plot_input(data.inputs, data.run["counts"], figures.input_statistics)
+    plot_input(data.inputs, data.run["counts"], figures.input)
     plot_throughput(data.run["embedding_shards"], figures.throughput)
 
 
