@@ -228,20 +228,7 @@ def embed_shard(
         loading = time.monotonic()
         embedder = build_embedder(settings, device, precision)
         workers, asked = loader_workers(settings, index)
-        log.info(
-            "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
-            "CUDA_VISIBLE_DEVICES=%s",
-            settings.model,
-            device,
-            precision,
-            len(index),
-            input_path,
-            settings.token_budget,
-            workers,
-            asked,
-            len(index.blocks),
-            os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
-        )
+        log_start(settings, device, precision, input_path, index, workers, asked)
         digests = checkpoint_digests(settings)
         stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
         load_seconds = time.monotonic() - loading
@@ -273,6 +260,23 @@ def embed_shard(
         commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
     return {**stats, "storage": settings.storage}
+
+
+def log_start(settings: EmbedSettings, device, precision: str, input_path, index: ShardIndex, workers: int, asked: int):
+    log.info(
+        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
+        "CUDA_VISIBLE_DEVICES=%s",
+        settings.model,
+        device,
+        precision,
+        len(index),
+        input_path,
+        settings.token_budget,
+        workers,
+        asked,
+        len(index.blocks),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+    )
 
 
 def loader_workers(settings: EmbedSettings, index: ShardIndex) -> tuple[int, int]:
