@@ -16,7 +16,6 @@ if len(SAMPLES.calibration):
             "results/benchmarks/calibrate.tsv"
         conda:
             "../envs/cpu.yaml"
-        threads: 1
         # holds a score and a label per chunk of the calibration samples (tens of bytes a chunk) and
         # fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md)
         resources:

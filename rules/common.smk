@@ -86,6 +86,7 @@ def sample_input(wildcards):
 
 
 temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, config)
+page = rule_outputs.page
 # the tables the report attaches while those of all samples are small
 REPORT_TABLES = {
     "chunks": "results/{sample}/chunks.tsv",

@@ -11,7 +11,6 @@ rule pool_shard:
         "logs/pool_shard/{pool}.log",
     conda:
         "../envs/cpu.yaml"
-    threads: 1
     # copies a pool's small shards: bounded by shard_tokens
     resources:
         mem_mb=500,
@@ -41,7 +40,6 @@ rule tokenize:
     priority: embed_priority
     conda:
         "../envs/embed.yaml"
-    threads: 1
     # one block of records and its tokens at a time, whatever the shard's size
     resources:
         mem_mb=2000,
@@ -130,7 +128,6 @@ rule score:
     priority: PRIORITY["score"]
     conda:
         "../envs/cpu.yaml"
-    threads: 1
     # one block of frames and their features (436 MB at production width), whatever the shard
     resources:
         mem_mb=2000,

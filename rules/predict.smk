@@ -33,7 +33,6 @@ rule predict:
         sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    threads: 1
     # predict holds one block of frames-table rows and their scores whatever the sample's size; its
     # time is reading the frames table and writing the tables
     resources:
@@ -84,7 +83,6 @@ rule call:
         sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    threads: 1
     # call holds a block of records and the input's longest record (198 MB at 1 M reads,
     # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
     resources:

@@ -14,7 +14,6 @@ rule prepare:
         sample_group(SMALL_PREPARE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    threads: 1
     # memory stays near 164 MB whatever the input (docs/performance.md: 2 GB of reads); time grows
     # with it: about 40 MB/s of uncompressed reads on one core, so 4 min per GB of (compressed) input
     # leaves a factor of 2-4 for gzip and a busy node

@@ -11,12 +11,12 @@ rule summarize:
         benchmark_score=sample_pools_of(rules.score.benchmark),
         benchmark_predict=rules.predict.benchmark,
     output:
-        summary=report(
+        summary=page(
             "results/{sample}/run_summary.json",
-            caption="../report/run_summary.rst",
-            category="Run summary",
-            subcategory="{sample}",
-            labels={"item": "run summary (download)"},
+            "run_summary.rst",
+            "Run summary",
+            "run summary (download)",
+            "{sample}",
         ),
     log:
         "logs/summarize/{sample}.log",
@@ -26,7 +26,6 @@ rule summarize:
         "../envs/cpu.yaml"
     # prepare's sequences table is read in blocks (memory bounded at any size); time grows with it:
     # about 1 min per 10^7 records, 2 min per GB of the gzipped table
-    threads: 1
     resources:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
@@ -103,7 +102,6 @@ rule plot_sample:
         "../envs/cpu.yaml"
     # every table is read in blocks of the columns drawn (memory bounded at any size); time grows
     # with the tables: about 1.5 min per GB of them on a busy core (measured), so 3
-    threads: 1
     resources:
         mem_mb=2000,
         runtime=by_input(10, 3),
@@ -121,11 +119,11 @@ rule overview:
     input:
         summaries=expand(rules.summarize.output.summary, sample=SAMPLES.sheet),
     output:
-        page=report(
+        page=page(
             "results/report/overview.html",
-            caption="../report/overview.rst",
-            category="Overview",
-            labels={"item": "samples, models and settings"},
+            "overview.rst",
+            "Overview",
+            "samples, models and settings",
         ),
         table="results/report/samples.tsv",
         recorded=RECORDED,
@@ -134,7 +132,6 @@ rule overview:
     conda:
         "../envs/cpu.yaml"
     # the run summaries only: a few kB a sample
-    threads: 1
     resources:
         mem_mb=by_input(1000, 1024),
         runtime=10,
@@ -149,24 +146,15 @@ rule plot_training:
         # a function: without labelled samples, the train rule is a stub with no metrics
         metrics=lambda wildcards: rules.train.output.metrics,
     output:
-        roc=report(
-            "results/train/roc.png",
-            caption="../report/roc.rst",
-            category="Training",
-            labels={"item": "validation ROC curve"},
-        ),
-        table=report(
-            "results/train/metrics.html",
-            caption="../report/metrics.rst",
-            category="Training",
-            labels={"item": "training metrics"},
+        roc=page("results/train/roc.png", "roc.rst", "Training", "validation ROC curve"),
+        table=page(
+            "results/train/metrics.html", "metrics.rst", "Training", "training metrics"
         ),
     log:
         "logs/plot_training.log",
     conda:
         "../envs/cpu.yaml"
     # one metrics.json: its size does not grow with the input
-    threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
@@ -182,18 +170,17 @@ rule plot_calibration:
         sequences=expand(rules.call.output.sequences, sample=SAMPLES.sheet),
         manifests=expand(rules.call.output.manifest, sample=SAMPLES.sheet),
     output:
-        figure=report(
+        figure=page(
             "results/report/calibration.png",
-            caption="../report/calibration.rst",
-            category="Weighing the calls",
-            labels={"item": "reliability, viral fractions, calls by q-value"},
+            "calibration.rst",
+            "Weighing the calls",
+            "reliability, viral fractions, calls by q-value",
         ),
     log:
         "logs/plot_calibration.log",
     conda:
         "../envs/cpu.yaml"
     # the sequences tables are read in blocks, two columns: memory bounded at any size
-    threads: 1
     resources:
         mem_mb=1000,
         runtime=by_input(10, 2, ["sequences"]),

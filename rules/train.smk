@@ -15,7 +15,6 @@ if SAMPLES.labelled:
             "results/benchmarks/train.tsv"
         conda:
             "../envs/cpu.yaml"
-        threads: 1
         # train holds the training samples' features once, as float32 (twice their size on disk
         # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
         # 1.35 times the features at its peak); time grows with them, and with the trainings that

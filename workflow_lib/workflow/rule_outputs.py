@@ -17,17 +17,18 @@ def temp_unless_kept(config: dict, path: str):
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
+def page(path: str, caption: str, category: str, item: str, subcategory: str | None = None):
+    """`path` as a page of Snakemake's report: its caption (a file in report/), its category (and
+    subcategory), labelled `item`."""
+    where = {"subcategory": subcategory} if subcategory else {}
+    return report(path, caption=f"../report/{caption}", category=category, labels={"item": item}, **where)
+
+
 def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
     """Per name of `pages`, its (file in results/{sample}/report/, caption in report/, category,
     label), as an output flagged for the sample's part of the report."""
     return {
-        name: report(
-            f"results/{{sample}}/report/{file}",
-            caption=f"../report/{caption}",
-            category=category,
-            subcategory="{sample}",
-            labels={"item": label},
-        )
+        name: page(f"results/{{sample}}/report/{file}", caption, category, label, "{sample}")
         for name, (file, caption, category, label) in pages.items()
     }
 
