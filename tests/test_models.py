@@ -150,7 +150,7 @@ def test_the_embedding_models_share_one_interface(demo_models):
 
 def test_esm_layer_out_of_range(demo_models):
     model, alphabet = esm_loading.load(str(demo_models["esm"]))
-    with pytest.raises(InputError, match="models.esm.layer: 3 is out of range"):
+    with pytest.raises(InputError, match="layer: 3 is out of range"):
         esm.ESMEmbedder(model, alphabet, 3, CPU)
 
 
