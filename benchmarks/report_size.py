@@ -26,8 +26,8 @@ from scale import size_mb, synthetic_embeddings
 
 from workflow_lib.harness import measure
 from workflow_lib.harness.stages import DEFAULTS, ROOT, write_reads
-from workflow_lib.models import embedders
 from workflow_lib.io.tables import read_json
+from workflow_lib.models import embedders
 
 SAMPLE = "reads"
 CONFIG = ROOT / "config" / "demo.yaml"

@@ -175,9 +175,7 @@ def pooled_fasta(pool, suffix):
 
 def shard_fasta(wildcards):
     """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
-    return pooled_fasta(
-        wildcards.pool, EMBEDDERS[wildcards.model].declared.alphabet
-    )
+    return pooled_fasta(wildcards.pool, EMBEDDERS[wildcards.model].declared.alphabet)
 
 
 def shard_fasta_pair(wildcards):
@@ -268,8 +266,12 @@ def embed_records(wildcards):
     """summarize's inputs: per model, its embed jobs' figures and benchmark files of the sample."""
     records = {}
     for m in EMBEDDERS:
-        records[f"figures_{m}"] = sample_pools(rules.embed.output.figures, wildcards.sample, model=m)
-        records[f"benchmark_{m}"] = sample_pools(rules.embed.benchmark, wildcards.sample, model=m)
+        records[f"figures_{m}"] = sample_pools(
+            rules.embed.output.figures, wildcards.sample, model=m
+        )
+        records[f"benchmark_{m}"] = sample_pools(
+            rules.embed.benchmark, wildcards.sample, model=m
+        )
     return records
 
 
@@ -300,7 +302,10 @@ def training_embeddings(wildcards):
     split holds out whole chunks)."""
     samples, embeddings = SAMPLES.training(), rules.embed.output.embeddings
     files = dict.fromkeys(
-        f for m in EMBEDDERS for s in samples for f in shard_outputs(embeddings, s, model=m)
+        f
+        for m in EMBEDDERS
+        for s in samples
+        for f in shard_outputs(embeddings, s, model=m)
     )
     frames = expand(rules.prepare.output.frames, sample=samples)
     return {"embeddings": list(files), "frames": frames}

@@ -13,7 +13,9 @@ from workflow_lib.workflow.check_models import known_checksums
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
-    parser.add_argument("--tokens", help="the shard's tokens from the tokenize job, for a model that stores them (else tokenised here)")
+    parser.add_argument(
+        "--tokens", help="the shard's tokens from the tokenize job, for a model that stores them (else tokenised here)"
+    )
     parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")

@@ -1,4 +1,4 @@
-"""Tokenise one shard for a model whose tokens are stored (DNABERT-S), for its embed job to read instead of tokenising."""
+"""Tokenise one shard for a model whose tokens are stored (DNABERT-S), for its embed job to read."""
 
 import argparse
 

@@ -24,7 +24,7 @@ from model_server import ModelServer
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.harness.stages import DEFAULTS, embed_command
-from workflow_lib.models import classifier
+from workflow_lib.models import Embedder, classifier
 from workflow_lib.workflow.fetch_models import fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
@@ -68,7 +68,8 @@ def server(sources, monkeypatch):
 
 
 def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
-    return fetch_models(ESM, REPO, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
+    models = [Embedder("dnabert", "dnabert_s", REPO), Embedder("esm", "esm2", ESM)]
+    return fetch_models(models, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
 
 
 def snapshot(server: ModelServer, cache):

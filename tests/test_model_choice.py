@@ -9,7 +9,7 @@ from helpers import ROOT
 from test_bad_input import PHIX, dry_run
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.models import classifier
+from workflow_lib.models import Embedder, classifier
 from workflow_lib.workflow.check_models import check_models
 
 SHEET = f"sample\tpath\nphix\t{PHIX}\n"
@@ -61,16 +61,19 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     torch.manual_seed(0)
     dnabert_dim = 48  # the demo DNABERT-S stands in for the real one (768): no download here
     path = tmp_path / "for_3b.pt"
-    checkpoints = {"esm": "esm2_t33_650M_UR50D", "dnabert": str(demo_models["dnabert"])}
+    models = [
+        Embedder("dnabert", "dnabert_s", str(demo_models["dnabert"])),
+        Embedder("esm", "esm2", "esm2_t33_650M_UR50D", 33),
+    ]
     classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path, chunk_length=500)
     with pytest.raises(InputError) as error:
-        check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
+        check_models(models, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert str(error.value) == (
-        f"{path}: the classifier takes 2608 features but the configured models give 48 (DNABERT-S) + 1280 "
-        "(ESM-2) = 1328; use the classifier trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) "
+        f"{path}: the classifier takes 2608 features but the configured models give 48 (dnabert) + 1280 "
+        "(esm) = 1328; use the classifier trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) "
         "or train one"
     )
     assert not (tmp_path / "m.json").exists()
     classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path, chunk_length=500)
-    report = check_models(checkpoints, 33, str(path), str(tmp_path), tmp_path / "m.json", 500)
+    report = check_models(models, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert report["esm"]["dim"] == 1280 and report["classifier"]["input_dim"] == 1328

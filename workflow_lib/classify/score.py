@@ -55,7 +55,8 @@ def score_shard(
         frames = [n for _, _, n in pieces] if pieces else [blocks.n]
         if sum(frames) != blocks.n:
             raise InputError(
-                f"{embeddings[0]}: {blocks.n} frames where the plan's shards hold {sum(frames)}; delete it and run again"
+                f"{embeddings[0]}: {blocks.n} frames where the plan's shards hold {sum(frames)}; "
+                "delete it and run again"
             )
         ends = np.cumsum(frames)
         digests, scores = [IDDigest() for _ in frames], np.empty((blocks.n, 2), dtype=np.float32)

@@ -96,13 +96,18 @@ def _shapes(shards: list[tuple]) -> tuple[list[tuple[int, int]], list]:
         with h5store.FeatureBlocks(*paths) as blocks:
             shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
             widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
-    for (_, paths, *_), shard_widths in zip(shards, widths):
+    for (_, paths, *_), (_, dim), shard_widths in zip(shards, shapes, widths):
         if shard_widths != widths[0]:
             raise InputError(
-                f"{' and '.join(map(str, paths))}: features {shard_widths} a frame where {' and '.join(map(str, shards[0][1]))} "
-                f"have {widths[0]}; embed every training sample with the same models"
+                f"{' and '.join(map(str, paths))}: {dim} features a frame ({_described(shard_widths)}) where "
+                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({_described(widths[0])}); embed every "
+                "training sample with the same models"
             )
     return shapes, widths[0]
+
+
+def _described(widths: list) -> str:
+    return " + ".join(f"{name} {width}" for name, width in widths)
 
 
 def _checked_labels(y: np.ndarray) -> np.ndarray:
@@ -432,7 +437,8 @@ def train_classifier(
     settings: TrainSettings,
     calibration_path: str | Path | None = None,
 ) -> dict:
-    """Train on (label, embeddings HDF5 files, frames table, first row, end row) per shard (load_examples); write the classifier
+    """Train on (label, embeddings HDF5 files, frames table, first row, end row) per shard
+    (load_examples); write the classifier (with its models and their widths, in input order)
     and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
     the calibration, fitted on scores the classifier did not learn from: cross-fitted by sequence
     where each class has two sequences or more, else the validation split's."""

@@ -213,8 +213,9 @@ def embed_shard(
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
-    `tokens_path`: the shard's tokens made by the tokenize job (a model that stores them, DNABERT-S) (stored_tokens), read
-    instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
+    `tokens_path`: the shard's tokens made by the tokenize job (stored_tokens; for a model that
+    stores them, DNABERT-S), read instead of tokenising. `planned_frames`: the frames the plan
+    gives the shard (ShardIndex.read).
     `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device).
     A SIGTERM before every frame is committed ends the job through its normal exits (its status
     says so); after, the job finishes (stopping.sigterm_exits)."""

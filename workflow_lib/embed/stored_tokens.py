@@ -1,8 +1,9 @@
-"""A shard's token IDs for a model whose tokens are stored (DNABERT-S), made once by the tokenize job: the embed job's loader workers then
-read them instead of running the BPE tokenizer, which was that job's host limit (2.25 M tokens/s a
-core). HDF5: `ids`, every record's tokens end to end (special tokens included, as the embed job
-would encode them), `offsets` (int64, where record i starts, then the total), attributes
-`shard_sha256` and `tokenizer_sha256`: a file made from another shard or tokenizer is refused.
+"""A shard's token IDs for a model whose tokens are stored (DNABERT-S), made once by the tokenize job:
+the embed job's loader workers then read them instead of running the BPE tokenizer, which was that
+job's host limit (2.25 M tokens/s a core). HDF5: `ids`, every record's tokens end to end (special
+tokens included, as the embed job would encode them), `offsets` (int64, where record i starts, then
+the total), attributes `shard_sha256` and `tokenizer_sha256`: a file made from another shard or
+tokenizer is refused.
 """
 
 import logging

@@ -43,7 +43,9 @@ ARCHITECTURES = {
     # Activations: the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and
     # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
     # by 13.4 and 22.1 values of the width a token, rounded up here.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, 12, 15, 16384, {"cuda": 100000, "cpu": 200}),
+    "esm2": Architecture(
+        "ESM-2", "esm_loading", "fair-esm", "faa", False, True, 12, 15, 16384, {"cuda": 100000, "cpu": 200}
+    ),
     "dnabert_s": Architecture(
         "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, 16, 24, 32768, {"cuda": 1000000, "cpu": 5000}
     ),
@@ -117,9 +119,7 @@ def named_shape(embedder: Embedder) -> tuple[int, int] | None:
 def embedders(config: dict) -> list[Embedder]:
     """The configured embedding models, in the classifier's input order (a config resolve_config filled in)."""
     entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
-    return [
-        Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries
-    ]
+    return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
 
 
 def resolve_config(config: dict) -> None:

@@ -215,7 +215,11 @@ def made_by(run: dict) -> dict:
         for v in run["versions"]["embed"].values()
     }
     return {
-        **{display_name(config, model): _checkpoint(made) for model, made in checkpoints.items() if model != "classifier"},
+        **{
+            display_name(config, model): _checkpoint(made)
+            for model, made in checkpoints.items()
+            if model != "classifier"
+        },
         "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
         "precision, device, attention": ", ".join(
             sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})

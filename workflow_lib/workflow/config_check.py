@@ -17,7 +17,12 @@ from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
 from workflow_lib.models import ARCHITECTURES, NAMED_ARCHITECTURES, embedders, named_shape, resolve_config
 from workflow_lib.models.checkpoints import check_layer, classifier_path, is_url
-from workflow_lib.models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length, embedders_refusal, recorded_metadata
+from workflow_lib.models.classifier_chunks import (
+    VIRNUCPRO_URL,
+    check_chunk_length,
+    embedders_refusal,
+    recorded_metadata,
+)
 
 # Keys of earlier versions, and what replaced them.
 REPLACED = {
@@ -131,7 +136,9 @@ def check_classifier_models(config: dict, path: str, sources: list[tuple[str, di
     if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
         total = sum(w for _, w in widths)
         if total != metadata["input_dim"]:
-            refusal = f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
+            refusal = (
+                f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
+            )
     if refusal:
         raise InputError(f"{source_of(['models', 'embedders'], sources)}: models.embedders: {refusal}")
 

@@ -43,8 +43,9 @@ def fetch_models(
     pinned: dict,
     progress_seconds: float,
 ) -> dict:
-    """Fetch the `embedders`' checkpoints and the classifier where they are not local, verify it (against the `pinned` SHA-256 too, by file name), write
-    cache_dir/fetched.json; return what it records. Downloads log progress every `progress_seconds`."""
+    """Fetch the `embedders`' checkpoints and the classifier where they are not local, verify them
+    (against the `pinned` SHA-256 too, by file name), write cache_dir/fetched.json; return what it
+    records. Downloads log progress every `progress_seconds`."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
         models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
@@ -61,7 +62,11 @@ def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: floa
     if embedder.declared.source == "fair-esm":
         loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
     if is_local(checkpoint):
-        return {"source": checkpoint, "kind": "local", "files": checksums.describe(loading.checkpoint_files(checkpoint))}
+        return {
+            "source": checkpoint,
+            "kind": "local",
+            "files": checksums.describe(loading.checkpoint_files(checkpoint)),
+        }
     if embedder.declared.source == "fair-esm":
         return _fair_esm(loading, checkpoint, cache, pinned, progress_seconds)
     return _hugging_face(embedder, cache, pinned)
@@ -82,9 +87,7 @@ def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
 
     endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
     try:
-        folder = Path(
-            snapshot_download(checkpoint, cache_dir=cache, allow_patterns=hub_files, endpoint=endpoint)
-        )
+        folder = Path(snapshot_download(checkpoint, cache_dir=cache, allow_patterns=hub_files, endpoint=endpoint))
         info = HfApi(endpoint=endpoint).model_info(checkpoint, revision=folder.name, files_metadata=True)
     except Exception as error:  # huggingface_hub's many kinds: not found, gated, no network, a short download
         raise InputError(
