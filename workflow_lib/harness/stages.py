@@ -116,12 +116,15 @@ def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) 
     return embed_shard(shard, output, Path(output).with_suffix(".json"), settings, tokens)
 
 
-def tokenize_into(shard: Path, checkpoint, output: Path, model: str = "dnabert") -> int:
-    """The tokenize stage of `model` (the default config's DNABERT-S) on one shard, with a model check of its files."""
+def tokenize_into(shard: Path, checkpoint, output: Path, model: str | None = None) -> int:
+    """The tokenize stage of `model` (None: the default config's model whose tokens are stored,
+    DNABERT-S) on one shard, with a model check of its files."""
     from workflow_lib.embed.stored_tokens import tokenize_shard
+    from workflow_lib.models import embedders
 
-    architecture, known = DEFAULTS["models"][model]["architecture"], model_check(model, str(checkpoint))
-    return tokenize_shard(architecture, str(checkpoint), None, known, shard, output)
+    (embedder,) = [e for e in embedders(DEFAULTS) if e.name == model or (model is None and e.declared.stored_tokens)]
+    known = model_check(embedder.name, str(checkpoint))
+    return tokenize_shard(embedder.architecture, str(checkpoint), None, known, shard, output)
 
 
 def train_settings(**settings):

@@ -100,9 +100,10 @@ def check_embedders(config: dict, sources: list[tuple[str, dict]]) -> None:
             )
         architecture = entry.get("architecture", NAMED_ARCHITECTURES.get(name))
         if architecture not in ARCHITECTURES:
+            given = f"{architecture!r} is no known architecture" if architecture else "not given"
             raise InputError(
-                f"{source_of(['models', name, 'architecture'], sources)}: models.{name}.architecture: "
-                f"{architecture!r} is no known architecture; set it to one of {', '.join(ARCHITECTURES)}"
+                f"{source_of(['models', name], sources)}: models.{name}.architecture: {given}; set it to one of "
+                f"{', '.join(ARCHITECTURES)}"
             )
     resolve_config(config)
 
@@ -140,7 +141,7 @@ def check_classifier_models(config: dict, path: str, sources: list[tuple[str, di
                 f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
             )
     if refusal:
-        raise InputError(f"{source_of(['models', 'embedders'], sources)}: models.embedders: {refusal}")
+        raise InputError(f"{source_of(['models', 'classifier'], sources)}: models.classifier: {refusal}")
 
 
 def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
