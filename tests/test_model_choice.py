@@ -105,8 +105,12 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
             "embedders: [dnabert, esm, esm_small]\n  esm_small:\n    checkpoint: small.pt\n    architecture: esm3\n",
             "models.esm_small.architecture: 'esm3' is no known architecture; set it to one of esm2, dnabert_s",
         ),
+        (
+            "dnabert:\n    layer: 3\n",
+            "models.dnabert.layer: dnabert_s embeds with its last hidden state; remove the layer",
+        ),
     ],
-    ids=["duplicate", "no_entry", "no_architecture", "unknown_architecture"],
+    ids=["duplicate", "no_entry", "no_architecture", "unknown_architecture", "layer_of_dnabert_s"],
 )
 def test_a_bad_model_list_is_refused_at_start_up_in_one_line(tmp_path, models, expected):
     lines = dry_run(tmp_path, SHEET, f"models:\n  {models}")

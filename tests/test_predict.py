@@ -225,8 +225,8 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
         line = rf"1 frames of {total:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
         assert total > 1 and any(re.fullmatch(line, message) for message in caplog.messages), caplog.messages
 
-    score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--dnabert", files["dnabert"][0]]
-    score_command += ["--esm", files["esm"][0], "--classifier", str(root / "classifier.pt")]
+    score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--embeddings", files["dnabert"][0]]
+    score_command += [files["esm"][0], "--classifier", str(root / "classifier.pt")]
     score_command += ["--output", str(tmp_path / "cli_shard_0.npz"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(score_command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -29,6 +29,7 @@ class Architecture:
     source: str  # where fetch_models downloads a named checkpoint from: "fair-esm" or "huggingface"
     alphabet: str  # the shard FASTA it reads: "faa" (proteins) or "fna" (nucleotides)
     stored_tokens: bool  # its tokens are made once per shard by a CPU tokenize job
+    chooses_layer: bool  # it embeds with the layer models.<name>.layer names (else its last hidden state)
     fp8: bool  # it computes its feed-forward GEMMs in FP8 with embedding.precision fp8 (else fp16)
     # its embed job's GPU memory (workflow/job_resources.py): weights, this times layers times
     # width squared; activations, this times the token budget times the width
@@ -44,10 +45,30 @@ ARCHITECTURES = {
     # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
     # by 13.4 and 22.1 values of the width a token, rounded up here.
     "esm2": Architecture(
-        "ESM-2", "esm_loading", "fair-esm", "faa", False, True, 12, 15, 16384, {"cuda": 100000, "cpu": 200}
+        display_name="ESM-2",
+        loading="esm_loading",
+        source="fair-esm",
+        alphabet="faa",
+        stored_tokens=False,
+        chooses_layer=True,
+        fp8=True,
+        weights_per_layer=12,
+        activations_per_token=15,
+        token_budget=16384,
+        assumed_tokens_per_s={"cuda": 100000, "cpu": 200},
     ),
     "dnabert_s": Architecture(
-        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, 16, 24, 32768, {"cuda": 1000000, "cpu": 5000}
+        display_name="DNABERT-S",
+        loading="dnabert_loading",
+        source="huggingface",
+        alphabet="fna",
+        stored_tokens=True,
+        chooses_layer=False,
+        fp8=False,
+        weights_per_layer=16,
+        activations_per_token=24,
+        token_budget=32768,
+        assumed_tokens_per_s={"cuda": 1000000, "cpu": 5000},
     ),
 }
 # The two entries every config has had, and their architectures; any other entry names its own.

@@ -105,6 +105,11 @@ def check_embedders(config: dict, sources: list[tuple[str, dict]]) -> None:
                 f"{source_of(['models', name], sources)}: models.{name}.architecture: {given}; set it to one of "
                 f"{', '.join(ARCHITECTURES)}"
             )
+        if entry.get("layer") is not None and not ARCHITECTURES[architecture].chooses_layer:
+            raise InputError(
+                f"{source_of(['models', name, 'layer'], sources)}: models.{name}.layer: {architecture} embeds with "
+                "its last hidden state; remove the layer"
+            )
     resolve_config(config)
 
 
