@@ -100,7 +100,7 @@ def test_metrics_on_the_demo_data(demo, trained):
     assert split_["unit"] == "chunk" and split_["seed"] == SEED  # 8 virus records: too few to hold out whole ones
     assert split_["validation_frames"] == validation["n"] and split_["train_frames"] == result["train"]["n"]
     frames = split_["train_frames"] + split_["validation_frames"]
-    assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[3] for s in demo[1]})
+    assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[2] for s in demo[1]})
     assert 0.15 < split_["validation_frames"] / frames < 0.3
     assert 0 < result["epochs_run"] <= 40 and len(result["history"]["validation_loss"]) == result["epochs_run"]
     # 8 virus and 12 other records: the calibration's scores are cross-fitted over 5 folds, every chunk scored
