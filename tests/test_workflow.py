@@ -136,7 +136,7 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
         command + ["--profile", str(ROOT / "profiles" / "local")], capture_output=True, text=True, env=ENV
     )
     assert result.returncode != 0
-    message = "takes 3328 features but the configured models give 48 (DNABERT-S) + 64 (ESM-2) = 112"
+    message = "takes 3328 features but the configured models give 48 (dnabert) + 64 (esm) = 112"
     assert message in (tmp_path / "logs" / "check_models.log").read_text()
     assert [line for line in result.stderr.splitlines() if message in line] == [
         f"error: {tmp_path / 'virnucpro_sized.pt'}: the classifier {message}; use the classifier trained for these "
