@@ -2,9 +2,11 @@
 tokenizers, checkpoints and attention over packed rows; and the registry of embedding models.
 
 Two levels. An *architecture* is code: its loading module (esm_loading, dnabert_loading; their
-forwards in esm and dnabert) gives resolve, read_config, checkpoint_files, fetch, load and embedder,
-with the same arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models
-put it), and its declaration here (ARCHITECTURES: what the rules need before torch is imported).
+forwards in esm and dnabert) gives resolve, read_config, checkpoint_files, load and embedder, with
+the same arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put
+it), what fetch_models needs of its source (hub_files for fair-esm, HUB_FILES for Hugging Face)
+and, where its tokens are stored, stored_tokenizer; and its declaration here (ARCHITECTURES: what
+the rules need before torch is imported).
 A *configured model* is data: an entry `models.<name>` of the config listed in `models.embedders`,
 in the order of the classifier's input (VirNucPro's: dnabert, then esm). Nothing outside this
 package names a model or imports a loading module by name.
