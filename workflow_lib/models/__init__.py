@@ -38,39 +38,22 @@ class Architecture:
     weights_per_layer: int
     activations_per_token: int
     token_budget: int  # default tokens per packed batch
-    assumed_tokens_per_s: dict  # default rates of its embed job: {"cuda": ..., "cpu": ...}
+    cuda_tokens_per_s: int  # default rates of its embed job (embedding.assumed_tokens_per_s)
+    cpu_tokens_per_s: int
+
+    @property
+    def assumed_tokens_per_s(self) -> dict:
+        return {"cuda": self.cuda_tokens_per_s, "cpu": self.cpu_tokens_per_s}
 
 
 ARCHITECTURES = {
     # ESM-2: attention 4 d^2 and feed-forward 8 d^2 a layer; DNABERT-S: its gated feed-forward 12 d^2.
     # Activations: the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and
     # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
-    # by 13.4 and 22.1 values of the width a token, rounded up here.
-    "esm2": Architecture(
-        display_name="ESM-2",
-        loading="esm_loading",
-        source="fair-esm",
-        alphabet="faa",
-        stored_tokens=False,
-        chooses_layer=True,
-        fp8=True,
-        weights_per_layer=12,
-        activations_per_token=15,
-        token_budget=16384,
-        assumed_tokens_per_s={"cuda": 100000, "cpu": 200},
-    ),
+    # by 13.4 and 22.1 values of the width a token, rounded up here. The values in the order of the fields.
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, True, 12, 15, 16384, 10**5, 200),
     "dnabert_s": Architecture(
-        display_name="DNABERT-S",
-        loading="dnabert_loading",
-        source="huggingface",
-        alphabet="fna",
-        stored_tokens=True,
-        chooses_layer=False,
-        fp8=False,
-        weights_per_layer=16,
-        activations_per_token=24,
-        token_budget=32768,
-        assumed_tokens_per_s={"cuda": 1000000, "cpu": 5000},
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, False, 16, 24, 32768, 10**6, 5000
     ),
 }
 # The two entries every config has had, and their architectures; any other entry names its own.
