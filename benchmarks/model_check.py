@@ -32,7 +32,7 @@ def check(checkpoint: Path, layers: int, cache_dir: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         command = [
             *(sys.executable, ROOT / "scripts" / "check_models.py", "--output", Path(tmp) / "check.json"),
-            *("--esm", checkpoint, "--esm-layer", layers, "--dnabert", DNABERT),
+            *("--embedder", "dnabert", "dnabert_s", DNABERT, "last", "--embedder", "esm", "esm2", checkpoint, layers),
             *("--cache-dir", cache_dir, "--chunk-length", 500),
         ]
         return measured(list(map(str, command)))

@@ -25,9 +25,9 @@ from pathlib import Path
 from scale import size_mb, synthetic_embeddings
 
 from workflow_lib.harness import measure
-from workflow_lib.harness.stages import ROOT, write_reads
-from workflow_lib.io.sharding import FASTA_SUFFIX
+from workflow_lib.harness.stages import DEFAULTS, ROOT, write_reads
 from workflow_lib.io.tables import read_json
+from workflow_lib.models import embedders
 
 SAMPLE = "reads"
 CONFIG = ROOT / "config" / "demo.yaml"
@@ -56,9 +56,10 @@ def training_sheet(workdir: Path) -> Path:
 def synthetic_embed_jobs(workdir: Path) -> int:
     """The outputs, benchmark files and logs of the sample's embed jobs (rules/embed.smk), each
     shard's embeddings as wide as the model check says the model's are. Returns the jobs."""
-    widths = {model: read_json(workdir / "results" / "checks" / "models.json")[model]["dim"] for model in FASTA_SUFFIX}
+    suffixes = {e.name: e.declared.alphabet for e in embedders(DEFAULTS)}  # the shard FASTA each model reads
+    widths = {model: read_json(workdir / "results" / "checks" / "models.json")[model]["dim"] for model in suffixes}
     results, jobs = workdir / "results", 0
-    for seed, (model, suffix) in enumerate(FASTA_SUFFIX.items()):
+    for seed, (model, suffix) in enumerate(suffixes.items()):
         for shard in sorted((results / SAMPLE / "prepare").glob(f"shard_*.{suffix}")):
             number = shard.stem.split("_")[1]
             output = results / SAMPLE / "embeddings" / model / f"shard_{number}.h5"

@@ -131,7 +131,7 @@ def score_stage(classifier_path: Path, embeddings: dict, scores: list[Path]) -> 
     jobs = [
         measured(
             script_command(
-                "score", ScoreSettings, dnabert=dna, esm=esm, classifier=classifier_path, output=path, threads=1
+                "score", ScoreSettings, embeddings=(dna, esm), classifier=classifier_path, output=path, threads=1
             )
         )
         for dna, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores)
@@ -180,10 +180,8 @@ def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], emb
         sample="scale",
         prepared_sequences=made["prepared_sequences"],
         manifest=out / "manifest.json",
-        esm=tuple(p.with_suffix(".json") for p in embeddings["esm"]),
-        benchmark_esm=tuple(shards),
-        dnabert=tuple(p.with_suffix(".json") for p in embeddings["dnabert"]),
-        benchmark_dnabert=tuple(shards),
+        embed_figures=[(model, *(p.with_suffix(".json") for p in embeddings[model])) for model in WIDTH],
+        embed_benchmarks=[(model, *shards) for model in WIDTH],
         benchmark_prepare=benchmark,
         benchmark_score=tuple(shards),
         benchmark_predict=benchmark,

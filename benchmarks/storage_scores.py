@@ -56,9 +56,10 @@ def main() -> None:
         shards = [
             (
                 "virus" if any(v in name for v in VIRUSES) else "other",
-                str(f["dnabert"]),
-                str(f["esm"]),
+                (str(f["dnabert"]), str(f["esm"])),
                 str(root / name / "prepare" / "frames.tsv.gz"),
+                0,
+                None,
             )
             for name, (_, f) in samples.items()
         ]
@@ -78,7 +79,7 @@ def main() -> None:
             for kind, suffix in (("float32", ""), ("float16", "_half")):
                 outdir = root / name / kind
                 dna, esm = [str(root / name / f"{m}{suffix}.h5") for m in ("dnabert", "esm")]
-                score_into(root / name / "prepare", [dna], [esm], root / "classifier.pt", outdir)
+                score_into(root / name / "prepare", [(dna, esm)], root / "classifier.pt", outdir)
                 call_into(root / name / "prepare", genome, outdir)
                 out[kind] = {t: read_table(outdir / f"{t}.tsv") for t in ("frames", "chunks", "sequences")}
             full, half = out["float32"], out["float16"]

@@ -16,7 +16,6 @@ sys.path.insert(0, ROOT)
 
 from workflow_lib.cli.errors import full_disk_here
 from workflow_lib.cli.settings import (
-    MODELS,
     CalibrateSettings,
     CallSettings,
     CheckModelsSettings,
@@ -33,6 +32,7 @@ from workflow_lib.cli.settings import (
 )
 from workflow_lib.classify.weighing import composition_lines
 from workflow_lib.io import sharding
+from workflow_lib.models import embedders
 from workflow_lib.prepare.plan import plan_is_current, read_plan, read_pools
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
 from workflow_lib.workflow.cluster_watch import PendingWatch, failed_job_reasons
@@ -49,6 +49,8 @@ PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
 TRAINS_HERE = model_files.trains_here(config, SAMPLES.labelled)
+# the embedding models, in the classifier's input order (models.embedders), by name
+EMBEDDERS = {e.name: e for e in embedders(config)}
 script_job = functools.partial(job_commands.script_job, ROOT)
 settings_of = functools.partial(job_commands.settings_of, config=config)
 tuning_of = functools.partial(job_commands.tuning_of, config=config)
@@ -57,7 +59,7 @@ named_files = job_commands.named_files
 
 wildcard_constraints:
     sample="|".join(map(re.escape, SAMPLES.table.index)),
-    model="|".join(MODELS),
+    model="|".join(map(re.escape, EMBEDDERS)),
     pool=r"\d+-\d+",
     generation=r"\d+",
 
@@ -129,15 +131,13 @@ def embed_gpus(wildcards):
 
 def embed_gpu_mem(wildcards, input):
     """Known once the job's input exists, the model check among it (a dry run shows <TBD>)."""
-    return job_resources.embed_gpu_mem_mb(
-        wildcards.model, input.check, config["embedding"]
-    )
+    return job_resources.embed_gpu_mem_mb(wildcards.model, input.check, config)
 
 
 def embed_runtime(wildcards):
     work = pooled_work(wildcards)
     return job_resources.embed_minutes(
-        work["tokens"], work["frames"], wildcards.model, config["embedding"]
+        work["tokens"], work["frames"], wildcards.model, config
     )
 
 
@@ -178,12 +178,8 @@ def pooled_fasta(pool, suffix):
 
 
 def shard_fasta(wildcards):
-    """The shard FASTA that the model embeds: proteins for ESM-2, nucleotides for DNABERT-S."""
-    return pooled_fasta(wildcards.pool, sharding.FASTA_SUFFIX[wildcards.model])
-
-
-def nucleotide_shard(wildcards):
-    return pooled_fasta(wildcards.pool, sharding.FASTA_SUFFIX["dnabert"])
+    """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
+    return pooled_fasta(wildcards.pool, EMBEDDERS[wildcards.model].declared.alphabet)
 
 
 def shard_fasta_pair(wildcards):
@@ -211,10 +207,17 @@ def scored_pieces(wildcards):
 
 
 def stored_tokens(wildcards):
-    """The DNABERT-S embed job's tokens, made by the tokenize job (none for ESM-2)."""
-    if wildcards.model == "dnabert":
-        return expand(rules.tokenize.output.tokens, pool=wildcards.pool)
+    """The embed job's tokens, made by the tokenize job where its architecture stores them
+    (DNABERT-S); none for another (ESM-2)."""
+    if EMBEDDERS[wildcards.model].declared.stored_tokens:
+        return expand(rules.tokenize.output.tokens, **wildcards)
     return []
+
+
+def tokenized_models():
+    """The tokenize rule's model wildcard: the models whose tokens are stored."""
+    stored = [m for m, e in EMBEDDERS.items() if e.declared.stored_tokens]
+    return "|".join(map(re.escape, stored)) or "^$"
 
 
 def plan_check(wildcards):
@@ -255,9 +258,38 @@ def sample_pools_of(output, **wildcards):
     return lambda job_wildcards: sample_pools(output, job_wildcards.sample, **wildcards)
 
 
-def shard_embeddings_of(model):
-    """A pooled shard's embeddings by `model`, as the score rule's input."""
-    return expand(rules.embed.output.embeddings, model=model, allow_missing=True)
+def shard_embeddings(wildcards):
+    """A pooled shard's embeddings by each model, in input order: the score rule's input."""
+    return [
+        expand(rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0]
+        for m in EMBEDDERS
+    ]
+
+
+def embed_records(wildcards):
+    """summarize's inputs: per model, its embed jobs' figures and benchmark files of the sample."""
+    records = {}
+    for m in EMBEDDERS:
+        records[f"figures_{m}"] = sample_pools(
+            rules.embed.output.figures, wildcards.sample, model=m
+        )
+        records[f"benchmark_{m}"] = sample_pools(
+            rules.embed.benchmark, wildcards.sample, model=m
+        )
+    return records
+
+
+def embed_record_options(wildcards, input):
+    """summarize's --embed-figures and --embed-benchmarks: per model, its name and files."""
+
+    def files(name):
+        named = getattr(input, name, [])
+        return [named] if isinstance(named, str) else list(named)
+
+    return cli(
+        embed_figures=[(m, *files(f"figures_{m}")) for m in EMBEDDERS],
+        embed_benchmarks=[(m, *files(f"benchmark_{m}")) for m in EMBEDDERS],
+    )
 
 
 def calibration_inputs():
@@ -273,30 +305,29 @@ def training_embeddings(wildcards):
     """The training samples' embeddings (each pooled shard once), and their frames tables (the
     split holds out whole chunks)."""
     samples, embeddings = SAMPLES.training(), rules.embed.output.embeddings
-    pools = {
-        m: dict.fromkeys(
-            f for s in samples for f in shard_outputs(embeddings, s, model=m)
-        )
-        for m in MODELS
-    }
+    files = dict.fromkeys(
+        f
+        for m in EMBEDDERS
+        for s in samples
+        for f in shard_outputs(embeddings, s, model=m)
+    )
     frames = expand(rules.prepare.output.frames, sample=samples)
-    return {m: list(files) for m, files in pools.items()} | {"frames": frames}
+    return {"embeddings": list(files), "frames": frames}
 
 
 def labelled_shards(wildcards, input):
-    """--shard per shard of every training sample: its label, the DNABERT-S and ESM-2 embeddings of
-    its pooled shard, its frames table, and its rows there."""
+    """--shard per shard of every training sample: its label, its frames table, its rows in its
+    pooled shard, and that shard's embeddings by each model, in input order."""
     shards = []
     for s in SAMPLES.training():
         (frames,) = expand(rules.prepare.output.frames, sample=s)
-        embeddings = (
-            shard_outputs(rules.embed.output.embeddings, s, model=model)
-            for model in ("dnabert", "esm")
-        )
+        embeddings = [
+            shard_outputs(rules.embed.output.embeddings, s, model=m) for m in EMBEDDERS
+        ]
         label = SAMPLES.table.loc[s, "label"]
         shards += [
-            (label, dna, esm, frames, p["offset"], p["offset"] + p["frames"])
-            for p, dna, esm in zip(planned_shards(s), *embeddings)
+            (label, frames, p["offset"], p["offset"] + p["frames"], *paths)
+            for p, *paths in zip(planned_shards(s), *embeddings)
         ]
     return cli(shard=shards)
 

@@ -22,21 +22,23 @@ rule pool_shard:
         script_job("pool_shard", "{params.files} {params.pieces}")
 
 
-# A shard's DNABERT-S tokens, made once in a CPU job: tokenising in the embed job's loader workers
-# would make the BPE tokenizer its host limit (docs/performance.md); they only read the tokens.
-# Temp: removed once the shard's DNABERT-S embeddings exist.
+# A shard's tokens for a model whose architecture stores them (DNABERT-S), made once in a CPU job:
+# tokenising in the embed job's loader workers would make the BPE tokenizer its host limit
+# (docs/performance.md); they only read the tokens. Temp: removed once its embeddings exist.
 rule tokenize:
     input:
         shards=pooled_shard_fasta,
         plan=pool_plan,
-        models=model_files.local_checkpoints(config, ["dnabert"]),
+        models=lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
         check=ancient(MODEL_CHECK),
     output:
-        tokens=temp("results/shards/tokens/shard_{pool}.h5"),
+        tokens=temp("results/shards/tokens/{model}/shard_{pool}.h5"),
     log:
-        "logs/tokenize/{pool}.log",
+        "logs/tokenize/{model}_{pool}.log",
     benchmark:
-        "results/benchmarks/tokenize/{pool}.tsv"
+        "results/benchmarks/tokenize/{model}_{pool}.tsv"
+    wildcard_constraints:
+        model=tokenized_models(),
     priority: embed_priority
     conda:
         "../envs/embed.yaml"
@@ -45,13 +47,13 @@ rule tokenize:
         mem_mb=2000,
         runtime=tokenize_runtime,
     params:
-        fasta=nucleotide_shard,
+        fasta=shard_fasta,
         settings=settings_of(TokenizeSettings),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "tokenize_shard",
-            "{params.settings} --model-check {input.check:q} --input {params.fasta:q} "
+            "--model {wildcards.model} {params.settings} --model-check {input.check:q} --input {params.fasta:q} "
             "--output {output.tokens:q}",
             env="{params.env}",
         )
@@ -108,14 +110,13 @@ rule embed:
         )
 
 
-# A pooled shard's scores as soon as both of its embeddings exist: with outputs.keep_embeddings:
+# A pooled shard's scores as soon as its embeddings by every model exist: with outputs.keep_embeddings:
 # false its embeddings (temp) go right after, and so does its FASTA pair (removed by the job:
 # Snakemake would remove prepare's shards directory only after the sample's last embed job). Whether to remove it
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
 rule score:
     input:
-        dnabert=shard_embeddings_of("dnabert"),
-        esm=shard_embeddings_of("esm"),
+        embeddings=shard_embeddings,
         plan=pool_plan,
         classifier=model_files.classifier_file(config),
         check=MODEL_CHECK,
@@ -131,7 +132,7 @@ rule score:
     # one block of frames and their features (436 MB at production width), whatever the shard
     resources:
         mem_mb=2000,
-        runtime=by_input(10, 2, MODELS),
+        runtime=by_input(10, 2, ["embeddings"]),
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
@@ -140,7 +141,7 @@ rule score:
     shell:
         script_job(
             "score",
-            "--dnabert {input.dnabert:q} --esm {input.esm:q} --classifier {input.classifier:q} "
+            "--embeddings {input.embeddings:q} --classifier {input.classifier:q} "
             "--output {output.scores:q} --shard-fasta {params.shard_fasta:q} {params.pieces} "
             "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
         )

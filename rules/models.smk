@@ -12,11 +12,13 @@ rule fetch_models:
     resources:
         tuning=tuning_of(FetchSettings),
     params:
+        embedders=model_files.embedder_options(config),
         settings=settings_of(FetchSettings),
         classifier=model_files.classifier_to_fetch(config, TRAINS_HERE),
     shell:
         script_job(
-            "fetch_models", "{params.settings} {params.classifier} {resources.tuning}"
+            "fetch_models",
+            "{params.embedders} {params.settings} {params.classifier} {resources.tuning}",
         )
 
 
@@ -35,13 +37,14 @@ rule check_models:
     conda:
         "../envs/embed.yaml"
     params:
+        embedders=model_files.embedder_options(config),
         settings=settings_of(CheckModelsSettings),
         classifier=lambda wildcards, input: cli(classifier=input.classifier or None),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "check_models",
-            "{params.settings} {params.classifier} --output {output:q}",
+            "{params.embedders} {params.settings} {params.classifier} --output {output:q}",
             env="{params.env}",
         )
 

@@ -1,13 +1,10 @@
 rule summarize:
     input:
+        # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
+        unpack(embed_records),
         prepared_sequences=rules.prepare.output.sequences,
         manifest=rules.call.output.manifest,
-        # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
-        esm=sample_pools_of(rules.embed.output.figures, model="esm"),
-        dnabert=sample_pools_of(rules.embed.output.figures, model="dnabert"),
         benchmark_prepare=rules.prepare.benchmark,
-        benchmark_esm=sample_pools_of(rules.embed.benchmark, model="esm"),
-        benchmark_dnabert=sample_pools_of(rules.embed.benchmark, model="dnabert"),
         benchmark_score=sample_pools_of(rules.score.benchmark),
         benchmark_predict=rules.predict.benchmark,
     output:
@@ -30,6 +27,7 @@ rule summarize:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
+        embed=embed_record_options,
         settings=lambda wildcards: cli(
             config=json.dumps(job_commands.result_config(config)),
             snakemake_version=snakemake_version,
@@ -38,9 +36,8 @@ rule summarize:
         script_job(
             "summarize",
             "--sample {wildcards.sample:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--manifest {input.manifest:q} --esm {input.esm:q} --dnabert {input.dnabert:q} "
-            "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-esm {input.benchmark_esm:q} "
-            "--benchmark-dnabert {input.benchmark_dnabert:q} --benchmark-score {input.benchmark_score:q} "
+            "--manifest {input.manifest:q} {params.embed} "
+            "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-score {input.benchmark_score:q} "
             "--benchmark-predict {input.benchmark_predict:q} {params.settings} --output {output:q}",
         )
 

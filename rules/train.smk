@@ -20,7 +20,7 @@ if SAMPLES.labelled:
         # 1.35 times the features at its peak); time grows with them, and with the trainings that
         # cross-fit the calibration (train.calibration_folds, each on most of the features)
         resources:
-            mem_mb=by_input(4000, 3 * 1024, MODELS),
+            mem_mb=by_input(4000, 3 * 1024, ["embeddings"]),
             runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:

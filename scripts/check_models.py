@@ -1,23 +1,24 @@
-"""Check the configured models before any embedding job: ESM-2 layer, sizes, classifier input size."""
+"""Check the configured models before any embedding job: their layers and sizes, the classifier's input size."""
 
 import argparse
 
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import CheckModelsSettings, add_arguments, from_arguments
+from workflow_lib.models import Embedder, add_embedders_argument
 from workflow_lib.models.check_models import check_models
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", required=True, help="JSON report")
+    add_embedders_argument(parser)
     add_arguments(parser, CheckModelsSettings)
     args = parser.parse_args()
     setup_logging()
     settings = from_arguments(CheckModelsSettings, args)
     check_models(
-        {"esm": settings.esm, "dnabert": settings.dnabert},
-        settings.esm_layer,
+        [Embedder.parse(words) for words in args.embedders],
         settings.classifier,
         settings.cache_dir,
         args.output,

@@ -1,4 +1,4 @@
-"""Embed one shard FASTA with ESM-2 (proteins, .faa) or DNABERT-S (nucleotides, .fna) into HDF5."""
+"""Embed one shard FASTA (proteins, .faa, or nucleotides, .fna, as the model's architecture reads) into HDF5."""
 
 import argparse
 
@@ -13,7 +13,9 @@ from workflow_lib.models.check_models import known_checksums
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--input", required=True, help="shard FASTA from prepare")
-    parser.add_argument("--tokens", help="DNABERT-S: the shard's tokens from the tokenize job (else tokenised here)")
+    parser.add_argument(
+        "--tokens", help="the shard's tokens from the tokenize job, for a model that stores them (else tokenised here)"
+    )
     parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
     parser.add_argument("--output", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")

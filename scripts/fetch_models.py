@@ -8,21 +8,23 @@ import re
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import FetchSettings, add_arguments, from_arguments
+from workflow_lib.models import Embedder, add_embedders_argument
 from workflow_lib.models.fetch_models import fetch_models
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    add_embedders_argument(parser)
     add_arguments(parser, FetchSettings)
-    settings = from_arguments(FetchSettings, parser.parse_args())
+    args = parser.parse_args()
+    settings = from_arguments(FetchSettings, args)
     bad = [f"{name}={sha}" for name, sha in settings.checksums.items() if not re.fullmatch(r"[0-9a-f]{64}", sha)]
     if bad:
         parser.error(f"--checksums: expected NAME=<64 hex digits>, got {', '.join(bad)}")
     setup_logging()
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # huggingface_hub's client: a line per request
     fetch_models(
-        settings.esm,
-        settings.dnabert,
+        [Embedder.parse(words) for words in args.embedders],
         settings.classifier,
         settings.cache_dir,
         settings.checksums,

@@ -1,4 +1,4 @@
-"""Score one (pooled) shard's frames with the classifier, from its DNABERT-S and ESM-2 embeddings."""
+"""Score one (pooled) shard's frames with the classifier, from its embeddings by each configured model."""
 
 import argparse
 from pathlib import Path
@@ -12,8 +12,9 @@ from workflow_lib.cli.threads import use_threads
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dnabert", required=True, help="the shard's DNABERT-S embeddings (HDF5)")
-    parser.add_argument("--esm", required=True, help="the shard's ESM-2 embeddings (HDF5)")
+    parser.add_argument(
+        "--embeddings", nargs="+", required=True, help="the shard's embeddings (HDF5) by each model, in input order"
+    )
     parser.add_argument("--classifier", required=True)
     parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
     parser.add_argument(
@@ -31,7 +32,7 @@ def main() -> None:
     pieces = [(sample, int(shard), int(frames)) for sample, shard, frames in args.piece or ()]
     if args.remove_shard_fasta and not args.shard_fasta:
         parser.error("--remove-shard-fasta true needs --shard-fasta")
-    score_shard(args.dnabert, args.esm, args.classifier, args.output, args.progress_seconds, pieces)
+    score_shard(args.embeddings, args.classifier, args.output, args.progress_seconds, pieces)
     if args.remove_shard_fasta:
         for path in args.shard_fasta:
             Path(path).unlink(missing_ok=True)

@@ -14,31 +14,42 @@ def main() -> None:
     parser.add_argument("--sample", required=True)
     parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
     parser.add_argument("--manifest", required=True, help="the manifest written by call")
-    parser.add_argument("--esm", nargs="+", required=True, help="ESM-2 embed jobs' figures (JSON), in shard order")
     parser.add_argument(
-        "--dnabert", nargs="+", required=True, help="DNABERT-S embed jobs' figures (JSON), in shard order"
+        "--embed-figures",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="MODEL FIGURES_JSON",
+        help="per embedding model: its name, then its embed jobs' figures (JSON), in shard order",
+    )
+    parser.add_argument(
+        "--embed-benchmarks",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="MODEL BENCHMARK_TSV",
+        help="per embedding model: its name, then its embed jobs' Snakemake benchmark files, in shard order",
     )
     parser.add_argument("--benchmark-prepare", required=True, help="Snakemake benchmark file of the prepare job")
-    parser.add_argument("--benchmark-esm", nargs="+", required=True, help="of the ESM-2 embed jobs, in shard order")
-    parser.add_argument("--benchmark-dnabert", nargs="+", required=True, help="of the DNABERT-S embed jobs")
     parser.add_argument("--benchmark-score", nargs="+", required=True, help="of the score jobs, in shard order")
     parser.add_argument("--benchmark-predict", required=True)
     parser.add_argument("--config", required=True, help="the run's result settings as JSON")
     parser.add_argument("--snakemake-version", required=True, help="of the Snakemake that runs the workflow")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    models = {"esm": (args.esm, args.benchmark_esm), "dnabert": (args.dnabert, args.benchmark_dnabert)}
-    for model, (files, benchmarks) in models.items():
-        if len(files) != len(benchmarks):
-            parser.error(f"--{model} and --benchmark-{model} need one file per shard each")
+    figures = {model: files for model, *files in args.embed_figures}
+    benchmarks = {model: files for model, *files in args.embed_benchmarks}
+    for model, files in figures.items():
+        if len(files) != len(benchmarks.get(model, ())) or not files:
+            parser.error(f"--embed-figures and --embed-benchmarks need one file per shard each of {model}")
     result = summarize(
         args.sample,
         args.prepared_sequences,
         args.manifest,
-        {model: files for model, (files, _) in models.items()},
+        figures,
         {
             "prepare": args.benchmark_prepare,
-            "embed": {model: benchmarks for model, (_, benchmarks) in models.items()},
+            "embed": benchmarks,
             "score": args.benchmark_score,
             "predict": args.benchmark_predict,
         },

@@ -1,10 +1,10 @@
-"""Tokenise one shard's nucleotides for DNABERT-S, for its embed job to read instead of tokenising."""
+"""Tokenise one shard for a model whose tokens are stored (DNABERT-S), for its embed job to read."""
 
 import argparse
 
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
-from workflow_lib.cli.settings import TokenizeSettings, add_arguments
+from workflow_lib.cli.settings import TokenizeSettings, add_arguments, from_arguments
 from workflow_lib.embed.stored_tokens import tokenize_shard
 from workflow_lib.models.check_models import known_checksums
 
@@ -14,13 +14,14 @@ def main() -> None:
     parser.add_argument(
         "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
     )
-    parser.add_argument("--input", required=True, help="the shard's nucleotide FASTA from prepare")
+    parser.add_argument("--input", required=True, help="the shard's FASTA from prepare that the model reads")
     parser.add_argument("--output", required=True, help="the tokens file to write (HDF5)")
     add_arguments(parser, TokenizeSettings)
     args = parser.parse_args()
     setup_logging()
-    known = known_checksums(args.model_check, "dnabert")
-    tokenize_shard(args.checkpoint, args.cache_dir, known, args.input, args.output)
+    settings = from_arguments(TokenizeSettings, args)
+    known = known_checksums(args.model_check, settings.model)
+    tokenize_shard(settings.architecture, settings.checkpoint, settings.cache_dir, known, args.input, args.output)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ def main() -> None:
         nargs="+",
         action="append",
         required=True,
-        metavar="LABEL DNABERT_H5 ESM_H5 FRAMES_TSV [FIRST_ROW END_ROW]",
-        help="one labelled shard: virus|other, its DNABERT-S and ESM-2 embeddings, its sample's prepare frames "
-        "table, and the shard's rows of the embeddings where they pool several samples' shards",
+        metavar="LABEL FRAMES_TSV FIRST_ROW END_ROW EMBEDDINGS_H5",
+        help="one labelled shard: virus|other, its sample's prepare frames table, the shard's rows of the "
+        "embeddings (where they pool several samples' shards), and its embeddings by each model in input order",
     )
     parser.add_argument("--output", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
@@ -30,10 +30,11 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     use_threads(args.threads)
-    if any(len(s) not in (4, 6) for s in args.shard):
-        parser.error("--shard takes a label, two embeddings files, a frames table and, optionally, two row numbers")
+    if any(len(s) < 5 for s in args.shard):
+        parser.error("--shard takes a label, a frames table, two row numbers and an embeddings file per model")
     settings = from_arguments(TrainSettings, args)
-    train_classifier([tuple(s) for s in args.shard], args.output, args.metrics, settings, args.calibration)
+    shards = [(label, tuple(paths), frames, int(first), int(end)) for label, frames, first, end, *paths in args.shard]
+    train_classifier(shards, args.output, args.metrics, settings, args.calibration)
 
 
 if __name__ == "__main__":

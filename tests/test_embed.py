@@ -853,9 +853,9 @@ def test_fp8_is_esm_2s_on_a_gpu_and_fp32_on_the_cpu(monkeypatch):
     job runs fp8 (its loading checks the GPU's FP8 GEMMs) and the DNABERT-S job fp16."""
     from workflow_lib.embed.job import select_precision
 
-    assert select_precision("fp8", CPU, "esm") == select_precision("fp8", CPU, "dnabert") == "fp32"
+    assert select_precision("fp8", CPU, "esm2") == select_precision("fp8", CPU, "dnabert_s") == "fp32"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "GPU")
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
     gpu = torch.device("cuda", 0)
-    assert select_precision("fp8", gpu, "esm") == "fp8" and select_precision("fp8", gpu, "dnabert") == "fp16"
+    assert select_precision("fp8", gpu, "esm2") == "fp8" and select_precision("fp8", gpu, "dnabert_s") == "fp16"

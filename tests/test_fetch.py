@@ -24,7 +24,7 @@ from model_server import ModelServer
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.harness.stages import DEFAULTS, embed_command
-from workflow_lib.models import classifier
+from workflow_lib.models import Embedder, classifier
 from workflow_lib.models.fetch_models import fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
@@ -68,7 +68,8 @@ def server(sources, monkeypatch):
 
 
 def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
-    return fetch_models(ESM, REPO, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
+    models = [Embedder("dnabert", "dnabert_s", REPO), Embedder("esm", "esm2", ESM)]
+    return fetch_models(models, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
 
 
 def snapshot(server: ModelServer, cache):
@@ -184,7 +185,8 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
         command = embed_command("esm", ESM, shards["esm"], tmp_path / "e.h5", cache_dir=cache, layer=2)
         missing = f"models.esm.checkpoint: '{ESM}'"
     else:
-        args = ["--esm", ESM, "--esm-layer", "2", "--dnabert", REPO, "--output", str(tmp_path / "m.json")]
+        args = ["--embedder", "dnabert", "dnabert_s", REPO, "last", "--embedder", "esm", "esm2", ESM, "2"]
+        args += ["--output", str(tmp_path / "m.json")]
         args += ["--chunk-length", "500", "--cache-dir", str(cache)]
         command = [sys.executable, str(ROOT / "scripts" / "check_models.py"), *args]
         missing = f"models.dnabert.checkpoint: '{REPO}'"

@@ -32,6 +32,7 @@ from workflow_lib.models import (
 from workflow_lib.models.checkpoints import is_local
 
 CPU = torch.device("cpu")
+WIDTHS = [("dnabert", 16), ("esm", 24)]  # the input of a test classifier of 40 features, in VirNucPro's order
 # 1 residue, fair-esm's usual truncation (1022), VirNucPro's pooling limit (1024) and past both,
 # ambiguous and rare letters
 PROTEINS = [
@@ -119,38 +120,37 @@ def test_esm_checkpoint_is_fair_esm_format(demo_models):
 
 
 def test_the_embedding_models_share_one_interface(demo_models):
-    """The embed job and the model check handle ESM-2 and DNABERT-S alike, through the registry:
-    the same functions with the same arguments, and sizes read without building the model that
-    the built embedder has."""
+    """The embed job and the model check handle ESM-2 and DNABERT-S alike, through the registry of
+    architectures: the same functions with the same arguments, and sizes read without building the
+    model that the built embedder has."""
     import inspect
 
-    from workflow_lib.models import EMBEDDING_MODELS, embedding_model
+    from workflow_lib.models import ARCHITECTURES, loading_module
 
     functions = ("resolve", "read_config", "checkpoint_files", "load", "embedder")
     for function in functions:
         parameters = {
-            name: list(inspect.signature(getattr(embedding_model(name), function)).parameters)
-            for name in EMBEDDING_MODELS
+            name: list(inspect.signature(getattr(loading_module(name), function)).parameters) for name in ARCHITECTURES
         }
-        assert parameters["esm"] == parameters["dnabert"], function
-    for name, files in (
-        ("esm", {"esm2_t2_demo.pt", "esm2_t2_demo-contact-regression.pt"}),
-        ("dnabert", {"config.json", "model.safetensors", "tokenizer.json"}),
+        assert parameters["esm2"] == parameters["dnabert_s"], function
+    for name, architecture, files in (
+        ("esm", "esm2", {"esm2_t2_demo.pt", "esm2_t2_demo-contact-regression.pt"}),
+        ("dnabert", "dnabert_s", {"config.json", "model.safetensors", "tokenizer.json"}),
     ):
-        model, checkpoint = embedding_model(name), str(demo_models[name])
+        model, checkpoint = loading_module(architecture), str(demo_models[name])
         config = model.read_config(checkpoint, None)
         assert {p.name for p in model.checkpoint_files(checkpoint, None)} == files
         embedder = model.embedder(checkpoint, None, config["layers"] if name == "esm" else None, CPU, torch.float32)
         assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
-    with pytest.raises(ValueError, match="no embedding model 'bert'"):
-        embedding_model("bert")
+    with pytest.raises(ValueError, match="no embedding architecture 'bert'"):
+        loading_module("bert")
     with pytest.raises(ValueError, match="DNABERT-S has no FP8 path"):  # the embed job gives it fp16
-        embedding_model("dnabert").embedder(str(demo_models["dnabert"]), None, None, CPU, torch.float16, fp8=True)
+        loading_module("dnabert_s").embedder(str(demo_models["dnabert"]), None, None, CPU, torch.float16, fp8=True)
 
 
 def test_esm_layer_out_of_range(demo_models):
     model, alphabet = esm_loading.load(str(demo_models["esm"]))
-    with pytest.raises(InputError, match="models.esm.layer: 3 is out of range"):
+    with pytest.raises(InputError, match="layer: 3 is out of range"):
         esm.ESMEmbedder(model, alphabet, 3, CPU)
 
 
@@ -545,10 +545,13 @@ def test_virnucpro_pickled_classifier(tmp_path):
     assert torch.allclose(classifier.scores(model, io["x"]), io["scores"], atol=1e-6)
     # its name says nothing: a file that is not one of VirNucPro's published ones must be stated
     with pytest.raises(InputError, match="cannot tell which chunk length .* set models.classifier_chunk_length"):
-        classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 500)
-    classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 300, stated=300)
+        classifier.check_fits(tmp_path / "500_model.pth", WIDTHS, 500)
+    classifier.check_fits(tmp_path / "500_model.pth", WIDTHS, 300, stated=300)
     with pytest.raises(InputError, match=r"made for 300 bp chunks \(stated in config\) but chunk_length is 500"):
-        classifier.check_fits(tmp_path / "500_model.pth", 16, 24, 500, stated=300)
+        classifier.check_fits(tmp_path / "500_model.pth", WIDTHS, 500, stated=300)
+    # it records no models: VirNucPro's, DNABERT-S then ESM-2
+    with pytest.raises(InputError, match=r"trained on the models dnabert, esm \(in that order\) but models.embedders"):
+        classifier.check_fits(tmp_path / "500_model.pth", WIDTHS[::-1], 300, stated=300)
 
 
 def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
@@ -574,17 +577,27 @@ def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
 def test_own_classifier_format_round_trip(tmp_path):
     torch.manual_seed(1)
     model = classifier.MLPClassifier(20)
-    classifier.save(model.eval(), tmp_path / "c.pt", dnabert_dim=8, esm_dim=12, chunk_length=500)
+    classifier.save(model.eval(), tmp_path / "c.pt", embedders=[["dnabert", 8], ["esm", 12]], chunk_length=500)
     loaded, metadata = classifier.load(tmp_path / "c.pt")
     x = torch.randn(4, 20)
     assert torch.equal(classifier.scores(model, x), classifier.scores(loaded, x))
-    assert metadata["esm_dim"] == 12
-    with pytest.raises(InputError, match=r"takes 20 features but the configured models give 8 \(DNABERT-S\) \+ 64"):
-        classifier.check_fits(tmp_path / "c.pt", 8, 64, 500)
-    classifier.check_fits(tmp_path / "c.pt", 8, 12, 500)
-    assert classifier_chunks.recorded_metadata(tmp_path / "c.pt")["chunk_length"] == 500  # read without torch
+    assert metadata["embedders"] == [["dnabert", 8], ["esm", 12]]
+    with pytest.raises(InputError, match=r"trained on 12 features of esm but its checkpoint gives 64; configure"):
+        classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 64)], 500)
+    with pytest.raises(
+        InputError, match=r"trained on the models dnabert, esm \(in that order\) but models.embedders lists"
+    ):
+        classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 12), ("esm_small", 4)], 500)
+    classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 12)], 500)
+    recorded = classifier_chunks.recorded_metadata(tmp_path / "c.pt")  # read without torch
+    assert recorded["chunk_length"] == 500 and recorded["embedders"] == [["dnabert", 8], ["esm", 12]]
     with pytest.raises(InputError, match="made for 500 bp chunks .* but chunk_length is 300; set chunk_length to 500"):
-        classifier.check_fits(tmp_path / "c.pt", 8, 12, 300)
+        classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 12)], 300)
+    classifier.save(model.eval(), tmp_path / "old.pt", chunk_length=500)  # as the train target wrote them before
+    with pytest.raises(
+        InputError, match=r"takes 20 features but the configured models give 8 \(dnabert\) \+ 64 \(esm\)"
+    ):
+        classifier.check_fits(tmp_path / "old.pt", [("dnabert", 8), ("esm", 64)], 500)
 
 
 class _Payload:

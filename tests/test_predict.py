@@ -54,7 +54,7 @@ def sample(tmp_path_factory, demo_models):
     with torch.no_grad():
         model.bn1.running_var.fill_(0.01)  # spread the random scores so that both calls occur
     classifier.save(model.eval(), root / "classifier.pt")
-    score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", root / "out")
+    score_into(root / "prepare", list(zip(files["dnabert"], files["esm"])), root / "classifier.pt", root / "out")
     call_into(root / "prepare", root / "in.fa", root / "out")
     return root, files
 
@@ -138,7 +138,7 @@ MISMATCH = r"scores/shard_{}\.npz: the scores do not match shard {} of the frame
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("esm_lacks_a_frame", r"dnabert_0\.h5 and \S+esm_0\.h5 hold different frames; delete both and run again"),
+        ("esm_lacks_a_frame", r"dnabert_0\.h5 and \S+esm_0\.h5 hold different frames; delete them and run again"),
         ("shard_lacks_a_frame", MISMATCH.format(0, 0, "holds 1 frames where the frames table lists more")),
         ("shards_swapped", MISMATCH.format(0, 0, "was made from other frames than the frames table lists")),
         ("shard_holds_more_frames", MISMATCH.format(1, 1, "holds 4 frames where the frames table lists 2")),
@@ -163,7 +163,7 @@ def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path, case, me
     else:
         dnabert, esm = dnabert[:1], esm[:1]
     with pytest.raises(InputError, match=message):
-        score_into(root / "prepare", dnabert, esm, root / "classifier.pt", tmp_path / "out")
+        score_into(root / "prepare", list(zip(dnabert, esm)), root / "classifier.pt", tmp_path / "out")
     assert not any((tmp_path / "out" / name).exists() for name in ("frames.tsv", "chunks.tsv", "scoring.json"))
 
 
@@ -195,8 +195,7 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
     with pytest.raises(InputError, match=r"scores/shard_1\.npz: made with .*'0123'.* but \S+scores/shard_0\.npz with"):
         score_into(
             root / "prepare",
-            files["dnabert"],
-            [files["esm"][0], str(tmp_path / "other.h5")],
+            list(zip(files["dnabert"], [files["esm"][0], str(tmp_path / "other.h5")])),
             root / "classifier.pt",
             tmp_path / "out",
         )
@@ -217,7 +216,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(workflow_lib.classify.predict, "TABLE_ROWS", 1)
     outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
     with caplog.at_level("INFO", logger="workflow"):
-        args = (files["dnabert"][0], files["esm"][0], root / "classifier.pt", tmp_path / "shard_0.npz")
+        args = ((files["dnabert"][0], files["esm"][0]), root / "classifier.pt", tmp_path / "shard_0.npz")
         workflow_lib.classify.score.score_shard(*args, 1e-6)
         workflow_lib.classify.predict.write_tables(
             prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, outputs, 1e-6
@@ -226,8 +225,8 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
         line = rf"1 frames of {total:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
         assert total > 1 and any(re.fullmatch(line, message) for message in caplog.messages), caplog.messages
 
-    score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--dnabert", files["dnabert"][0]]
-    score_command += ["--esm", files["esm"][0], "--classifier", str(root / "classifier.pt")]
+    score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--embeddings", files["dnabert"][0]]
+    score_command += [files["esm"][0], "--classifier", str(root / "classifier.pt")]
     score_command += ["--output", str(tmp_path / "cli_shard_0.npz"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(score_command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -299,7 +298,9 @@ def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
             monkeypatch.setattr(workflow_lib.classify.predict, "TABLE_ROWS", 5)
             monkeypatch.setattr(workflow_lib.classify.predict.VirNucProTables, "RUN_ROWS", 3)
             monkeypatch.setattr(workflow_lib.classify.call, "BLOCK_ROWS", 4)
-        score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / blocks)
+        score_into(
+            root / "prepare", list(zip(files["dnabert"], files["esm"])), root / "classifier.pt", tmp_path / blocks
+        )
         call_into(root / "prepare", root / "in.fa", tmp_path / blocks)
     calls = [s["call"] for s in read_tsv(tmp_path / "whole" / "sequences.tsv")]
     assert len(read_tsv(tmp_path / "whole" / "frames.tsv")) > 500 and {"virus", "other", "no_coding_frame"} <= set(
@@ -328,7 +329,7 @@ def test_tables_do_not_depend_on_the_sharding(many, tmp_path):
     assert (frames[0]["shard"].unique().tolist(), frames[1]["shard"].unique().tolist()) == ([0], [0, 1, 2, 3, 4])
     assert frames[0].drop(columns="shard").equals(frames[1].drop(columns="shard"))
     for name, (prepared, files) in {"one": (prepare, one), "several": (root / "prepare", several)}.items():
-        score_into(prepared, files["dnabert"], files["esm"], root / "classifier.pt", tmp_path / name)
+        score_into(prepared, list(zip(files["dnabert"], files["esm"])), root / "classifier.pt", tmp_path / name)
         call_into(prepared, root / "in.fa", tmp_path / name)
     names = ("frames.tsv", "chunks.tsv", "prediction_results.txt", "prediction_results_highestscore.csv")
     for name in (*names, "scoring.json", "sequences.tsv", "viral.fasta"):
@@ -360,7 +361,7 @@ def test_float16_embeddings_score_nearly_the_same(sample, tmp_path):
             ids, embeddings, attrs = h5store.read(path)
             h5store.write(tmp_path / f"half_{Path(path).name}", ids, embeddings, attrs, "float16")
             half[model].append(str(tmp_path / f"half_{Path(path).name}"))
-    score_into(root / "prepare", half["dnabert"], half["esm"], root / "classifier.pt", tmp_path / "half")
+    score_into(root / "prepare", list(zip(half["dnabert"], half["esm"])), root / "classifier.pt", tmp_path / "half")
     want, got = read_tsv(root / "out" / "frames.tsv"), read_tsv(tmp_path / "half" / "frames.tsv")
     assert [f["frame_id"] for f in got] == [f["frame_id"] for f in want]
     change = max(abs(float(a["score_virus"]) - float(b["score_virus"])) for a, b in zip(got, want))
@@ -369,7 +370,7 @@ def test_float16_embeddings_score_nearly_the_same(sample, tmp_path):
 
 def test_call_refuses_chunks_out_of_order_and_a_changed_input(many, tmp_path):
     root, files = many
-    score_into(root / "prepare", files["dnabert"], files["esm"], root / "classifier.pt", tmp_path)
+    score_into(root / "prepare", list(zip(files["dnabert"], files["esm"])), root / "classifier.pt", tmp_path)
     call_into(root / "prepare", root / "in.fa", tmp_path)
     first_viral = next(read_records(tmp_path / "viral.fasta"))[0]
     lines = (tmp_path / "chunks.tsv").read_text().splitlines(keepends=True)
@@ -394,7 +395,9 @@ def test_a_sample_without_a_frame_is_scored_and_called(tmp_path):
     files = synthetic_embeddings(tmp_path / "prepare", tmp_path)
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(16).eval(), tmp_path / "classifier.pt")
-    score_into(tmp_path / "prepare", files["dnabert"], files["esm"], tmp_path / "classifier.pt", tmp_path / "out")
+    score_into(
+        tmp_path / "prepare", list(zip(files["dnabert"], files["esm"])), tmp_path / "classifier.pt", tmp_path / "out"
+    )
     call_into(tmp_path / "prepare", tmp_path / "in.fa", tmp_path / "out")
     assert read_tsv(tmp_path / "out" / "frames.tsv") == [] and read_tsv(tmp_path / "out" / "chunks.tsv") == []
     assert [s["call"] for s in read_tsv(tmp_path / "out" / "sequences.tsv")] == ["no_coding_frame"] * 2

@@ -13,6 +13,7 @@ from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
 from workflow_lib.harness.stages import DEFAULTS
+from workflow_lib.models import resolve_config
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
 from workflow_lib.workflow.startup import Samples
 
@@ -20,6 +21,7 @@ from workflow_lib.workflow.startup import Samples
 def config_with(**models) -> dict:
     config = copy.deepcopy(DEFAULTS)
     config["models"] |= models
+    resolve_config(config)
     return config
 
 
@@ -43,12 +45,15 @@ def test_an_embed_jobs_gpu_memory_covers_the_peaks_measured_on_a_gpu(tmp_path):
     check = tmp_path / "models.json"
     check.write_text(json.dumps({"esm": {"layers": 36, "dim": 2560}, "dnabert": {"layers": 12, "dim": 768}}))
     measured = json.loads((ROOT / "docs" / "gpu-check" / "model.json").read_text())["model"]
+    config = copy.deepcopy(DEFAULTS)
     for model in ("esm", "dnabert"):
         for budget, run in measured[model]["budgets"].items():
-            embedding = {f"{model}_token_budget": int(budget), "precision": "fp16"}
-            share = job_resources.embed_gpu_mem_mb(model, str(check), embedding) - job_resources.GPU_CONTEXT_MB
+            config["models"][model]["token_budget"] = int(budget)
+            config["embedding"]["precision"] = "fp16"
+            share = job_resources.embed_gpu_mem_mb(model, str(check), config) - job_resources.GPU_CONTEXT_MB
             assert run["peak_memory_gib"] * 1024 <= share <= run["peak_memory_gib"] * 1024 * 1.1, (model, budget)
-            fp32 = job_resources.embed_gpu_mem_mb(model, str(check), embedding | {"precision": "fp32"})
+            config["embedding"]["precision"] = "fp32"
+            fp32 = job_resources.embed_gpu_mem_mb(model, str(check), config)
             assert abs(fp32 - job_resources.GPU_CONTEXT_MB - 2 * share) <= 1
 
 
@@ -76,8 +81,8 @@ def test_local_models_are_inputs_and_remote_ones_fetched_first():
         dnabert={"checkpoint": "models/demo/dnabert_s"},
         classifier="models/classifier.pt",
     )
-    assert model_files.local_checkpoints(local) == ["models/esm.pt", "models/demo/dnabert_s"]
-    assert model_files.local_checkpoints(local, ["dnabert"]) == ["models/demo/dnabert_s"]
+    assert model_files.local_checkpoints(local) == ["models/demo/dnabert_s", "models/esm.pt"]  # in input order
+    assert model_files.local_checkpoints(local, "dnabert") == ["models/demo/dnabert_s"]
     assert model_files.fetched(local) == [] and model_files.fetched_classifier(local) == []
     assert model_files.classifier_file(local) == "models/classifier.pt"
 
@@ -165,7 +170,8 @@ def test_the_run_summary_records_every_setting_that_can_change_results():
     assert "pending_check_seconds" not in recorded and "progress_seconds" not in recorded
     assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in recorded["embedding"]
     assert recorded["chunk_length"] == config["chunk_length"]
-    assert recorded["models"]["esm"] == config["models"]["esm"]
+    assert recorded["models"]["esm"]["checkpoint"] == config["models"]["esm"]["checkpoint"]
+    assert recorded["models"]["embedders"] == ["dnabert", "esm"]
 
 
 def test_tables_are_attached_to_the_report_while_all_of_them_are_small(tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from workflow_lib.cli.settings import (
-    MODELS,
     STAGES,
     EmbedSettings,
     PrepareSettings,
@@ -19,6 +18,7 @@ from workflow_lib.cli.settings import (
     tuning_keys,
 )
 from workflow_lib.harness.stages import DEFAULTS
+from workflow_lib.models import embedders
 from workflow_lib.workflow import job_resources
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
@@ -29,6 +29,9 @@ def parser_for(declaration) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_arguments(parser, declaration)
     return parser
+
+
+MODELS = [e.name for e in embedders(DEFAULTS)]
 
 
 def models_of(declaration) -> tuple:
@@ -51,7 +54,7 @@ def test_every_declared_key_is_a_config_key():
     for declaration in STAGES:
         for field in declared(declaration):
             for model in MODELS if "{model}" in (field.metadata["key"] or "") else (None,):
-                if field.metadata["key"] and (model, field.name) != ("dnabert", "layer"):  # ESM-2's only
+                if field.metadata["key"]:
                     section = DEFAULTS
                     for part in field.metadata["key"].format(model=model).split("."):
                         assert part in section, f"{declaration.__name__}.{field.name}: {field.metadata['key']}"
@@ -59,10 +62,10 @@ def test_every_declared_key_is_a_config_key():
 
 
 def test_settings_that_cannot_change_results_are_the_tuning():
-    assert tuning_keys() == {
+    assert tuning_keys(MODELS) == {
         "progress_seconds",
-        "embedding.esm_token_budget",
-        "embedding.dnabert_token_budget",
+        "models.esm.token_budget",
+        "models.dnabert.token_budget",
         "embedding.num_workers",
         "embedding.prefetch_factor",
         "embedding.expandable_segments",
@@ -91,7 +94,18 @@ def test_a_bad_value_is_refused_with_its_option(words, error):
 
 def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
     parser = parser_for(EmbedSettings)
-    base = ["--model", "esm", "--checkpoint", "c.pt", "--device", "cpu", "--precision", "fp16"]
+    base = [
+        "--model",
+        "esm",
+        "--architecture",
+        "esm2",
+        "--checkpoint",
+        "c.pt",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp16",
+    ]
     base += ["--storage", "float32", "--token-budget", "100", "--prefetch-factor", "2", "--commit-seconds", "1"]
     base += ["--progress-seconds", "1", "--threads", "2"]
     args = parser.parse_args(base + ["--num-workers", "auto", "--expandable-segments", "False"])
@@ -103,10 +117,11 @@ def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
 
 def test_a_jobs_request_follows_its_shard_not_its_sample():
     embedding = DEFAULTS["embedding"]
+    on_cpu = DEFAULTS | {"embedding": embedding | {"device": "cpu"}}
     # the default shard, 180 M tokens, at ESM-2's assumed 100,000 tokens/s on a GPU: 30 min, 1.5 times, +10
-    assert job_resources.embed_minutes(180_000_000, 1_070_000, "esm", embedding) == 55
-    assert job_resources.embed_minutes(1_000_000, 10, "esm", embedding | {"device": "cpu"}) == 135  # 200 tokens/s
-    assert job_resources.embed_minutes(0, 0, "esm", embedding) == 10  # an empty shard: no GPU, the start only
+    assert job_resources.embed_minutes(180_000_000, 1_070_000, "esm", DEFAULTS) == 55
+    assert job_resources.embed_minutes(1_000_000, 10, "esm", on_cpu) == 135  # 200 tokens/s
+    assert job_resources.embed_minutes(0, 0, "esm", DEFAULTS) == 10  # an empty shard: no GPU, the start only
     assert (job_resources.embed_gpus(0), job_resources.embed_gpus(5)) == (0, 1)
     assert job_resources.embed_threads(embedding) == 3  # auto: 2 loader workers and the main process
     assert job_resources.embed_threads(embedding | {"num_workers": 5}) == 6

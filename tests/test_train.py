@@ -56,14 +56,15 @@ def demo(tmp_path_factory, demo_models):
                 paths.append(str(prepared / f"{model}_{shard}.h5"))
                 settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
                 embed_into(fastas[model][shard], paths[-1], settings)
-            shards.append((row["label"], *paths, str(prepared / "frames.tsv.gz")))
+            rows = len(h5store.read(paths[0])[0])
+            shards.append((row["label"], tuple(paths), str(prepared / "frames.tsv.gz"), 0, rows))
     return root, shards
 
 
 def train_cli(shards, outdir):
     command = [sys.executable, str(ROOT / "scripts" / "train.py")]
-    for shard in shards:
-        command += ["--shard", *shard]
+    for label, paths, frames, first, end in shards:
+        command += ["--shard", label, frames, str(first), str(end), *paths]
     command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json")]
     command += ["--calibration", str(outdir / "calibration.json")]
     settings = {k: v for k, v in DEFAULTS["train"].items() if k not in ("classifier", "calibration")}  # but these:
@@ -99,7 +100,7 @@ def test_metrics_on_the_demo_data(demo, trained):
     assert split_["unit"] == "chunk" and split_["seed"] == SEED  # 8 virus records: too few to hold out whole ones
     assert split_["validation_frames"] == validation["n"] and split_["train_frames"] == result["train"]["n"]
     frames = split_["train_frames"] + split_["validation_frames"]
-    assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[3] for s in demo[1]})
+    assert frames == sum(len(read_tsv(f"{tsv}")) for tsv in {s[2] for s in demo[1]})
     assert 0.15 < split_["validation_frames"] / frames < 0.3
     assert 0 < result["epochs_run"] <= 40 and len(result["history"]["validation_loss"]) == result["epochs_run"]
     # 8 virus and 12 other records: the calibration's scores are cross-fitted over 5 folds, every chunk scored
@@ -125,7 +126,7 @@ def test_no_chunk_on_both_sides(demo, trained):
     the embeddings and the frames tables."""
     _, shards = demo
     keys = []
-    for _, dna_path, _, frames_path in shards:
+    for _, (dna_path, _), frames_path, *_ in shards:
         chunk_of = {f["frame_id"]: (frames_path, f["sequence_id"], f["chunk"]) for f in read_tsv(frames_path)}
         keys += [chunk_of[frame_id] for frame_id in h5store.read(dna_path)[0]]
     training, validation, unit = split(load_examples(shards, DEFAULTS["progress_seconds"]), FRACTION, SEED)
@@ -142,12 +143,15 @@ def test_no_chunk_on_both_sides(demo, trained):
 @pytest.mark.slow
 def test_training_shards_of_another_width_fail_in_one_line(demo, tmp_path):
     _, shards = demo
-    label, dna_path, esm_path, frames_path = shards[-1]
+    label, (dna_path, esm_path), frames_path, first, end = shards[-1]
     ids, esm, attrs = h5store.read(esm_path)
     h5store.write(tmp_path / "wide.h5", ids, np.hstack([esm, esm]), attrs)
-    message = r"^\S+ and \S+wide\.h5: 176 features a frame where \S+ and \S+ have 112; embed every training"
+    message = (
+        r"^\S+ and \S+wide\.h5: 176 features a frame \(dnabert 48 \+ esm 128\) where \S+ and \S+ have 112 "
+        r"\(dnabert 48 \+ esm 64\); embed every training"
+    )
     with pytest.raises(InputError, match=message):
-        load_examples([*shards[:-1], (label, dna_path, str(tmp_path / "wide.h5"), frames_path)], 600)
+        load_examples([*shards[:-1], (label, (dna_path, str(tmp_path / "wide.h5")), frames_path, first, end)], 600)
 
 
 @pytest.mark.slow

@@ -136,7 +136,7 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
         command + ["--profile", str(ROOT / "profiles" / "local")], capture_output=True, text=True, env=ENV
     )
     assert result.returncode != 0
-    message = "takes 3328 features but the configured models give 48 (DNABERT-S) + 64 (ESM-2) = 112"
+    message = "takes 3328 features but the configured models give 48 (dnabert) + 64 (esm) = 112"
     assert message in (tmp_path / "logs" / "check_models.log").read_text()
     assert [line for line in result.stderr.splitlines() if message in line] == [
         f"error: {tmp_path / 'virnucpro_sized.pt'}: the classifier {message}; use the classifier trained for these "
@@ -644,9 +644,11 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     first, second = sorted(logs, key=lambda log: log_seconds(log)[0])
     if shared:  # the second started before the first ended
         assert log_seconds(second)[0] <= log_seconds(first)[-1]
-        embedding = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"] | embedding
+        run_config = {"models": {"esm": {"architecture": "esm2"}, "dnabert": {"architecture": "dnabert_s"}}}
+        run_config["embedding"] = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"]
         for model, log in zip(("esm", "dnabert"), logs):
-            mb = job_resources.embed_gpu_mem_mb(model, str(tmp_path / "results/checks/models.json"), embedding)
+            run_config["models"][model]["token_budget"] = embedding[f"{model}_token_budget"]
+            mb = job_resources.embed_gpu_mem_mb(model, str(tmp_path / "results/checks/models.json"), run_config)
             assert f"no GPU has {mb} MB unclaimed" in log.read_text()
             assert f"claimed {mb} MB of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text()
     else:  # the second started once the first had ended

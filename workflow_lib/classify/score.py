@@ -1,5 +1,5 @@
-"""The score stage: VirNucPro's classifier over one shard's frames, as soon as both of its
-embeddings files exist, so that they can go (outputs.keep_embeddings: false) long before the
+"""The score stage: VirNucPro's classifier over one shard's frames, as soon as its embeddings files
+(one per configured model) exist, so that they can go (outputs.keep_embeddings: false) long before the
 sample's last shard is embedded.
 
 A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
@@ -24,6 +24,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, h5store
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.models import classifier
+from workflow_lib.models.classifier_chunks import embedders_refusal
 from workflow_lib.prepare.reconcile import IDDigest
 
 log = logging.getLogger("workflow")
@@ -34,24 +35,28 @@ SCORE_ROWS = 32768
 
 
 def score_shard(
-    dnabert_path: str | Path,
-    esm_path: str | Path,
+    embeddings: list[str | Path],
     classifier_path: str | Path,
     output: str | Path,
     progress_seconds: float,
     pieces: list[tuple[str, int, int]] | None = None,
 ) -> int:
     """Score every frame of one pooled shard into its scores file `output`, the shard made of
-    `pieces` (each sample's shard: sample, shard, frames; in order); return the number of frames."""
-    model, _ = classifier.load(classifier_path)
-    with h5store.FeatureBlocks(dnabert_path, esm_path, rows=SCORE_ROWS) as blocks:
+    `pieces` (each sample's shard: sample, shard, frames; in order) from its `embeddings` (a file per
+    configured model, in the classifier's input order); return the number of frames."""
+    model, metadata = classifier.load(classifier_path)
+    with h5store.FeatureBlocks(*embeddings, rows=SCORE_ROWS) as blocks:
         made_with = _made_with(blocks, model)
+        models = [(str(attrs["model"]), dim) for attrs, dim in zip(blocks.attrs, blocks.dims)]
+        if refusal := embedders_refusal(classifier_path, metadata, models):
+            raise InputError(refusal)
         made_with["classifier"] = {"path": str(classifier_path), "sha256": checksums.sha256(classifier_path)}
         progress = Progress(log, "frames", total=blocks.n, interval=progress_seconds)
         frames = [n for _, _, n in pieces] if pieces else [blocks.n]
         if sum(frames) != blocks.n:
             raise InputError(
-                f"{dnabert_path}: {blocks.n} frames where the plan's shards hold {sum(frames)}; delete it and run again"
+                f"{embeddings[0]}: {blocks.n} frames where the plan's shards hold {sum(frames)}; "
+                "delete it and run again"
             )
         ends = np.cumsum(frames)
         digests, scores = [IDDigest() for _ in frames], np.empty((blocks.n, 2), dtype=np.float32)
@@ -82,15 +87,15 @@ def _made_with(blocks: h5store.FeatureBlocks, model) -> dict[str, dict]:
     """Each embedding model's checkpoint; features as wide as the classifier's input."""
     if blocks.dim != model.input_dim:
         raise InputError(
-            f"{blocks.paths[0]} + {blocks.paths[1]}: {blocks.dim} features per frame but the classifier "
+            f"{' + '.join(map(str, blocks.paths))}: {blocks.dim} features per frame but the classifier "
             f"takes {model.input_dim}; use the classifier trained for these models"
         )
     return {
-        name: {
+        str(attrs["model"]): {
             "checkpoint": str(attrs["checkpoint"]),
             "layer": int(attrs["layer"]),
             "precision": str(attrs["precision"]),
             "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
         }
-        for name, attrs in blocks.attrs.items()
+        for attrs in blocks.attrs
     }

@@ -16,7 +16,6 @@ import types
 import typing
 from typing import Literal
 
-MODELS = ("esm", "dnabert")  # the embedding models, by the names the config and the files use
 NO_DEFAULT = dataclasses.MISSING
 
 
@@ -189,14 +188,15 @@ def cli(**options) -> str:
     return " ".join(words)
 
 
-def tuning_keys() -> set[str]:
-    """The config keys of every stage's settings that cannot change results, dotted."""
+def tuning_keys(models) -> set[str]:
+    """The config keys of every stage's settings that cannot change results, dotted, a key that
+    names the model once per model of `models`."""
     return {
         f.metadata["key"].format(model=model)
         for declaration in STAGES
         for f in declared(declaration)
         if f.metadata["key"] and not f.metadata["results"]
-        for model in MODELS
+        for model in models
     }
 
 
@@ -225,9 +225,11 @@ class PlanSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenizeSettings:
-    """Tokenise a shard's nucleotides for DNABERT-S."""
+    """Tokenise a shard's sequences for a model whose tokens are stored (models.ARCHITECTURES)."""
 
-    checkpoint: str = setting("models.dnabert.checkpoint")
+    model: str = setting(help="the configured model, by its name in models.embedders")
+    architecture: str = setting("models.{model}.architecture")
+    checkpoint: str = setting("models.{model}.checkpoint")
     cache_dir: str = setting("models.cache_dir")
 
 
@@ -235,14 +237,15 @@ class TokenizeSettings:
 class EmbedSettings:
     """Embed a shard with one model."""
 
-    model: Literal[MODELS] = setting(help="ESM-2 (a .faa shard) or DNABERT-S (a .fna shard)")
+    model: str = setting(help="the configured model, by its name in models.embedders")
+    architecture: str = setting("models.{model}.architecture")
     checkpoint: str = setting("models.{model}.checkpoint")
-    layer: int | None = setting("models.{model}.layer")  # ESM-2's; None: the last
+    layer: int | None = setting("models.{model}.layer")  # None: the last
     cache_dir: str | None = setting("models.cache_dir")
     device: Literal["auto", "cpu", "cuda"] = setting("embedding.device")
     precision: Literal["fp32", "fp16", "bf16", "fp8"] = setting("embedding.precision")  # on CUDA; the CPU uses fp32
     storage: Literal["float32", "float16"] = setting("embedding.storage")
-    token_budget: int = setting("embedding.{model}_token_budget", results=False)
+    token_budget: int = setting("models.{model}.token_budget", results=False)
     num_workers: int | Literal["auto"] = setting("embedding.num_workers", results=False)
     prefetch_factor: int = setting("embedding.prefetch_factor", results=False)
     expandable_segments: bool = setting("embedding.expandable_segments", results=False)
@@ -311,8 +314,6 @@ class CalibrateSettings:
 class FetchSettings:
     """Download the configured models into the cache directory."""
 
-    esm: str = setting("models.esm.checkpoint")
-    dnabert: str = setting("models.dnabert.checkpoint")
     cache_dir: str = setting("models.cache_dir")
     checksums: dict[str, str] = setting("models.checksums")
     classifier: str | None = setting(help="http(s) URL or path (left out when the workflow trains it)")
@@ -323,9 +324,6 @@ class FetchSettings:
 class CheckModelsSettings:
     """Check the configured models before any embedding."""
 
-    esm: str = setting("models.esm.checkpoint")
-    esm_layer: int = setting("models.esm.layer")
-    dnabert: str = setting("models.dnabert.checkpoint")
     cache_dir: str = setting("models.cache_dir")
     chunk_length: int = setting("chunk_length")
     classifier_chunk_length: int | None = setting("models.classifier_chunk_length")

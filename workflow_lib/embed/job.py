@@ -1,4 +1,4 @@
-"""The embed job: one shard FASTA through one model (ESM-2 or DNABERT-S) into the HDF5 contract.
+"""The embed job: one shard FASTA through one configured model (ESM-2, DNABERT-S) into the HDF5 contract.
 
 Loader workers read, tokenize and pack the shard; the main process copies each batch to the
 device on a side stream while the previous one computes, and brings pooled embeddings back
@@ -33,7 +33,7 @@ from workflow_lib.embed.stopping import sigterm_exits, sigterm_held
 from workflow_lib.embed.stored_tokens import StoredTokens
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.tables import write_json
-from workflow_lib.models import embedding_model, varlen
+from workflow_lib.models import ARCHITECTURES, loading_module, varlen
 
 log = logging.getLogger("workflow")
 # fp8: ESM-2's feed-forward GEMMs in FP8 (models/esm.py), the rest of the model in fp16
@@ -96,10 +96,10 @@ def visible_gpus(name: str) -> list[locks.Gpu]:
     return [locks.Gpu(uuid, int(mb)) for uuid, mb in named]
 
 
-def select_precision(precision: str, device: torch.device, model: str) -> str:
+def select_precision(precision: str, device: torch.device, architecture: str) -> str:
     """Half precision is for GPUs; on the CPU embeddings are always computed in float32. A GPU
     this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do.
-    fp8 is ESM-2's (its loading checks the GPU); DNABERT-S computes in fp16 then."""
+    fp8 is for an architecture that has it (ESM-2: its loading checks the GPU); another computes in fp16 then."""
     if device.type != "cuda":
         return "fp32"
     major, minor = torch.cuda.get_device_capability(device)
@@ -108,7 +108,7 @@ def select_precision(precision: str, device: torch.device, model: str) -> str:
         raise InputError(
             f"{torch.cuda.get_device_name(device)} does not compute in bf16; set embedding.precision to fp16"
         )
-    return "fp16" if precision == "fp8" and model != "esm" else precision
+    return "fp16" if precision == "fp8" and not ARCHITECTURES[architecture].fp8 else precision
 
 
 def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:
@@ -129,14 +129,14 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
 
 
 def build_embedder(settings: EmbedSettings, device: torch.device, precision: str):
-    model = embedding_model(settings.model)
+    model = loading_module(settings.architecture)
     dtype, fp8 = PRECISIONS[precision], precision == "fp8"
     return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8=fp8)
 
 
 def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
     """{file name: SHA-256} of the model files the job loaded."""
-    files = embedding_model(settings.model).checkpoint_files(settings.checkpoint, settings.cache_dir)
+    files = loading_module(settings.architecture).checkpoint_files(settings.checkpoint, settings.cache_dir)
     return checksums.digests(checksums.describe(files, settings.known_checksums))
 
 
@@ -213,8 +213,9 @@ def embed_shard(
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
-    `tokens_path`: the shard's DNABERT-S tokens made by the tokenize job (stored_tokens), read
-    instead of tokenising. `planned_frames`: the frames the plan gives the shard (ShardIndex.read).
+    `tokens_path`: the shard's tokens made by the tokenize job (stored_tokens; for a model that
+    stores them, DNABERT-S), read instead of tokenising. `planned_frames`: the frames the plan
+    gives the shard (ShardIndex.read).
     `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device).
     A SIGTERM before every frame is committed ends the job through its normal exits (its status
     says so); after, the job finishes (stopping.sigterm_exits)."""
@@ -224,7 +225,7 @@ def embed_shard(
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
         device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb)) if len(index) else torch.device("cpu")
-        precision = select_precision(settings.precision, device, settings.model)
+        precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
         embedder = build_embedder(settings, device, precision)
         workers, asked = loader_workers(settings, index)

@@ -1,8 +1,9 @@
-"""A shard's DNABERT-S token IDs, made once by the tokenize job: the embed job's loader workers then
-read them instead of running the BPE tokenizer, which was that job's host limit (2.25 M tokens/s a
-core). HDF5: `ids`, every record's tokens end to end (special tokens included, as the embed job
-would encode them), `offsets` (int64, where record i starts, then the total), attributes
-`shard_sha256` and `tokenizer_sha256`: a file made from another shard or tokenizer is refused.
+"""A shard's token IDs for a model whose tokens are stored (DNABERT-S), made once by the tokenize job:
+the embed job's loader workers then read them instead of running the BPE tokenizer, which was that
+job's host limit (2.25 M tokens/s a core). HDF5: `ids`, every record's tokens end to end (special
+tokens included, as the embed job would encode them), `offsets` (int64, where record i starts, then
+the total), attributes `shard_sha256` and `tokenizer_sha256`: a file made from another shard or
+tokenizer is refused.
 """
 
 import logging
@@ -16,7 +17,6 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.io import checksums
 from workflow_lib.io.outputs import atomic_path
-from workflow_lib.models.tokens import DNABERTTokens
 
 log = logging.getLogger("workflow")
 
@@ -24,16 +24,17 @@ IDS_CHUNK = 1 << 20  # tokens per HDF5 chunk of `ids`
 
 
 def tokenize_shard(
-    checkpoint: str, cache_dir: str | None, known: dict, shard_path: str | Path, output: str | Path
+    architecture: str, checkpoint: str, cache_dir: str | None, known: dict, shard_path: str | Path, output: str | Path
 ) -> int:
-    """The tokenize job: a DNABERT-S checkpoint's tokenizer over a shard's nucleotides, into `output`.
-    `known`: the run's model check of the checkpoint's files (their SHA-256, not computed again)."""
-    from workflow_lib.models import dnabert_loading
+    """The tokenize job: the tokenizer of a checkpoint of `architecture` (one whose tokens are
+    stored, models.ARCHITECTURES) over a shard's sequences, into `output`. `known`: the run's model
+    check of the checkpoint's files (their SHA-256, not computed again)."""
+    from workflow_lib.models import loading_module
 
-    start, tokenizer = time.monotonic(), dnabert_loading.resolve(checkpoint, cache_dir) / "tokenizer.json"
-    digest = checksums.digests(checksums.describe([tokenizer], known))["tokenizer.json"]
-    vocab_size = dnabert_loading.read_config(checkpoint, cache_dir)["vocab_size"]
-    n_tokens = write(shard_path, DNABERTTokens(tokenizer), digest, vocab_size, output)
+    start = time.monotonic()
+    tokenizer, encode, vocab_size = loading_module(architecture).stored_tokenizer(checkpoint, cache_dir)
+    digest = checksums.digests(checksums.describe([tokenizer], known))[tokenizer.name]
+    n_tokens = write(shard_path, encode, digest, vocab_size, output)
     seconds = time.monotonic() - start
     log.info(
         "%d tokens of %s in %.1f s (%.0f tokens/s) into %s",

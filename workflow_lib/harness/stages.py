@@ -15,11 +15,15 @@ GENOMES = ROOT / "resources" / "genomes"
 
 
 def config_defaults() -> dict:
-    """The config a run gets for every key it does not set: the schema's defaults."""
+    """The config a run gets for every key it does not set: the schema's defaults, and the
+    embedding models' (models.resolve_config)."""
     from snakemake.utils import validate
+
+    from workflow_lib.models import resolve_config
 
     config = {"samples": "samples.tsv"}
     validate(config, str(ROOT / "config" / "schema.yaml"))
+    resolve_config(config)
     return config
 
 
@@ -88,9 +92,10 @@ def model_check(model: str, checkpoint: str, cache_dir: str | None = None) -> di
     process: embed jobs given it hash nothing (ESM-2 3B's 5.7 GB take seconds). A file changed
     since is hashed again by the job (checksums.describe compares size and time)."""
     from workflow_lib.io import checksums
-    from workflow_lib.models import embedding_model
+    from workflow_lib.models import loading_module
 
-    return checksums.describe(embedding_model(model).checkpoint_files(checkpoint, cache_dir))
+    loading = loading_module(DEFAULTS["models"][model]["architecture"])
+    return checksums.describe(loading.checkpoint_files(checkpoint, cache_dir))
 
 
 def embed_settings(model: str, checkpoint, **settings):
@@ -111,11 +116,15 @@ def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) 
     return embed_shard(shard, output, Path(output).with_suffix(".json"), settings, tokens)
 
 
-def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
-    """The tokenize stage (DNABERT-S) on one shard's nucleotides, with a model check of its files."""
+def tokenize_into(shard: Path, checkpoint, output: Path, model: str | None = None) -> int:
+    """The tokenize stage of `model` (None: the default config's model whose tokens are stored,
+    DNABERT-S) on one shard, with a model check of its files."""
     from workflow_lib.embed.stored_tokens import tokenize_shard
+    from workflow_lib.models import embedders
 
-    return tokenize_shard(str(checkpoint), None, model_check("dnabert", str(checkpoint)), shard, output)
+    (embedder,) = [e for e in embedders(DEFAULTS) if e.name == model or (model is None and e.declared.stored_tokens)]
+    known = model_check(embedder.name, str(checkpoint))
+    return tokenize_shard(embedder.architecture, str(checkpoint), None, known, shard, output)
 
 
 def train_settings(**settings):
@@ -150,16 +159,17 @@ def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:
     return [shard_fasta(files.shards, row["shard"], suffix) for row in read_shards(files.shard_table)]
 
 
-def score_into(prepare_dir: Path, dnabert_files: list, esm_files: list, classifier_path: Path, outdir: Path) -> dict:
-    """The score stage on each shard's embeddings (scores files in `outdir`/scores), then the predict
-    stage on them and prepare's tables in `prepare_dir`: its tables (VirNucPro's too) into `outdir`."""
+def score_into(prepare_dir: Path, embeddings: list, classifier_path: Path, outdir: Path) -> dict:
+    """The score stage on each shard's embeddings (per shard, its files by each model in input
+    order; scores files in `outdir`/scores), then the predict stage on them and prepare's tables in
+    `prepare_dir`: its tables (VirNucPro's too) into `outdir`."""
     from workflow_lib.classify.predict import ScoreFiles, write_tables
     from workflow_lib.classify.score import score_shard
 
     prepare_dir, outdir = Path(prepare_dir), Path(outdir)
-    scores = [outdir / "scores" / f"shard_{shard}.npz" for shard in range(len(dnabert_files))]
-    for dnabert, esm, path in zip(dnabert_files, esm_files, scores, strict=True):
-        score_shard(dnabert, esm, classifier_path, path, DEFAULTS["progress_seconds"])
+    scores = [outdir / "scores" / f"shard_{shard}.npz" for shard in range(len(embeddings))]
+    for files, path in zip(embeddings, scores, strict=True):
+        score_shard(files, classifier_path, path, DEFAULTS["progress_seconds"])
     virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")
     outputs = ScoreFiles(outdir / "frames.tsv", outdir / "chunks.tsv", outdir / "scoring.json", virnucpro)
     frames, sequences = prepare_dir / "frames.tsv.gz", prepare_dir / "sequences.tsv.gz"

@@ -3,7 +3,7 @@
 compressed), and attributes describing how they were made.
 
 Files written before `storage` existed (contiguous float32, no `storage` attribute) read the same.
-Readers never hold a whole dataset: `FeatureBlocks` reads a shard's two files in row blocks into
+Readers never hold a whole dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks into
 one preallocated float32 block."""
 
 import contextlib
@@ -139,23 +139,24 @@ def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
 
 
 class FeatureBlocks:
-    """One shard's classifier input, DNABERT-S then ESM-2 embedding per frame (VirNucPro's order),
-    read in blocks of `rows` rows into one preallocated float32 block; the two files' IDs are
-    checked block by block. Use as a context manager."""
+    """One shard's classifier input: per frame, the embeddings of its files one after the other,
+    in the order given (the configured models', VirNucPro's DNABERT-S then ESM-2), read in blocks
+    of `rows` rows into one preallocated float32 block; the files' IDs are checked block by block.
+    Use as a context manager."""
 
-    def __init__(self, dnabert_path: str | Path, esm_path: str | Path, rows: int = BLOCK_ROWS):
-        self.paths = (Path(dnabert_path), Path(esm_path))
+    def __init__(self, *paths: str | Path, rows: int = BLOCK_ROWS):
+        self.paths = tuple(map(Path, paths))
         self.rows = rows
         self.stack = contextlib.ExitStack()
         self.files = [self.stack.enter_context(_open(path)) for path in self.paths]
-        self.attrs = {"dnabert": dict(self.files[0].attrs), "esm": dict(self.files[1].attrs)}
+        self.attrs = [dict(f.attrs) for f in self.files]
         shapes = [f["embeddings"].shape for f in self.files]
         counts = {len(f["ids"]) for f in self.files} | {s[0] for s in shapes}
         if len(counts) != 1 or any(len(s) != 2 for s in shapes):
             self.close()
-            raise InputError(f"{dnabert_path} and {esm_path} hold different frames; delete both and run again")
+            raise InputError(f"{' and '.join(map(str, paths))} hold different frames; delete them and run again")
         self.n = shapes[0][0]
-        self.dims = (shapes[0][1], shapes[1][1])
+        self.dims = tuple(s[1] for s in shapes)
         self.block: np.ndarray | None = None
 
     @property
@@ -172,10 +173,11 @@ class FeatureBlocks:
         self.stack.close()
 
     def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
-        """Rows start:stop of the two files into `out` (float32, [stop - start, dim]); their IDs."""
+        """Rows start:stop of the files into `out` (float32, [stop - start, dim]); their IDs."""
         ids = [_ids(f["ids"][start:stop]) for f in self.files]
-        if ids[0] != ids[1]:
-            raise InputError(f"{self.paths[0]} and {self.paths[1]} hold different frames; delete both and run again")
+        for path, other in zip(self.paths[1:], ids[1:]):
+            if other != ids[0]:
+                raise InputError(f"{self.paths[0]} and {path} hold different frames; delete both and run again")
         column = 0
         for handle, dim in zip(self.files, self.dims):
             if dim and stop > start:  # HDF5 reads (and converts float16) into the block's columns

@@ -16,7 +16,6 @@ from workflow_lib.io.tables import read_table
 
 # the shards table of a sample: a row per shard, in shard order
 SHARDS = ("shard", "frames", "tokens")
-FASTA_SUFFIX = {"esm": "faa", "dnabert": "fna"}  # the shard FASTA each model embeds
 
 
 def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:

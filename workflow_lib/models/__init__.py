@@ -1,25 +1,147 @@
 """Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier, their
-tokenizers, checkpoints and attention over packed rows; and the tooling of their files: fetching
-them into the cache, checking them, building the tiny demo models.
+tokenizers, checkpoints and attention over packed rows; the registry of embedding models; and the
+tooling of their files: fetching them into the cache, checking them, building the tiny demo models.
 
-The two embedding models share one interface, by the names the config and the HDF5 files use:
-each one's loading module (esm_loading, dnabert_loading; their forwards are in esm and dnabert)
-gives resolve, read_config, checkpoint_files, load and embedder, with the same arguments
-(checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put it).
+Two levels. An *architecture* is code: its loading module (esm_loading, dnabert_loading; their
+forwards in esm and dnabert) gives resolve, read_config, checkpoint_files, load and embedder, with
+the same arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put
+it), what fetch_models needs of its source (hub_files for fair-esm, HUB_FILES for Hugging Face)
+and, where its tokens are stored, stored_tokenizer; and its declaration here (ARCHITECTURES: what
+the rules need before torch is imported).
+A *configured model* is data: an entry `models.<name>` of the config listed in `models.embedders`,
+in the order of the classifier's input (VirNucPro's: dnabert, then esm). Nothing outside this
+package names a model or imports a loading module by name.
 
 May import: cli, io.
 """
 
+import argparse
+import dataclasses
 import importlib
 from types import ModuleType
 
-from workflow_lib.cli.settings import MODELS
-
-EMBEDDING_MODELS = dict(zip(MODELS, ("ESM-2", "DNABERT-S")))  # display names, in the order of MODELS
+from workflow_lib.models.checkpoints import ESM2_MODELS, is_local
 
 
-def embedding_model(name: str) -> ModuleType:
-    """The module of an embedding model, imported when first asked for (fair-esm and torch take seconds)."""
-    if name not in EMBEDDING_MODELS:
-        raise ValueError(f"no embedding model '{name}': one of {', '.join(EMBEDDING_MODELS)}")
-    return importlib.import_module(f"{__name__}.{name}_loading")
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """An embedding architecture, as the rules and the checks see it."""
+
+    display_name: str
+    loading: str  # its loading module in this package
+    source: str  # where fetch_models downloads a named checkpoint from: "fair-esm" or "huggingface"
+    alphabet: str  # the shard FASTA it reads: "faa" (proteins) or "fna" (nucleotides)
+    stored_tokens: bool  # its tokens are made once per shard by a CPU tokenize job
+    chooses_layer: bool  # it embeds with the layer models.<name>.layer names (else its last hidden state)
+    fp8: bool  # it computes its feed-forward GEMMs in FP8 with embedding.precision fp8 (else fp16)
+    # its embed job's GPU memory (workflow/job_resources.py): weights, this times layers times
+    # width squared; activations, this times the token budget times the width
+    weights_per_layer: int
+    activations_per_token: int
+    token_budget: int  # default tokens per packed batch
+    cuda_tokens_per_s: int  # default rates of its embed job (embedding.assumed_tokens_per_s)
+    cpu_tokens_per_s: int
+
+    @property
+    def assumed_tokens_per_s(self) -> dict:
+        return {"cuda": self.cuda_tokens_per_s, "cpu": self.cpu_tokens_per_s}
+
+
+ARCHITECTURES = {
+    # ESM-2: attention 4 d^2 and feed-forward 8 d^2 a layer; DNABERT-S: its gated feed-forward 12 d^2.
+    # Activations: the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and
+    # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
+    # by 13.4 and 22.1 values of the width a token, rounded up here. The values in the order of the fields.
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, True, 12, 15, 16384, 10**5, 200),
+    "dnabert_s": Architecture(
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, False, 16, 24, 32768, 10**6, 5000
+    ),
+}
+# The two entries every config has had, and their architectures; any other entry names its own.
+NAMED_ARCHITECTURES = {"esm": "esm2", "dnabert": "dnabert_s"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Embedder:
+    """A configured embedding model: its entry models.<name>, defaults filled in (resolve_config)."""
+
+    name: str
+    architecture: str
+    checkpoint: str
+    layer: int | None = None  # None: the last
+    display_name: str = ""
+
+    @property
+    def declared(self) -> Architecture:
+        return ARCHITECTURES[self.architecture]
+
+    def loading(self) -> ModuleType:
+        return loading_module(self.architecture)
+
+    def option(self) -> tuple:
+        """Its --embedder words (add_embedders_argument)."""
+        return self.name, self.architecture, self.checkpoint, "last" if self.layer is None else self.layer
+
+    @classmethod
+    def parse(cls, words: list[str]) -> "Embedder":
+        """The model of --embedder's words."""
+        name, architecture, checkpoint, layer = words
+        return cls(name, architecture, checkpoint, None if layer == "last" else int(layer))
+
+
+def add_embedders_argument(parser: argparse.ArgumentParser) -> None:
+    """--embedder NAME ARCHITECTURE CHECKPOINT LAYER, once per configured model in input order
+    (`args.embedders`, each one's words: Embedder.parse)."""
+    parser.add_argument(
+        "--embedder",
+        dest="embedders",
+        nargs=4,
+        action="append",
+        required=True,
+        metavar=("NAME", "ARCHITECTURE", "CHECKPOINT", "LAYER"),
+        help="a configured embedding model (models.embedders), in input order; LAYER: a number or last",
+    )
+
+
+def loading_module(architecture: str) -> ModuleType:
+    """The loading module of an architecture, imported when first asked for (fair-esm and torch take seconds)."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"no embedding architecture '{architecture}': one of {', '.join(ARCHITECTURES)}")
+    return importlib.import_module(f"{__name__}.{ARCHITECTURES[architecture].loading}")
+
+
+def named_shape(embedder: Embedder) -> tuple[int, int] | None:
+    """(layers, width) of a named checkpoint, known without its files (fair-esm's table); None for
+    a local checkpoint or one from a hub with no table. A name fair-esm lacks: LookupError, saying
+    what it has."""
+    if embedder.declared.source != "fair-esm" or is_local(embedder.checkpoint):
+        return None
+    if embedder.checkpoint not in ESM2_MODELS:
+        raise LookupError(
+            f"fair-esm {embedder.declared.display_name} model ({', '.join(ESM2_MODELS)}) and no local .pt file"
+        )
+    return ESM2_MODELS[embedder.checkpoint]
+
+
+def embedders(config: dict) -> list[Embedder]:
+    """The configured embedding models, in the classifier's input order (a config resolve_config filled in)."""
+    entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
+    return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
+
+
+def resolve_config(config: dict) -> None:
+    """Fill in each listed model's architecture, display name, layer, token budget and assumed rates
+    (config_check.check_embedders has checked the list): esm and dnabert default to the
+    embedding.<name>_token_budget and embedding.assumed_tokens_per_s.<name> keys, another model to
+    its architecture's defaults."""
+    embedding = config["embedding"]
+    for name in config["models"]["embedders"]:
+        entry = config["models"][name]
+        architecture = ARCHITECTURES[entry.setdefault("architecture", NAMED_ARCHITECTURES.get(name))]
+        named = NAMED_ARCHITECTURES.get(name) == entry["architecture"]
+        own = f" ({name})" if not named else ""
+        entry.setdefault("display_name", architecture.display_name + own)
+        entry.setdefault("layer", None)
+        entry.setdefault("token_budget", embedding.get(f"{name}_token_budget", architecture.token_budget))
+        rates = embedding["assumed_tokens_per_s"].get(name, architecture.assumed_tokens_per_s)
+        entry["assumed_tokens_per_s"] = {**rates, **entry.get("assumed_tokens_per_s", {})}

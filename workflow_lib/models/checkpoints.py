@@ -31,12 +31,14 @@ ESM2_MODELS = {
 }
 
 
-def check_esm_layer(checkpoint: str, layer: int, layers: int, source: str = "") -> None:
-    """The one check of models.esm.layer: 0 (the embeddings) up to the model's last layer.
-    `source`: where the value was given (a config file, --config), for the message."""
-    if not 0 <= layer <= layers:
+def check_layer(model: str | None, checkpoint: str, layer: int | None, layers: int, source: str = "") -> None:
+    """The one check of models.<model>.layer (None: a model by no config name): 0 (the embeddings)
+    up to the model's last layer (None). `source`: where the value was given (a config file,
+    --config), for the message."""
+    if layer is not None and not 0 <= layer <= layers:
+        key = f"models.{model}.layer" if model else "layer"
         raise InputError(
-            f"{source + ': ' if source else ''}models.esm.layer: {layer} is out of range for {checkpoint} "
+            f"{source + ': ' if source else ''}{key}: {layer} is out of range for {checkpoint} "
             f"({layers} layers); set it to {layers} (the last layer, as VirNucPro) or lower"
         )
 

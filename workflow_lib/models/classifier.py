@@ -1,10 +1,12 @@
 """VirNucPro's MLP classifier, and loading its files without running code from them.
 
 Architecture: Linear(in -> 512), BatchNorm1d, ReLU, Dropout(0.5), Linear(512 -> 2); the input
-is the DNABERT-S embedding followed by the ESM-2 one; softmax, class 1 = virus.
+is the configured models' embeddings one after the other (VirNucPro's: DNABERT-S, then ESM-2);
+softmax, class 1 = virus.
 
 Two file formats load, both through torch.load(weights_only=True):
-- ours: a dict {"format": FORMAT, "state_dict", "input_dim", "hidden_dim", "dnabert_dim", "esm_dim", ...};
+- ours: a dict {"format": FORMAT, "state_dict", "input_dim", "hidden_dim", "embedders" (the
+  models' [name, width] in input order; files before it: VirNucPro's), "chunk_length", ...};
 - VirNucPro's published 300_model.pth / 500_model.pth: a whole pickled module (torch.save(model)
   from a script's __main__). Its classes are mapped to an inert stand-in that only receives the
   pickled attributes, so no code from the file runs; anything else in the pickle is refused.
@@ -18,7 +20,7 @@ from torch import nn
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models.checkpoints import load_weights
-from workflow_lib.models.classifier_chunks import check_chunk_length
+from workflow_lib.models.classifier_chunks import check_chunk_length, embedders_refusal
 
 FORMAT = "virnucpro-mlp/1"
 HIDDEN_DIM = 512
@@ -109,14 +111,18 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
     return model.eval(), metadata
 
 
-def check_fits(path: str | Path, dnabert_dim: int, esm_dim: int, chunk_length: int, stated: int | None = None) -> None:
-    """Fail early, before any embedding job, when the classifier cannot take these embeddings or
-    was made for other chunks (`stated`: models.classifier_chunk_length; classifier_chunks)."""
+def check_fits(path: str | Path, widths: list[tuple[str, int]], chunk_length: int, stated: int | None = None) -> None:
+    """Fail early, before any embedding job, when the classifier cannot take the embeddings of the
+    configured models (`widths`: their names and widths, in input order) or was made for other
+    chunks (`stated`: models.classifier_chunk_length; classifier_chunks)."""
     _, metadata = load(path)
-    if metadata["input_dim"] != dnabert_dim + esm_dim:
+    if refusal := embedders_refusal(path, metadata, widths):
+        raise InputError(refusal)
+    total = sum(width for _, width in widths)
+    if metadata["input_dim"] != total:
         raise InputError(
             f"{path}: the classifier takes {metadata['input_dim']} features but the configured models give "
-            f"{dnabert_dim} (DNABERT-S) + {esm_dim} (ESM-2) = {dnabert_dim + esm_dim}; use the classifier "
+            f"{' + '.join(f'{width} ({name})' for name, width in widths)} = {total}; use the classifier "
             "trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) or train one"
         )
     check_chunk_length(path, chunk_length, stated)

@@ -24,6 +24,9 @@ VIRNUCPRO_BLOBS = {
     "fc35d5ef9f1f4564eea7036f34f4f8ec6000d33d": 500,
 }
 _FORMAT = "virnucpro-mlp/1"  # classifier.FORMAT, which imports torch
+# The embedding models of a classifier file that records none (VirNucPro's published files, and the
+# train target's before it recorded them), in the order of its input: VirNucPro's.
+VIRNUCPRO_EMBEDDERS = (("dnabert", None), ("esm", None))
 _BLOCK = 1 << 20
 
 
@@ -57,8 +60,8 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def recorded_metadata(path: str | Path) -> dict:
-    """The metadata that the train target writes into its classifier (chunk_length, widths);
-    {} for any other file."""
+    """The metadata that the train target writes into its classifier (chunk_length, its embedding
+    models and their widths); {} for any other file."""
     try:
         with zipfile.ZipFile(path) as archive:
             name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
@@ -67,7 +70,27 @@ def recorded_metadata(path: str | Path) -> dict:
         return {}
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, (str, int, float))}
+    return {k: v for k, v in data.items() if isinstance(v, (str, int, float)) or k == "embedders"}
+
+
+def embedders_refusal(path: str | Path, metadata: dict, given: list[tuple[str, int | None]]) -> str | None:
+    """Why the classifier at `path` (its `metadata`) cannot take the embeddings of the `given`
+    models ((name, width or None where not known yet), in input order); None when it can. A file
+    that records no models was made from VIRNUCPRO_EMBEDDERS."""
+    recorded = [tuple(e) for e in metadata.get("embedders", VIRNUCPRO_EMBEDDERS)]
+    names = [name for name, _ in given]
+    if [name for name, _ in recorded] != names:
+        return (
+            f"{path}: the classifier was trained on the models {', '.join(n for n, _ in recorded)} (in that order) but "
+            f"models.embedders lists {', '.join(names)}; list those models, or train a classifier on these"
+        )
+    for (name, width), (_, trained) in zip(given, recorded):
+        if None not in (width, trained) and width != trained:
+            return (
+                f"{path}: the classifier was trained on {trained} features of {name} but its checkpoint gives "
+                f"{width}; configure the checkpoint it was trained on, or train a classifier on this one"
+            )
+    return None
 
 
 def made_for(path: str | Path, known: dict[str, int] = VIRNUCPRO_BLOBS) -> tuple[int | None, str]:

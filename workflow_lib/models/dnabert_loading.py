@@ -89,6 +89,13 @@ def load(
     return model.eval(), DNABERTTokens(directory / "tokenizer.json")
 
 
+def stored_tokenizer(checkpoint: str, cache_dir: str | None = None) -> tuple[Path, DNABERTTokens, int]:
+    """What the tokenize job stores a shard's tokens with: the tokenizer's file (its SHA-256 goes
+    with the tokens), its encoder and its vocabulary's size."""
+    path = resolve(checkpoint, cache_dir) / "tokenizer.json"
+    return path, DNABERTTokens(path), read_config(checkpoint, cache_dir)["vocab_size"]
+
+
 def embedder(
     checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
 ) -> "DNABERTEmbedder":

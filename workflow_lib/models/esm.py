@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models import varlen
-from workflow_lib.models.checkpoints import check_esm_layer
+from workflow_lib.models.checkpoints import check_layer
 from workflow_lib.models.tokens import ESMTokens
 
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -176,7 +176,7 @@ class ESMEmbedder:
         levers: frozenset[str] = DEFAULT_LEVERS,
         fp8: bool = False,
     ):
-        check_esm_layer(name, layer, model.num_layers)
+        check_layer(None, name, layer, model.num_layers)
         if unknown := set(levers) - LEVERS:
             raise ValueError(f"no ESM-2 lever {sorted(unknown)}: one of {sorted(LEVERS)}")
         # fair-esm's own frequencies, 1/10000^(arange(0, dh, 2)/dh) as the checkpoint holds them:

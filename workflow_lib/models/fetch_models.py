@@ -27,7 +27,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import write_json
-from workflow_lib.models import dnabert_loading, esm_loading
+from workflow_lib.models import Embedder
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 log = logging.getLogger("workflow")
@@ -37,21 +37,18 @@ _AGAIN = "run `snakemake fetch_models` again"
 
 
 def fetch_models(
-    esm_checkpoint: str,
-    dnabert_checkpoint: str,
+    embedders: list[Embedder],
     classifier: str | None,
     cache_dir: str,
     pinned: dict,
     progress_seconds: float,
 ) -> dict:
-    """Fetch what is not local, verify it (against the `pinned` SHA-256 too, by file name), write
-    cache_dir/fetched.json; return what it records. Downloads log progress every `progress_seconds`."""
+    """Fetch the `embedders`' checkpoints and the classifier where they are not local, verify them
+    (against the `pinned` SHA-256 too, by file name), write cache_dir/fetched.json; return what it
+    records. Downloads log progress every `progress_seconds`."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
-        models = {
-            "esm": _esm(esm_checkpoint, cache, pinned, progress_seconds),
-            "dnabert": _dnabert(dnabert_checkpoint, cache, pinned),
-        }
+        models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
         if classifier:
             models["classifier"] = _classifier(classifier, cache, pinned, progress_seconds)
         write_json(models, cache / MANIFEST)
@@ -59,41 +56,47 @@ def fetch_models(
     return models
 
 
-def _esm(checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    esm_loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
+def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
+    """A local checkpoint recorded, a named one downloaded from where its architecture's come from."""
+    checkpoint, loading = embedder.checkpoint, embedder.loading()
+    if embedder.declared.source == "fair-esm":
+        loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
     if is_local(checkpoint):
         return {
             "source": checkpoint,
             "kind": "local",
-            "files": checksums.describe(esm_loading.checkpoint_files(checkpoint)),
+            "files": checksums.describe(loading.checkpoint_files(checkpoint)),
         }
+    if embedder.declared.source == "fair-esm":
+        return _fair_esm(loading, checkpoint, cache, pinned, progress_seconds)
+    return _hugging_face(embedder, cache, pinned)
+
+
+def _fair_esm(loading, checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
     files = {
         _relative(path, cache): _download(url, path, pinned, progress_seconds)
-        for path, url in esm_loading.hub_files(checkpoint, str(cache)).items()
+        for path, url in loading.hub_files(checkpoint, str(cache)).items()
     }
     return {"source": checkpoint, "kind": "fair-esm", "files": files}
 
 
-def _dnabert(checkpoint: str, cache: Path, pinned: dict) -> dict:
-    if is_local(checkpoint):
-        files = dnabert_loading.checkpoint_files(checkpoint)
-        return {"source": checkpoint, "kind": "local", "files": checksums.describe(files)}
+def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
     from huggingface_hub import HfApi, hf_hub_url, snapshot_download
+
+    checkpoint, hub_files = embedder.checkpoint, embedder.loading().HUB_FILES
 
     endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
     try:
-        folder = Path(
-            snapshot_download(checkpoint, cache_dir=cache, allow_patterns=dnabert_loading.HUB_FILES, endpoint=endpoint)
-        )
+        folder = Path(snapshot_download(checkpoint, cache_dir=cache, allow_patterns=hub_files, endpoint=endpoint))
         info = HfApi(endpoint=endpoint).model_info(checkpoint, revision=folder.name, files_metadata=True)
     except Exception as error:  # huggingface_hub's many kinds: not found, gated, no network, a short download
         raise InputError(
-            f"models.dnabert.checkpoint: cannot download '{checkpoint}' from {endpoint or 'huggingface.co'} "
+            f"models.{embedder.name}.checkpoint: cannot download '{checkpoint}' from {endpoint or 'huggingface.co'} "
             f"({_first_line(error)}); check the id and the network, then {_AGAIN}"
         ) from None
     files = {}
     for sibling in info.siblings:
-        if sibling.rfilename in dnabert_loading.HUB_FILES:
+        if sibling.rfilename in hub_files:
             path = folder / sibling.rfilename
             size, sha256 = path.stat().st_size, checksums.sha256(path)
             declared = sibling.lfs.sha256 if sibling.lfs else None  # the Hub publishes SHA-256 for LFS files

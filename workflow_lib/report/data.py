@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import MODELS, PlotSampleSettings, config_value
+from workflow_lib.cli.settings import PlotSampleSettings, config_value
 from workflow_lib.io.tables import read_chunks, read_json
 from workflow_lib.models.checkpoints import DEMO_FILES
 
@@ -215,8 +215,11 @@ def made_by(run: dict) -> dict:
         for v in run["versions"]["embed"].values()
     }
     return {
-        "ESM-2": f"{checkpoints['esm']['checkpoint']}, layer {checkpoints['esm']['layer']}",
-        "DNABERT-S": checkpoints["dnabert"]["checkpoint"],
+        **{
+            display_name(config, model): _checkpoint(made)
+            for model, made in checkpoints.items()
+            if model != "classifier"
+        },
         "classifier": f"{checkpoints['classifier']['path']} (SHA-256 {checkpoints['classifier']['sha256'][:12]})",
         "precision, device, attention": ", ".join(
             sorted({f"{s['model']}: {s['precision']} on {s['device']}, {s['attention']}" for s in shards})
@@ -228,16 +231,23 @@ def made_by(run: dict) -> dict:
     }
 
 
-# Settings whose values made the results: the overview records them, and a later run whose config
-# names others is told so at start-up (config_check.recorded_differences).
-RECORDED_SETTINGS = (
-    "models.esm.checkpoint",
-    "models.esm.layer",
-    "models.dnabert.checkpoint",
-    "models.classifier",
-    "chunk_length",
-    "predict.min_viral_fraction",
-)
+def display_name(config: dict, model: str) -> str:
+    """A model's name in the report: its display name in the run's config (the model's name in a
+    summary from before there were any)."""
+    entry = config["models"].get(model, {})
+    return entry.get("display_name", model) if isinstance(entry, dict) else model
+
+
+def _checkpoint(made: dict) -> str:
+    """A model's checkpoint, and its layer where one was chosen (the embeddings' attribute: -1 or the layer)."""
+    return made["checkpoint"] if made["layer"] < 0 else f"{made['checkpoint']}, layer {made['layer']}"
+
+
+def recorded_settings(config: dict) -> tuple[str, ...]:
+    """Settings whose values made the results: the overview records them, and a later run whose
+    config names others is told so at start-up (config_check.recorded_differences)."""
+    per_model = [f"models.{m}.{key}" for m in config["models"]["embedders"] for key in ("checkpoint", "layer")]
+    return (*per_model, "models.classifier", "chunk_length", "predict.min_viral_fraction")
 
 
 def flatten(values: dict, prefix: str = "") -> dict:
@@ -297,7 +307,7 @@ class OverviewData(NamedTuple):
     counts: pd.DataFrame  # samples_table
     made_with: pd.DataFrame  # per model and setting, each value and the samples made with it
     demo: list[str]  # the demo model files that made samples
-    recorded: dict  # RECORDED_SETTINGS: the values the samples were made with
+    recorded: dict  # recorded_settings: the values the samples were made with
     samples: int
 
 
@@ -318,11 +328,12 @@ def overview_data(summaries: list[str | Path]) -> OverviewData:
         {
             checkpoints[model]["checkpoint"]
             for checkpoints in (run["checkpoints"] for run in runs)
-            for model in MODELS
-            if Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
+            for model in checkpoints
+            if model != "classifier" and Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
         }
     )
-    recorded = {key: sorted({config_value(run["config"], key) for run in runs}) for key in RECORDED_SETTINGS}
+    keys = dict.fromkeys(key for run in runs for key in recorded_settings(run["config"]))
+    recorded = {key: sorted({config_value(run["config"], key, optional=True) for run in runs}) for key in keys}
     return OverviewData(samples_table(runs), table, demo, recorded, len(runs))
 
 

@@ -17,10 +17,9 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import MODELS, PlotSampleSettings
+from workflow_lib.cli.settings import PlotSampleSettings
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import read_json, write_json, write_tsv
-from workflow_lib.models import EMBEDDING_MODELS
 from workflow_lib.report.data import (
     CALL_NAMES,
     QVALUE_CUTOFFS,
@@ -28,6 +27,7 @@ from workflow_lib.report.data import (
     InputStats,
     SampleTables,
     Tracks,
+    display_name,
     flatten,
     overview_data,
     sample_data,
@@ -47,7 +47,7 @@ class SampleFigures(NamedTuple):
 
 WEIGHED_SAMPLES_SHOWN = 30  # samples drawn in the weighing figure
 CALLS = dict(zip(CALL_NAMES, ("#c0392b", "#2e86c1", "#95a5a6")))
-MODEL_COLORS = dict(zip(MODELS, ("#8e44ad", "#16a085")))
+MODEL_COLORS = ("#16a085", "#8e44ad", "#d35400", "#2c3e50")  # the embedding models', in input order
 TABLE_STYLE = (
     "body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
     "th,td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#eee;position:sticky;top:0}"
@@ -160,15 +160,16 @@ def plot_input(stats: InputStats, counts: dict, path: str | Path) -> None:
     save(figure, path)
 
 
-def plot_throughput(shards: list[dict], path: str | Path) -> None:
-    """Tokens/s and packing fill of each embedding shard, per model, labelled with precision and device."""
+def plot_throughput(shards: list[dict], path: str | Path, names: dict[str, str] | None = None) -> None:
+    """Tokens/s and packing fill of each embedding shard, per model (by its name in `names`),
+    labelled with precision and device."""
     table = pd.DataFrame(shards)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     n_shards = table["shard"].max() + 1
     n_models = table["model"].nunique()
     width = 0.8 / n_models
     for i, (model, own) in enumerate(table.groupby("model", sort=False)):
-        name, color = EMBEDDING_MODELS.get(model, model), MODEL_COLORS.get(model)
+        name, color = (names or {}).get(model, model), MODEL_COLORS[i % len(MODEL_COLORS)]
         labels = [f"{p}\n{d}" for p, d in zip(own["precision"], own["device"])]
         for ax, column in ((axes[0], "tokens_per_s"), (axes[1], "fill")):
             bars = ax.bar(own["shard"] + (i - (n_models - 1) / 2) * width, own[column], width, label=name, color=color)
@@ -177,7 +178,7 @@ def plot_throughput(shards: list[dict], path: str | Path) -> None:
     axes[1].set(ylabel="real tokens / batch slots", title="packing fill", ylim=(0, 1.15))
     for ax in axes:
         ax.set_xticks(range(n_shards), [f"shard {s}" for s in range(n_shards)])
-    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=len(MODEL_COLORS))
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=n_models)
     save(figure, path)
 
 
@@ -248,7 +249,9 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, set
         figures.table,
     )
     plot_input(data.inputs, data.run["counts"], figures.input)
-    plot_throughput(data.run["embedding_shards"], figures.throughput)
+    shards = data.run["embedding_shards"]
+    names = {s["model"]: display_name(data.run["config"], s["model"]) for s in shards}
+    plot_throughput(shards, figures.throughput, names)
 
 
 def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: str | Path) -> None:

@@ -41,34 +41,34 @@ SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.score
 
 @dataclass(frozen=True)
 class Examples:
-    x: np.ndarray  # [N, D] features: DNABERT-S then ESM-2
+    x: np.ndarray  # [N, D] features: each configured model's, in input order
     y: np.ndarray  # [N] labels, 1 = virus
     chunk: np.ndarray  # [N] the frame's chunk, numbered over all samples
     sequence: np.ndarray  # [N] the frame's input record, numbered over all samples
+    embedders: tuple = ()  # ([model, width], ...) of the features, in input order
 
 
 def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
-    """Frames from (label, DNABERT-S HDF5, ESM-2 HDF5, the sample's prepare frames table[, first
-    row, end row]) per shard: a sample's shard is rows first:end of a pooled shard's files (all of
-    them when left out); chunks and sequences come from the frames table, joined on frame_id (a
-    sample is its table). The features are read once, into one array."""
-    shards = [(*s[:4], *(map(int, s[4:]) if len(s) > 4 else (0, None))) for s in shards]
-    shapes = _shapes(shards)
+    """Frames from (label, its embeddings HDF5 files (one per model, in input order), the sample's
+    prepare frames table, first row, end row) per shard: a sample's shard is rows first:end of a
+    pooled shard's files (end None: all of them); chunks and sequences come from the frames table,
+    joined on frame_id (a sample is its table). The features are read once, into one array."""
+    shapes, embedders = _shapes(shards)
     x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
     tables: dict[str, pd.DataFrame] = {}
     labels, keys, offset = [], [], 0
     progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
-    for done, ((label, dna_path, esm_path, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
+    for done, ((label, paths, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
             if not Path(frames_path).is_file():
                 raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
-        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+        with h5store.FeatureBlocks(*paths) as blocks:
             ids = blocks.read_all(x[offset : offset + n], first, end)
         where = tables[frames_path].index.get_indexer(ids)
         if (where < 0).any():
             raise InputError(
-                f"{dna_path}: {(where < 0).sum()} frames are not in {frames_path} (e.g. "
+                f"{paths[0]}: {(where < 0).sum()} frames are not in {frames_path} (e.g. "
                 f"{[ids[i] for i in np.flatnonzero(where < 0)[:3]]}); delete the sample's embeddings and run again"
             )
         keys.append(tables[frames_path].iloc[where].reset_index().assign(sample=frames_path))
@@ -82,25 +82,32 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     y = _checked_labels(np.concatenate(labels))
     chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
     sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
-    return Examples(x, y, chunk, sequence)
+    return Examples(x, y, chunk, sequence, tuple(embedders))
 
 
-def _shapes(shards: list[tuple]) -> list[tuple[int, int]]:
-    """(frames, features) of each shard, once its label and features are checked."""
-    for label, dna_path, *_ in shards:
+def _shapes(shards: list[tuple]) -> tuple[list[tuple[int, int]], list]:
+    """(frames, features) of each shard, once its label and features are checked, and the models'
+    [name, width], in input order."""
+    for label, paths, *_ in shards:
         if label not in LABELS:
-            raise InputError(f"label '{label}' for {dna_path}: a training sample's label must be 'virus' or 'other'")
-    shapes = []
-    for _, dna_path, esm_path, _, first, end in shards:
-        with h5store.FeatureBlocks(dna_path, esm_path) as blocks:
+            raise InputError(f"label '{label}' for {paths[0]}: a training sample's label must be 'virus' or 'other'")
+    shapes, widths = [], []
+    for _, paths, _, first, end in shards:
+        with h5store.FeatureBlocks(*paths) as blocks:
             shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
-    for (_, dna_path, esm_path, *_), (_, dim) in zip(shards, shapes):
-        if dim != shapes[0][1]:
+            widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
+    for (_, paths, *_), (_, dim), shard_widths in zip(shards, shapes, widths):
+        if shard_widths != widths[0]:
             raise InputError(
-                f"{dna_path} and {esm_path}: {dim} features a frame where {shards[0][1]} and {shards[0][2]} "
-                f"have {shapes[0][1]}; embed every training sample with the same models"
+                f"{' and '.join(map(str, paths))}: {dim} features a frame ({_described(shard_widths)}) where "
+                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({_described(widths[0])}); embed every "
+                "training sample with the same models"
             )
-    return shapes
+    return shapes, widths[0]
+
+
+def _described(widths: list) -> str:
+    return " + ".join(f"{name} {width}" for name, width in widths)
 
 
 def _checked_labels(y: np.ndarray) -> np.ndarray:
@@ -424,13 +431,14 @@ def calibration_chunks(
 
 
 def train_classifier(
-    shards: list[tuple[str, str, str, str]],
+    shards: list[tuple],
     output: str | Path,
     metrics_path: str | Path,
     settings: TrainSettings,
     calibration_path: str | Path | None = None,
 ) -> dict:
-    """Train on (label, DNABERT-S HDF5, ESM-2 HDF5, frames table) per shard; write the classifier
+    """Train on (label, embeddings HDF5 files, frames table, first row, end row) per shard
+    (load_examples); write the classifier (with its models and their widths, in input order)
     and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
     the calibration, fitted on scores the classifier did not learn from: cross-fitted by sequence
     where each class has two sequences or more, else the validation split's."""
@@ -446,7 +454,13 @@ def train_classifier(
     )
     model, result, chunks = train(examples, settings)
     with atomic_path(output) as tmp:
-        classifier.save(model, tmp, validation=result["validation"], chunk_length=settings.chunk_length)
+        classifier.save(
+            model,
+            tmp,
+            validation=result["validation"],
+            chunk_length=settings.chunk_length,
+            embedders=[list(e) for e in examples.embedders],
+        )
     if calibration_path:
         chunks, result["calibration_scores"] = calibration_chunks(
             examples, model, settings, result["best_epoch"], chunks

@@ -15,8 +15,14 @@ from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
-from workflow_lib.models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
-from workflow_lib.models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
+from workflow_lib.models import ARCHITECTURES, NAMED_ARCHITECTURES, embedders, named_shape, resolve_config
+from workflow_lib.models.checkpoints import check_layer, classifier_path, is_url
+from workflow_lib.models.classifier_chunks import (
+    VIRNUCPRO_URL,
+    check_chunk_length,
+    embedders_refusal,
+    recorded_metadata,
+)
 
 # Keys of earlier versions, and what replaced them.
 REPLACED = {
@@ -78,18 +84,69 @@ def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]
         raise InputError("\n".join(problems))
 
 
+def check_embedders(config: dict, sources: list[tuple[str, dict]]) -> None:
+    """models.embedders names each model once, each with an entry models.<name> (its checkpoint)
+    of a known architecture (esm's and dnabert's go without saying; another entry names its own);
+    then the entries' defaults are filled in (models.resolve_config)."""
+    models, where = config["models"], source_of(["models", "embedders"], sources)
+    for i, name in enumerate(models["embedders"]):
+        if name in models["embedders"][:i]:
+            raise InputError(f"{where}: models.embedders: {name!r} is listed twice; list each model once")
+        entry = models.get(name)
+        if not isinstance(entry, Mapping) or "checkpoint" not in entry:
+            raise InputError(
+                f"{where}: models.embedders: {name!r} has no entry models.{name} with its checkpoint; add one "
+                "(config/README.md) or remove it from the list"
+            )
+        architecture = entry.get("architecture", NAMED_ARCHITECTURES.get(name))
+        if architecture not in ARCHITECTURES:
+            given = f"{architecture!r} is no known architecture" if architecture else "not given"
+            raise InputError(
+                f"{source_of(['models', name], sources)}: models.{name}.architecture: {given}; set it to one of "
+                f"{', '.join(ARCHITECTURES)}"
+            )
+        if entry.get("layer") is not None and not ARCHITECTURES[architecture].chooses_layer:
+            raise InputError(
+                f"{source_of(['models', name, 'layer'], sources)}: models.{name}.layer: {architecture} embeds with "
+                "its last hidden state; remove the layer"
+            )
+    resolve_config(config)
+
+
 def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
-    """A named ESM-2 model exists and has the configured layer (a local checkpoint, and the
-    classifier's input size, are checked by the check_models job before any embedding)."""
-    checkpoint, layer = config["models"]["esm"]["checkpoint"], config["models"]["esm"]["layer"]
-    if is_local(checkpoint):
-        return
-    if checkpoint not in ESM2_MODELS:
-        raise InputError(
-            f"{source_of(['models', 'esm', 'checkpoint'], sources)}: models.esm.checkpoint: {checkpoint!r} is no "
-            f"fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) and no local .pt file; fix it"
-        )
-    check_esm_layer(checkpoint, layer, ESM2_MODELS[checkpoint][0], source_of(["models", "esm", "layer"], sources))
+    """A named model exists and has the configured layer, where that is known without its files
+    (fair-esm's; a local checkpoint, and the classifier's input size, are checked by the
+    check_models job before any embedding)."""
+    for embedder in embedders(config):
+        try:
+            shape = named_shape(embedder)
+        except LookupError as known:
+            raise InputError(
+                f"{source_of(['models', embedder.name, 'checkpoint'], sources)}: models.{embedder.name}.checkpoint: "
+                f"{embedder.checkpoint!r} is no {known}; fix it"
+            ) from None
+        if shape:
+            where = source_of(["models", embedder.name, "layer"], sources)
+            check_layer(embedder.name, embedder.checkpoint, embedder.layer, shape[0], where)
+
+
+def check_classifier_models(config: dict, path: str, sources: list[tuple[str, dict]]) -> None:
+    """A classifier file there was trained on the listed models, in their order, with the widths
+    known at start-up (fair-esm's named models; the check_models job checks every width)."""
+    widths = []
+    for embedder in embedders(config):
+        shape = named_shape(embedder)
+        widths.append((embedder.name, shape[1] if shape else None))
+    metadata = recorded_metadata(path)
+    refusal = embedders_refusal(path, metadata, widths)
+    if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
+        total = sum(w for _, w in widths)
+        if total != metadata["input_dim"]:
+            refusal = (
+                f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
+            )
+    if refusal:
+        raise InputError(f"{source_of(['models', 'classifier'], sources)}: models.classifier: {refusal}")
 
 
 def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
@@ -105,6 +162,7 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
     if os.path.isfile(path):
         stated_in = source_of(["models", "classifier_chunk_length"], sources)
         check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
+        check_classifier_models(config, path, sources)
         return
     if is_url(classifier):
         return  # fetch_models downloads it; the model check reads it then
@@ -183,7 +241,7 @@ def recorded_differences(config: Mapping, recorded: str) -> list[str]:
         return []
     differences = []
     for key, values in json.loads(Path(recorded).read_text()).items():
-        value = config_value(config, key)
+        value = config_value(config, key, optional=True)
         if values != [value]:
             differences.append(
                 f"{key} is {value!r} in the config, but the results in results/ were made with "

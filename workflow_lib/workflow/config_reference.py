@@ -39,6 +39,9 @@ def rows(schema: dict, prefix: str = "") -> list[tuple[str, str, str, str]]:
             default = json.dumps(sub.get("default")) if "default" in sub else ""
             description = " ".join(sub.get("description", "").split())
             found.append((path, default, _allowed(sub), description))
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and "properties" in extra:  # entries by any name: models.<name>
+        found += rows(extra, f"{prefix}<name>.")
     return found
 
 

@@ -8,12 +8,17 @@ import shlex
 from workflow_lib.cli.settings import options, tuning_keys
 
 # Settings that cannot change any result (a change reruns nothing), left out of the run summary's
-# config: the stages' declared tuning, and what only the rules read.
-RUNTIME_SETTINGS = tuning_keys() | {
-    "pending_check_seconds",
-    "embedding.compile_cache_dir",
-    "embedding.assumed_tokens_per_s",
-}
+# config: the stages' declared tuning (runtime_settings), and what only the rules read.
+RULE_SETTINGS = {"pending_check_seconds", "embedding.compile_cache_dir", "embedding.assumed_tokens_per_s"}
+
+
+def runtime_settings(config: dict) -> set[str]:
+    """The config's keys that cannot change any result, dotted: RULE_SETTINGS, the stages' tuning,
+    and each configured model's rates and token budget (as well as the embedding section's keys
+    that give them)."""
+    models = config["models"]["embedders"]
+    per_model = {f"models.{m}.assumed_tokens_per_s" for m in models} | {f"embedding.{m}_token_budget" for m in models}
+    return RULE_SETTINGS | tuning_keys(models) | per_model
 
 
 def script_job(root: str, name: str, arguments: str, env: str | None = None) -> str:
@@ -56,9 +61,9 @@ def named_files(wildcards, input, output) -> str:
 
 
 def result_config(config: dict) -> dict:
-    """The config less RUNTIME_SETTINGS: every setting the results depend on."""
+    """The config less runtime_settings: every setting the results depend on."""
     kept = copy.deepcopy(config)
-    for key in RUNTIME_SETTINGS:
+    for key in runtime_settings(config):
         *sections, name = key.split(".")
         functools.reduce(dict.get, sections, kept).pop(name, None)
     return kept

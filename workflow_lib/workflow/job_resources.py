@@ -6,6 +6,7 @@ import functools
 import os
 
 from workflow_lib.io.tables import read_json
+from workflow_lib.models import ARCHITECTURES
 
 TOKENIZE_TOKENS_PER_S = 500_000  # one core tokenises 2.25 M shard tokens a second: a margin of 4.5
 EMBED_START_MINUTES = 10  # model load, worker start-up, a kernel compile
@@ -70,33 +71,29 @@ def embed_gpus(frames: int) -> int:
 
 
 # The GPU memory of an embed job, which its local claim on a GPU takes (docs/cluster.md): the model's
-# weights, WEIGHTS_PER_LAYER times layers times width squared (ESM-2: attention 4 d^2, feed-forward
-# 8 d^2; DNABERT-S: its gated feed-forward 12 d^2), and the activations of a batch at its token
-# budget, ACTIVATIONS_PER_TOKEN times the width a token, both in the job's precision; and an allowance
-# for the CUDA context and what the allocator holds beyond its peak (not measured). The activations:
-# the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and 14.13 GiB,
-# DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow by 13.4 and
-# 22.1 values of the width a token, rounded up here.
-WEIGHTS_PER_LAYER = {"esm": 12, "dnabert": 16}
-ACTIVATIONS_PER_TOKEN = {"esm": 15, "dnabert": 24}
+# weights and the activations of a batch at its token budget, both in the job's precision, by its
+# architecture's constants (models.ARCHITECTURES); and an allowance for the CUDA context and what
+# the allocator holds beyond its peak (not measured).
 GPU_CONTEXT_MB = 1500
 
 
-def embed_gpu_mem_mb(model: str, model_check: str, embedding: dict) -> int:
-    """The GPU memory (MB, MiB as nvidia-smi counts) of an embed job of `model`, from its layers and
-    width in the model check (`model_check`, a JSON file) and its token budget and precision."""
-    shape = read_json(model_check)[model]
-    values = WEIGHTS_PER_LAYER[model] * shape["layers"] * shape["dim"] ** 2
-    values += ACTIVATIONS_PER_TOKEN[model] * embedding[f"{model}_token_budget"] * shape["dim"]
-    size = 4 if embedding["precision"] == "fp32" else 2
+def embed_gpu_mem_mb(model: str, model_check: str, config: dict) -> int:
+    """The GPU memory (MB, MiB as nvidia-smi counts) of an embed job of `model` (its name in
+    models.embedders), from its layers and width in the model check (`model_check`, a JSON file)
+    and its token budget and precision."""
+    shape, entry = read_json(model_check)[model], config["models"][model]
+    architecture = ARCHITECTURES[entry["architecture"]]
+    values = architecture.weights_per_layer * shape["layers"] * shape["dim"] ** 2
+    values += architecture.activations_per_token * entry["token_budget"] * shape["dim"]
+    size = 4 if config["embedding"]["precision"] == "fp32" else 2
     return int(GPU_CONTEXT_MB + values * size / 2**20 + 0.999)
 
 
-def embed_minutes(tokens: int, frames: int, model: str, embedding: dict) -> int:
+def embed_minutes(tokens: int, frames: int, model: str, config: dict) -> int:
     """The start, plus EMBED_MARGIN times the shard's ESM-2 tokens at the assumed rate of this
-    model on this device (embedding.assumed_tokens_per_s, embedding.device)."""
-    on_cpu = embedding["device"] == "cpu" or not frames
-    rate = embedding["assumed_tokens_per_s"][model]["cpu" if on_cpu else "cuda"]
+    model on this device (models.<model>.assumed_tokens_per_s, embedding.device)."""
+    on_cpu = config["embedding"]["device"] == "cpu" or not frames
+    rate = config["models"][model]["assumed_tokens_per_s"]["cpu" if on_cpu else "cuda"]
     return _minutes(EMBED_START_MINUTES + EMBED_MARGIN * tokens / rate / 60)
 
 

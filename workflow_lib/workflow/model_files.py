@@ -4,14 +4,21 @@ that load models find them offline."""
 
 import shlex
 
-from workflow_lib.cli.settings import MODELS, cli
+from workflow_lib.cli.settings import cli
+from workflow_lib.models import embedders
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 
-def local_checkpoints(config: dict, models=MODELS) -> list[str]:
-    """The models' local checkpoints (files or directories), as inputs: the workflow can build them."""
-    checkpoints = (config["models"][model]["checkpoint"] for model in models)
+def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
+    """The local checkpoints (files or directories) of the configured models (or of `model`), as
+    inputs: the workflow can build them."""
+    checkpoints = (e.checkpoint for e in embedders(config) if model in (None, e.name))
     return [c for c in checkpoints if is_local(c)]
+
+
+def embedder_options(config: dict) -> str:
+    """--embedder per configured model, in input order (models.add_embedders_argument)."""
+    return cli(embedder=[e.option() for e in embedders(config)])
 
 
 def classifier_file(config: dict) -> str:
@@ -51,7 +58,7 @@ def fetched(config: dict) -> list[str]:
     """fetch_models' manifest when a model is remote (a fair-esm name, a Hugging Face id, a
     classifier URL): the model check, on the submit host, waits for it; jobs then run offline."""
     models = config["models"]
-    remote = is_url(models["classifier"]) or not all(is_local(models[m]["checkpoint"]) for m in MODELS)
+    remote = is_url(models["classifier"]) or not all(is_local(e.checkpoint) for e in embedders(config))
     return [fetched_manifest(config)] if remote else []
 
 

@@ -20,6 +20,7 @@ from workflow_lib.workflow.config_check import (
     check_calibration_file,
     check_classifier_file,
     check_config,
+    check_embedders,
     check_model_choice,
     check_training_labels,
     check_yaml,
@@ -94,6 +95,7 @@ def _checked_samples(workflow, config: dict, root: str, plan_dir: str) -> Sample
     check_config(config, schema, sources)
     sheet = read_samples(config["samples"], samples_schema, source_of(["samples"], sources))
     validate(config, schema=schema)  # fills in the defaults
+    check_embedders(config, sources)
     check_model_choice(config, sources)
     dropped = unweighed_qvalue_cutoff(config, sources)
     if dropped and workflow.is_main_process:
