@@ -31,7 +31,7 @@ DNABERT = ROOT / "tests" / "data" / "dnabert_s_tiny"
 def check(checkpoint: Path, layers: int, cache_dir: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         command = [
-            *(sys.executable, ROOT / "scripts" / "check_models.py", "--output", Path(tmp) / "check.json"),
+            *(sys.executable, ROOT / "scripts" / "check_models.py", "--model-check", Path(tmp) / "check.json"),
             *("--embedder", "dnabert", "dnabert_s", DNABERT, "last", "--embedder", "esm", "esm2", checkpoint, layers),
             *("--cache-dir", cache_dir, "--chunk-length", 500),
         ]

@@ -123,7 +123,7 @@ def main() -> None:
     summarize += ["--benchmark-dnabert", str(folder / "benchmark_dnabert.tsv")]
     summarize += ["--benchmark-prepare", str(folder / "benchmark_prepare.tsv")]
     summarize += ["--benchmark-score", str(folder / "benchmark_predict.tsv")]
-    summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--output", str(out / "summary.json")]
+    summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--summary", str(out / "summary.json")]
     plot = python + [str(ROOT / "scripts" / "plot_sample.py"), "--sample", "s"]
     plot += ["--top-sequences", "12", "--top-regions", "6", "--table-rows", "500"]
     for name in ("frames", "chunks", "sequences", "regions", "prepared_frames", "prepared_sequences"):

@@ -131,7 +131,7 @@ def score_stage(classifier_path: Path, embeddings: dict, scores: list[Path]) -> 
     jobs = [
         measured(
             script_command(
-                "score", ScoreSettings, embeddings=(dna, esm), classifier=classifier_path, output=path, threads=1
+                "score", ScoreSettings, embeddings=(dna, esm), classifier=classifier_path, scores=path, threads=1
             )
         )
         for dna, esm, path in zip(embeddings["dnabert"], embeddings["esm"], scores)
@@ -187,10 +187,10 @@ def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], emb
         benchmark_predict=benchmark,
         config=json.dumps(DEFAULTS),
         snakemake_version="benchmark",
-        output=out / "summary.json",
+        summary=out / "summary.json",
     )
     figures["summarize"] = measured(summarize)
-    drawn = {f"{name}_out": out / f"{name}.{'html' if name == 'table' else 'png'}" for name in SampleFigures._fields}
+    drawn = {f"{name}_page": out / f"{name}.{'html' if name == 'table' else 'png'}" for name in SampleFigures._fields}
     plot = script_command(
         "plot_sample",
         PlotSampleSettings,

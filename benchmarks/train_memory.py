@@ -43,7 +43,7 @@ def main() -> None:
     settings = {**DEFAULTS["train"], "epochs": args.epochs}
     out = args.workdir / "out"
     out.mkdir(exist_ok=True)
-    command += ["--output", out / "classifier.pt", "--metrics", out / "metrics.json"]
+    command += ["--classifier", out / "classifier.pt", "--metrics", out / "metrics.json"]
     for key in ("epochs", "batch_size", "learning_rate", "momentum", "patience", "validation_fraction", "seed"):
         command += [f"--{key.replace('_', '-')}", settings[key]]
     command += ["--balance-classes", str(settings["balance_classes"]).lower()]

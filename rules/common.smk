@@ -131,7 +131,7 @@ def embed_gpus(wildcards):
 
 def embed_gpu_mem(wildcards, input):
     """Known once the job's input exists, the model check among it (a dry run shows <TBD>)."""
-    return job_resources.embed_gpu_mem_mb(wildcards.model, input.check, config)
+    return job_resources.embed_gpu_mem_mb(wildcards.model, input.model_check, config)
 
 
 def embed_runtime(wildcards):
@@ -267,29 +267,23 @@ def shard_embeddings(wildcards):
 
 
 def embed_records(wildcards):
-    """summarize's inputs: per model, its embed jobs' figures and benchmark files of the sample."""
-    records = {}
-    for m in EMBEDDERS:
-        records[f"figures_{m}"] = sample_pools(
-            rules.embed.output.figures, wildcards.sample, model=m
-        )
-        records[f"benchmark_{m}"] = sample_pools(
-            rules.embed.benchmark, wildcards.sample, model=m
-        )
-    return records
-
-
-def embed_record_options(wildcards, input):
-    """summarize's --embed-figures and --embed-benchmarks: per model, its name and files."""
-
-    def files(name):
-        named = getattr(input, name, [])
-        return [named] if isinstance(named, str) else list(named)
-
-    return cli(
-        embed_figures=[(m, *files(f"figures_{m}")) for m in EMBEDDERS],
-        embed_benchmarks=[(m, *files(f"benchmark_{m}")) for m in EMBEDDERS],
+    """summarize's --embed-figures and --embed-benchmarks: per model, in input order, its name and
+    the sample's embed jobs' figures (JSON), and its name and their benchmark files."""
+    figures, benchmarks = (
+        [(m, *sample_pools(output, wildcards.sample, model=m)) for m in EMBEDDERS]
+        for output in (rules.embed.output.figures, rules.embed.benchmark)
     )
+    return figures, benchmarks
+
+
+def embed_record_files(wildcards):
+    """The files of embed_records, as summarize's input."""
+    return [f for rows in embed_records(wildcards) for _, *files in rows for f in files]
+
+
+def embed_record_options(wildcards):
+    figures, benchmarks = embed_records(wildcards)
+    return cli(embed_figures=figures, embed_benchmarks=benchmarks)
 
 
 def calibration_inputs():
@@ -303,7 +297,7 @@ def calibration_inputs():
 
 def training_embeddings(wildcards):
     """The training samples' embeddings (each pooled shard once), and their frames tables (the
-    split holds out whole chunks)."""
+    split holds out whole chunks): train's input, read as its --shard options."""
     samples, embeddings = SAMPLES.training(), rules.embed.output.embeddings
     files = dict.fromkeys(
         f
@@ -311,8 +305,7 @@ def training_embeddings(wildcards):
         for s in samples
         for f in shard_outputs(embeddings, s, model=m)
     )
-    frames = expand(rules.prepare.output.frames, sample=samples)
-    return {"embeddings": list(files), "frames": frames}
+    return list(files) + expand(rules.prepare.output.frames, sample=samples)
 
 
 def labelled_shards(wildcards, input):

@@ -27,10 +27,10 @@ rule pool_shard:
 # (docs/performance.md); they only read the tokens. Temp: removed once its embeddings exist.
 rule tokenize:
     input:
-        shards=pooled_shard_fasta,
-        plan=pool_plan,
-        models=lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
-        check=ancient(MODEL_CHECK),
+        pooled_shard_fasta,  # the job reads its model's FASTA of the pair (params.fasta)
+        pool_plan,
+        lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
+        model_check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/shards/tokens/{model}/shard_{pool}.h5"),
     log:
@@ -47,24 +47,24 @@ rule tokenize:
         mem_mb=2000,
         runtime=tokenize_runtime,
     params:
+        files=named_files,
         fasta=shard_fasta,
         settings=settings_of(TokenizeSettings),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "tokenize_shard",
-            "--model {wildcards.model} {params.settings} --model-check {input.check:q} --input {params.fasta:q} "
-            "--output {output.tokens:q}",
+            "{params.files} --input {params.fasta:q} {params.settings}",
             env="{params.env}",
         )
 
 
 rule embed:
     input:
-        shards=pooled_shard_fasta,
-        plan=pool_plan,
-        models=model_files.local_checkpoints(config),
-        check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
+        pooled_shard_fasta,  # the job reads its model's FASTA of the pair (params.fasta)
+        pool_plan,
+        model_files.local_checkpoints(config),
+        model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=stored_tokens,
     output:
         embeddings=temp_unless_kept("results/shards/embeddings/{model}/shard_{pool}.h5"),
@@ -94,17 +94,15 @@ rule embed:
         tuning=embed_tuning,
         compile_cache=model_files.compile_cache(config),
     params:
+        files=named_files,
         fasta=shard_fasta,
-        tokens=lambda wildcards, input: cli(tokens=input.tokens or None),
         settings=settings_of(EmbedSettings),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "embed",
-            "--model {wildcards.model} {params.settings} {resources.tuning} --threads {threads} "
-            "--gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb} "
-            "--model-check {input.check:q} --input {params.fasta:q} {params.tokens} "
-            "--output {output.embeddings:q} --figures {output.figures:q}",
+            "{params.files} --input {params.fasta:q} {params.settings} {resources.tuning} --threads {threads} "
+            "--gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
             "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",
         )
@@ -116,10 +114,10 @@ rule embed:
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
 rule score:
     input:
+        pool_plan,
+        MODEL_CHECK,
         embeddings=shard_embeddings,
-        plan=pool_plan,
         classifier=model_files.classifier_file(config),
-        check=MODEL_CHECK,
     output:
         scores="results/shards/scores/shard_{pool}.npz",
     log:
@@ -136,12 +134,12 @@ rule score:
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
+        files=named_files,
         shard_fasta=shard_fasta_pair,
         pieces=scored_pieces,
     shell:
         script_job(
             "score",
-            "--embeddings {input.embeddings:q} --classifier {input.classifier:q} "
-            "--output {output.scores:q} --shard-fasta {params.shard_fasta:q} {params.pieces} "
+            "{params.files} --shard-fasta {params.shard_fasta:q} {params.pieces} "
             "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
         )

@@ -1,9 +1,10 @@
 rule fetch_models:
     input:
-        models=model_files.local_checkpoints(config),
+        model_files.local_checkpoints(config),
     output:
-        manifest=model_files.fetched_manifest(config),
-        classifier=model_files.fetched_classifier(config),
+        # in models.cache_dir, where the jobs look for them
+        model_files.fetched_manifest(config),
+        model_files.fetched_classifier(config),
     log:
         "logs/fetch_models.log",
     localrule: True
@@ -24,11 +25,11 @@ rule fetch_models:
 
 rule check_models:
     input:
-        models=model_files.local_checkpoints(config),
+        model_files.local_checkpoints(config),
+        model_files.fetched(config),
         classifier=model_files.classifier_to_check(config, TRAINS_HERE),
-        fetched=model_files.fetched(config),
     output:
-        MODEL_CHECK,
+        model_check=MODEL_CHECK,
     log:
         "logs/check_models.log",
     benchmark:
@@ -37,14 +38,14 @@ rule check_models:
     conda:
         "../envs/embed.yaml"
     params:
+        files=named_files,
         embedders=model_files.embedder_options(config),
         settings=settings_of(CheckModelsSettings),
-        classifier=lambda wildcards, input: cli(classifier=input.classifier or None),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "check_models",
-            "{params.embedders} {params.settings} {params.classifier} --output {output:q}",
+            "{params.files} {params.embedders} {params.settings}",
             env="{params.env}",
         )
 
@@ -52,18 +53,17 @@ rule check_models:
 rule build_demo_models:
     input:
         # the tokenizer is trained on this bundled genome, wherever the workflow runs
-        f"{ROOT}/resources/genomes/lambda_NC_001416.fasta",
+        genome=f"{ROOT}/resources/genomes/lambda_NC_001416.fasta",
     output:
+        "resources/demo_models/esm2_t2_demo-contact-regression.pt",  # written with esm's
         esm="resources/demo_models/esm2_t2_demo.pt",
-        regression="resources/demo_models/esm2_t2_demo-contact-regression.pt",
         dnabert=directory("resources/demo_models/dnabert_s_demo"),
     log:
         "logs/build_demo_models.log",
     localrule: True
     conda:
         "../envs/embed.yaml"
+    params:
+        files=named_files,
     shell:
-        script_job(
-            "build_demo_models",
-            "--esm {output.esm:q} --dnabert {output.dnabert:q} --genome {input:q} --seed 0",
-        )
+        script_job("build_demo_models", "{params.files} --seed 0")

@@ -1,7 +1,7 @@
 rule summarize:
     input:
         # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
-        unpack(embed_records),
+        embed_record_files,
         prepared_sequences=rules.prepare.output.sequences,
         manifest=rules.call.output.manifest,
         benchmark_prepare=rules.prepare.benchmark,
@@ -27,6 +27,7 @@ rule summarize:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
+        files=named_files,
         embed=embed_record_options,
         settings=lambda wildcards: cli(
             config=json.dumps(job_commands.result_config(config)),
@@ -35,10 +36,7 @@ rule summarize:
     shell:
         script_job(
             "summarize",
-            "--sample {wildcards.sample:q} --prepared-sequences {input.prepared_sequences:q} "
-            "--manifest {input.manifest:q} {params.embed} "
-            "--benchmark-prepare {input.benchmark_prepare:q} --benchmark-score {input.benchmark_score:q} "
-            "--benchmark-predict {input.benchmark_predict:q} {params.settings} --output {output:q}",
+            "{params.files} --sample {wildcards.sample:q} {params.embed} {params.settings}",
         )
 
 

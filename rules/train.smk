@@ -4,7 +4,7 @@ if SAMPLES.labelled:
 
     rule train:
         input:
-            unpack(training_embeddings),
+            training_embeddings,
         output:
             classifier=config["train"]["classifier"],
             calibration=config["train"]["calibration"],
@@ -20,18 +20,17 @@ if SAMPLES.labelled:
         # 1.35 times the features at its peak); time grows with them, and with the trainings that
         # cross-fit the calibration (train.calibration_folds, each on most of the features)
         resources:
-            mem_mb=by_input(4000, 3 * 1024, ["embeddings"]),
+            mem_mb=by_input(4000, 3 * 1024),
             runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:
+            files=named_files,
             shards=labelled_shards,
             settings=settings_of(TrainSettings),
         shell:
             script_job(
                 "train",
-                "{params.shards} {params.settings} --output {output.classifier:q} "
-                "--calibration {output.calibration:q} --metrics {output.metrics:q} "
-                "{resources.tuning} --threads {threads}",
+                "{params.files} {params.shards} {params.settings} {resources.tuning} --threads {threads}",
             )
 
 else:

@@ -11,7 +11,7 @@ from workflow_lib.models.check_models import check_models
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output", required=True, help="JSON report")
+    parser.add_argument("--model-check", required=True, help="the check to write (JSON)")
     add_embedders_argument(parser)
     add_arguments(parser, CheckModelsSettings)
     args = parser.parse_args()
@@ -21,7 +21,7 @@ def main() -> None:
         [Embedder.parse(words) for words in args.embedders],
         settings.classifier,
         settings.cache_dir,
-        args.output,
+        args.model_check,
         settings.chunk_length,
         settings.classifier_chunk_length,
     )

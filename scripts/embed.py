@@ -17,7 +17,7 @@ def main() -> None:
         "--tokens", help="the shard's tokens from the tokenize job, for a model that stores them (else tokenised here)"
     )
     parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
-    parser.add_argument("--output", required=True, help="HDF5 file to write")
+    parser.add_argument("--embeddings", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")
     parser.add_argument("--model-check", required=True, help="the run's model check (JSON): checksums to reuse")
     parser.add_argument(
@@ -32,7 +32,7 @@ def main() -> None:
     use_threads(args.threads)
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
     share = None if args.gpus else args.gpu_mem_mb
-    embed_shard(args.input, args.output, args.figures, settings, args.tokens, args.planned_frames, share)
+    embed_shard(args.input, args.embeddings, args.figures, settings, args.tokens, args.planned_frames, share)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def main() -> None:
         "--embeddings", nargs="+", required=True, help="the shard's embeddings (HDF5) by each model, in input order"
     )
     parser.add_argument("--classifier", required=True)
-    parser.add_argument("--output", required=True, help="the shard's scores file to write (.npz)")
+    parser.add_argument("--scores", required=True, help="the shard's scores file to write (.npz)")
     parser.add_argument(
         "--piece",
         nargs=3,
@@ -32,7 +32,7 @@ def main() -> None:
     pieces = [(sample, int(shard), int(frames)) for sample, shard, frames in args.piece or ()]
     if args.remove_shard_fasta and not args.shard_fasta:
         parser.error("--remove-shard-fasta true needs --shard-fasta")
-    score_shard(args.embeddings, args.classifier, args.output, args.progress_seconds, pieces)
+    score_shard(args.embeddings, args.classifier, args.scores, args.progress_seconds, pieces)
     if args.remove_shard_fasta:
         for path in args.shard_fasta:
             Path(path).unlink(missing_ok=True)

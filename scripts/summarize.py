@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--benchmark-predict", required=True)
     parser.add_argument("--config", required=True, help="the run's result settings as JSON")
     parser.add_argument("--snakemake-version", required=True, help="of the Snakemake that runs the workflow")
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--summary", required=True, help="the run summary to write (JSON)")
     args = parser.parse_args()
     figures = {model: files for model, *files in args.embed_figures}
     benchmarks = {model: files for model, *files in args.embed_benchmarks}
@@ -56,7 +56,7 @@ def main() -> None:
         json.loads(args.config),
         args.snakemake_version,
     )
-    write_json(result, args.output)
+    write_json(result, args.summary)
 
 
 if __name__ == "__main__":

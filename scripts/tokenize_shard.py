@@ -15,13 +15,13 @@ def main() -> None:
         "--model-check", required=True, help="the run's model check (JSON): model file checksums to reuse"
     )
     parser.add_argument("--input", required=True, help="the shard's FASTA from prepare that the model reads")
-    parser.add_argument("--output", required=True, help="the tokens file to write (HDF5)")
+    parser.add_argument("--tokens", required=True, help="the tokens file to write (HDF5)")
     add_arguments(parser, TokenizeSettings)
     args = parser.parse_args()
     setup_logging()
     settings = from_arguments(TokenizeSettings, args)
     known = known_checksums(args.model_check, settings.model)
-    tokenize_shard(settings.architecture, settings.checkpoint, settings.cache_dir, known, args.input, args.output)
+    tokenize_shard(settings.architecture, settings.checkpoint, settings.cache_dir, known, args.input, args.tokens)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def main() -> None:
         help="one labelled shard: virus|other, its sample's prepare frames table, the shard's rows of the "
         "embeddings (where they pool several samples' shards), and its embeddings by each model in input order",
     )
-    parser.add_argument("--output", required=True, help="classifier checkpoint to write")
+    parser.add_argument("--classifier", required=True, help="classifier checkpoint to write")
     parser.add_argument("--metrics", required=True, help="JSON: training and validation metrics, ROC curve, split")
     parser.add_argument(
         "--calibration",
@@ -34,7 +34,7 @@ def main() -> None:
         parser.error("--shard takes a label, a frames table, two row numbers and an embeddings file per model")
     settings = from_arguments(TrainSettings, args)
     shards = [(label, tuple(paths), frames, int(first), int(end)) for label, frames, first, end, *paths in args.shard]
-    train_classifier(shards, args.output, args.metrics, settings, args.calibration)
+    train_classifier(shards, args.classifier, args.metrics, settings, args.calibration)
 
 
 if __name__ == "__main__":

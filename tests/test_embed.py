@@ -633,9 +633,9 @@ def test_embed_cli(shard, demo_models, tmp_path):
     output = tmp_path / "cli.h5"
     options = {"num_workers": 1, "threads": 1, "token_budget": 500, "progress_seconds": 0.000001}  # a line a batch
     command = embed_command("dnabert", demo_models["dnabert"], shard / "shard_0.fna", output, **options)
-    missing = command.index("--output")
+    missing = command.index("--embeddings")
     ok = run(command[:missing] + command[missing + 2 :])
-    assert ok.returncode == 2 and "--output" in ok.stderr  # argparse: a required option
+    assert ok.returncode == 2 and "--embeddings" in ok.stderr  # argparse: a required option
     ok = run(command)
     assert ok.returncode == 0, ok.stderr
     assert "0 loader workers (1 asked, 1 blocks)" in ok.stderr

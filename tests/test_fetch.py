@@ -186,7 +186,7 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
         missing = f"models.esm.checkpoint: '{ESM}'"
     else:
         args = ["--embedder", "dnabert", "dnabert_s", REPO, "last", "--embedder", "esm", "esm2", ESM, "2"]
-        args += ["--output", str(tmp_path / "m.json")]
+        args += ["--model-check", str(tmp_path / "m.json")]
         args += ["--chunk-length", "500", "--cache-dir", str(cache)]
         command = [sys.executable, str(ROOT / "scripts" / "check_models.py"), *args]
         missing = f"models.dnabert.checkpoint: '{REPO}'"

@@ -227,7 +227,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
 
     score_command = [sys.executable, str(ROOT / "scripts" / "score.py"), "--embeddings", files["dnabert"][0]]
     score_command += [files["esm"][0], "--classifier", str(root / "classifier.pt")]
-    score_command += ["--output", str(tmp_path / "cli_shard_0.npz"), "--progress-seconds", "0.000001", "--threads", "1"]
+    score_command += ["--scores", str(tmp_path / "cli_shard_0.npz"), "--progress-seconds", "0.000001", "--threads", "1"]
     result = subprocess.run(score_command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert re.search(rf"INFO {shard_frames:,} frames of {shard_frames:,}, [\d.,]+/s, scored into ", result.stderr)

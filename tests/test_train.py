@@ -65,7 +65,7 @@ def train_cli(shards, outdir):
     command = [sys.executable, str(ROOT / "scripts" / "train.py")]
     for label, paths, frames, first, end in shards:
         command += ["--shard", label, frames, str(first), str(end), *paths]
-    command += ["--output", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json")]
+    command += ["--classifier", str(outdir / "classifier.pt"), "--metrics", str(outdir / "metrics.json")]
     command += ["--calibration", str(outdir / "calibration.json")]
     settings = {k: v for k, v in DEFAULTS["train"].items() if k not in ("classifier", "calibration")}  # but these:
     settings |= {"epochs": 40, "validation_fraction": FRACTION, "seed": SEED, "chunk_length": 300}

@@ -143,7 +143,7 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
 
     output = Path(output)
     values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard, "gpus": 1, "gpu_mem_mb": 0}
-    values |= {"output": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
+    values |= {"embeddings": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
     values |= {"model_check": output.with_name(f"{output.stem}.models.json")} | options
     if "model_check" not in options and not Path(values["model_check"]).exists():
         cache_dir = values.get("cache_dir", DEFAULTS["models"]["cache_dir"])
