@@ -54,7 +54,7 @@ rule tokenize:
     shell:
         script_job(
             "tokenize_shard",
-            "{params.files} --input {params.fasta:q} {params.settings}",
+            "{params.files} --model {wildcards.model} --input {params.fasta:q} {params.settings}",
             env="{params.env}",
         )
 
@@ -101,7 +101,8 @@ rule embed:
     shell:
         script_job(
             "embed",
-            "{params.files} --input {params.fasta:q} {params.settings} {resources.tuning} --threads {threads} "
+            "{params.files} --model {wildcards.model} --input {params.fasta:q} {params.settings} {resources.tuning} "
+            "--threads {threads} "
             "--gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
             "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",
