@@ -44,12 +44,15 @@ def prepared_files(outdir: Path):
     )
 
 
-def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
-    """The prepare stage into `outdir`; `settings`: those of PrepareSettings to change."""
+def prepare_into(reads, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
+    """The prepare stage into `outdir` from `reads` (an input file, or io.reads.SampleReads);
+    `settings`: those of PrepareSettings to change."""
+    from workflow_lib.io.reads import SampleReads
     from workflow_lib.prepare.job import prepare
 
+    reads = reads if isinstance(reads, SampleReads) else SampleReads((Path(reads),))
     tokens = {"shard_tokens": shard_tokens} if shard_tokens else {}
-    return prepare(input_path, prepared_files(outdir), prepare_settings(**settings | tokens))
+    return prepare(reads, prepared_files(outdir), prepare_settings(**settings | tokens))
 
 
 def script_command(script: str, declaration=None, *, model: str | None = None, **options) -> list[str]:
