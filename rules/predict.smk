@@ -94,6 +94,7 @@ rule call:
         mem_mb=2000,
         runtime=by_input(10, 5),
     params:
+        reads=sample_reads,
         settings=settings_of(CallSettings),
         calibration=lambda wildcards, input, output: cli(
             calibration=input.calibration or None,
@@ -103,7 +104,7 @@ rule call:
         script_job(
             "call",
             "--prepared-sequences {input.prepared_sequences:q} --chunks {input.chunks:q} "
-            "--scoring {input.scoring:q} --input {input.reads:q} --sequences {output.sequences:q} "
+            "--scoring {input.scoring:q} {params.reads} --sequences {output.sequences:q} "
             "--viral {output.viral:q} --regions {output.regions:q} --regions-fasta {output.regions_fasta:q} "
             "--manifest {output.manifest:q} {params.settings} {params.calibration}",
         )

@@ -23,11 +23,12 @@ rule prepare:
         runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:
+        reads=sample_reads,
         settings=settings_of(PrepareSettings),
     shell:
         script_job(
             "prepare",
-            "--input {input:q} --shards {output.shards:q} --shard-table {output.shard_table:q} "
+            "{params.reads} --shards {output.shards:q} --shard-table {output.shard_table:q} "
             "--frames {output.frames:q} "
             "--sequences {output.sequences:q} {params.settings} {resources.tuning}",
         )

@@ -2,8 +2,8 @@
 only when hashes repeat is the input read again to tell a real duplicate from a collision."""
 
 import tempfile
-from collections.abc import Iterator
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
