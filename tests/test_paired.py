@@ -50,7 +50,9 @@ def test_a_fragment_is_one_record_whose_mates_are_chunked_as_reads_are(tmp_path)
     for mate, path in ((1, r1), (2, r2)):
         prepare_into(path, tmp_path / f"mate{mate}", chunk_length=100)
         alone = read_table(tmp_path / f"mate{mate}" / "frames.tsv.gz")
-        mine = frames[frames["sequence_id"].str.startswith("phix_L1") | frames["sequence_id"].str.startswith("ecoli_L1")]
+        mine = frames[
+            frames["sequence_id"].str.startswith("phix_L1") | frames["sequence_id"].str.startswith("ecoli_L1")
+        ]
         mine = mine[(mine["chunk_start"] > 150) == (mate == 2)]
         assert mine["sequence_id"].tolist() == alone["sequence_id"].tolist()
         assert (mine["chunk"] - 2 * (mate - 1)).tolist() == alone["chunk"].tolist()
