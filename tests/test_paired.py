@@ -15,6 +15,7 @@ from workflow_lib.harness.simulate import simulate_pairs, write_fastq_pair
 from workflow_lib.harness.stages import prepare_into
 from workflow_lib.io.reads import SampleReads
 from workflow_lib.io.tables import read_table
+from workflow_lib.report.data import record_word
 
 PHIX, ECOLI = GENOMES / "phiX174.fasta", GENOMES / "ecoli_536_NC_008253_first200kb.fasta"
 
@@ -166,3 +167,5 @@ def test_a_paired_two_lane_sample_runs_end_to_end(workflow_run, tmp_path):
         (f"{i.decode()} {mate}:N:0:1", seq.decode()) for i, *mates in viral for mate, seq in enumerate(mates, 1)
     ]
     assert [(header.split(" virus_score=")[0], seq) for header, seq in read_fasta(results / "viral.fasta")] == expected
+    assert record_word(results / "prepare" / "sequences.tsv.gz") == "fragment"  # the report's word
+    assert (results / "report" / "input.png").stat().st_size > 0
