@@ -30,12 +30,13 @@ def simulate_pairs(
     return pairs
 
 
+def fastq_mates(pairs: list[tuple[bytes, bytes, bytes]], mate: int) -> bytes:
+    """Mate 1 or 2 of each pair as FASTQ, Illumina's way: the fragment's ID, the mate in the comment."""
+    return b"".join(b"@%s %d:N:0:1\n%s\n+\n%s\n" % (i, mate, r[mate - 1], b"I" * len(r[mate - 1])) for i, *r in pairs)
+
+
 def write_fastq_pair(pairs: list[tuple[bytes, bytes, bytes]], path1: Path, path2: Path) -> None:
-    """The mates as two gzipped FASTQ files, Illumina's way: one ID, the mate in the comment."""
+    """The mates as two gzipped FASTQ files."""
     for path, mate in ((path1, 1), (path2, 2)):
         with gzip.open(path, "wb", compresslevel=1) as out:
-            out.write(
-                b"".join(
-                    b"@%s %d:N:0:1\n%s\n+\n%s\n" % (i, mate, r[mate - 1], b"I" * len(r[mate - 1])) for i, *r in pairs
-                )
-            )
+            out.write(fastq_mates(pairs, mate))
