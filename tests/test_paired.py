@@ -1,7 +1,9 @@
 """Paired-end samples: mates read in lockstep (two files or one interleaved), lanes one after the
 other, a fragment one record from prepare to the call; what does not pair up is refused in one line."""
 
+import argparse
 import gzip
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +18,7 @@ from workflow_lib.harness.stages import prepare_into
 from workflow_lib.io.reads import SampleReads
 from workflow_lib.io.tables import read_table
 from workflow_lib.report.data import record_word
+from workflow_lib.workflow.job_commands import reads_options
 
 PHIX, ECOLI = GENOMES / "phiX174.fasta", GENOMES / "ecoli_536_NC_008253_first200kb.fasta"
 
@@ -130,6 +133,22 @@ def test_the_sheet_refuses_unpaired_mates_and_files_listed_twice_before_any_job(
         f"samples.tsv: sample 'a': {r2b}: record 1 'phix_L2_0' is no mate of record 1 'phix_L1_0' of {r1} (IDs pair "
         "up less a /1 and /2 suffix); give the mates in the same order"
     ]
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        SampleReads((Path("a b/L1_R1.fq.gz"), Path("L2_R1.fq.gz")), (Path("a b/L1_R2.fq.gz"), Path("L2_R2.fq.gz"))),
+        SampleReads((Path("interleaved.fq"),), interleaved=True),
+        SampleReads((Path("contigs.fa"),)),
+    ],
+    ids=["paired", "interleaved", "single"],
+)
+def test_a_jobs_command_line_gives_the_script_the_samples_reads(reads):
+    """The rules' options for a sample's reads (job_commands.reads_options), read back by the scripts."""
+    parser = argparse.ArgumentParser()
+    SampleReads.add_arguments(parser)
+    assert SampleReads.from_arguments(parser.parse_args(shlex.split(reads_options(reads)))) == reads
 
 
 @pytest.mark.slow
