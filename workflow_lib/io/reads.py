@@ -66,7 +66,7 @@ def read_sample(reads: SampleReads, batch_bases: int = 1_000_000, keep_case: boo
             yield batch
 
 
-def check_first_mates(reads: SampleReads) -> None:
+def check_first_fragment(reads: SampleReads) -> None:
     """Read the first fragment of each of the sample's files, which fails as prepare would where its
     mates do not pair up (a start-up check: cheap, a block of each file)."""
     for i, path in enumerate(reads.paths):

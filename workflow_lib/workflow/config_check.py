@@ -15,8 +15,7 @@ from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
-from workflow_lib.io.reads import SampleReads
-from workflow_lib.io.reads import check_first_mates as check_first_mates_of
+from workflow_lib.io.reads import SampleReads, check_first_fragment
 from workflow_lib.models.checkpoints import ESM2_MODELS, check_esm_layer, classifier_path, is_local, is_url
 from workflow_lib.models.classifier_chunks import VIRNUCPRO_URL, check_chunk_length
 
@@ -335,6 +334,6 @@ def check_first_mates(sheet: str, samples: pd.DataFrame) -> None:
     for name, reads in samples["reads"].items():
         if reads.paired:
             try:
-                check_first_mates_of(reads)
+                check_first_fragment(reads)
             except InputError as error:
                 raise InputError(f"{sheet}: sample {name!r}: {error}") from None
