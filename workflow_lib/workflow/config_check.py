@@ -222,7 +222,7 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
         raise InputError("\n".join(problems))
     reads = sample_reads(samples)
     samples = samples.drop_duplicates("sample").set_index("sample", drop=False)
-    samples["reads"] = pd.Series(reads)
+    samples["reads"] = [reads[name] for name in samples.index]
     if "label" not in samples.columns:
         samples["label"] = ""
     return samples
@@ -280,13 +280,13 @@ def _row_problems(sheet: str, samples: pd.DataFrame, schema_path: Path) -> list[
     # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
     row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
     validator = Draft202012Validator({"type": "array", "items": row_schema})
-    lines = samples.index + 2
+    lines, rows = samples.index + 2, samples.to_dict("records")
     problems = [
         f"{sheet}: line {lines[path[0]]}: {'.'.join(map(str, path[1:]))}: {message}; fix the samples sheet"
-        for path, message in sorted(_problems(validator, samples.to_dict("records")), key=lambda problem: problem[0][0])
+        for path, message in sorted(_problems(validator, rows), key=lambda problem: problem[0][0])
     ]
     first_row, listed = {}, {}
-    for line, row in zip(lines, samples.to_dict("records")):
+    for line, row in zip(lines, rows):
         name, kind = row["sample"], _kind(row)
         where = f"{sheet}: line {line}: sample {name!r}"
         if row.get("path2") and kind == "interleaved":
@@ -321,11 +321,14 @@ def _kind(row: dict) -> str:
 
 def sample_reads(samples: pd.DataFrame) -> dict[str, SampleReads]:
     """Each sample's reads, from its rows in the sheet's order."""
+    rows: dict[str, list[dict]] = {}
+    for row in samples.to_dict("records"):
+        rows.setdefault(row["sample"], []).append(row)
     reads = {}
-    for name, rows in samples.groupby("sample", sort=False):
-        kind = _kind(rows.iloc[0].to_dict())
-        mates = tuple(map(Path, rows["path2"])) if kind == "paired" else ()
-        reads[name] = SampleReads(tuple(map(Path, rows["path"])), mates, kind == "interleaved")
+    for name, own in rows.items():
+        kind = _kind(own[0])
+        mates = tuple(Path(row["path2"]) for row in own) if kind == "paired" else ()
+        reads[name] = SampleReads(tuple(Path(row["path"]) for row in own), mates, kind == "interleaved")
     return reads
 
 
