@@ -79,12 +79,18 @@ JOB_GROUPS = (SMALL_PREPARE_GROUP, SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
 def sample_group(small, large=None):
     """The job group of a sample's job: `small` for a small sample, `large` for another."""
     return lambda wildcards: (
-        small if job_resources.small_sample(sample_input(wildcards)) else large
+        small if job_resources.small_sample(tuple(sample_input(wildcards))) else large
     )
 
 
 def sample_input(wildcards):
-    return SAMPLES.table.loc[wildcards.sample, "path"]
+    """The sample's files (lanes, runs; a paired sample's mates after them)."""
+    return SAMPLES.files(wildcards.sample)
+
+
+def sample_reads(wildcards):
+    """The options that give a job the sample's reads."""
+    return job_commands.reads_options(SAMPLES.table.loc[wildcards.sample, "reads"])
 
 
 temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, config)

@@ -50,10 +50,10 @@ rule predict:
 
 rule call:
     input:
+        sample_input,  # read as its --input and --mates options (params.reads), for viral.fasta
         prepared_sequences=rules.prepare.output.sequences,
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
-        reads=sample_input,
         calibration=model_files.calibration_file(config),
     output:
         sequences=attached_table(
@@ -89,16 +89,8 @@ rule call:
         mem_mb=2000,
         runtime=by_input(10, 5),
     params:
+        files=named_files,
+        reads=sample_reads,
         settings=settings_of(CallSettings),
-        calibration=lambda wildcards, input, output: cli(
-            calibration=input.calibration or None,
-            passing=tuple(output.passing) or None,
-        ),
     shell:
-        script_job(
-            "call",
-            "--prepared-sequences {input.prepared_sequences:q} --chunks {input.chunks:q} "
-            "--scoring {input.scoring:q} --input {input.reads:q} --sequences {output.sequences:q} "
-            "--viral {output.viral:q} --regions {output.regions:q} --regions-fasta {output.regions_fasta:q} "
-            "--manifest {output.manifest:q} {params.settings} {params.calibration}",
-        )
+        script_job("call", "{params.files} {params.reads} {params.settings}")

@@ -1,6 +1,6 @@
 rule prepare:
     input:
-        sample_input,
+        sample_input,  # read as its --input and --mates options (params.reads)
     output:
         shards=temp_unless_kept(directory("results/{sample}/prepare/shards")),
         shard_table="results/{sample}/prepare/shards.tsv",
@@ -22,13 +22,13 @@ rule prepare:
         runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:
+        files=named_files,
+        reads=sample_reads,
         settings=settings_of(PrepareSettings),
     shell:
         script_job(
             "prepare",
-            "--input {input:q} --shards {output.shards:q} --shard-table {output.shard_table:q} "
-            "--frames {output.frames:q} "
-            "--sequences {output.sequences:q} {params.settings} {resources.tuning}",
+            "{params.files} {params.reads} {params.settings} {resources.tuning}",
         )
 
 

@@ -10,6 +10,7 @@ from workflow_lib.classify.regions import RegionSettings
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import CallSettings, add_arguments, from_arguments
+from workflow_lib.io.reads import SampleReads
 
 
 def main() -> None:
@@ -17,7 +18,7 @@ def main() -> None:
     parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
     parser.add_argument("--chunks", required=True, help="the chunks table written by predict")
     parser.add_argument("--scoring", required=True, help="the scoring JSON written by predict")
-    parser.add_argument("--input", required=True, help="the sample's input file (for the viral FASTA)")
+    SampleReads.add_arguments(parser)  # the sample's reads, for the viral FASTA
     parser.add_argument("--sequences", required=True, help="the sequences table to write (a call per record)")
     parser.add_argument("--viral", required=True, help="the FASTA of viral records to write")
     parser.add_argument("--regions", required=True, help="the table of viral regions inside records to write")
@@ -46,7 +47,7 @@ def main() -> None:
         args.prepared_sequences,
         args.chunks,
         args.scoring,
-        args.input,
+        SampleReads.from_arguments(args),
         outputs,
         settings.min_viral_fraction,
         regions,

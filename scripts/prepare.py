@@ -1,4 +1,5 @@
-"""Validate, chunk and six-frame translate one input file into shards of at most --shard-tokens ESM-2 tokens."""
+"""Validate, chunk and six-frame translate a sample's reads (its files in turn; a paired sample's
+mates in lockstep) into shards of at most --shard-tokens ESM-2 tokens."""
 
 import argparse
 from pathlib import Path
@@ -6,12 +7,13 @@ from pathlib import Path
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import PrepareSettings, add_arguments, from_arguments
+from workflow_lib.io.reads import SampleReads
 from workflow_lib.prepare.job import PreparedFiles, prepare
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--input", required=True, help="FASTA or FASTQ, plain or .gz/.bz2/.xz")
+    SampleReads.add_arguments(parser)
     parser.add_argument("--shards", required=True, help="the directory to write each shard's FASTA pair into")
     parser.add_argument("--shard-table", required=True, help="the shards table to write (frames and tokens per shard)")
     parser.add_argument("--frames", required=True, help="the frames table to write (.gz compresses)")
@@ -20,7 +22,7 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     files = PreparedFiles(Path(args.shards), Path(args.shard_table), Path(args.frames), Path(args.sequences))
-    prepare(args.input, files, from_arguments(PrepareSettings, args))
+    prepare(SampleReads.from_arguments(args), files, from_arguments(PrepareSettings, args))
 
 
 if __name__ == "__main__":

@@ -166,12 +166,13 @@ def test_paired_end_mates_in_one_file_are_named_as_such(tmp_path, appended):
     path.write_text("".join(f"@{n} {m}:N:0:1\nACGTACGTAC\n+\nIIIIIIIIII\n" for n, m in order))
     first = [order.index((n, 1)) + 1 for n in names]
     shown = "; ".join(f"'{n}' (records {i} and {i + (3 if appended else 1)})" for n, i in zip(names, first))
-    assert_refused(
-        path,
-        tmp_path / "out",
-        f"{path}: duplicate sequence IDs: {shown}; these look like the two mates of paired-end reads in one file: "
-        "give each mate file as a sample of its own, or merge the pairs first (README: Paired-end reads)",
+    hint = (
+        "these look like the two mates of paired-end reads one after the other in one file: split it into mate 1 "
+        "and mate 2 files, and give them as path and path2 in the samples sheet"
+        if appended
+        else "these look like interleaved mates of paired-end reads: mark the file interleaved true in the sheet"
     )
+    assert_refused(path, tmp_path / "out", f"{path}: duplicate sequence IDs: {shown}; {hint}")
 
 
 @pytest.mark.parametrize(
@@ -376,11 +377,9 @@ PHIX, LAMBDA_PATH = GENOMES / "phiX174.fasta", GENOMES / "lambda_NC_001416.fasta
 
 
 def test_bad_samples_sheet(tmp_path):
-    """A missing file, a duplicate name, names with '/' or '..': each is one line, all at once."""
-    sheet = (
-        f"sample\tpath\nphix\t{PHIX}\nlambda\tinputs/lambda.fa\n\nphix\t{LAMBDA_PATH}\n"
-        f"phix/a\t{PHIX}\n..\t{LAMBDA_PATH}\n"
-    )
+    """A missing file, a file listed twice in a sample, names with '/' or '..': each is one line, all
+    at once (a sample's second line is its second file)."""
+    sheet = f"sample\tpath\nphix\t{PHIX}\nlambda\tinputs/lambda.fa\n\nphix\t{PHIX}\nphix/a\t{PHIX}\n..\t{LAMBDA_PATH}\n"
     rule = (
         "(Sample name, which names its results directory; letters, digits, '.', '_' and '-' only, and not '.' or '..')"
     )
@@ -389,7 +388,8 @@ def test_bad_samples_sheet(tmp_path):
         f"samples.tsv: line 7: sample: '..' is not allowed {rule}; fix the samples sheet",
         f"samples.tsv: line 3: sample 'lambda': inputs/lambda.fa: no such file; fix the path (a relative path "
         f"starts in {tmp_path})",
-        "samples.tsv: line 5: sample 'phix' is also on line 2; give every sample a unique name",
+        f"samples.tsv: line 5: sample 'phix': {PHIX} is also listed on line 2; give each file of a sample, and each "
+        "mate file, once",
     ]
 
 

@@ -31,6 +31,13 @@ def test_report_memory_and_prepare_throughput_run(tmp_path):
     assert figures["input"] == "FASTA, gzip" and figures["reads_per_s"] > 0
 
 
+def test_paired_prepare_runs(tmp_path):
+    figures = benchmark("paired_prepare", "--workdir", tmp_path, "--pairs", 4000, "--repeats", 1)
+    for size in (1000, 4000):
+        measured = figures[f"at_{size}_pairs"]
+        assert measured["paired_over_single_time"] > 0 and measured["paired_peak_rss_mb"] > 0
+
+
 @pytest.mark.slow
 def test_model_load_times_the_checkpoint_and_its_copy(tmp_path):
     figures = benchmark("model_load", "--workdir", tmp_path, "--shape", "tiny")

@@ -58,13 +58,14 @@ def test_an_embed_jobs_gpu_memory_covers_the_peaks_measured_on_a_gpu(tmp_path):
 
 
 def test_a_sample_is_small_up_to_a_gigabyte_of_input(tmp_path):
-    small, large = tmp_path / "small.fa", tmp_path / "large.fa"
-    with open(small, "wb") as handle:
-        handle.truncate(job_resources.SMALL_SAMPLE_BYTES)
-    with open(large, "wb") as handle:
-        handle.truncate(job_resources.SMALL_SAMPLE_BYTES + 1)
-    assert job_resources.small_sample(str(small)) and not job_resources.small_sample(str(large))
-    assert job_resources.small_sample(str(tmp_path / "not_yet.fa"))
+    """A gigabyte of its files together: two mate files of half as much each are a large sample."""
+    small, large, half = tmp_path / "small.fa", tmp_path / "large.fa", tmp_path / "half.fa"
+    for path, size in ((small, 0), (large, 1), (half, 1 - job_resources.SMALL_SAMPLE_BYTES // 2)):
+        with open(path, "wb") as handle:
+            handle.truncate(job_resources.SMALL_SAMPLE_BYTES + size)
+    assert job_resources.small_sample((str(small),)) and not job_resources.small_sample((str(large),))
+    assert job_resources.small_sample((str(tmp_path / "not_yet.fa"),))
+    assert job_resources.small_sample((str(half),)) and not job_resources.small_sample((str(half), str(half)))
 
 
 def test_embed_jobs_come_shard_by_shard_the_classifiers_training_samples_first():

@@ -20,10 +20,11 @@ from workflow_lib.classify.regions import EVIDENCE, REGIONS, RegionSettings, ext
 from workflow_lib.classify.weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing, fit_line
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
-from workflow_lib.io.seqio import read_batches
+from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.tables import (
     CHUNK_ROWS,
     CHUNKS,
+    MATE_LENGTHS,
     SEQUENCES,
     read_chunks,
     read_json,
@@ -50,7 +51,8 @@ class CallFiles(NamedTuple):
 def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_viral_fraction: float) -> pd.DataFrame:
     """prepare's sequences table with each record's scored chunks (`per_sequence`) and its call; the
     columns of `per_sequence` beyond the table's are kept after them."""
-    table = sequences[["sequence_id", "length", "n_chunks", "status"]].join(per_sequence, on="sequence_id")
+    mates = [c for c in MATE_LENGTHS if c in sequences]  # a paired sample's
+    table = sequences[["sequence_id", "length", "n_chunks", "status", *mates]].join(per_sequence, on="sequence_id")
     scored = table["n_chunks_scored"].notna()
     table["n_chunks_scored"] = table["n_chunks_scored"].fillna(0).astype(int)
     table["n_viral_chunks"] = table["n_viral_chunks"].fillna(0).astype(int)
@@ -60,7 +62,7 @@ def sequence_table(sequences: pd.DataFrame, per_sequence: pd.DataFrame, min_vira
     )
     table["n_regions"] = table["n_regions"].fillna(0).astype(int)
     table["viral_extent"] = np.select([table["call"] == "virus", table["n_regions"] > 0], ["whole", "regions"], "none")
-    return table[list(SEQUENCES) + [c for c in per_sequence.columns if c not in SEQUENCES]]
+    return table[list(SEQUENCES) + [c for c in per_sequence.columns if c not in SEQUENCES] + mates]
 
 
 # what a record's scored chunks give its row of the sequences table
@@ -140,29 +142,36 @@ def _disagree(chunks_path, sequences_path, record) -> None:
 
 
 # A piece of an input record for a FASTA file: the whole record under its own header and `suffix`
-# (name None), or bases start..end (1-based, inclusive) under `name`.
+# (name None; a paired fragment's mates each under its own), or bases start..end (1-based,
+# inclusive; a fragment's along mate 1 then mate 2) under `name`.
 Piece = tuple  # (handle, name: bytes | None, suffix: bytes, start: int | None, end: int | None)
 
 
-def write_pieces(input_path: str | Path, wanted: Iterator[tuple[bytes, list[Piece]]]) -> None:
+def write_pieces(reads: SampleReads, wanted: Iterator[tuple[bytes, list[Piece]]]) -> None:
     """Write each record's pieces (soft-masking kept), reading the input alongside. `wanted`:
     (record ID, its pieces) of each record that has some, in input order."""
     record = next(wanted, None)
-    for batch in read_batches(input_path, keep_case=True):
-        offsets = batch.offsets()
-        for i, (record_id, header) in enumerate(zip(batch.ids, batch.headers)):
-            if record is not None and record_id == record[0]:
-                seq = batch.buf[offsets[i] : offsets[i + 1]]
+    for batch in read_sample(reads, keep_case=True):
+        offsets, m = batch.offsets(), batch.mates
+        for i in range(0, len(batch.ids), m):
+            if record is not None and batch.ids[i] == record[0]:
                 for handle, name, suffix, start, end in record[1]:
-                    part = seq if name is None else seq[start - 1 : end]
-                    wrapped = b"\n".join(part[j : j + 60] for j in range(0, len(part), 60))
-                    handle.write(b">%s%s\n%s\n" % (header if name is None else name, suffix, wrapped))
+                    if name is None:
+                        for k in range(i, i + m):
+                            _write_fasta(handle, batch.headers[k] + suffix, batch.buf[offsets[k] : offsets[k + 1]])
+                    else:
+                        _write_fasta(handle, name + suffix, batch.buf[offsets[i] : offsets[i + m]][start - 1 : end])
                 record = next(wanted, None)
     if record is not None:
         raise InputError(
-            f"{input_path}: no record '{record[0].decode()}' where prepare found it; the input changed after "
-            "prepare: run the sample again"
+            f"{' '.join(map(str, reads.files()))}: no record '{record[0].decode()}' where prepare found it; the "
+            "input changed after prepare: run the sample again"
         )
+
+
+def _write_fasta(handle, header: bytes, seq: bytes) -> None:
+    wrapped = b"\n".join(seq[j : j + 60] for j in range(0, len(seq), 60))
+    handle.write(b">%s\n%s\n" % (header, wrapped))
 
 
 def count(table: pd.DataFrame, viral: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Counter) -> None:
@@ -207,7 +216,7 @@ def call(
     prepared_sequences: str | Path,
     chunks_path: str | Path,
     scoring_path: str | Path,
-    input_path: str | Path,
+    reads: SampleReads,
     outputs: CallFiles,
     min_viral_fraction: float,
     regions: RegionSettings,
@@ -253,7 +262,10 @@ def call(
         regions_path = Path(scratch, "regions.tsv") if weighing else outputs.regions
         with contextlib.ExitStack() as stack:
             write = stack.enter_context(
-                tsv_writer(outputs.sequences, SEQUENCES + (SEQUENCE_COLUMNS if weighing else ()))
+                tsv_writer(
+                    outputs.sequences,
+                    SEQUENCES + (SEQUENCE_COLUMNS if weighing else ()) + (MATE_LENGTHS if reads.paired else ()),
+                )
             )
             write_regions = stack.enter_context(
                 tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))
@@ -264,14 +276,14 @@ def call(
                 *(outputs.passing[:1] if max_qvalue is not None else ()),
             )
             fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
-            write_pieces(input_path, pieces(write, write_regions, fasta))
+            write_pieces(reads, pieces(write, write_regions, fasta))
         if weighing:
             passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
             if passing is not None:
                 copy_passing_regions(outputs.regions_fasta, passing, outputs.passing[1])
     manifest = {
         "workflow_version": __version__,
-        "input": {"path": str(input_path), "bytes": Path(input_path).stat().st_size},
+        "input": _input_record(reads),
         "checkpoints": scoring["checkpoints"],
         "counts": {
             **{key: totals[key] for key in COUNTED},
@@ -284,6 +296,13 @@ def call(
     write_json(manifest, outputs.manifest)
     log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
     return dict(counts)
+
+
+def _input_record(reads: SampleReads) -> dict:
+    """The manifest's record of the input: its file (its files, a list, where it has several) and bytes."""
+    files = reads.files()
+    paths = str(files[0]) if len(files) == 1 else list(map(str, files))
+    return {"path": paths, "bytes": sum(f.stat().st_size for f in files)}
 
 
 def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Path) -> None:

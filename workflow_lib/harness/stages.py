@@ -48,12 +48,21 @@ def prepared_files(outdir: Path):
     )
 
 
-def prepare_into(input_path: Path, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
-    """The prepare stage into `outdir`; `settings`: those of PrepareSettings to change."""
+def sample_reads(reads):
+    """`reads`: an input file, or io.reads.SampleReads, as the latter."""
+    from workflow_lib.io.reads import SampleReads
+
+    return reads if isinstance(reads, SampleReads) else SampleReads((Path(reads),))
+
+
+def prepare_into(reads, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
+    """The prepare stage into `outdir` from `reads` (an input file, or io.reads.SampleReads);
+    `settings`: those of PrepareSettings to change."""
     from workflow_lib.prepare.job import prepare
 
+    reads = sample_reads(reads)
     tokens = {"shard_tokens": shard_tokens} if shard_tokens else {}
-    return prepare(input_path, prepared_files(outdir), prepare_settings(**settings | tokens))
+    return prepare(reads, prepared_files(outdir), prepare_settings(**settings | tokens))
 
 
 def script_command(script: str, declaration=None, *, model: str | None = None, **options) -> list[str]:
@@ -176,8 +185,9 @@ def score_into(prepare_dir: Path, embeddings: list, classifier_path: Path, outdi
     return write_tables(frames, sequences, scores, outputs, DEFAULTS["progress_seconds"])
 
 
-def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
-    """The call stage on predict's tables in `outdir`, with the config's settings; its files into `outdir`."""
+def call_into(prepare_dir: Path, reads, outdir: Path) -> dict:
+    """The call stage on predict's tables in `outdir`, with the config's settings; its files into
+    `outdir`. `reads`: the input file, or io.reads.SampleReads."""
     from workflow_lib.classify.call import CallFiles, call
     from workflow_lib.classify.regions import RegionSettings
 
@@ -187,7 +197,8 @@ def call_into(prepare_dir: Path, input_path: Path, outdir: Path) -> dict:
     threshold = DEFAULTS["predict"]["min_viral_fraction"]
     regions = RegionSettings(**DEFAULTS["regions"], min_viral_fraction=threshold)
     sequences = Path(prepare_dir) / "sequences.tsv.gz"
-    return call(sequences, outdir / "chunks.tsv", outdir / "scoring.json", input_path, outputs, threshold, regions)
+    scoring = outdir / "scoring.json"
+    return call(sequences, outdir / "chunks.tsv", scoring, sample_reads(reads), outputs, threshold, regions)
 
 
 def write_reads(path: Path, n: int, length: int, seed: int) -> None:

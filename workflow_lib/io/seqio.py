@@ -49,6 +49,7 @@ class Batch:
     buf: bytes
     first: int  # 1-based number of the first record in the file
     read_fraction: float = 0.0  # share of the (compressed) input file read so far, for progress
+    mates: int = 1  # records per fragment: 2 where a paired sample's mates follow each other (reads.py)
 
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths)])

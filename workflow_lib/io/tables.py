@@ -19,6 +19,8 @@ from workflow_lib.io.outputs import atomic_open
 # prepare: frames.tsv.gz (chunk coordinates 1-based, inclusive) and sequences.tsv.gz
 PREPARED_FRAMES = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
 PREPARED_SEQUENCES = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
+# a paired sample's sequences tables end with its fragments' mates' lengths (`length` is their sum)
+MATE_LENGTHS = ("length1", "length2")
 # predict: frames.tsv and chunks.tsv; call: sequences.tsv
 FRAMES = ("frame_id", "sequence_id", "chunk", "frame", "score_other", "score_virus", "prediction")
 # chunk_start and chunk_end last: the contract's columns (docs/design.md) keep their places

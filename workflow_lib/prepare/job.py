@@ -7,6 +7,12 @@ with what was written; on a mismatch they are removed and the job fails):
   the shards table             sharding.SHARDS: a row per shard, its frames and tokens
   the frames table             tables.PREPARED_FRAMES: a row per kept frame, with its shard
   the sequences table          tables.PREPARED_SEQUENCES: a row per input record
+
+A paired sample's record is the fragment: its mates are chunked and translated each on its own, as
+records are, and their chunks numbered along mate 1 then mate 2, at coordinates along mate 1 then
+mate 2 (mate 2's first base is mate 1's length + 1); its sequences-table row sums both mates and
+gives their lengths (tables.MATE_LENGTHS); its status is `ok` where a mate's is (else the first of
+STATUS that a mate has).
 """
 
 import contextlib
@@ -22,9 +28,10 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import PrepareSettings
 from workflow_lib.io.outputs import atomic_dir, atomic_open
-from workflow_lib.io.seqio import Batch, read_batches
+from workflow_lib.io.reads import SampleReads, read_sample
+from workflow_lib.io.seqio import Batch
 from workflow_lib.io.sharding import SHARDS, ShardFiller, shard_fasta
-from workflow_lib.io.tables import PREPARED_FRAMES, PREPARED_SEQUENCES
+from workflow_lib.io.tables import MATE_LENGTHS, PREPARED_FRAMES, PREPARED_SEQUENCES
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.reconcile import IDDigest, check_prepared
 from workflow_lib.prepare.translation import FRAME_NAMES, Frames, base_codes, six_frames
@@ -54,25 +61,25 @@ class PreparedFiles:
         return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
 
 
-def prepare(input_path: str | Path, files: PreparedFiles, settings: PrepareSettings) -> dict:
-    """Run the prepare stage on one input file into `files`, in shards of at most
+def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings) -> dict:
+    """Run the prepare stage on a sample's reads into `files`, in shards of at most
     settings.shard_tokens ESM-2 tokens; return the counts."""
-    input_path = Path(input_path)
     with contextlib.ExitStack() as stack:
         shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
         stack.callback(shards.close)  # before the directory is renamed into place
         frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
         sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
         frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
-        sequences_table.write(("\t".join(PREPARED_SEQUENCES) + "\n").encode())
-        writer = _Writer(shards, frames_table, sequences_table, settings)
+        columns = PREPARED_SEQUENCES + (MATE_LENGTHS if reads.paired else ())
+        sequences_table.write(("\t".join(columns) + "\n").encode())
+        writer = _Writer(shards, frames_table, sequences_table, settings, reads.paired)
         id_hashes = stack.enter_context(IDHashes(files.frames.parent))
         progress = Progress(log, "records", interval=settings.progress_seconds)
-        for batch in read_batches(input_path, BATCH_BASES):
-            id_hashes.add(batch.ids)
+        for batch in read_sample(reads, BATCH_BASES):
+            id_hashes.add(batch.ids[:: batch.mates])
             writer.write_batch(batch)
             progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
-        check_unique_ids(input_path, id_hashes.repeated())
+        check_unique_ids(reads, id_hashes.repeated())
         rows = shards.filler.rows()
         with atomic_open(files.shard_table) as table:
             table.write("\t".join(SHARDS) + "\n" + "".join("%d\t%d\t%d\n" % row for row in rows))
@@ -93,8 +100,9 @@ def prepare(input_path: str | Path, files: PreparedFiles, settings: PrepareSetti
         files.frames.name,
         counts["shards"],
     )
-    if counts["shorter_than_chunk"] > counts["records"] / 2:
-        log.warning("%s: %s", input_path, short_records_advice(writer.short_lengths, counts["records"]))
+    if counts["shorter_than_chunk"] > writer.mates_read / 2:
+        where = " ".join(map(str, reads.files()))
+        log.warning("%s: %s", where, short_records_advice(writer.short_lengths, writer.mates_read))
     return counts
 
 
@@ -149,38 +157,40 @@ class _ShardFiles:
 
 
 class _Writer:
-    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: PrepareSettings):
+    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: PrepareSettings, paired: bool):
         self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
-        self.policy = policy
+        self.policy, self.paired = policy, paired
+        self.mates_read = 0  # records read: a paired sample's mates one by one
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
         self.short_lengths = np.zeros(policy.chunk_length, dtype=np.int64)  # records by length, below a chunk
 
     def write_batch(self, batch: Batch) -> None:
         codes = base_codes(batch.buf)
-        ambiguous, status = self._status(batch, codes)
+        non_acgt, status = self._status(batch, codes)
         usable = np.where(status == STATUS.index(b"ok"), batch.lengths, 0)  # records that are not ok get no chunk
         record_of_chunk, starts, ends = chunk_bounds(usable, self.policy.chunk_length)
-        offsets = batch.offsets()[record_of_chunk]
-        frames = self._translate(batch.buf, codes, starts + offsets, ends + offsets)
-        chunk_number = np.arange(record_of_chunk.size) - np.searchsorted(record_of_chunk, record_of_chunk) + 1
-        self._write_frames(batch.ids, frames, record_of_chunk, chunk_number, starts, ends)
+        offsets = batch.offsets()
+        frames = self._translate(batch.buf, codes, starts + offsets[record_of_chunk], ends + offsets[record_of_chunk])
+        # a fragment's chunks are numbered, and placed, along its mates in turn
+        row_of_chunk = record_of_chunk // batch.mates
+        along = offsets[record_of_chunk] - offsets[row_of_chunk * batch.mates]
+        chunk_number = np.arange(row_of_chunk.size) - np.searchsorted(row_of_chunk, row_of_chunk) + 1
+        ids = batch.ids[:: batch.mates]
+        self._write_frames(ids, frames, row_of_chunk, chunk_number, starts + along, ends + along)
 
-        n_chunks = np.bincount(record_of_chunk, minlength=len(batch.ids))
-        n_frames = np.bincount(record_of_chunk[frames.chunk], minlength=len(batch.ids))
-        self.sequences_table.write(
-            b"".join(
-                b"%s\t%d\t%d\t%d\t%.6g\t%s\n" % row
-                for row in zip(
-                    batch.ids,
-                    batch.lengths.tolist(),
-                    n_chunks.tolist(),
-                    n_frames.tolist(),
-                    ambiguous.tolist(),
-                    [STATUS[i] for i in status.tolist()],
-                )
-            )
-        )
-        self.counts["records"] += len(batch.ids)
+        lengths = batch.lengths.reshape(-1, batch.mates)
+        ambiguous = non_acgt.reshape(-1, batch.mates).sum(axis=1) / np.maximum(lengths.sum(axis=1), 1)
+        n_chunks = np.bincount(row_of_chunk, minlength=len(ids))
+        n_frames = np.bincount(row_of_chunk[frames.chunk], minlength=len(ids))
+        rows = [ids, lengths.sum(axis=1).tolist(), n_chunks.tolist(), n_frames.tolist(), ambiguous.tolist()]
+        rows.append([STATUS[i] for i in status.reshape(-1, batch.mates).min(axis=1).tolist()])  # ok where a mate is
+        line = b"%s\t%d\t%d\t%d\t%.6g\t%s"
+        if self.paired:
+            rows += [lengths[:, 0].tolist(), lengths[:, -1].tolist()]
+            line += b"\t%d\t%d"
+        self.sequences_table.write(b"".join(line % row + b"\n" for row in zip(*rows)))
+        self.counts["records"] += len(ids)
+        self.mates_read += len(batch.ids)
         short = usable[(usable > 0) & (usable < self.policy.chunk_length)]
         self.short_lengths += np.bincount(short, minlength=self.policy.chunk_length)
         self.counts["shorter_than_chunk"] += short.size
@@ -207,7 +217,7 @@ class _Writer:
         return Frames.concat(parts, firsts)
 
     def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
-        """Fraction of non-ACGT bases and status (index into STATUS) of each record."""
+        """Non-ACGT bases and status (index into STATUS) of each record."""
         lengths = batch.lengths
         non_acgt = np.zeros(lengths.size, dtype=np.int64)
         if codes[1]:
@@ -222,7 +232,7 @@ class _Writer:
             [STATUS.index(b"empty"), STATUS.index(b"too_short"), STATUS.index(b"too_ambiguous")],
             STATUS.index(b"ok"),
         )
-        return ambiguous, status
+        return non_acgt, status
 
     def _write_frames(self, ids: list[bytes], frames, record_of_chunk, chunk_number, starts, ends) -> None:
         """Each kept frame to the shard being filled, and its row to the frames table."""

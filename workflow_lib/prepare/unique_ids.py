@@ -3,12 +3,13 @@ only when hashes repeat is the input read again to tell a real duplicate from a 
 
 import tempfile
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.io.seqio import read_batches
+from workflow_lib.io.reads import SampleReads, read_sample
 
 HELD = 1 << 20  # hashes held in memory (8 MB) before they are spread over the bucket files
 BUCKET_BITS = 6  # 64 buckets by the hashes' top bits: 12.5 MB a bucket at 10^8 records
@@ -64,28 +65,44 @@ class IDHashes:
         return repeated
 
 
-def check_unique_ids(path: Path, repeated: set[int]) -> None:
-    """Fail on duplicate record IDs, given the hashes of IDs that repeat (IDHashes.repeated)."""
+def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
+    """Fail on duplicate record IDs (a paired sample's: fragment IDs), given the hashes of IDs that
+    repeat (IDHashes.repeated)."""
     if not repeated:
         return
-    seen: dict[bytes, int] = {}
+    seen: dict[bytes, tuple[str, int]] = {}
     duplicates, gaps = [], set()
-    for batch in read_batches(path):
-        for number, record_id in enumerate(batch.ids, batch.first):
-            if hash(record_id) in repeated:
-                if record_id in seen:
-                    duplicates.append(f"'{record_id.decode()}' (records {seen[record_id]} and {number})")
-                    gaps.add(number - seen[record_id])
-                else:
-                    seen[record_id] = number
+    several = len(reads.paths) > 1
+    for record_id, number, path, running in _numbered_ids(reads):
+        if hash(record_id) in repeated:
+            where = f"{number} of {path}" if several else str(number)
+            if record_id in seen:
+                duplicates.append(f"'{record_id.decode()}' (records {seen[record_id][0]} and {where})")
+                gaps.add(running - seen[record_id][1])
+            else:
+                seen[record_id] = (where, running)
     if duplicates:
         shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
         # Illumina names both mates of a pair alike (the mate is after the space): records that
         # repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after R1
-        hint = (
-            "these look like the two mates of paired-end reads in one file: give each mate file as a sample "
-            "of its own, or merge the pairs first (README: Paired-end reads)"
-            if len(gaps) == 1
-            else "give every record a unique ID"
-        )
-        raise InputError(f"{path}: duplicate sequence IDs: {shown}; {hint}")
+        hint = "give every record a unique ID"
+        if gaps == {1} and not reads.paired:
+            hint = "these look like interleaved mates of paired-end reads: mark the file interleaved true in the sheet"
+        elif len(gaps) == 1 and not reads.paired:
+            hint = (
+                "these look like the two mates of paired-end reads one after the other in one file: split it into "
+                "mate 1 and mate 2 files, and give them as path and path2 in the samples sheet"
+            )
+        raise InputError(f"{', '.join(map(str, reads.paths))}: duplicate sequence IDs: {shown}; {hint}")
+
+
+def _numbered_ids(reads: SampleReads) -> Iterator[tuple[bytes, int, Path, int]]:
+    """Each record's ID (a fragment's, once), its number in its file (a fragment's: its mate 1's), the
+    file, and its number in the sample."""
+    running = 0
+    for i, path in enumerate(reads.paths):
+        one_file = SampleReads((path,), reads.mates[i : i + 1], reads.interleaved)
+        for batch in read_sample(one_file):
+            for number, record_id in enumerate(batch.ids[:: batch.mates], batch.first):
+                running += 1
+                yield record_id, number, path, running

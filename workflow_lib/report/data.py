@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_lib.cli.settings import PlotSampleSettings, config_value
-from workflow_lib.io.tables import read_chunks, read_json
+from workflow_lib.io.tables import MATE_LENGTHS, read_chunks, read_json
 from workflow_lib.models.checkpoints import DEMO_FILES
 
 CALL_NAMES = ("virus", "other", "no_coding_frame")
@@ -128,12 +128,19 @@ class InputStats(NamedTuple):
     length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
     frames: Histogram
     ambiguous: Histogram
+    record: str = "record"  # a paired sample's: "fragment" (both mates)
 
 
 PREPARED_COLUMNS = ["length", "n_frames", "ambiguous_fraction"]
 
 
-def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]]) -> InputStats:
+def record_word(prepared_sequences: Path) -> str:
+    """What a record of the sample is: "fragment" where its sequences table gives the mates' lengths."""
+    columns = pd.read_csv(prepared_sequences, sep="\t", nrows=0).columns
+    return "fragment" if set(MATE_LENGTHS) <= set(columns) else "record"
+
+
+def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]], record: str = "record") -> InputStats:
     """Two passes over the table's blocks (`blocks()` gives them anew): the bins of the lengths and
     frames depend on their range, as those of `ax.hist(values, bins=30)` would."""
     low, high, fewest, most = np.inf, -np.inf, np.inf, -np.inf
@@ -147,7 +154,7 @@ def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]]) -> InputStats:
     wide = high > 100 * low
     length_edges = np.geomspace(low, high + 1, 31) if wide else np.histogram_bin_edges([low, high], 30)
     frame_edges = np.arange(most + 2) - 0.5 if most < 60 else np.histogram_bin_edges([fewest, most], 60)
-    stats = InputStats(Histogram(length_edges), wide, Histogram(frame_edges), Histogram(np.linspace(0, 1, 41)))
+    stats = InputStats(Histogram(length_edges), wide, Histogram(frame_edges), Histogram(np.linspace(0, 1, 41)), record)
     for block in blocks():
         stats.lengths.add(block["length"].clip(lower=1))
         stats.frames.add(block["n_frames"])
@@ -297,7 +304,8 @@ def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleDat
         rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
     )
     records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
-    inputs = input_stats(lambda: read_chunks(tables.prepared_sequences, PREPARED_COLUMNS))
+    prepared = tables.prepared_sequences
+    inputs = input_stats(lambda: read_chunks(prepared, PREPARED_COLUMNS), record_word(prepared))
     return SampleData(frame_scores, sequences, records, tracks, inputs, read_json(tables.summary))
 
 

@@ -135,14 +135,16 @@ def plot_top_sequences(
 
 
 def plot_input(stats: InputStats, counts: dict, path: str | Path) -> None:
-    """Totals of the input, and per record its length, frames and share of ambiguous bases."""
+    """Totals of the input, and per record (a paired sample's: per fragment, both mates) its length,
+    frames and share of ambiguous bases."""
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
+    record = stats.record
     totals = [
-        ("records", f"{counts['records']:,}"),
+        (f"{record}s", f"{counts['records']:,}"),
         ("bases", f"{counts['bases']:,}"),
         ("chunks", f"{counts['chunks']:,}"),
         ("frames (stop-free)", f"{counts['frames']:,}"),
-        ("frames per record", f"{counts['frames_per_record']:.2f}"),
+        (f"frames per {record}", f"{counts['frames_per_record']:.2f}"),
         ("ambiguous (non-ACGT) bases", f"{counts['ambiguous_bases']:,} ({counts['ambiguous_fraction']:.3%})"),
         *((f"status {status}", f"{n:,}") for status, n in counts["status"].items()),
     ]
@@ -151,12 +153,14 @@ def plot_input(stats: InputStats, counts: dict, path: str | Path) -> None:
     table.auto_set_font_size(False)
     table.set_fontsize(10)
     table.scale(1, 1.4)
+    both = " (both mates)" if record == "fragment" else ""
     draw(stats.lengths, axes[0, 1], color="#34495e")
-    axes[0, 1].set(xscale="log" if stats.length_log else "linear", xlabel="record length (bp)", ylabel="records")
+    axes[0, 1].set(xscale="log" if stats.length_log else "linear", xlabel=f"{record} length{both} (bp)")
+    axes[0, 1].set(ylabel=f"{record}s")
     draw(stats.frames, axes[1, 0], color="#16a085")
-    axes[1, 0].set(xlabel="stop-free frames per record", ylabel="records")
+    axes[1, 0].set(xlabel=f"stop-free frames per {record}", ylabel=f"{record}s")
     draw(stats.ambiguous, axes[1, 1], color="#7f8c8d")
-    axes[1, 1].set(xlabel="ambiguous (non-ACGT) fraction of the record", ylabel="records", xlim=(0, 1))
+    axes[1, 1].set(xlabel=f"ambiguous (non-ACGT) fraction of the {record}", ylabel=f"{record}s", xlim=(0, 1))
     save(figure, path)
 
 

@@ -15,6 +15,7 @@ from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
+from workflow_lib.io.reads import SampleReads, check_first_fragment
 from workflow_lib.models import ARCHITECTURES, NAMED_ARCHITECTURES, embedders, named_shape, resolve_config
 from workflow_lib.models.checkpoints import check_layer, classifier_path, is_url
 from workflow_lib.models.classifier_chunks import (
@@ -264,7 +265,8 @@ def _unreadable(path: str) -> str:
 
 
 def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
-    """The samples sheet, indexed by sample; `named_in` says where its path was given."""
+    """The samples sheet, a row per sample (its first row's columns, and `reads`: its files), indexed
+    by sample; `named_in` says where its path was given."""
     if not os.path.isfile(sheet):
         raise InputError(
             f"{named_in}: samples: {sheet}: no such file; "
@@ -276,7 +278,9 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
         problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
     if problems:
         raise InputError("\n".join(problems))
-    samples = samples.set_index("sample", drop=False)
+    reads = sample_reads(samples)
+    samples = samples.drop_duplicates("sample").set_index("sample", drop=False)
+    samples["reads"] = [reads[name] for name in samples.index]
     if "label" not in samples.columns:
         samples["label"] = ""
     return samples
@@ -329,23 +333,68 @@ def _sheet_table(sheet: str) -> pd.DataFrame:
 
 
 def _row_problems(sheet: str, samples: pd.DataFrame, schema_path: Path) -> list[str]:
-    """A line per row that the schema refuses, per repeated sample name and per unreadable path."""
+    """A line per row that the schema refuses, per unreadable path, per file listed twice where that
+    cannot be meant (in one sample, or a mate file), and per row unlike its sample's first."""
     # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
     row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
     validator = Draft202012Validator({"type": "array", "items": row_schema})
-    lines = samples.index + 2
+    lines, rows = samples.index + 2, samples.to_dict("records")
     problems = [
         f"{sheet}: line {lines[path[0]]}: {'.'.join(map(str, path[1:]))}: {message}; fix the samples sheet"
-        for path, message in sorted(_problems(validator, samples.to_dict("records")), key=lambda problem: problem[0][0])
+        for path, message in sorted(_problems(validator, rows), key=lambda problem: problem[0][0])
     ]
-    first_line = {}
-    for line, name, path in zip(samples.index + 2, samples["sample"], samples["path"]):
-        if name in first_line:
+    first_row, listed = {}, {}
+    for line, row in zip(lines, rows):
+        name, kind = row["sample"], _kind(row)
+        where = f"{sheet}: line {line}: sample {name!r}"
+        if row.get("path2") and kind == "interleaved":
+            problems.append(f"{where}: gives path2 and interleaved true; give an interleaved file in path alone")
+        first = first_row.setdefault(name, (line, kind, row.get("label", "")))
+        if first[1:] != (kind, row.get("label", "")):
             problems.append(
-                f"{sheet}: line {line}: sample {name!r} is also on line {first_line[name]}; "
-                "give every sample a unique name"
+                f"{where}: line {first[0]} gives it {first[1]} reads labelled {first[2]!r}, this line "
+                f"{kind} reads labelled {row.get('label', '')!r}; give every row of a sample the same kind and label"
             )
-        elif path and (problem := _unreadable(path)):
-            problems.append(f"{sheet}: line {line}: sample {name!r}: {path}: {problem}")
-        first_line.setdefault(name, line)
+        for path, mate in ((row["path"], False), (row.get("path2", ""), True)):
+            if not path:
+                continue
+            if problem := _unreadable(path):
+                problems.append(f"{where}: {path}: {problem}")
+                continue
+            seen = listed.setdefault(os.path.realpath(path), (line, name, mate))
+            if seen != (line, name, mate) and (seen[1] == name or mate or seen[2]):
+                problems.append(
+                    f"{where}: {path} is also listed on line {seen[0]}; give each file of a sample, and each mate "
+                    "file, once"
+                )
     return problems
+
+
+def _kind(row: dict) -> str:
+    """A sheet row's reads: single-end, paired (path2) or interleaved."""
+    if row.get("interleaved") == "true":
+        return "interleaved"
+    return "paired" if row.get("path2") else "single-end"
+
+
+def sample_reads(samples: pd.DataFrame) -> dict[str, SampleReads]:
+    """Each sample's reads, from its rows in the sheet's order."""
+    rows: dict[str, list[dict]] = {}
+    for row in samples.to_dict("records"):
+        rows.setdefault(row["sample"], []).append(row)
+    reads = {}
+    for name, own in rows.items():
+        kind = _kind(own[0])
+        mates = tuple(Path(row["path2"]) for row in own) if kind == "paired" else ()
+        reads[name] = SampleReads(tuple(Path(row["path"]) for row in own), mates, kind == "interleaved")
+    return reads
+
+
+def check_first_mates(sheet: str, samples: pd.DataFrame) -> None:
+    """The first fragment of every paired sample's files pairs up (prepare checks every fragment)."""
+    for name, reads in samples["reads"].items():
+        if reads.paired:
+            try:
+                check_first_fragment(reads)
+            except InputError as error:
+                raise InputError(f"{sheet}: sample {name!r}: {error}") from None

@@ -5,7 +5,8 @@ import copy
 import functools
 import shlex
 
-from workflow_lib.cli.settings import options, tuning_keys
+from workflow_lib.cli.settings import cli, options, tuning_keys
+from workflow_lib.io.reads import SampleReads
 
 # Settings that cannot change any result (a change reruns nothing), left out of the run summary's
 # config: the stages' declared tuning (runtime_settings), and what only the rules read.
@@ -30,6 +31,12 @@ def script_job(root: str, name: str, arguments: str, env: str | None = None) -> 
     script = shlex.quote(f"{root}/scripts/{name}.py")
     env = f"env {env} " if env else ""
     return f"bash {wrapper} {{log:q}} {env}python {script} {arguments}"
+
+
+def reads_options(reads: SampleReads) -> str:
+    """The options that give a job a sample's reads (io.reads.SampleReads.add_arguments)."""
+    words = cli(input=tuple(map(str, reads.paths)), mates=tuple(map(str, reads.mates)) or None)
+    return words + " --interleaved" * reads.interleaved
 
 
 def settings_of(declaration, config: dict):

@@ -26,9 +26,9 @@ PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 
 
 @functools.cache
-def small_sample(path: str) -> bool:
-    """The sample of this input file is small (one not there yet counts as small)."""
-    return not os.path.isfile(path) or os.path.getsize(path) <= SMALL_SAMPLE_BYTES
+def small_sample(files: tuple[str, ...]) -> bool:
+    """The sample of these input files is small (a file not there yet counts for nothing)."""
+    return sum(os.path.getsize(f) for f in files if os.path.isfile(f)) <= SMALL_SAMPLE_BYTES
 
 
 def embed_priority(pool: str, trains: bool) -> int:

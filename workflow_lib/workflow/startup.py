@@ -21,6 +21,7 @@ from workflow_lib.workflow.config_check import (
     check_classifier_file,
     check_config,
     check_embedders,
+    check_first_mates,
     check_model_choice,
     check_training_labels,
     check_yaml,
@@ -37,7 +38,7 @@ class Samples:
     """The run's samples: the samples sheet's, then the calibrate target's (calibration.samples),
     which only that target reads."""
 
-    table: pd.DataFrame  # by sample: path and label ('' for none)
+    table: pd.DataFrame  # by sample: reads (io.reads.SampleReads: its files) and label ('' for none)
     sheet: list[str]  # the samples sheet's
     calibration: pd.DataFrame  # calibration.samples' rows
     generation: dict[str, int]  # samples planned together share one; appended ones plan apart
@@ -45,6 +46,10 @@ class Samples:
 
     def training(self) -> list[str]:
         return [s for s in self.sheet if self.table.loc[s, "label"] != ""]
+
+    def files(self, sample: str) -> list[str]:
+        """The sample's files: its paths in the sheet's order, then its mate files."""
+        return list(map(str, self.table.loc[sample, "reads"].files()))
 
     def of_generation(self, generation: int | str) -> list[str]:
         return [s for s in self.table.index if self.generation[s] == int(generation)]
@@ -101,9 +106,13 @@ def _checked_samples(workflow, config: dict, root: str, plan_dir: str) -> Sample
     if dropped and workflow.is_main_process:
         print(f"Warning: {dropped}", file=sys.stderr)
     check_training_labels(sheet, config["samples"])
+    if workflow.is_main_process:  # once, not in every cluster job: it reads a block of each mate file
+        check_first_mates(config["samples"], sheet)
     calibration = read_calibration_samples(
         config["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
     )
+    if workflow.is_main_process:
+        check_first_mates(config["calibration"]["samples"], calibration)
     table = pd.concat([sheet, calibration])
     labelled = bool((sheet["label"] != "").any())
     samples = Samples(table, list(sheet.index), calibration, generations(list(table.index), plan_dir), labelled)
