@@ -22,9 +22,8 @@ include: "rules/common.smk"
 include: "rules/models.smk"
 include: "rules/prepare.smk"
 include: "rules/embed.smk"
-include: "rules/predict.smk"
-include: "rules/train.smk"
-include: "rules/calibrate.smk"
+include: "rules/classify.smk"
+include: "rules/training.smk"
 include: "rules/report.smk"
 
 
@@ -36,9 +35,7 @@ onstart:
 
 onsuccess:
     # each weighed sample's composition, whether the calibration fits it, and what that means for its q-values
-    for line in composition_lines(
-        {s: rules.call.output.manifest.format(sample=s) for s in SAMPLES.sheet}
-    ):
+    for line in composition_lines({s: rules.call.output.manifest.format(sample=s) for s in SAMPLES.sheet}):
         print(line, file=sys.stderr)
 
 

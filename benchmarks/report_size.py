@@ -35,7 +35,7 @@ OPTIONS = ("--configfile", CONFIG, "--profile", ROOT / "profiles" / "local", "--
 # A Snakemake benchmark file's columns; the synthetic embed jobs took no measured time or memory.
 BENCHMARK = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 BENCHMARK += "1.0\t0:00:01\t-\t-\t-\t-\t-\t-\t-\t-\n"
-TABLE_LABELS = ("chunks table (download)", "sequences table (download)")  # the report's labels (rules/predict.smk)
+TABLE_LABELS = ("chunks table (download)", "sequences table (download)")  # the report's labels (rules/classify.smk)
 
 
 def snakemake(workdir: Path, samples: Path, log: str, *args: str) -> str:

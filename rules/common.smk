@@ -78,9 +78,7 @@ JOB_GROUPS = (SMALL_PREPARE_GROUP, SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
 
 def sample_group(small, large=None):
     """The job group of a sample's job: `small` for a small sample, `large` for another."""
-    return lambda wildcards: (
-        small if job_resources.small_sample(tuple(sample_input(wildcards))) else large
-    )
+    return lambda wildcards: (small if job_resources.small_sample(tuple(sample_input(wildcards))) else large)
 
 
 def sample_input(wildcards):
@@ -94,15 +92,13 @@ def sample_reads(wildcards):
 
 
 temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, config)
-page = rule_outputs.page
+page, optional_files = rule_outputs.page, rule_outputs.optional_files
 # the tables the report attaches while those of all samples are small
 REPORT_TABLES = {
     "chunks": "results/{sample}/chunks.tsv",
     "sequences": "results/{sample}/sequences.tsv",
 }
-attached_table = functools.partial(
-    rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, config
-)
+attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, config)
 
 
 def pool_plan(wildcards):
@@ -142,9 +138,7 @@ def embed_gpu_mem(wildcards, input):
 
 def embed_runtime(wildcards):
     work = pooled_work(wildcards)
-    return job_resources.embed_minutes(
-        work["tokens"], work["frames"], wildcards.model, config
-    )
+    return job_resources.embed_minutes(work["tokens"], work["frames"], wildcards.model, config)
 
 
 def embed_tuning(wildcards):
@@ -266,10 +260,7 @@ def sample_pools_of(output, **wildcards):
 
 def shard_embeddings(wildcards):
     """A pooled shard's embeddings by each model, in input order: the score rule's input."""
-    return [
-        expand(rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0]
-        for m in EMBEDDERS
-    ]
+    return [expand(rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0] for m in EMBEDDERS]
 
 
 def embed_records(wildcards):
@@ -305,12 +296,7 @@ def training_embeddings(wildcards):
     """The training samples' embeddings (each pooled shard once), and their frames tables (the
     split holds out whole chunks): train's input, read as its --shard options."""
     samples, embeddings = SAMPLES.training(), rules.embed.output.embeddings
-    files = dict.fromkeys(
-        f
-        for m in EMBEDDERS
-        for s in samples
-        for f in shard_outputs(embeddings, s, model=m)
-    )
+    files = dict.fromkeys(f for m in EMBEDDERS for s in samples for f in shard_outputs(embeddings, s, model=m))
     return list(files) + expand(rules.prepare.output.frames, sample=samples)
 
 
@@ -320,9 +306,7 @@ def labelled_shards(wildcards, input):
     shards = []
     for s in SAMPLES.training():
         (frames,) = expand(rules.prepare.output.frames, sample=s)
-        embeddings = [
-            shard_outputs(rules.embed.output.embeddings, s, model=m) for m in EMBEDDERS
-        ]
+        embeddings = [shard_outputs(rules.embed.output.embeddings, s, model=m) for m in EMBEDDERS]
         label = SAMPLES.table.loc[s, "label"]
         shards += [
             (label, frames, p["offset"], p["offset"] + p["frames"], *paths)
@@ -338,9 +322,7 @@ def prediction_outputs():
 def report_outputs():
     """Per sample the run summary and the report's pages; the overview; the training figures when
     this run trains its classifier; the weighing figure with a calibration."""
-    per_sample = expand(
-        [*rules.summarize.output, *rules.plot_sample.output], sample=SAMPLES.sheet
-    )
+    per_sample = expand([*rules.summarize.output, *rules.plot_sample.output], sample=SAMPLES.sheet)
     training = list(rules.plot_training.output) if TRAINS_HERE else []
     calibration = model_files.calibration_file(config)
     weighing = list(rules.plot_calibration.output) if calibration else []

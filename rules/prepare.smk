@@ -56,9 +56,7 @@ checkpoint plan:
         "../envs/cpu.yaml"
     params:
         files=named_files,
-        samples=lambda wildcards: cli(
-            sample=SAMPLES.of_generation(wildcards.generation)
-        ),
+        samples=lambda wildcards: cli(sample=SAMPLES.of_generation(wildcards.generation)),
         settings=settings_of(PlanSettings),
     shell:
         script_job(

@@ -142,9 +142,7 @@ rule plot_training:
         metrics=lambda wildcards: rules.train.output.metrics,
     output:
         roc=page("results/train/roc.png", "roc.rst", "Training", "validation ROC curve"),
-        table=page(
-            "results/train/metrics.html", "metrics.rst", "Training", "training metrics"
-        ),
+        table=page("results/train/metrics.html", "metrics.rst", "Training", "training metrics"),
     log:
         "logs/plot_training.log",
     conda:

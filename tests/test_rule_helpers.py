@@ -185,9 +185,9 @@ def test_tables_are_attached_to_the_report_while_all_of_them_are_small(tmp_path,
                 handle.truncate(300 * 1024)
     config = config_with()
     config["report"] = config["report"] | {"max_attached_mb": 1.2}  # 4 tables of 0.29 MB
-    assert is_flagged(rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", category="c"), "report")
+    assert is_flagged(rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", "the chunks"), "report")
     config["report"]["max_attached_mb"] = 1.1
-    attached = rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", category="c")
+    attached = rule_outputs.attached_table(tables, ["a", "b"], config, "chunks", "the chunks")
     assert attached == tables["chunks"] and not is_flagged(attached, "report")
 
 

@@ -33,12 +33,18 @@ def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
     }
 
 
-def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, **flags):
-    """The table `tables[name]` as a report attachment, only while the `tables` of every sample of
-    the `sheet` together hold at most report.max_attached_mb: `snakemake --report` reads the rules
-    again once the results exist, and embedded tables grow the HTML by 4/3 of their size (GBs at
-    10^8 reads); else the report names the tables' paths (captions) and shows their top rows."""
+def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, item: str):
+    """The table `tables[name]` as a report attachment of the sample's predictions (its caption
+    report/<name>.rst, labelled `item`), only while the `tables` of every sample of the `sheet`
+    together hold at most report.max_attached_mb: `snakemake --report` reads the rules again once
+    the results exist, and embedded tables grow the HTML by 4/3 of their size (GBs at 10^8 reads);
+    else the report names the tables' paths (captions) and shows their top rows."""
     found = [f for f in expand(list(tables.values()), sample=sheet) if os.path.isfile(f)]
     if sum(map(os.path.getsize, found)) > config["report"]["max_attached_mb"] * 1024**2:
         return tables[name]
-    return report(tables[name], **flags)
+    return page(tables[name], f"{name}.rst", "Predictions", item, "{sample}")
+
+
+def optional_files(when: bool, *paths: str) -> list[str]:
+    """Outputs that a setting turns on: `paths` when `when`, else none."""
+    return list(paths) if when else []

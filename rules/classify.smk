@@ -1,0 +1,111 @@
+# A pooled shard's scores as soon as its embeddings by every model exist: with outputs.keep_embeddings:
+# false its embeddings (temp) go right after, and so does its FASTA pair (removed by the job:
+# Snakemake would remove prepare's shards directory only after the sample's last embed job). Whether to remove it
+# is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
+rule score:
+    input:
+        pool_plan,
+        MODEL_CHECK,
+        embeddings=shard_embeddings,
+        classifier=model_files.classifier_file(config),
+    output:
+        scores="results/shards/scores/shard_{pool}.npz",
+    log:
+        "logs/score/{pool}.log",
+    benchmark:
+        "results/benchmarks/score/{pool}.tsv"
+    priority: PRIORITY["score"]
+    conda:
+        "../envs/cpu.yaml"
+    # one block of frames and their features (436 MB at production width), whatever the shard
+    resources:
+        mem_mb=2000,
+        runtime=by_input(10, 2, ["embeddings"]),
+        tuning=tuning_of(ScoreSettings),
+        remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
+    params:
+        files=named_files,
+        shard_fasta=shard_fasta_pair,
+        pieces=scored_pieces,
+    shell:
+        script_job(
+            "score",
+            "{params.files} --shard-fasta {params.shard_fasta:q} {params.pieces} "
+            "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
+        )
+
+
+rule predict:
+    input:
+        prepared_frames=rules.prepare.output.frames,
+        prepared_sequences=rules.prepare.output.sequences,
+        scores=lambda wildcards: shard_outputs(rules.score.output.scores, wildcards.sample),
+        calibration=model_files.calibration_file(config),
+    output:
+        frames="results/{sample}/frames.tsv",
+        chunks=attached_table("chunks", "chunks table (download)"),
+        scoring="results/{sample}/scoring.json",
+        virnucpro=optional_files(
+            config["outputs"]["virnucpro_tables"],
+            "results/{sample}/prediction_results.txt",
+            "results/{sample}/prediction_results_highestscore.csv",
+        ),
+    log:
+        "logs/predict/{sample}.log",
+    benchmark:
+        "results/benchmarks/predict/{sample}.tsv"
+    group:
+        sample_group(SMALL_SAMPLE_GROUP)
+    conda:
+        "../envs/cpu.yaml"
+    # predict holds one block of frames-table rows and their scores whatever the sample's size; its
+    # time is reading the frames table and writing the tables
+    resources:
+        mem_mb=2000,
+        runtime=by_input(10, 10),
+        tuning=tuning_of(PredictSettings),
+    params:
+        files=named_files,
+    shell:
+        script_job(
+            "predict",
+            "{params.files} --sample {wildcards.sample:q} {resources.tuning}",
+        )
+
+
+rule call:
+    input:
+        sample_input,  # read as its --input and --mates options (params.reads), for viral.fasta
+        prepared_sequences=rules.prepare.output.sequences,
+        chunks=rules.predict.output.chunks,
+        scoring=rules.predict.output.scoring,
+        calibration=model_files.calibration_file(config),
+    output:
+        sequences=attached_table("sequences", "sequences table (download)"),
+        viral="results/{sample}/viral.fasta",
+        regions="results/{sample}/regions.tsv",
+        regions_fasta="results/{sample}/regions.fasta",
+        manifest="results/{sample}/manifest.json",
+        # the records and regions within call.max_qvalue (null without a calibration: config_check.py)
+        passing=optional_files(
+            config["call"]["max_qvalue"] is not None,
+            "results/{sample}/viral_qvalue.fasta",
+            "results/{sample}/regions_qvalue.fasta",
+        ),
+    log:
+        "logs/call/{sample}.log",
+    group:
+        sample_group(SMALL_SAMPLE_GROUP)
+    conda:
+        "../envs/cpu.yaml"
+    # call holds a block of records and the input's longest record (198 MB at 1 M reads,
+    # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
+    resources:
+        mem_mb=2000,
+        runtime=by_input(10, 5),
+    params:
+        files=named_files,
+        reads=sample_reads,
+        settings=settings_of(CallSettings),
+    shell:
+        script_job("call", "{params.files} {params.reads} {params.settings}")

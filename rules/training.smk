@@ -1,0 +1,104 @@
+# The train target learns from the samples labelled virus or other. A sheet that labels none has
+# no train job: models.classifier is then a file given as it is, even at the train output's path.
+if SAMPLES.labelled:
+
+    rule train:
+        input:
+            training_embeddings,
+        output:
+            classifier=config["train"]["classifier"],
+            calibration=config["train"]["calibration"],
+            metrics="results/train/metrics.json",
+        log:
+            "logs/train.log",
+        benchmark:
+            "results/benchmarks/train.tsv"
+        conda:
+            "../envs/cpu.yaml"
+        # train holds the training samples' features once, as float32 (twice their size on disk
+        # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
+        # 1.35 times the features at its peak); time grows with them, and with the trainings that
+        # cross-fit the calibration (train.calibration_folds, each on most of the features)
+        resources:
+            mem_mb=by_input(4000, 3 * 1024),
+            runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
+            tuning=tuning_of(TrainSettings),
+        params:
+            files=named_files,
+            shards=labelled_shards,
+            settings=settings_of(TrainSettings),
+        shell:
+            script_job(
+                "train",
+                "{params.files} {params.shards} {params.settings} {resources.tuning} --threads {threads}",
+            )
+
+else:
+
+    rule train:
+        output:
+            "results/train/no_labelled_samples",
+        log:
+            "logs/train.log",
+        localrule: True
+        conda:
+            "../envs/cpu.yaml"
+        params:
+            message=f"{config['samples']}: the train target needs samples labelled virus or other in a label column",
+        shell:
+            "echo {params.message:q} | tee {log:q} >&2; exit 1"
+
+
+# The calibrate target fits a calibration for models.classifier from the labelled samples of
+# calibration.samples (docs/weighing.md): they are prepared, embedded and scored like any sample,
+# and read from their scores, never called.
+if len(SAMPLES.calibration):
+
+    rule calibrate:
+        input:
+            # read as the samples' --sample options
+            lambda wildcards: [f for files in calibration_inputs() for f in files],
+            MODEL_CHECK,
+        output:
+            calibration="results/calibration/calibration.json",
+        log:
+            "logs/calibrate.log",
+        benchmark:
+            "results/benchmarks/calibrate.tsv"
+        conda:
+            "../envs/cpu.yaml"
+        # holds a score and a label per chunk of the calibration samples (tens of bytes a chunk) and
+        # fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md)
+        resources:
+            mem_mb=by_input(2000, 200),
+            runtime=by_input(30, 10),
+            tuning=tuning_of(CalibrateSettings),
+        params:
+            files=named_files,
+            samples=lambda wildcards: cli(
+                sample=[
+                    (s, SAMPLES.calibration.loc[s, "label"], *files)
+                    for s, files in zip(SAMPLES.calibration.index, calibration_inputs())
+                ]
+            ),
+            settings=settings_of(CalibrateSettings),
+        shell:
+            script_job(
+                "calibrate",
+                "{params.files} {params.samples} {params.settings} {resources.tuning}",
+            )
+
+else:
+
+    rule calibrate:
+        output:
+            "results/calibration/no_calibration_samples",
+        log:
+            "logs/calibrate.log",
+        localrule: True
+        conda:
+            "../envs/cpu.yaml"
+        params:
+            message="calibration.samples: the calibrate target needs a sheet of samples labelled virus or other (docs/weighing.md)",
+        shell:
+            "echo {params.message:q} | tee {log:q} >&2; exit 1"
