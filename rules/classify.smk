@@ -4,9 +4,9 @@
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
 rule score:
     input:
-        pool_plan,
+        PLAN.plan,
         MODEL_CHECK,
-        embeddings=shard_embeddings,
+        embeddings=PLAN.embeddings,
         classifier=model_files.classifier_file(config),
     output:
         scores="results/shards/scores/shard_{pool}.npz",
@@ -25,8 +25,8 @@ rule score:
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
         files=named_files,
-        shard_fasta=shard_fasta_pair,
-        pieces=scored_pieces,
+        shard_fasta=PLAN.spent_fasta,
+        pieces=PLAN.scored_pieces,
     shell:
         script_job(
             "score",
@@ -39,7 +39,7 @@ rule predict:
     input:
         prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
-        scores=lambda wildcards: shard_outputs(rules.score.output.scores, wildcards.sample),
+        scores=lambda wildcards: PLAN.shard_outputs(rules.score.output.scores, wildcards.sample),
         calibration=model_files.calibration_file(config),
     output:
         frames="results/{sample}/frames.tsv",

@@ -2,8 +2,8 @@
 # after the other. A pool of one sample's shard needs none: its jobs read prepare's shard.
 rule pool_shard:
     input:
-        pooled_shard_dirs,  # read as its --piece options
-        pool_plan,
+        PLAN.shard_dirs,  # read as its --piece options
+        PLAN.plan,
     output:
         fna=temp_unless_kept("results/shards/shard_{pool}.fna"),
         faa=temp_unless_kept("results/shards/shard_{pool}.faa"),
@@ -17,7 +17,7 @@ rule pool_shard:
         runtime=30,
     params:
         files=named_files,
-        pieces=pooled_pieces,
+        pieces=PLAN.pool_pieces,
     shell:
         script_job("pool_shard", "{params.files} {params.pieces}")
 
@@ -27,8 +27,8 @@ rule pool_shard:
 # (docs/performance.md); they only read the tokens. Temp: removed once its embeddings exist.
 rule tokenize:
     input:
-        pooled_shard_fasta,  # the job reads its model's FASTA of the pair (params.fasta)
-        pool_plan,
+        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (params.fasta)
+        PLAN.plan,
         lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
         model_check=ancient(MODEL_CHECK),
     output:
@@ -38,17 +38,17 @@ rule tokenize:
     benchmark:
         "results/benchmarks/tokenize/{model}_{pool}.tsv"
     wildcard_constraints:
-        model=tokenized_models(),
-    priority: embed_priority
+        model=PLAN.tokenized_models(),
+    priority: PLAN.embed_priority
     conda:
         "../envs/embed.yaml"
     # one block of records and its tokens at a time, whatever the shard's size
     resources:
         mem_mb=2000,
-        runtime=tokenize_runtime,
+        runtime=PLAN.tokenize_runtime,
     params:
         files=named_files,
-        fasta=shard_fasta,
+        fasta=PLAN.model_fasta,
         settings=settings_of(TokenizeSettings),
         env=model_files.offline_env(config),
     shell:
@@ -61,11 +61,11 @@ rule tokenize:
 
 rule embed:
     input:
-        pooled_shard_fasta,  # the job reads its model's FASTA of the pair (params.fasta)
-        pool_plan,
+        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (params.fasta)
+        PLAN.plan,
         model_files.local_checkpoints(config),
         model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
-        tokens=stored_tokens,
+        tokens=PLAN.stored_tokens,
     output:
         embeddings=temp_unless_kept("results/shards/embeddings/{model}/shard_{pool}.h5"),
         figures="results/shards/embeddings/{model}/shard_{pool}.json",
@@ -73,7 +73,7 @@ rule embed:
         "logs/embed/{model}_{pool}.log",
     benchmark:
         "results/benchmarks/embed/{model}_{pool}.tsv"
-    priority: embed_priority
+    priority: PLAN.embed_priority
     # the one job retried (a preemption, a lost node): it resumes from its last commit; any other
     # job's failure would only repeat
     retries: 2
@@ -87,15 +87,15 @@ rule embed:
     # (profiles/local sets it to 0 for jobs that share GPUs); gpu_mem_mb: the share of a GPU's memory
     # such a job claims, from its model and token budget (workflow_lib/workflow/job_resources.py)
     resources:
-        gpu=embed_gpus,
-        gpu_mem_mb=embed_gpu_mem,
+        gpu=PLAN.embed_gpus,
+        gpu_mem_mb=PLAN.embed_gpu_mem,
         mem_mb=16000,
-        runtime=embed_runtime,
-        tuning=embed_tuning,
+        runtime=PLAN.embed_runtime,
+        tuning=PLAN.embed_tuning,
         compile_cache=model_files.compile_cache(config),
     params:
         files=named_files,
-        fasta=shard_fasta,
+        fasta=PLAN.model_fasta,
         settings=settings_of(EmbedSettings),
         env=model_files.offline_env(config),
     shell:

@@ -41,7 +41,7 @@ rule prepare:
 # concatenates small tables.
 checkpoint plan:
     input:
-        plan_check,  # ancient while the plan is current: a classifier swap reruns the check
+        PLAN.check,  # ancient while the plan is current: a classifier swap reruns the check
         shard_tables=lambda wildcards: expand(
             rules.prepare.output.shard_table,
             sample=SAMPLES.of_generation(wildcards.generation),

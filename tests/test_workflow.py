@@ -345,7 +345,7 @@ def test_new_samples_with_another_chunk_length(workflow_run, tmp_path):
 
 def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path):
     """plan_is_current, which keeps the plan's wait for the model check ancient (rules/common.smk,
-    plan_check): no plan, a sample added, dropped or moved, or a shards table written after the
+    RunPlan.check): no plan, a sample added, dropped or moved, or a shards table written after the
     plan with other shards make it out of date; a table written again with the same shards does not."""
     tables = {}
     for sample, frames in (("a", [5, 7]), ("b", [3])):

@@ -12,8 +12,8 @@ checkpoint of its own (`results/plan/shards_{generation}.tsv`), so that adding s
 earlier samples' pooled shards and jobs alone (generations). The rules read a plan once (cached
 per version of the file) to know each sample's shards and each pool's; a checkpoint per sample
 would cost Snakemake time quadratic in the samples. Whether the plan on disk is still the one it
-would write (plan_is_current) decides how it waits for the model check (rules/common.smk,
-plan_check)."""
+would write (plan_is_current) decides how it waits for the model check
+RunPlan.check in workflow_lib/workflow/run_plan.py)."""
 
 import functools
 import os

@@ -1,0 +1,157 @@
+"""The rules' view of the run's plan (workflow_lib/prepare/plan.py): each sample's shards and the
+outputs of their pooled shards; a pooled shard's pieces, the FASTA its jobs read, its work, and the
+resources and priority of the jobs that run once per pooled shard (pool_shard, tokenize, embed,
+score); as input, params and resource functions."""
+
+import re
+
+from snakemake.exceptions import IncompleteCheckpointException
+from snakemake.io import ancient, expand
+
+from workflow_lib.cli.settings import EmbedSettings, cli
+from workflow_lib.io import sharding
+from workflow_lib.prepare.plan import plan_is_current, read_plan, read_pools
+from workflow_lib.workflow import job_commands, job_resources
+
+
+class RunPlan:
+    """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules
+    exist), its samples, its embedding models by name, its config, whether it trains here and the
+    path of its model check."""
+
+    def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check):
+        self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
+        self.embedders, self.config, self.trains_here, self.model_check = embedders, config, trains_here, model_check
+
+    def check(self, wildcards):
+        """A generation's plan's input of the model check: ancient while the plan on disk is current
+        (a classifier swap reruns the check, not the plan), else plain: Snakemake marks the jobs after
+        a due one along plain inputs only, and does not test them on their own, so a plan out of date
+        (a new sample, a newer shards table) would not run, nor the new sample's prepare."""
+        members = self.samples.of_generation(wildcards.generation)
+        tables = expand(self.rules.prepare.output.shard_table, sample=members)
+        plan = expand(self.rules.plan.output.plan, generation=wildcards.generation)[0]
+        current = plan_is_current(plan, list(zip(members, tables)))
+        return ancient(self.model_check) if current else self.model_check
+
+    def shards(self, sample: str) -> list[dict]:
+        """A sample's shards (plan rows: shard, frames, tokens, and the pool and offset where they
+        lie). A plan lacking the sample predates it: not made yet (check), not a KeyError."""
+        plan_file = self.checkpoints.plan.get(generation=self.samples.generation[sample]).output.plan
+        plan = read_plan(plan_file)
+        if sample not in plan:
+            raise IncompleteCheckpointException(self.checkpoints.plan.rule, plan_file)
+        return plan[sample]
+
+    def shard_outputs(self, output, sample: str, **wildcards) -> list[str]:
+        """An output (`rules.<rule>.output.<name>`) of the pooled shard of each of a sample's shards,
+        in shard order (a pooled shard of several of its shards comes as often)."""
+        return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
+
+    def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
+        """An output of each pooled shard that holds shards of a sample, once, in order."""
+        return list(dict.fromkeys(self.shard_outputs(output, sample, **wildcards)))
+
+    def plan(self, wildcards):
+        """The plan of a pooled shard's generation, which its jobs read (their params): in cluster jobs
+        Snakemake evaluates params that read a checkpoint only with its output among the inputs;
+        ancient: a plan made again does not make the pooled shards it leaves alone again."""
+        generation = wildcards.pool.split("-")[0]
+        return ancient(expand(self.rules.plan.output.plan, generation=generation)[0])
+
+    def pieces(self, pool: str) -> list[dict]:
+        """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset)."""
+        generation = pool.split("-")[0]
+        return read_pools(self.checkpoints.plan.get(generation=generation).output.plan)[pool]
+
+    def work(self, wildcards) -> dict:
+        """A pooled shard's frames and ESM-2 tokens, from the plan: a resource that reads the job's
+        input waits for all of it, and a stored-tokens embed job's tokens are not there before its
+        tokenize job (a dry run would show <TBD>)."""
+        pieces = self.pieces(wildcards.pool)
+        return {key: sum(p[key] for p in pieces) for key in ("frames", "tokens")}
+
+    def tokenize_runtime(self, wildcards) -> int:
+        return job_resources.tokenize_minutes(self.work(wildcards)["tokens"])
+
+    def embed_gpus(self, wildcards) -> int:
+        return job_resources.embed_gpus(self.work(wildcards)["frames"])
+
+    def embed_gpu_mem(self, wildcards, input) -> int:
+        """Known once the job's input exists, the model check among it (a dry run shows <TBD>)."""
+        return job_resources.embed_gpu_mem_mb(wildcards.model, input.model_check, self.config)
+
+    def embed_runtime(self, wildcards) -> int:
+        work = self.work(wildcards)
+        return job_resources.embed_minutes(work["tokens"], work["frames"], wildcards.model, self.config)
+
+    def embed_tuning(self, wildcards) -> str:
+        """The embed job's tuning, and its shard's frames by the plan, which the job checks the FASTA
+        against (one cut short by a crash is refused): a resource, never compared."""
+        tuning = job_commands.tuning_of(EmbedSettings, self.config)(wildcards)
+        return f"{tuning} {cli(planned_frames=self.work(wildcards)['frames'])}"
+
+    def embed_priority(self, wildcards) -> int:
+        try:
+            pooled = {p["sample"] for p in self.pieces(wildcards.pool)}
+        except IncompleteCheckpointException:
+            # an embed job asked for by its file before the plan exists: Snakemake makes the job
+            # again, with its samples known, once the plan is done (a priority function may not raise)
+            return job_resources.embed_priority(wildcards.pool, False)
+        labelled = (self.samples.table.loc[list(pooled), "label"] != "").any()
+        return job_resources.embed_priority(wildcards.pool, self.trains_here and labelled)
+
+    def fasta_pair(self, wildcards) -> list[str]:
+        """What a pooled shard's jobs read: prepare's shards directory of its one sample's shard, or
+        the FASTA pair that pool_shard makes of several."""
+        pieces = self.pieces(wildcards.pool)
+        if len(pieces) == 1:
+            return expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])
+        return expand(list(self.rules.pool_shard.output), pool=wildcards.pool)
+
+    def fasta(self, pool: str, suffix: str) -> str:
+        """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see fasta_pair)."""
+        pieces = self.pieces(pool)
+        if len(pieces) == 1:
+            shards = expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
+            return str(sharding.shard_fasta(shards, pieces[0]["shard"], suffix))
+        return expand(getattr(self.rules.pool_shard.output, suffix), pool=pool)[0]
+
+    def model_fasta(self, wildcards) -> str:
+        """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
+        return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
+
+    def spent_fasta(self, wildcards) -> list[str]:
+        """What the score job removes once the shard is scored, unless the embeddings are kept."""
+        return [self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa")]
+
+    def shard_dirs(self, wildcards) -> list[str]:
+        """pool_shard's input: prepare's shards directory of each of its samples."""
+        samples = dict.fromkeys(p["sample"] for p in self.pieces(wildcards.pool))
+        return expand(self.rules.prepare.output.shards, sample=list(samples))
+
+    def pool_pieces(self, wildcards) -> str:
+        """pool_shard's --piece per sample's shard: its shards directory and number, in plan order."""
+        pieces = self.pieces(wildcards.pool)
+        dirs = expand(self.rules.prepare.output.shards, sample=[p["sample"] for p in pieces])
+        return cli(piece=[(d, p["shard"]) for d, p in zip(dirs, pieces)])
+
+    def scored_pieces(self, wildcards) -> str:
+        """The score job's --piece per sample's shard of its pooled shard: sample, shard, frames."""
+        return cli(piece=[(p["sample"], p["shard"], p["frames"]) for p in self.pieces(wildcards.pool)])
+
+    def stored_tokens(self, wildcards) -> list[str]:
+        """The embed job's tokens, made by the tokenize job where its architecture stores them
+        (DNABERT-S); none for another (ESM-2)."""
+        if self.embedders[wildcards.model].declared.stored_tokens:
+            return expand(self.rules.tokenize.output.tokens, **wildcards)
+        return []
+
+    def tokenized_models(self) -> str:
+        """The tokenize rule's model wildcard: the models whose tokens are stored."""
+        stored = [m for m, e in self.embedders.items() if e.declared.stored_tokens]
+        return "|".join(map(re.escape, stored)) or "^$"
+
+    def embeddings(self, wildcards) -> list[str]:
+        """A pooled shard's embeddings by each model, in input order: the score rule's input."""
+        return [expand(self.rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0] for m in self.embedders]
