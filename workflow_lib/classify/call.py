@@ -229,54 +229,28 @@ def call(
     (its probability and q-value); with `max_qvalue` too, those passing it go to FASTA of their own.
     Returns the count of each call."""
     scoring = read_json(scoring_path)
-    counts, totals = Counter(), Counter()
-    weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path)) if calibration else None
-    if weighing:
-        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
-        if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
-            log.info(line)
-
-    def pieces(write, write_regions, fasta) -> Iterator[tuple[bytes, list[Piece]]]:
-        for table, found in sequence_tables(
-            prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration
-        ):
-            passing = None
-            if weighing:
-                passing = weighing.weigh_records(table, max_qvalue)
-                weighing.weigh_regions(found)
-            write(table)
-            write_regions(found)
-            viral = table[table["call"] == "virus"]
-            count(table, viral, found, counts, totals)
-            by_record = fasta_pieces(viral, found, *fasta[:2])
-            for sid, more in (
-                fasta_pieces(passing, found.iloc[:0], fasta[2], None, True).items() if passing is not None else ()
-            ):
-                by_record.setdefault(sid, []).extend(more)
-            listed = table["sequence_id"]
-            for sid in listed[listed.isin(by_record.keys())]:  # input order
-                yield sid.encode(), by_record[sid]
-
+    weighing = _record_weighing(calibration, scoring, scoring_path)
+    blocks = weighed_blocks(
+        sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration),
+        weighing,
+        max_qvalue,
+    )
     with tempfile.TemporaryDirectory(dir=outputs.regions.parent) as scratch:
         # with a calibration the regions go to a scratch table first: their q-values need them all
         regions_path = Path(scratch, "regions.tsv") if weighing else outputs.regions
         with contextlib.ExitStack() as stack:
-            write = stack.enter_context(
-                tsv_writer(
-                    outputs.sequences,
-                    SEQUENCES + (SEQUENCE_COLUMNS if weighing else ()) + (MATE_LENGTHS if reads.paired else ()),
-                )
-            )
-            write_regions = stack.enter_context(
-                tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))
-            )
+            columns = SEQUENCES + (SEQUENCE_COLUMNS if weighing else ()) + (MATE_LENGTHS if reads.paired else ())
             fasta_paths = (
                 outputs.viral,
                 outputs.regions_fasta,
                 *(outputs.passing[:1] if max_qvalue is not None else ()),
             )
-            fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
-            write_pieces(reads, pieces(write, write_regions, fasta))
+            tables = CallTables(
+                stack.enter_context(tsv_writer(outputs.sequences, columns)),
+                stack.enter_context(tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))),
+                [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths],
+            )
+            write_pieces(reads, record_pieces(blocks, tables))
         if weighing:
             passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
             if passing is not None:
@@ -285,17 +259,73 @@ def call(
         "workflow_version": __version__,
         "input": _input_record(reads),
         "checkpoints": scoring["checkpoints"],
-        "counts": {
-            **{key: totals[key] for key in COUNTED},
-            "frames": scoring["frames"],
-            "calls": {call: int(n) for call, n in sorted(counts.items())},
-        },
+        "counts": tables.manifest_counts(scoring["frames"]),
     }
     if weighing:
         manifest["weighing"] = weighing.summary(scoring, max_qvalue)
     write_json(manifest, outputs.manifest)
-    log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(counts.items())))
-    return dict(counts)
+    calls = tables.counts
+    log.info("%d records: %s", tables.totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(calls.items())))
+    return dict(calls)
+
+
+def _record_weighing(calibration: Calibration | None, scoring: dict, scoring_path) -> RecordWeighing | None:
+    """With a calibration, how the sample's records are weighed (its composition logged)."""
+    if not calibration:
+        return None
+    weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path))
+    log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
+    if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
+        log.info(line)
+    return weighing
+
+
+def weighed_blocks(blocks, weighing: RecordWeighing | None, max_qvalue: float | None):
+    """Each block of the sequences table and its regions, weighed with a calibration, and its
+    records passing `max_qvalue` (None without)."""
+    for table, found in blocks:
+        passing = None
+        if weighing:
+            passing = weighing.weigh_records(table, max_qvalue)
+            weighing.weigh_regions(found)
+        yield table, found, passing
+
+
+class CallTables:
+    """The call's tables and FASTA, written block by block (`write` the sequences table's rows,
+    `write_regions` the regions', `fasta` the viral, regions and passing FASTA handles), and what
+    the manifest counts."""
+
+    def __init__(self, write, write_regions, fasta: list):
+        self.write, self.write_regions, self.fasta = write, write_regions, fasta
+        self.counts, self.totals = Counter(), Counter()
+
+    def add(self, table: pd.DataFrame, found: pd.DataFrame, passing: pd.DataFrame | None) -> dict:
+        """Write a block's rows and regions and count them; {record: its pieces to write to FASTA}."""
+        self.write(table)
+        self.write_regions(found)
+        viral = table[table["call"] == "virus"]
+        count(table, viral, found, self.counts, self.totals)
+        by_record = fasta_pieces(viral, found, *self.fasta[:2])
+        for sid, more in (
+            fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items() if passing is not None else ()
+        ):
+            by_record.setdefault(sid, []).extend(more)
+        return by_record
+
+    def manifest_counts(self, frames: int) -> dict:
+        calls = {call: int(n) for call, n in sorted(self.counts.items())}
+        return {**{key: self.totals[key] for key in COUNTED}, "frames": frames, "calls": calls}
+
+
+def record_pieces(blocks, tables: CallTables) -> Iterator[tuple[bytes, list[Piece]]]:
+    """Each record's pieces to write, in input order, as `tables` takes the block that holds it (the
+    FASTA are written while the input is read alongside: write_pieces)."""
+    for table, found, passing in blocks:
+        by_record = tables.add(table, found, passing)
+        listed = table["sequence_id"]
+        for sid in listed[listed.isin(by_record.keys())]:  # input order
+            yield sid.encode(), by_record[sid]
 
 
 def _input_record(reads: SampleReads) -> dict:
