@@ -94,7 +94,7 @@ def write_summaries(folder: Path, records: int, bases: int, chunks: int, frames:
     ]
     counts = {"records": records, "bases": bases, "chunks": chunks, "frames": frames}
     counts |= {"frames_per_record": 2.0, "ambiguous_bases": 0, "ambiguous_fraction": 0.0, "status": {"ok": records}}
-    write_json({"counts": counts, "embedding_shards": shards}, folder / "run_summary.json")
+    write_json({"counts": counts, "embedding_shards": shards, "config": {"models": {}}}, folder / "run_summary.json")
     manifest = {"input": {}, "checkpoints": {}, "counts": {"frames": frames, "chunks": chunks}}
     manifest["counts"] |= {"chunks_scored": chunks, "viral_chunks": 0, "viral_bases": 0, "regions": 0}
     manifest["counts"] |= {"region_bases": 0, "calls": {}}
@@ -118,9 +118,9 @@ def main() -> None:
     summarize = python + [str(ROOT / "scripts" / "summarize.py"), "--sample", "s", "--config", "{}"]
     summarize += ["--prepared-sequences", str(folder / "prepared_sequences.tsv.gz")]
     summarize += ["--manifest", str(folder / "manifest.json"), "--snakemake-version", "9"]
-    summarize += ["--esm", str(folder / "figures_esm.json"), "--dnabert", str(folder / "figures_dnabert.json")]
-    summarize += ["--benchmark-esm", str(folder / "benchmark_esm.tsv")]
-    summarize += ["--benchmark-dnabert", str(folder / "benchmark_dnabert.tsv")]
+    for model in ("dnabert", "esm"):
+        summarize += ["--embed-figures", model, str(folder / f"figures_{model}.json")]
+        summarize += ["--embed-benchmarks", model, str(folder / f"benchmark_{model}.tsv")]
     summarize += ["--benchmark-prepare", str(folder / "benchmark_prepare.tsv")]
     summarize += ["--benchmark-score", str(folder / "benchmark_predict.tsv")]
     summarize += ["--benchmark-predict", str(folder / "benchmark_predict.tsv"), "--summary", str(out / "summary.json")]
