@@ -49,6 +49,9 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
         del run_config["embedding"][key]
     for key in ("expandable_segments", "assumed_tokens_per_s", "compile_cache_dir"):
         del run_config["embedding"][key]
+    # the start-up fills in each embedding model's architecture, display name and layer
+    run_config["models"]["dnabert"] |= {"architecture": "dnabert_s", "display_name": "DNABERT-S", "layer": None}
+    run_config["models"]["esm"] |= {"architecture": "esm2", "display_name": "ESM-2"}
     for sample in SAMPLES:
         results = workdir / "results" / sample
         summary = json.loads((results / "run_summary.json").read_text())
