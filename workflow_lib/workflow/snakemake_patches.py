@@ -74,6 +74,7 @@ import importlib.util
 import threading
 from collections import defaultdict
 from functools import partial
+from pathlib import Path
 
 import snakemake
 
@@ -281,7 +282,7 @@ def source_fingerprint(target: str) -> str | None:
     """The SHA-256 (16 hex digits) of a function's source as the installed Snakemake's file holds it,
     read without importing it (a class already mended would show the mend); None where it is gone."""
     module, _, qualname = target.partition(":")
-    source = open(importlib.util.find_spec(module).origin, encoding="utf-8").read()
+    source = Path(importlib.util.find_spec(module).origin).read_text(encoding="utf-8")
     node = ast.parse(source)
     for name in qualname.split("."):
         # a property's getter comes first, under the same name as its setter
