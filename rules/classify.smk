@@ -2,6 +2,7 @@
 # false its embeddings (temp) go right after, and so does its FASTA pair (removed by the job:
 # Snakemake would remove prepare's shards directory only after the sample's last embed job). Whether to remove it
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
+# Memory: one block of frames and their features (436 MB at production width), whatever the shard.
 rule score:
     input:
         PLAN.plan,
@@ -17,24 +18,22 @@ rule score:
     priority: PRIORITY["score"]
     conda:
         "../envs/cpu.yaml"
-    # one block of frames and their features (436 MB at production width), whatever the shard
     resources:
         mem_mb=2000,
         runtime=by_input(10, 2, ["embeddings"]),
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
-        files=named_files,
-        shard_fasta=PLAN.spent_fasta,
-        pieces=PLAN.scored_pieces,
+        args=job_args(PLAN.scored_pieces, shard_fasta=PLAN.spent_fasta),
     shell:
         script_job(
-            "score",
-            "{params.files} --shard-fasta {params.shard_fasta:q} {params.pieces} "
-            "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}",
+            "score", "--remove-shard-fasta {resources.remove_shard_fasta} {resources.tuning} --threads {threads}"
         )
 
 
+# A sample's frames and chunks tables (and VirNucPro's two) from its shards' scores. predict holds
+# one block of frames-table rows and their scores whatever the sample's size; its time is reading
+# the frames table and writing the tables.
 rule predict:
     input:
         prepared_frames=rules.prepare.output.frames,
@@ -58,24 +57,23 @@ rule predict:
         sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    # predict holds one block of frames-table rows and their scores whatever the sample's size; its
-    # time is reading the frames table and writing the tables
     resources:
         mem_mb=2000,
         runtime=by_input(10, 10),
         tuning=tuning_of(PredictSettings),
     params:
-        files=named_files,
+        args=job_args(),
     shell:
-        script_job(
-            "predict",
-            "{params.files} --sample {wildcards.sample:q} {resources.tuning}",
-        )
+        script_job("predict", "--sample {wildcards.sample:q} {resources.tuning}")
 
 
+# A sample's calls: its sequences table, viral.fasta, the viral regions, and the records and regions
+# within call.max_qvalue (null without a calibration: config_check.py). call holds a block of
+# records and the input's longest record (198 MB at 1 M reads, docs/performance.md); its time is
+# reading its tables and the sample's reads (for viral.fasta).
 rule call:
     input:
-        sample_input,  # read as its --input and --mates options (params.reads), for viral.fasta
+        sample_input,  # read as its --input and --mates options (sample_reads), for viral.fasta
         prepared_sequences=rules.prepare.output.sequences,
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
@@ -86,7 +84,6 @@ rule call:
         regions="results/{sample}/regions.tsv",
         regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
-        # the records and regions within call.max_qvalue (null without a calibration: config_check.py)
         passing=optional_files(
             config["call"]["max_qvalue"] is not None,
             "results/{sample}/viral_qvalue.fasta",
@@ -98,14 +95,10 @@ rule call:
         sample_group(SMALL_SAMPLE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    # call holds a block of records and the input's longest record (198 MB at 1 M reads,
-    # docs/performance.md); its time is reading its tables and the sample's reads (for viral.fasta)
     resources:
         mem_mb=2000,
         runtime=by_input(10, 5),
     params:
-        files=named_files,
-        reads=sample_reads,
-        settings=settings_of(CallSettings),
+        args=job_args(sample_reads, settings=CallSettings),
     shell:
-        script_job("call", "{params.files} {params.reads} {params.settings}")
+        script_job("call")

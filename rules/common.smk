@@ -49,10 +49,10 @@ SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
 TRAINS_HERE = model_files.trains_here(config, SAMPLES.labelled)
 # the embedding models, in the classifier's input order (models.embedders), by name
 EMBEDDERS = {e.name: e for e in embedders(config)}
+EMBEDDER_OPTIONS = model_files.embedder_options(config)  # the jobs' --embedder per model, in input order
 script_job = functools.partial(job_commands.script_job, ROOT)
-settings_of = functools.partial(job_commands.settings_of, config=config)
+job_args = functools.partial(job_commands.job_args, config)
 tuning_of = functools.partial(job_commands.tuning_of, config=config)
-named_files = job_commands.named_files
 
 
 wildcard_constraints:
@@ -83,6 +83,11 @@ def sample_group(small, large=None):
 def sample_input(wildcards):
     """The sample's files (lanes, runs; a paired sample's mates after them)."""
     return SAMPLES.files(wildcards.sample)
+
+
+def generation_samples(wildcards):
+    """The samples of the plan's generation (those planned together)."""
+    return SAMPLES.of_generation(wildcards.generation)
 
 
 def sample_reads(wildcards):
@@ -133,6 +138,17 @@ def calibration_inputs():
     ]
 
 
+def calibration_files(wildcards):
+    """The files of calibration_inputs, as calibrate's input."""
+    return [f for files in calibration_inputs() for f in files]
+
+
+def calibration_samples(wildcards):
+    """calibrate's --sample per calibration sample: its name, label and files (calibration_inputs)."""
+    labels = SAMPLES.calibration["label"]
+    return [(s, labels[s], *files) for s, files in zip(SAMPLES.calibration.index, calibration_inputs())]
+
+
 def training_embeddings(wildcards):
     """The training samples' embeddings (each pooled shard once), and their frames tables (the
     split holds out whole chunks): train's input, read as its --shard options."""
@@ -141,7 +157,7 @@ def training_embeddings(wildcards):
     return list(files) + expand(rules.prepare.output.frames, sample=samples)
 
 
-def labelled_shards(wildcards, input):
+def labelled_shards(wildcards):
     """--shard per shard of every training sample: its label, its frames table, its rows in its
     pooled shard, and that shard's embeddings by each model, in input order."""
     shards = []

@@ -1,5 +1,6 @@
 # A pooled shard of several samples' shards (the plan, workflow_lib/prepare/plan.py): their FASTA pairs one
-# after the other. A pool of one sample's shard needs none: its jobs read prepare's shard.
+# after the other. A pool of one sample's shard needs none: its jobs read prepare's shard. It copies
+# a pool's small shards: bounded by shard_tokens.
 rule pool_shard:
     input:
         PLAN.shard_dirs,  # read as its --piece options
@@ -11,23 +12,22 @@ rule pool_shard:
         "logs/pool_shard/{pool}.log",
     conda:
         "../envs/cpu.yaml"
-    # copies a pool's small shards: bounded by shard_tokens
     resources:
         mem_mb=500,
         runtime=30,
     params:
-        files=named_files,
-        pieces=PLAN.pool_pieces,
+        args=job_args(PLAN.pool_pieces),
     shell:
-        script_job("pool_shard", "{params.files} {params.pieces}")
+        script_job("pool_shard")
 
 
 # A shard's tokens for a model whose architecture stores them (DNABERT-S), made once in a CPU job:
 # tokenising in the embed job's loader workers would make the BPE tokenizer its host limit
-# (docs/performance.md); they only read the tokens. Temp: removed once its embeddings exist.
+# (docs/performance.md); they only read the tokens. Temp: removed once its embeddings exist. One
+# block of records and its tokens at a time, whatever the shard's size.
 rule tokenize:
     input:
-        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (params.fasta)
+        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
         model_check=ancient(MODEL_CHECK),
@@ -42,26 +42,28 @@ rule tokenize:
     priority: PLAN.embed_priority
     conda:
         "../envs/embed.yaml"
-    # one block of records and its tokens at a time, whatever the shard's size
     resources:
         mem_mb=2000,
         runtime=PLAN.tokenize_runtime,
     params:
-        files=named_files,
-        fasta=PLAN.model_fasta,
-        settings=settings_of(TokenizeSettings),
+        args=job_args(input=PLAN.model_fasta, settings=TokenizeSettings),
         env=model_files.offline_env(config),
     shell:
-        script_job(
-            "tokenize_shard",
-            "{params.files} --model {wildcards.model} --input {params.fasta:q} {params.settings}",
-            env="{params.env}",
-        )
+        script_job("tokenize_shard", "--model {wildcards.model}", env="{params.env}")
 
 
+# A shard's embeddings by one model: the one job retried (a preemption, a lost node), for it resumes
+# from its last commit; any other job's failure would only repeat. Memory: the model, built in
+# place, each checkpoint tensor's file pages handed back once it is converted
+# (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32, 6.0 GB in a
+# half dtype on the host; a GPU job's weights go to the GPU), the loader workers' batches, and one
+# shard's counters (6 bytes a frame, bounded by shard_tokens). gpu: a whole GPU (profiles/local sets
+# it to 0 for jobs that share GPUs); gpu_mem_mb: the share of a GPU's memory such a job claims, from
+# its model and token budget (workflow_lib/workflow/job_resources.py). The compile caches outlive
+# the run: one job's compile serves the rest.
 rule embed:
     input:
-        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (params.fasta)
+        PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         model_files.local_checkpoints(config),
         model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
@@ -74,18 +76,10 @@ rule embed:
     benchmark:
         "results/benchmarks/embed/{model}_{pool}.tsv"
     priority: PLAN.embed_priority
-    # the one job retried (a preemption, a lost node): it resumes from its last commit; any other
-    # job's failure would only repeat
     retries: 2
     conda:
         "../envs/embed.yaml"
     threads: job_resources.embed_threads(config["embedding"])
-    # memory: the model, built in place, each checkpoint tensor's file pages handed back once it is
-    # converted (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32,
-    # 6.0 GB in a half dtype on the host; a GPU job's weights go to the GPU), the loader workers'
-    # batches, and one shard's counters (6 bytes a frame, bounded by shard_tokens). gpu: a whole GPU
-    # (profiles/local sets it to 0 for jobs that share GPUs); gpu_mem_mb: the share of a GPU's memory
-    # such a job claims, from its model and token budget (workflow_lib/workflow/job_resources.py)
     resources:
         gpu=PLAN.embed_gpus,
         gpu_mem_mb=PLAN.embed_gpu_mem,
@@ -94,16 +88,13 @@ rule embed:
         tuning=PLAN.embed_tuning,
         compile_cache=model_files.compile_cache(config),
     params:
-        files=named_files,
-        fasta=PLAN.model_fasta,
-        settings=settings_of(EmbedSettings),
+        args=job_args(input=PLAN.model_fasta, settings=EmbedSettings),
         env=model_files.offline_env(config),
     shell:
         script_job(
             "embed",
-            "{params.files} --model {wildcards.model} --input {params.fasta:q} {params.settings} {resources.tuning} "
-            "--threads {threads} "
-            "--gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
+            "--model {wildcards.model} {resources.tuning} --threads {threads} --gpus {resources.gpu} "
+            "--gpu-mem-mb {resources.gpu_mem_mb}",
             env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
             "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",
         )

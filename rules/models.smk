@@ -1,8 +1,9 @@
+# The configured models (and a classifier given by URL) fetched into models.cache_dir, where the
+# jobs look for them.
 rule fetch_models:
     input:
         model_files.local_checkpoints(config),
     output:
-        # in models.cache_dir, where the jobs look for them
         model_files.fetched_manifest(config),
         model_files.fetched_classifier(config),
     log:
@@ -13,14 +14,9 @@ rule fetch_models:
     resources:
         tuning=tuning_of(FetchSettings),
     params:
-        embedders=model_files.embedder_options(config),
-        settings=settings_of(FetchSettings),
-        classifier=model_files.classifier_to_fetch(config, TRAINS_HERE),
+        args=job_args(EMBEDDER_OPTIONS, model_files.classifier_to_fetch(config, TRAINS_HERE), settings=FetchSettings),
     shell:
-        script_job(
-            "fetch_models",
-            "{params.embedders} {params.settings} {params.classifier} {resources.tuning}",
-        )
+        script_job("fetch_models", "{resources.tuning}")
 
 
 rule check_models:
@@ -38,16 +34,10 @@ rule check_models:
     conda:
         "../envs/embed.yaml"
     params:
-        files=named_files,
-        embedders=model_files.embedder_options(config),
-        settings=settings_of(CheckModelsSettings),
+        args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),
         env=model_files.offline_env(config),
     shell:
-        script_job(
-            "check_models",
-            "{params.files} {params.embedders} {params.settings}",
-            env="{params.env}",
-        )
+        script_job("check_models", env="{params.env}")
 
 
 rule build_demo_models:
@@ -64,6 +54,6 @@ rule build_demo_models:
     conda:
         "../envs/embed.yaml"
     params:
-        files=named_files,
+        args=job_args(seed=0),
     shell:
-        script_job("build_demo_models", "{params.files} --seed 0")
+        script_job("build_demo_models")

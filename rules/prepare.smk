@@ -1,6 +1,10 @@
+# A sample's reads validated, chunked, translated in six frames and cut into token-balanced shards.
+# Memory stays near 164 MB whatever the input (docs/performance.md: 2 GB of reads); time grows with
+# it: about 40 MB/s of uncompressed reads on one core, so 4 min per GB of (compressed) input leaves
+# a factor of 2-4 for gzip and a busy node.
 rule prepare:
     input:
-        sample_input,  # read as its --input and --mates options (params.reads)
+        sample_input,  # read as its --input and --mates options (sample_reads)
     output:
         shards=temp_unless_kept(directory("results/{sample}/prepare/shards")),
         shard_table="results/{sample}/prepare/shards.tsv",
@@ -14,22 +18,14 @@ rule prepare:
         sample_group(SMALL_PREPARE_GROUP)
     conda:
         "../envs/cpu.yaml"
-    # memory stays near 164 MB whatever the input (docs/performance.md: 2 GB of reads); time grows
-    # with it: about 40 MB/s of uncompressed reads on one core, so 4 min per GB of (compressed) input
-    # leaves a factor of 2-4 for gzip and a busy node
     resources:
         mem_mb=2000,
         runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:
-        files=named_files,
-        reads=sample_reads,
-        settings=settings_of(PrepareSettings),
+        args=job_args(sample_reads, settings=PrepareSettings),
     shell:
-        script_job(
-            "prepare",
-            "{params.files} {params.reads} {params.settings} {resources.tuning}",
-        )
+        script_job("prepare", "{resources.tuning}")
 
 
 # The checkpoint of a generation of samples (those planned together; samples appended to a finished
@@ -42,10 +38,7 @@ rule prepare:
 checkpoint plan:
     input:
         PLAN.check,  # ancient while the plan is current: a classifier swap reruns the check
-        shard_tables=lambda wildcards: expand(
-            rules.prepare.output.shard_table,
-            sample=SAMPLES.of_generation(wildcards.generation),
-        ),
+        shard_tables=lambda wildcards: expand(rules.prepare.output.shard_table, sample=generation_samples(wildcards)),
     output:
         plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",
     log:
@@ -55,11 +48,6 @@ checkpoint plan:
     conda:
         "../envs/cpu.yaml"
     params:
-        files=named_files,
-        samples=lambda wildcards: cli(sample=SAMPLES.of_generation(wildcards.generation)),
-        settings=settings_of(PlanSettings),
+        args=job_args(sample=generation_samples, settings=PlanSettings),
     shell:
-        script_job(
-            "plan",
-            "{params.files} {params.samples} --generation {wildcards.generation} {params.settings}",
-        )
+        script_job("plan", "--generation {wildcards.generation}")

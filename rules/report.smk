@@ -1,3 +1,6 @@
+# A sample's run summary: versions, checkpoints, config, timings, counts. prepare's sequences table
+# is read in blocks (memory bounded at any size); time grows with it: about 1 min per 10^7 records,
+# 2 min per GB of the gzipped table.
 rule summarize:
     input:
         # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
@@ -9,11 +12,7 @@ rule summarize:
         benchmark_predict=rules.predict.benchmark,
     output:
         summary=page(
-            "results/{sample}/run_summary.json",
-            "run_summary.rst",
-            "Run summary",
-            "run summary (download)",
-            "{sample}",
+            "results/{sample}/run_summary.json", "run_summary.rst", "Run summary", "run summary (download)", "{sample}"
         ),
     log:
         "logs/summarize/{sample}.log",
@@ -21,23 +20,17 @@ rule summarize:
         sample_group(SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
     conda:
         "../envs/cpu.yaml"
-    # prepare's sequences table is read in blocks (memory bounded at any size); time grows with it:
-    # about 1 min per 10^7 records, 2 min per GB of the gzipped table
     resources:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
-        files=named_files,
-        embed=embed_record_options,
-        settings=lambda wildcards: cli(
+        args=job_args(
+            embed_record_options,
             config=json.dumps(job_commands.result_config(config)),
             snakemake_version=snakemake_version,
         ),
     shell:
-        script_job(
-            "summarize",
-            "{params.files} --sample {wildcards.sample:q} {params.embed} {params.settings}",
-        )
+        script_job("summarize", "--sample {wildcards.sample:q}")
 
 
 # plot_sample's outputs, the figures' names with _page: (file in results/{sample}/report/, caption in
@@ -78,6 +71,9 @@ SAMPLE_PAGES = {
 }
 
 
+# A sample's pages of the report. Every table is read in blocks of the columns drawn (memory
+# bounded at any size); time grows with the tables: about 1.5 min per GB of them on a busy core
+# (measured), so 3.
 rule plot_sample:
     input:
         frames=rules.predict.output.frames,
@@ -95,47 +91,37 @@ rule plot_sample:
         sample_group(SMALL_SAMPLE_GROUP, SAMPLE_REPORT_GROUP)
     conda:
         "../envs/cpu.yaml"
-    # every table is read in blocks of the columns drawn (memory bounded at any size); time grows
-    # with the tables: about 1.5 min per GB of them on a busy core (measured), so 3
     resources:
         mem_mb=2000,
         runtime=by_input(10, 3),
     params:
-        files=named_files,
-        settings=settings_of(PlotSampleSettings),
+        args=job_args(settings=PlotSampleSettings),
     shell:
-        script_job(
-            "plot_sample",
-            "{params.files} --sample {wildcards.sample:q} {params.settings}",
-        )
+        script_job("plot_sample", "--sample {wildcards.sample:q}")
 
 
+# The report's overview and samples.tsv, from the run summaries only: a few kB a sample.
 rule overview:
     input:
         summaries=expand(rules.summarize.output.summary, sample=SAMPLES.sheet),
     output:
-        page=page(
-            "results/report/overview.html",
-            "overview.rst",
-            "Overview",
-            "samples, models and settings",
-        ),
+        page=page("results/report/overview.html", "overview.rst", "Overview", "samples, models and settings"),
         table="results/report/samples.tsv",
         recorded=RECORDED,
     log:
         "logs/overview.log",
     conda:
         "../envs/cpu.yaml"
-    # the run summaries only: a few kB a sample
     resources:
         mem_mb=by_input(1000, 1024),
         runtime=10,
     params:
-        files=named_files,
+        args=job_args(),
     shell:
-        script_job("overview", "{params.files}")
+        script_job("overview")
 
 
+# The training figures, from one metrics.json: its size does not grow with the input.
 rule plot_training:
     input:
         # a function: without labelled samples, the train rule is a stub with no metrics
@@ -147,16 +133,17 @@ rule plot_training:
         "logs/plot_training.log",
     conda:
         "../envs/cpu.yaml"
-    # one metrics.json: its size does not grow with the input
     resources:
         mem_mb=1000,
         runtime=10,
     params:
-        files=named_files,
+        args=job_args(),
     shell:
-        script_job("plot_training", "{params.files}")
+        script_job("plot_training")
 
 
+# The weighing figure. The sequences tables are read in blocks, two columns: memory bounded at
+# any size.
 rule plot_calibration:
     input:
         calibration=model_files.calibration_file(config),
@@ -173,12 +160,10 @@ rule plot_calibration:
         "logs/plot_calibration.log",
     conda:
         "../envs/cpu.yaml"
-    # the sequences tables are read in blocks, two columns: memory bounded at any size
     resources:
         mem_mb=1000,
         runtime=by_input(10, 2, ["sequences"]),
     params:
-        files=named_files,
-        samples=cli(sample=SAMPLES.sheet),
+        args=job_args(sample=SAMPLES.sheet),
     shell:
-        script_job("plot_calibration", "{params.files} {params.samples}")
+        script_job("plot_calibration")

@@ -2,6 +2,10 @@
 # no train job: models.classifier is then a file given as it is, even at the train output's path.
 if SAMPLES.labelled:
 
+    # train holds the training samples' features once, as float32 (twice their size on disk when
+    # stored as float16), and a copy of the validation rows (benchmarks/train_memory.py: 1.35 times
+    # the features at its peak); time grows with them, and with the trainings that cross-fit the
+    # calibration (train.calibration_folds, each on most of the features).
     rule train:
         input:
             training_embeddings,
@@ -15,23 +19,14 @@ if SAMPLES.labelled:
             "results/benchmarks/train.tsv"
         conda:
             "../envs/cpu.yaml"
-        # train holds the training samples' features once, as float32 (twice their size on disk
-        # when stored as float16), and a copy of the validation rows (benchmarks/train_memory.py:
-        # 1.35 times the features at its peak); time grows with them, and with the trainings that
-        # cross-fit the calibration (train.calibration_folds, each on most of the features)
         resources:
             mem_mb=by_input(4000, 3 * 1024),
             runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:
-            files=named_files,
-            shards=labelled_shards,
-            settings=settings_of(TrainSettings),
+            args=job_args(labelled_shards, settings=TrainSettings),
         shell:
-            script_job(
-                "train",
-                "{params.files} {params.shards} {params.settings} {resources.tuning} --threads {threads}",
-            )
+            script_job("train", "{resources.tuning} --threads {threads}")
 
 else:
 
@@ -54,10 +49,11 @@ else:
 # and read from their scores, never called.
 if len(SAMPLES.calibration):
 
+    # calibrate holds a score and a label per chunk of the calibration samples (tens of bytes a
+    # chunk) and fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md).
     rule calibrate:
         input:
-            # read as the samples' --sample options
-            lambda wildcards: [f for files in calibration_inputs() for f in files],
+            calibration_files,  # read as the samples' --sample options
             MODEL_CHECK,
         output:
             calibration="results/calibration/calibration.json",
@@ -67,26 +63,14 @@ if len(SAMPLES.calibration):
             "results/benchmarks/calibrate.tsv"
         conda:
             "../envs/cpu.yaml"
-        # holds a score and a label per chunk of the calibration samples (tens of bytes a chunk) and
-        # fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md)
         resources:
             mem_mb=by_input(2000, 200),
             runtime=by_input(30, 10),
             tuning=tuning_of(CalibrateSettings),
         params:
-            files=named_files,
-            samples=lambda wildcards: cli(
-                sample=[
-                    (s, SAMPLES.calibration.loc[s, "label"], *files)
-                    for s, files in zip(SAMPLES.calibration.index, calibration_inputs())
-                ]
-            ),
-            settings=settings_of(CalibrateSettings),
+            args=job_args(sample=calibration_samples, settings=CalibrateSettings),
         shell:
-            script_job(
-                "calibrate",
-                "{params.files} {params.samples} {params.settings} {resources.tuning}",
-            )
+            script_job("calibrate", "{resources.tuning}")
 
 else:
 

@@ -125,16 +125,18 @@ def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():
 
 
 def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
-    command = job_commands.script_job("/my checkout", "embed", "--input {input:q}", env="A=1")
+    command = job_commands.script_job("/my checkout", "embed", "--model {wildcards.model}", env="A=1")
     assert command == (
         "bash '/my checkout/scripts/run_logged.sh' {log:q} env A=1 python '/my checkout/scripts/embed.py' "
-        "--input {input:q}"
+        "{params.args} --model {wildcards.model}"
     )
-    assert shlex.split(job_commands.script_job("/r", "plan", "x"))[:4] == [
+    assert shlex.split(job_commands.script_job("/r", "plan")) == [
         "bash",
         "/r/scripts/run_logged.sh",
         "{log:q}",
         "python",
+        "/r/scripts/plan.py",
+        "{params.args}",
     ]
 
 
@@ -154,14 +156,28 @@ def test_a_jobs_named_files_are_its_scripts_options():
         job_commands.named_files(None, input, output)
 
 
-def test_settings_reach_the_job_as_params_or_as_a_resource():
+def test_a_jobs_arguments_are_its_files_its_options_and_the_settings_that_change_results():
+    """params.args: what a rule gives its script, each thing once; the tuning goes as a resource."""
     from workflow_lib.cli.settings import EmbedSettings
 
     wildcards = Wildcards(fromdict={"model": "esm", "pool": "0-0"})
-    params = job_commands.settings_of(EmbedSettings, DEFAULTS)(wildcards)
+    input, output = InputFiles(["plan.tsv", "check.json"]), OutputFiles(["e.h5"])
+    input._set_name("model_check", 1)
+    output._set_name("embeddings", 0)
+    args = job_commands.job_args(
+        DEFAULTS,
+        lambda w: f"--pool {w.pool}",
+        "--fixed",
+        input=lambda w: f"shard {w.model}.faa",
+        settings=EmbedSettings,
+    )(wildcards, input, output)
+    words = shlex.split(args)
+    assert words[:7] == ["--model-check", "check.json", "--embeddings", "e.h5", "--pool", "0-0", "--fixed"]
+    assert words[7:9] == ["--input", "shard esm.faa"]
+    assert "--checkpoint" in words and "--token-budget" not in words
     tuning = job_commands.tuning_of(EmbedSettings, DEFAULTS)(wildcards)
-    assert "--checkpoint" in params and "--token-budget" not in params
     assert "--token-budget" in tuning and "--checkpoint" not in tuning
+    assert job_commands.job_args(DEFAULTS)(wildcards, InputFiles([]), OutputFiles([])) == ""
 
 
 def test_the_run_summary_records_every_setting_that_can_change_results():

@@ -121,9 +121,10 @@ class RunPlan:
         """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
         return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
 
-    def spent_fasta(self, wildcards) -> list[str]:
-        """What the score job removes once the shard is scored, unless the embeddings are kept."""
-        return [self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa")]
+    def spent_fasta(self, wildcards) -> tuple[str, str]:
+        """The score job's --shard-fasta: what it removes once the shard is scored, unless the
+        embeddings are kept."""
+        return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
         """pool_shard's input: prepare's shards directory of each of its samples."""
