@@ -1,6 +1,8 @@
 """The workflow lints clean, and the code is formatted (snakefmt for Snakemake files, ruff for Python)."""
 
 import ast
+import re
+import statistics
 import subprocess
 import sys
 
@@ -115,3 +117,29 @@ def test_only_the_expected_entries_stand_at_the_root():
     assert entries == ROOT_ENTRIES, (
         f"unexpected: {sorted(entries - ROOT_ENTRIES)}; missing: {sorted(ROOT_ENTRIES - entries)}"
     )
+
+
+def rule_bodies() -> dict[str, int]:
+    """Non-blank lines of each rule's and checkpoint's body (those under `if` too), by file:name."""
+    bodies = {}
+    for path in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not (m := re.match(r"( *)(?:rule|checkpoint) (\w+):", line)):
+                continue
+            indent, body = len(m.group(1)), 0
+            for following in lines[i + 1 :]:
+                if following.strip() and len(following) - len(following.lstrip()) <= indent:
+                    break
+                body += bool(following.strip())
+            bodies[f"{path.name}:{m.group(2)}:{i + 1}"] = body
+    return bodies
+
+
+def test_rules_stay_short():
+    """A rule says what runs where (its why is a comment above it): at most 20 lines at the median,
+    none over 40."""
+    bodies = rule_bodies()
+    assert len(bodies) >= 17
+    assert statistics.median(bodies.values()) <= 20, sorted(bodies.items(), key=lambda kv: kv[1])
+    assert max(bodies.values()) <= 40, max(bodies.items(), key=lambda kv: kv[1])
