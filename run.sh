@@ -45,7 +45,9 @@ case "${1:-}" in
                 echo "run.sh: tests/test_report.py needs Chromium: sudo apt-get install chromium" >&2
             fi
         fi
-        python -m pytest "$@"
+        # a worker a core, at most 4 (each runs whole workflows); a test file's tests on one worker, so
+        # that its module fixtures are made once; -n 0 runs them in this process
+        python -m pytest -n auto --maxprocesses 4 --dist loadfile "$@"
         ;;
     *)
         echo "usage: bash run.sh demo|test [args]" >&2

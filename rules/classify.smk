@@ -24,6 +24,7 @@ rule score:
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
     params:
+        files=named_files,
         args=job_args(PLAN.scored_pieces, shard_fasta=PLAN.spent_fasta),
     shell:
         script_job(
@@ -62,7 +63,7 @@ rule predict:
         runtime=by_input(10, 10),
         tuning=tuning_of(PredictSettings),
     params:
-        args=job_args(),
+        files=named_files,
     shell:
         script_job("predict", "--sample {wildcards.sample:q} {resources.tuning}")
 
@@ -99,6 +100,7 @@ rule call:
         mem_mb=2000,
         runtime=by_input(10, 5),
     params:
+        files=named_files,
         args=job_args(sample_reads, settings=CallSettings),
     shell:
         script_job("call")

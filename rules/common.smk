@@ -52,6 +52,7 @@ EMBEDDERS = {e.name: e for e in embedders(config)}
 EMBEDDER_OPTIONS = model_files.embedder_options(config)  # the jobs' --embedder per model, in input order
 script_job = functools.partial(job_commands.script_job, ROOT)
 job_args = functools.partial(job_commands.job_args, config)
+named_files = job_commands.named_files
 tuning_of = functools.partial(job_commands.tuning_of, config=config)
 
 

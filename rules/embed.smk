@@ -16,6 +16,7 @@ rule pool_shard:
         mem_mb=500,
         runtime=30,
     params:
+        files=named_files,
         args=job_args(PLAN.pool_pieces),
     shell:
         script_job("pool_shard")
@@ -45,11 +46,12 @@ rule tokenize:
     resources:
         mem_mb=2000,
         runtime=PLAN.tokenize_runtime,
+        env=model_files.model_env(config),
     params:
+        files=named_files,
         args=job_args(input=PLAN.model_fasta, settings=TokenizeSettings),
-        env=model_files.offline_env(config),
     shell:
-        script_job("tokenize_shard", "--model {wildcards.model}", env="{params.env}")
+        script_job("tokenize_shard", "--model {wildcards.model}", env="{resources.env}")
 
 
 # A shard's embeddings by one model: the one job retried (a preemption, a lost node), for it resumes
@@ -86,15 +88,14 @@ rule embed:
         mem_mb=16000,
         runtime=PLAN.embed_runtime,
         tuning=PLAN.embed_tuning,
-        compile_cache=model_files.compile_cache(config),
+        env=model_files.model_env(config, compiles=True),
     params:
+        files=named_files,
         args=job_args(input=PLAN.model_fasta, settings=EmbedSettings),
-        env=model_files.offline_env(config),
     shell:
         script_job(
             "embed",
             "--model {wildcards.model} {resources.tuning} --threads {threads} --gpus {resources.gpu} "
             "--gpu-mem-mb {resources.gpu_mem_mb}",
-            env="{params.env} TORCHINDUCTOR_CACHE_DIR={resources.compile_cache:q} "
-            "TRITON_CACHE_DIR={resources.compile_cache:q}/triton",
+            env="{resources.env}",
         )

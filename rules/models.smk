@@ -33,11 +33,13 @@ rule check_models:
     localrule: True
     conda:
         "../envs/embed.yaml"
+    resources:
+        env=model_files.model_env(config),
     params:
+        files=named_files,
         args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),
-        env=model_files.offline_env(config),
     shell:
-        script_job("check_models", env="{params.env}")
+        script_job("check_models", env="{resources.env}")
 
 
 rule build_demo_models:
@@ -54,6 +56,7 @@ rule build_demo_models:
     conda:
         "../envs/embed.yaml"
     params:
+        files=named_files,
         args=job_args(seed=0),
     shell:
         script_job("build_demo_models")

@@ -23,6 +23,7 @@ rule prepare:
         runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:
+        files=named_files,
         args=job_args(sample_reads, settings=PrepareSettings),
     shell:
         script_job("prepare", "{resources.tuning}")
@@ -48,6 +49,7 @@ checkpoint plan:
     conda:
         "../envs/cpu.yaml"
     params:
+        files=named_files,
         args=job_args(sample=generation_samples, settings=PlanSettings),
     shell:
         script_job("plan", "--generation {wildcards.generation}")

@@ -24,6 +24,7 @@ rule summarize:
         mem_mb=1000,
         runtime=by_input(10, 2, ["prepared_sequences"]),
     params:
+        files=named_files,
         args=job_args(
             embed_record_options,
             config=json.dumps(job_commands.result_config(config)),
@@ -95,6 +96,7 @@ rule plot_sample:
         mem_mb=2000,
         runtime=by_input(10, 3),
     params:
+        files=named_files,
         args=job_args(settings=PlotSampleSettings),
     shell:
         script_job("plot_sample", "--sample {wildcards.sample:q}")
@@ -116,7 +118,7 @@ rule overview:
         mem_mb=by_input(1000, 1024),
         runtime=10,
     params:
-        args=job_args(),
+        files=named_files,
     shell:
         script_job("overview")
 
@@ -137,7 +139,7 @@ rule plot_training:
         mem_mb=1000,
         runtime=10,
     params:
-        args=job_args(),
+        files=named_files,
     shell:
         script_job("plot_training")
 
@@ -164,6 +166,7 @@ rule plot_calibration:
         mem_mb=1000,
         runtime=by_input(10, 2, ["sequences"]),
     params:
+        files=named_files,
         args=job_args(sample=SAMPLES.sheet),
     shell:
         script_job("plot_calibration")

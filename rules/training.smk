@@ -24,6 +24,7 @@ if SAMPLES.labelled:
             runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:
+            files=named_files,
             args=job_args(labelled_shards, settings=TrainSettings),
         shell:
             script_job("train", "{resources.tuning} --threads {threads}")
@@ -68,6 +69,7 @@ if len(SAMPLES.calibration):
             runtime=by_input(30, 10),
             tuning=tuning_of(CalibrateSettings),
         params:
+            files=named_files,
             args=job_args(sample=calibration_samples, settings=CalibrateSettings),
         shell:
             script_job("calibrate", "{resources.tuning}")

@@ -71,6 +71,16 @@ def read_frames(tmp_path_factory):
     return outdir / "shards"
 
 
+@pytest.fixture(scope="module")
+def few_read_frames(tmp_path_factory):
+    """As read_frames, of 1,000 reads: for the tests that embed a shard a batch and a commit at a
+    time, several times over (a few hundred batches)."""
+    outdir = tmp_path_factory.mktemp("few_reads")
+    write_reads(outdir / "reads.fa", 1000, 500, seed=3)
+    assert prepare_into(outdir / "reads.fa", outdir, chunk_length=500)["shards"] == 1
+    return outdir / "shards"
+
+
 def embed(shard_path, output, model, checkpoint, **options):
     settings = embed_settings(model, checkpoint, layer=2 if model == "esm" else None, **options)
     stats = embed_into(shard_path, output, settings)
@@ -421,13 +431,13 @@ def test_a_sigterm_commits_the_batches_in_flight_too(read_frames, demo_models, t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["after the last batch", "after the output is written"])
-def test_a_sigterm_at_the_very_end_keeps_the_shard(read_frames, demo_models, tmp_path, moment):
+def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models, tmp_path, moment):
     """A stop in the job's last moments, its process group signalled as SLURM does, through
     scripts/run_logged.sh as the rules run it: the job finishes with status 0, its output whole
     and its commits removed (not 143 after its output was renamed, which Snakemake would delete
     with the commits gone: a whole shard to embed again). Signalled before it could finish, it
     exits 143 with every frame committed, and its rerun embeds none again."""
-    shard = read_frames / "shard_0.faa"
+    shard = few_read_frames / "shard_0.faa"
     options = {"num_workers": 0, "token_budget": 1024, "progress_seconds": 1e-6, "commit_seconds": 0}
     reference = tmp_path / "reference.h5"
     subprocess.run(
@@ -670,13 +680,13 @@ def cut_short(files: list[Path], rng: np.random.Generator) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_killed_job_resumes_from_its_last_commit(read_frames, demo_models, tmp_path):
+def test_killed_job_resumes_from_its_last_commit(few_read_frames, demo_models, tmp_path):
     """SIGKILL in the middle of a shard, then the same command again: it embeds only what was not
     committed, says so in its log, and writes exactly what an uninterrupted run writes; also with
     every other commit and its unfinished output cut short (as a node lost before they reached the
     disk leaves them): each cut commit is named in the log and its frames embedded again, no row
     of it kept."""
-    shard, output = read_frames / "shard_0.faa", tmp_path / "e.h5"
+    shard, output = few_read_frames / "shard_0.faa", tmp_path / "e.h5"
     options = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0}  # a commit after every batch
     reference = subprocess.run(
         embed_command("esm", demo_models["esm"], shard, tmp_path / "reference.h5", **options),

@@ -116,10 +116,12 @@ def test_a_classifier_this_run_trains_is_neither_checked_first_nor_fetched():
 
 def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():
     config = config_with(cache_dir="my cache")
-    assert model_files.offline_env(config) == "HF_HUB_OFFLINE=1 TORCH_HOME='my cache/torch'"
-    assert model_files.compile_cache(config) == "my cache/compile"
+    assert model_files.model_env(config) == "HF_HUB_OFFLINE=1 TORCH_HOME='my cache/torch'"
+    assert model_files.model_env(config, compiles=True).endswith(
+        "TORCHINDUCTOR_CACHE_DIR='my cache/compile' TRITON_CACHE_DIR='my cache/compile/triton'"
+    )
     config["embedding"] = config["embedding"] | {"compile_cache_dir": "/scratch/kernels"}
-    assert model_files.compile_cache(config) == "/scratch/kernels"
+    assert "TORCHINDUCTOR_CACHE_DIR=/scratch/kernels " in model_files.model_env(config, compiles=True)
     assert model_files.calibration_file(config_with(calibration=None)) == []
     assert model_files.calibration_file(config_with(calibration="c.json")) == ["c.json"]
 
@@ -128,7 +130,7 @@ def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
     command = job_commands.script_job("/my checkout", "embed", "--model {wildcards.model}", env="A=1")
     assert command == (
         "bash '/my checkout/scripts/run_logged.sh' {log:q} env A=1 python '/my checkout/scripts/embed.py' "
-        "{params.args} --model {wildcards.model}"
+        "{params} --model {wildcards.model}"
     )
     assert shlex.split(job_commands.script_job("/r", "plan")) == [
         "bash",
@@ -136,7 +138,7 @@ def test_a_script_job_runs_through_the_wrapper_into_the_rules_log():
         "{log:q}",
         "python",
         "/r/scripts/plan.py",
-        "{params.args}",
+        "{params}",
     ]
 
 
@@ -156,28 +158,28 @@ def test_a_jobs_named_files_are_its_scripts_options():
         job_commands.named_files(None, input, output)
 
 
-def test_a_jobs_arguments_are_its_files_its_options_and_the_settings_that_change_results():
-    """params.args: what a rule gives its script, each thing once; the tuning goes as a resource."""
+def test_a_jobs_arguments_are_its_options_and_the_settings_that_change_results():
+    """params.args: what a rule tells its script besides its files, made from the wildcards alone so
+    that Snakemake compares it (a change reruns the job); the tuning goes as a resource."""
+    from snakemake.rules import Rule
+
     from workflow_lib.cli.settings import EmbedSettings
 
     wildcards = Wildcards(fromdict={"model": "esm", "pool": "0-0"})
-    input, output = InputFiles(["plan.tsv", "check.json"]), OutputFiles(["e.h5"])
-    input._set_name("model_check", 1)
-    output._set_name("embeddings", 0)
     args = job_commands.job_args(
         DEFAULTS,
         lambda w: f"--pool {w.pool}",
         "--fixed",
         input=lambda w: f"shard {w.model}.faa",
         settings=EmbedSettings,
-    )(wildcards, input, output)
-    words = shlex.split(args)
-    assert words[:7] == ["--model-check", "check.json", "--embeddings", "e.h5", "--pool", "0-0", "--fixed"]
-    assert words[7:9] == ["--input", "shard esm.faa"]
+    )
+    assert not Rule._is_deriving_function(args) and Rule._is_deriving_function(job_commands.named_files)
+    words = shlex.split(args(wildcards))
+    assert words[:5] == ["--pool", "0-0", "--fixed", "--input", "shard esm.faa"]
     assert "--checkpoint" in words and "--token-budget" not in words
     tuning = job_commands.tuning_of(EmbedSettings, DEFAULTS)(wildcards)
     assert "--token-budget" in tuning and "--checkpoint" not in tuning
-    assert job_commands.job_args(DEFAULTS)(wildcards, InputFiles([]), OutputFiles([])) == ""
+    assert job_commands.job_args(DEFAULTS)(wildcards) == ""
 
 
 def test_the_run_summary_records_every_setting_that_can_change_results():

@@ -1,6 +1,6 @@
-"""The rules' shell commands: a script run through scripts/run_logged.sh with its arguments
-(`job_args`: the job's named files, the stage's settings from the config, what else it reads), and
-the config a run summary records."""
+"""The rules' shell commands: a script run through scripts/run_logged.sh with the rule's params as
+its arguments (`named_files`: the job's named files; `job_args`: what else it is told, the stage's
+settings from the config among it), and the config a run summary records."""
 
 import copy
 import functools
@@ -24,27 +24,28 @@ def runtime_settings(config: dict) -> set[str]:
 
 
 def script_job(root: str, name: str, arguments: str = "", env: str | None = None) -> str:
-    """A rule's shell command: the checkout's (`root`) scripts/<name>.py with the rule's params.args
-    (job_args) and `arguments` (a shell template: wildcards, resources, threads), with the
-    environment variables `env` (NAME=value words), run through scripts/run_logged.sh into the
-    rule's log: all output in the log; its error line, or its warnings, on the console."""
+    """A rule's shell command: the checkout's (`root`) scripts/<name>.py with the rule's params, in
+    order (its files, named_files, then its job_args), and `arguments` (a shell template: wildcards,
+    resources, threads), with the environment variables `env` (NAME=value words), run through
+    scripts/run_logged.sh into the rule's log: all output in the log; its error line, or its
+    warnings, on the console."""
     wrapper = shlex.quote(f"{root}/scripts/run_logged.sh")
     script = shlex.quote(f"{root}/scripts/{name}.py")
     env = f"env {env} " if env else ""
-    return f"bash {wrapper} {{log:q}} {env}python {script} {{params.args}} {arguments}".rstrip()
+    return f"bash {wrapper} {{log:q}} {env}python {script} {{params}} {arguments}".rstrip()
 
 
 def job_args(config: dict, /, *words, settings=None, **named):
-    """params.args: a job's arguments but its tuning, so that a rule names each of its files once
-    and every setting reaches its job the same way: its named files (named_files), `words` (option
-    words, or functions of the job's wildcards giving them), `named` (cli's name=value: a value, or
-    a function of the wildcards giving one) and the settings of the stage's declaration (`settings`)
-    that can change its results. Snakemake compares params: a change reruns the job."""
+    """params.args: what a job is told besides its files, so that every setting reaches its job the
+    same way: `words` (option words, or functions of the job's wildcards giving them), `named` (cli's
+    name=value: a value, or a function of the wildcards giving one) and the settings of the stage's
+    declaration (`settings`) that can change its results. A function of the wildcards alone:
+    Snakemake compares such params (a change reruns the job), not those made from its files."""
 
-    def args(wildcards, input, output) -> str:
+    def args(wildcards) -> str:
         given = [w(wildcards) if callable(w) else w for w in words]
         values = {k: v(wildcards) if callable(v) else v for k, v in named.items()}
-        found = [named_files(wildcards, input, output), *given, cli(**values)]
+        found = [*given, cli(**values)]
         if settings is not None:
             found.append(options(settings, config, results=True, model=wildcards.get("model")))
         return " ".join(w for w in found if w)
@@ -65,10 +66,10 @@ def tuning_of(declaration, config: dict):
 
 
 def named_files(wildcards, input, output) -> str:
-    """Each named input and output of the job as the script takes it, --NAME PATH... (a list
-    as its paths one after another, an empty one left out; underscores as dashes), so that a rule
-    names each file once: what a job depends on but does not read goes unnamed. Snakemake compares
-    params, but a job's own paths change only with the job."""
+    """params.files: each named input and output of the job as the script takes it, --NAME PATH...
+    (a list as its paths one after another, an empty one left out; underscores as dashes), so that a
+    rule names each file once: what a job depends on but does not read goes unnamed. Made from the
+    job's files, Snakemake does not compare it: its files' own triggers rerun the job."""
     inputs, outputs = dict(input.items()), dict(output.items())
     if shared := inputs.keys() & outputs.keys():
         raise ValueError(f"an input and an output share the name {sorted(shared)[0]}: rename one")

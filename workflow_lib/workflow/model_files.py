@@ -66,12 +66,16 @@ def fetched_classifier(config: dict) -> list[str]:
     return [classifier_file(config)] if is_url(config["models"]["classifier"]) else []
 
 
-def offline_env(config: dict) -> str:
-    """The environment prefix of jobs that load models: no network, named models from cache_dir."""
-    torch_home = shlex.quote(f"{config['models']['cache_dir']}/torch")
-    return f"HF_HUB_OFFLINE=1 TORCH_HOME={torch_home}"
+def model_env(config: dict, compiles: bool = False) -> str:
+    """A resource: the environment of jobs that load models (NAME=value words): no network, named
+    models from cache_dir; with `compiles`, the compile caches too, shared and outliving the run, so
+    that one job's compile serves the rest. None changes a result: Snakemake compares no resource."""
+    env = cli_env(HF_HUB_OFFLINE=1, TORCH_HOME=f"{config['models']['cache_dir']}/torch")
+    if not compiles:
+        return env
+    kernels = config["embedding"]["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
+    return f"{env} {cli_env(TORCHINDUCTOR_CACHE_DIR=kernels, TRITON_CACHE_DIR=f'{kernels}/triton')}"
 
 
-def compile_cache(config: dict) -> str:
-    """Where the embed jobs keep compiled kernels: shared, so that one job's compile serves the rest."""
-    return config["embedding"]["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
+def cli_env(**variables) -> str:
+    return " ".join(f"{name}={shlex.quote(str(value))}" for name, value in variables.items())
