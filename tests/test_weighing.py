@@ -54,13 +54,14 @@ def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
         weighing.PENDING = 4  # the groups' histograms are added to along the way too
         for start in range(0, ids.size, block):
             weighing.count(chunks.iloc[start : start + block])
-        weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
-        weighing.flush()
+        weighing.finish()
         assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks.sum(0), weighted), block
         assert weighing.group_records.sum() == sizes.size and weighing.chunks.sum() == ids.size
+        assert weighing.typical[:, calibration.atypicality_bin(np.ones(1))[0]].sum() == ids.size
         if block == 1:
-            grouped = weighing.chunks.copy()
-        assert np.array_equal(weighing.chunks, grouped), block  # each record's group whatever the blocks
+            grouped = weighing.chunks.copy(), weighing.typical.copy()
+        assert np.array_equal(weighing.chunks, grouped[0]), block  # each record's group whatever the blocks
+        assert np.array_equal(weighing.typical, grouped[1]), block
         weighing.evidence.close()
 
 

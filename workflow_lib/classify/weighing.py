@@ -143,12 +143,16 @@ class ChunkWeighing:
         self.record_chunks += np.bincount(cell, weights, minlength=self.chunks.size).reshape(self.chunks.shape)
         self.typical += np.bincount(typical_cell, minlength=self.typical.size).reshape(self.typical.shape)
 
-    def composition(self) -> dict:
-        """The sample's compositions (sample_composition), once every chunk is counted."""
+    def finish(self) -> None:
+        """Count the held record and the pending chunks: every chunk has come."""
         if self.held[0] is not None:
             self.count_records(self.held[1], np.zeros(1, dtype=np.int64), self.held[2])
             self.held = (None, np.empty(0), np.empty(0, dtype=np.int64))
         self.flush()
+
+    def composition(self) -> dict:
+        """The sample's compositions (sample_composition), once every chunk has come."""
+        self.finish()
         return sample_composition(
             self.chunks, self.record_chunks, self.group_records, self.records, self.cal, self.typical[:, :-1]
         )
