@@ -614,14 +614,19 @@ def composition_intervals(
     rng = np.random.default_rng(0)
     # in floats: numpy's integer matrix product has no BLAS behind it, and was most of the time here
     resampled = rng.multinomial(groups, np.full(groups, 1 / groups), BOOTSTRAP_REPLICATES).astype(np.float64)
-    replicates = resampled @ chunks.astype(np.float64)
+    # the bins from the lowest LLR counted to the highest: the products need no others (they were
+    # most of predict's weighing time where the LLRs span a few of the 8,001 bins, as most do)
+    held = np.flatnonzero(counts)
+    window = slice(held.min(initial=0), held.max(initial=0) + 1)
+    replicates = np.zeros((BOOTSTRAP_REPLICATES, N_BINS))
+    replicates[:, window] = resampled @ chunks[:, window].astype(np.float64)
     share = estimate_prior(counts)
     if typical is not None:
         typical = (typical.sum(axis=0), resampled @ typical.astype(np.float64))
     fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal, typical)
     shares = _replicated_chunk_shares(counts, replicates, share, cal, rng)
     record_share_of = functools.partial(record_share, weighted.sum(axis=0), total)
-    record_shares = ((resampled @ weighted) * expit(CENTRES + logit(shares)[:, None])).sum(axis=1)
+    record_shares = ((resampled @ weighted[:, window]) * expit(CENTRES[window] + logit(shares)[:, None])).sum(axis=1)
     record_shares /= np.maximum(resampled @ records, 1)
     p = expit(CENTRES + logit(record_share_of(share)))
     record_shares += rng.normal(0, np.sqrt((record_llrs * p * (1 - p)).sum()) / total, BOOTSTRAP_REPLICATES)
