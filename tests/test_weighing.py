@@ -79,8 +79,13 @@ def test_the_end_of_a_run_says_in_one_line_per_sample_what_the_fit_means_for_the
     manifests["missing"] = tmp_path / "missing.json"
     lines = composition_lines(manifests)
     assert len(lines) == 2 and all("\n" not in line for line in lines)
-    assert lines[0].startswith("bad: composition_fit poor (7.2 > 3.5)") and "q-values at 0.000" in lines[0]
+    assert lines[0].startswith("bad: composition_fit poor (7.2 > 3.5): its sequences score unlike")
+    assert "q-values at 0.000" in lines[0]
     assert lines[1].startswith("good: the calibration fits") and "q-values at 0.400" in lines[1]
+    unlike = json.loads(manifests["bad"].read_text())
+    unlike["weighing"]["composition_fit"]["statistics"] = {"scores": 1.5, "atypicality": 7.25}
+    manifests["bad"].write_text(json.dumps(unlike))
+    assert "its sequences look to the classifier unlike" in composition_lines(manifests)[0]
     many = {f"s{i}": manifest(f"s{i}", "ok", 0.4) for i in range(OK_LINES + 1)} | {"bad": manifests["bad"]}
     lines = composition_lines(many)
     assert len(lines) == 2 and lines[1].startswith(f"{OK_LINES + 1} samples fit the calibration")

@@ -302,8 +302,10 @@ def fit_line(sample: str, records: dict, fit: dict | None) -> str | None:
             f"{sample}: the calibration fits its scores (fit {fit['statistic']:.1f} <= {fit['limit']:g}), {found}; "
             f"q-values at {low:.3f}, the end of the interval that passes fewer records"
         )
+    # manifests written before the atypicality was checked have no `statistics`
+    unlike = "score" if fit.get("statistics", {}).get("atypicality", 0) <= fit["limit"] else "look to the classifier"
     return (
-        f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences score unlike "
+        f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences {unlike} unlike "
         f"the calibration's classes, {found}: as little as 0 if its non-viral ones score like viral ones; "
         f"q-values at {low:.3f}, which passes only overwhelming evidence"
     )
