@@ -23,6 +23,7 @@ import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -579,19 +580,21 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
     return np.where(at_one, 1.0, np.where(at_zero, 0.0, (low + high) / 2))
 
 
-def composition_intervals(
-    chunks: np.ndarray,
-    weighted: np.ndarray,
-    records: np.ndarray,
-    record_llrs: np.ndarray,
-    cal: Calibration,
-    typical: np.ndarray | None = None,
-) -> dict:
+class GroupCounts(NamedTuple):
+    """What a sample's records counted, per bootstrap group (rows): their chunks' LLRs (histogram
+    bins), the same each weighing 1 / its record's chunks, the records, and their chunks'
+    atypicality (atypicality_bin's bins; None where not counted)."""
+
+    chunks: np.ndarray
+    weighted: np.ndarray
+    records: np.ndarray
+    typical: np.ndarray | None = None
+
+
+def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """The sample's viral fraction of chunks and of records, each with its interval, and the fit
-    (composition_fit), from per bootstrap group (rows): its chunks' LLRs counted (`chunks`), counted
-    each with the weight 1 / its record's chunks (`weighted`), its records, and its chunks'
-    atypicality counted (`typical`, atypicality_bin's bins, where known); and the records' LLRs
-    counted (`record_llrs`).
+    (composition_fit), from what its bootstrap groups `counted` and the records' LLRs counted
+    (`record_llrs`).
     The interval is a bootstrap that resamples both what the estimate rests on: the sample's records
     (its groups, with replacement) and the calibration's chunks of each class (multinomial, as many
     as they are worth independent ones). The calibration's share moves the estimate as much as the
@@ -609,6 +612,7 @@ def composition_intervals(
     non-viral class is two populations, one scoring viral-like, whose shares differ between the
     calibration and a 1% viral sample: the estimate 0.35, and what any band of LLR says alone at
     least 0.28; no lower end short of 0 holds there."""
+    chunks, weighted, records, typical = counted
     counts, total = chunks.sum(axis=0), records.sum()
     groups = records.size
     rng = np.random.default_rng(0)

@@ -35,29 +35,21 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
     return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
 
 
-def sample_composition(
-    chunks: np.ndarray,
-    weighted: np.ndarray,
-    records: np.ndarray,
-    record_llrs: np.ndarray,
-    cal: Calibration,
-    typical: np.ndarray | None = None,
-) -> dict:
+def sample_composition(counted: calibration.GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
     of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
     where too few were counted for an estimate) and `composition_fit` (None without an estimate of
-    the records'), from the histograms of ChunkWeighing's bootstrap groups (rows: of chunk LLRs, of
-    them weighted, records, and chunk atypicality) and the records' LLRs counted."""
-    n_chunks, n_records = int(chunks.sum()), int(records.sum())
+    the records'), from what ChunkWeighing's bootstrap groups counted and the records' LLRs counted."""
+    n_chunks, n_records = int(counted.chunks.sum()), int(counted.records.sum())
     own = {"source": "sample"}
     if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
-        found = calibration.composition_intervals(chunks, weighted, records, record_llrs, cal, typical)
+        found = calibration.composition_intervals(counted, record_llrs, cal)
         return {
             "chunk_composition": found["chunks"] | own | {"counted": n_chunks},
             "record_composition": found["records"] | own | {"counted": n_records},
             "composition_fit": found["fit"],
         }
-    counts = chunks.sum(axis=0)
+    counts = counted.chunks.sum(axis=0)
     if n_chunks >= calibration.MIN_RECORDS_FOR_ESTIMATE:
         chunk = {"viral_fraction_estimate": calibration.estimate_prior(counts)} | own
     else:
@@ -153,9 +145,8 @@ class ChunkWeighing:
     def composition(self) -> dict:
         """The sample's compositions (sample_composition), once every chunk has come."""
         self.finish()
-        return sample_composition(
-            self.chunks, self.record_chunks, self.group_records, self.records, self.cal, self.typical[:, :-1]
-        )
+        counted = calibration.GroupCounts(self.chunks, self.record_chunks, self.group_records, self.typical[:, :-1])
+        return sample_composition(counted, self.records, self.cal)
 
     def write(self, unweighed: Path, output: Path) -> dict:
         """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
