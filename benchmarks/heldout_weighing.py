@@ -1,6 +1,8 @@
 """How well the calls weigh on genomes the classifier never saw: mixtures of 3 kb pieces of
 held-out viral and non-viral genomes, at given viral fractions, classified in a finished demo's
-directory with the demo's classifier and calibration. Prints JSON.
+directory with the demo's classifier and calibration, and, with `--calibrate SHARE`, also with a
+calibration that the workflow's `calibrate` target fits on that share of the pieces (labelled,
+and never in a mixture): one that holds the same genomes as the mixtures. Prints JSON.
 
 Per mixture: the chunks' calibration error (`probability_virus` against the record's label, and
 the raw `max_score_virus` beside it), the realised false discovery rate among records passing each
@@ -15,10 +17,13 @@ gives the figures of two sets):
     bash run.sh demo   # or any finished demo directory
     python benchmarks/heldout_weighing.py --demo . --workdir /tmp/heldout \
         --virus checkv-1.1.1/test/ground_truth/viruses.fna \
-        --other biopython-1.88/Tests/GenBank/NC_000932.gb MIIJ01000039.fna KK037166.fna human_mtDNA.fasta
+        --other biopython-1.88/Tests/GenBank/NC_000932.gb MIIJ01000039.fna KK037166.fna human_mtDNA.fasta \
+        --calibrate 0.4
 """
 
 import argparse
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +32,7 @@ from Bio import SeqIO
 
 from workflow_lib.classify.calibration import calibration_error
 from workflow_lib.harness.measure import header, print_figures, snakemake
+from workflow_lib.io.tables import read_json
 
 QVALUES = (0.1, 0.2, 0.3, 0.4, 0.5)
 
@@ -104,56 +110,152 @@ def weighed(results: Path, labels: dict) -> dict:
     }
 
 
+def split(items: list, share: float, rng: np.random.Generator) -> tuple[list, list]:
+    """(`share` of `items` at random, the rest), each in the items' order."""
+    chosen = np.zeros(len(items), dtype=bool)
+    chosen[rng.choice(len(items), round(share * len(items)), replace=False)] = True
+    return [i for i, c in zip(items, chosen) if c], [i for i, c in zip(items, ~chosen) if c]
+
+
+def write_fasta(path: Path, records: list[tuple[str, str]]) -> Path:
+    path.write_text("".join(f">{i}\n{s}\n" for i, s in records))
+    return path.resolve()
+
+
+def write_yaml(path: Path, values: dict) -> Path:
+    """A config file to lay over the demo's (JSON is YAML)."""
+    path.write_text(json.dumps(values, indent=2, default=str) + "\n")
+    return path.resolve()
+
+
+# --reweigh: the calibrate run's and the classifying runs' rules that run again, so that changed
+# weighing code applies without embedding again
+REWEIGH = {"calibrate": ("--forcerun", "calibrate"), "classify": ("--forcerun", "predict", "call")}
+
+
+def run_demo(demo: Path, workdir: Path, tag: str, overlay: dict, *targets: str) -> None:
+    """Snakemake in the demo's directory with its profile and config, `overlay` laid over it;
+    `targets` (and options that take several words) first."""
+    options = ("--profile", demo / "profiles/local", "--configfile", demo / "config/demo.yaml")
+    overlay_file = write_yaml(workdir / f"{tag}.yaml", overlay)
+    snakemake(
+        demo, *targets, *options, overlay_file, log=workdir / f"snakemake_{tag}.log"
+    )  # --configfile takes all after it
+
+
+def sample_sheet(workdir: Path, mixtures: dict, unlike_records: list) -> Path:
+    """The sheet of the mixtures (name: (pieces, labels)) and of the unlike sequences, each sample
+    named `workdir`'s name _ its own, whatever the calibration (another one reruns only predict and
+    call)."""
+    sheet = ["sample\tpath"]
+    for name, (chosen, _) in mixtures.items():
+        sheet.append(f"{workdir.name}_{name}\t{write_fasta(workdir / f'{name}.fasta', chosen)}")
+    sheet.append(f"{workdir.name}_unlike\t{write_fasta(workdir / 'unlike.fasta', unlike_records)}")
+    (workdir / "samples.tsv").write_text("\n".join(sheet) + "\n")
+    return (workdir / "samples.tsv").resolve()
+
+
+def same_genome_calibration(demo: Path, workdir: Path, virus: list, other: list, sheet: Path, forced=()) -> Path:
+    """A calibration fitted by the workflow's calibrate target on the labelled pieces `virus` and
+    `other` (one calibration sample each), kept in `workdir`. The samples sheet is the mixtures'
+    (`sheet`): with the demo's, whose samples are labelled, new shard pools would train the
+    classifier again."""
+    rows = ["sample\tpath\tlabel"]
+    for label, records in (("virus", virus), ("other", other)):
+        rows.append(
+            f"{workdir.name}_cal_{label}\t{write_fasta(workdir / f'calibration_{label}.fasta', records)}\t{label}"
+        )
+    calibration_sheet = workdir / "calibration_samples.tsv"
+    calibration_sheet.write_text("\n".join(rows) + "\n")
+    overlay = {"samples": sheet, "calibration": {"samples": calibration_sheet.resolve()}}
+    run_demo(demo, workdir, "calibrate", overlay, "calibrate", *forced)
+    kept = workdir / "same_genomes_calibration.json"
+    shutil.copyfile(demo / "results/calibration/calibration.json", kept)
+    return kept.resolve()
+
+
+def classified(demo: Path, workdir: Path, tag: str, mixtures: dict, sheet: Path, calibration: Path, forced=()) -> dict:
+    """The samples of `sheet` (sample_sheet) classified with `calibration`; their figures (weighed,
+    flagged)."""
+    run_demo(demo, workdir, tag, {"samples": sheet, "models": {"calibration": calibration}}, *forced)
+    estimates = pd.read_csv(demo / "results/report/samples.tsv", sep="\t").set_index("sample")
+    out = {}
+    for name, (_, labels) in mixtures.items():
+        figures = weighed(demo / "results" / f"{workdir.name}_{name}", labels)
+        row = estimates.loc[f"{workdir.name}_{name}"]
+        low, high = float(row["viral_fraction_low"]), float(row["viral_fraction_high"])
+        figures |= {
+            "viral_fraction_estimate": float(row["viral_fraction_estimate"]),
+            "viral_fraction_interval": [low, high],
+            "composition_fit": [row["composition_fit"], float(row["composition_fit_statistic"])],
+            "interval_covers_truth": bool(low <= figures["viral_fraction_true"] <= high),
+        }
+        out[name] = figures | {"goals": goals(figures)}
+    unlike_row = estimates.loc[f"{workdir.name}_unlike"]
+    unlike = flagged(demo / "results" / f"{workdir.name}_unlike") | {
+        "composition_fit": [unlike_row["composition_fit"], float(unlike_row["composition_fit_statistic"])],
+        "records_passing_qvalue": int(unlike_row["records_passing_qvalue"]),
+    }
+    return {"mixtures": out, "unlike": unlike}
+
+
+def goals(figures: dict) -> dict:
+    """Issue 50's goals for one mixture: wherever at least 10 records pass a q-value q, a realised
+    FDR at most q + 0.1 (None where none passes 10); the interval covers the truth or the fit is poor."""
+    held = [c["realised_fdr"] <= float(q) + 0.1 for q, c in figures["qvalue_cutoffs"].items() if c["passing"] >= 10]
+    return {
+        "fdr_within_q_plus_0.1": all(held) if held else None,
+        "covered_or_poor": figures["interval_covers_truth"] or figures["composition_fit"][0] == "poor",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", type=Path, required=True, help="a finished demo's directory")
-    parser.add_argument("--workdir", type=Path, required=True, help="where the mixtures are written")
+    parser.add_argument("--workdir", type=Path, required=True, help="where the mixtures are written; names the samples")
     parser.add_argument("--virus", type=Path, nargs="+", required=True)
     parser.add_argument("--other", type=Path, nargs="+", required=True)
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.5])
     parser.add_argument("--records", type=int, default=200, help="pieces per mixture")
     parser.add_argument("--piece", type=int, default=3000)
+    parser.add_argument(
+        "--calibrate", type=float, metavar="SHARE", help="also calibrate on this share of each class's pieces"
+    )
+    parser.add_argument(
+        "--reweigh", action="store_true", help="run calibrate, predict and call again (the weighing code changed)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)
     virus, other = pieces(args.virus, args.piece), pieces(args.other, args.piece)
+    held_virus, held_other = ([], virus), ([], other)  # (for the calibration, for the mixtures)
+    if args.calibrate:
+        held_virus, held_other = split(virus, args.calibrate, rng), split(other, args.calibrate, rng)
+    mixtures = {
+        f"{round(100 * fraction)}pct": mixture(held_virus[1], held_other[1], fraction, args.records, rng)
+        for fraction in args.fractions
+    }
+    unlike_records = unlike(args.records // 2, args.piece, rng)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    sheet, truth = ["sample\tpath"], {}
-    for fraction in args.fractions:
-        name = f"heldout_{round(100 * fraction)}pct"
-        chosen, truth[name] = mixture(virus, other, fraction, args.records, rng)
-        fasta = (args.workdir / f"{name}.fasta").resolve()
-        fasta.write_text("".join(f">{i}\n{s}\n" for i, s in chosen))
-        sheet.append(f"{name}\t{fasta}")
-    fasta = (args.workdir / "heldout_unlike.fasta").resolve()
-    fasta.write_text("".join(f">{i}\n{s}\n" for i, s in unlike(args.records // 2, args.piece, rng)))
-    sheet.append(f"heldout_unlike\t{fasta}")
-    (args.workdir / "samples.tsv").write_text("\n".join(sheet) + "\n")
-
     demo = args.demo.resolve()
-    sheet_option = f"samples={(args.workdir / 'samples.tsv').resolve()}"
-    demo_options = (
-        "--profile",
-        demo / "profiles/local",
-        "--configfile",
-        demo / "config/demo.yaml",
-        "--config",
-        sheet_option,
-    )
-    snakemake(demo, *demo_options, log=args.workdir / "snakemake.log")
+    sheet = sample_sheet(args.workdir, mixtures, unlike_records)
+    calibrations = {"demo": demo / "results/train/calibration.json"}
+    if args.calibrate:
+        calibrations["same_genomes"] = same_genome_calibration(
+            demo, args.workdir, held_virus[0], held_other[0], sheet, REWEIGH["calibrate"] if args.reweigh else ()
+        )
     figures = header("heldout_weighing") | {
         "pieces": {"virus": len(virus), "other": len(other), "length": args.piece},
-        "mixtures": {name: weighed(demo / "results" / name, labels) for name, labels in truth.items()},
-        "unlike": flagged(demo / "results/heldout_unlike"),
+        "calibration_pieces": {"virus": len(held_virus[0]), "other": len(held_other[0])},
     }
-    estimates = pd.read_csv(demo / "results/report/samples.tsv", sep="\t").set_index("sample")
-    for name, figures_of in figures["mixtures"].items():
-        row = estimates.loc[name]
-        figures_of["viral_fraction_estimate"] = float(row["viral_fraction_estimate"])
-        figures_of["viral_fraction_interval"] = [float(row["viral_fraction_low"]), float(row["viral_fraction_high"])]
-        figures_of["composition_fit"] = [row["composition_fit"], float(row["composition_fit_statistic"])]
+    for tag, calibration in calibrations.items():
+        forced = REWEIGH["classify"] if args.reweigh else ()
+        figures[tag] = classified(demo, args.workdir, tag, mixtures, sheet, calibration, forced)
+        fitted_on = read_json(calibration)["fitted_on"]
+        kept = ("chunks", "viral_chunks", "records", "held_out_calibration_error")
+        figures[tag]["calibration"] = {key: fitted_on[key] for key in kept} | {"path": str(calibration)}
     print_figures(figures, args.out)
 
 

@@ -4,7 +4,8 @@ calibrate fit on many chunks. Prints JSON.
 Reads (500 bp, or --length) sampled from the bundled genomes go through prepare; each shard gets a scores file
 with synthetic scores and atypicality (what a score job writes); then predict and call run as the
 workflow runs them, each as the only child of a fresh process, `--repeats` times alternately
-without and with a calibration (medians reported). The fit runs on --fit-chunks synthetic labelled
+without and with a calibration (medians of wall and of CPU seconds reported, and the load average at
+the end: CPU seconds move less where other jobs share the machine). The fit runs on --fit-chunks synthetic labelled
 chunks in records of 1 to 20 chunks, timed as CPU time of this process.
 
     python benchmarks/weighing.py --workdir /tmp/weighing --reads 1000000 --fit-chunks 1000000
@@ -13,6 +14,7 @@ chunks in records of 1 to 20 chunks, timed as CPU time of this process.
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -122,6 +124,11 @@ def main() -> None:
         kind: {stage: statistics.median(r[stage]["seconds"] for r in runs[kind]) for stage in ("predict", "call")}
         for kind in runs
     }
+    # CPU seconds move less than wall seconds where other jobs share the machine
+    cpu = {
+        kind: {stage: statistics.median(r[stage]["cpu_seconds"] for r in runs[kind]) for stage in ("predict", "call")}
+        for kind in runs
+    }
     peak = {
         kind: {stage: max(r[stage]["peak_rss_mb"] for r in runs[kind]) for stage in ("predict", "call")}
         for kind in runs
@@ -129,6 +136,9 @@ def main() -> None:
     result = header("weighing") | {"reads": args.reads, "read_length": args.length}
     result |= {"frames": sum(len(ShardIndex.read(s)) for s in shards), "median_seconds": median, "peak_rss_mb": peak}
     result["with_over_without"] = {s: round(median["with"][s] / median["without"][s], 3) for s in ("predict", "call")}
+    result["median_cpu_seconds"] = cpu
+    result["cpu_with_over_without"] = {s: round(cpu["with"][s] / cpu["without"][s], 3) for s in ("predict", "call")}
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]
     result["calibrate_fit"] = {"chunks": args.fit_chunks, "cpu_seconds": round(fit_seconds, 1)}
     print_figures(result | {"calibration_sha256": sha256(calibration_path)})
 

@@ -10,17 +10,20 @@ import pytest
 
 from workflow_lib.classify import calibration
 from workflow_lib.classify.calibration import Calibration, expit, logit
-from workflow_lib.classify.weighing import ChunkWeighing, sample_composition
+from workflow_lib.classify.weighing import ChunkWeighing
 
 
 def synthetic(
-    n_records: int, viral_share: float, seed: int, chunks=(1, 12), viral_like: float = 0.0
+    n_records: int, viral_share: float, seed: int, chunks=(1, 12), viral_like: float = 0.0, unlike: float = 0.0
 ) -> dict[str, np.ndarray]:
     """Records of a few chunks whose virus scores are overconfident and correlated within a record,
     as a classifier's are: a chunk's true evidence is a record effect plus its own, and the score
     exaggerates it threefold. A share `viral_like` of the non-viral records are of another kind,
     which scores nearly as viral ones do (a record effect of 0.5, against 1 for viral records and
-    -1 for the other non-viral ones)."""
+    -1 for the other non-viral ones). Each chunk's atypicality is about 1 (a record's factor times
+    its own; viral records' 1.2 times as high); a share `unlike` of the non-viral records are of a
+    kind the classifier sees as unlike its training data (three times as atypical) though they
+    score as the other non-viral ones do."""
     rng = np.random.default_rng(seed)
     label = (rng.random(n_records) < viral_share).astype(int)
     size = rng.integers(chunks[0], chunks[1] + 1, n_records)
@@ -30,15 +33,28 @@ def synthetic(
     like = (rng.random(n_records) < viral_like) & (label == 0)  # drawn last: the other draws stay as they were
     evidence += 1.5 * like[record]
     score = expit(3 * evidence + 0.5)  # overconfident, leaning viral
-    return {"score": score, "label": label[record], "record": record, "record_label": label, "size": size}
+    factor = rng.gamma(20, 0.05, n_records) * np.where(label == 1, 1.2, 1.0)
+    factor *= np.where((rng.random(n_records) < unlike) & (label == 0), 3.0, 1.0)
+    atypicality = rng.gamma(4, 0.25, record.size) * factor[record]
+    return {
+        "score": score,
+        "label": label[record],
+        "record": record,
+        "record_label": label,
+        "size": size,
+        "atypicality": atypicality,
+    }
+
+
+def fitted_to(data: dict) -> Calibration:
+    return calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500, atypicality=data["atypicality"])
 
 
 @functools.cache
 def fitted(seed: int = 1, n_records: int = 20000) -> Calibration:
     """A calibration fitted on 20,000 records (about 130,000 chunks): its own sampling noise is then
     small beside the held-out checks'."""
-    data = synthetic(n_records, 0.5, seed)
-    return calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+    return fitted_to(synthetic(n_records, 0.5, seed))
 
 
 def record_posteriors(cal: Calibration, data: dict, prior: float) -> np.ndarray:
@@ -160,12 +176,12 @@ def composition_of(cal: Calibration, sample: dict, scratch) -> dict:
     """What predict finds of the sample's composition (sample_composition), its chunks counted as
     predict counts them."""
     weighing = ChunkWeighing(cal, scratch)
-    chunks = pd.DataFrame({"sequence_id": sample["record"], "max_score_virus": sample["score"], "atypicality": 1.0})
+    chunks = pd.DataFrame(
+        {"sequence_id": sample["record"], "max_score_virus": sample["score"], "atypicality": sample["atypicality"]}
+    )
     weighing.count(chunks)
-    weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
-    weighing.flush()
     weighing.evidence.close()
-    return sample_composition(weighing.chunks, weighing.record_chunks, weighing.group_records, weighing.records, cal)
+    return weighing.composition()
 
 
 def realised_fdr(cal: Calibration, sample: dict, share: float, cutoff: float) -> tuple[float, int]:
@@ -184,8 +200,7 @@ def test_the_interval_covers_the_viral_fraction_where_the_calibration_fits(tmp_p
     shares = (0.01, 0.05, 0.1, 0.2, 0.5)
     covered, poor = {"chunks": [], "records": []}, 0
     for repeat in range(20):
-        data = synthetic(5000, 0.5, seed=100 + repeat)
-        cal = calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+        cal = fitted_to(synthetic(5000, 0.5, seed=100 + repeat))
         sample = synthetic(5000, shares[repeat % 5], seed=200 + repeat)
         found = composition_of(cal, sample, tmp_path / "evidence")
         poor += found["composition_fit"]["fit"] == "poor"
@@ -201,8 +216,7 @@ def test_the_interval_covers_the_viral_fraction_where_the_calibration_fits(tmp_p
 @functools.cache
 def fitted_with_viral_like(seed: int = 11) -> Calibration:
     """A calibration (20,000 records) whose non-viral records are 20% of the viral-like kind."""
-    data = synthetic(20000, 0.5, seed, viral_like=0.2)
-    return calibration.fit(data["score"], data["label"], data["record"], "0" * 64, 500)
+    return fitted_to(synthetic(20000, 0.5, seed, viral_like=0.2))
 
 
 @pytest.mark.parametrize("share", [0.01, 0.05, 0.1, 0.2, 0.5])
@@ -226,3 +240,22 @@ def test_qvalues_stay_honest_where_the_non_viral_class_shifts(share, tmp_path):
     for cutoff in (0.05, 0.1, 0.2):
         fdr, n = realised_fdr(cal, sample, calibration.qvalue_share(records), cutoff)
         assert n == 0 or fdr <= cutoff + 2 * np.sqrt(cutoff * (1 - cutoff) / n), (cutoff, fdr, n)
+
+
+@pytest.mark.parametrize("share", [0.01, 0.1, 0.5])
+def test_the_fit_is_poor_where_the_sample_is_unlike_the_calibration_in_what_the_classifier_sees(share, tmp_path):
+    """Half of the sample's non-viral records are of a kind the calibration never held: they score
+    as its non-viral ones do, so the scores fit, but they are three times as atypical. Label shift
+    assumes each class looks in the sample as in the calibration, in all the classifier sees: the
+    fit is poor. The same sample without that kind fits; a calibration without atypicality (one
+    written before it was kept) checks the scores alone."""
+    cal = fitted()
+    found = composition_of(cal, synthetic(5000, share, seed=13, unlike=0.5), tmp_path / "evidence")
+    assert found["composition_fit"]["statistics"]["scores"] <= calibration.FIT_LIMIT
+    assert found["composition_fit"]["fit"] == "poor", found["composition_fit"]
+    like = composition_of(cal, synthetic(5000, share, seed=13), tmp_path / "evidence")
+    assert like["composition_fit"]["fit"] == "ok", like["composition_fit"]
+    classes = {name: {k: v for k, v in c.items() if k != "atypicality"} for name, c in cal.class_llrs.items()}
+    older = dataclasses.replace(cal, class_llrs=classes)
+    found = composition_of(older, synthetic(5000, share, seed=13, unlike=0.5), tmp_path / "evidence")
+    assert set(found["composition_fit"]["statistics"]) == {"scores"}

@@ -54,13 +54,14 @@ def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
         weighing.PENDING = 4  # the groups' histograms are added to along the way too
         for start in range(0, ids.size, block):
             weighing.count(chunks.iloc[start : start + block])
-        weighing.count_records(weighing.held[1], np.zeros(1, dtype=np.int64))
-        weighing.flush()
+        weighing.finish()
         assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks.sum(0), weighted), block
         assert weighing.group_records.sum() == sizes.size and weighing.chunks.sum() == ids.size
+        assert weighing.typical[:, calibration.atypicality_bin(np.ones(1))[0]].sum() == ids.size
         if block == 1:
-            grouped = weighing.chunks.copy()
-        assert np.array_equal(weighing.chunks, grouped), block  # each record's group whatever the blocks
+            grouped = weighing.chunks.copy(), weighing.typical.copy()
+        assert np.array_equal(weighing.chunks, grouped[0]), block  # each record's group whatever the blocks
+        assert np.array_equal(weighing.typical, grouped[1]), block
         weighing.evidence.close()
 
 
@@ -78,8 +79,13 @@ def test_the_end_of_a_run_says_in_one_line_per_sample_what_the_fit_means_for_the
     manifests["missing"] = tmp_path / "missing.json"
     lines = composition_lines(manifests)
     assert len(lines) == 2 and all("\n" not in line for line in lines)
-    assert lines[0].startswith("bad: composition_fit poor (7.2 > 3.5)") and "q-values at 0.000" in lines[0]
+    assert lines[0].startswith("bad: composition_fit poor (7.2 > 3.5): its sequences score unlike")
+    assert "q-values at 0.000" in lines[0]
     assert lines[1].startswith("good: the calibration fits") and "q-values at 0.400" in lines[1]
+    unlike = json.loads(manifests["bad"].read_text())
+    unlike["weighing"]["composition_fit"]["statistics"] = {"scores": 1.5, "atypicality": 7.25}
+    manifests["bad"].write_text(json.dumps(unlike))
+    assert "its sequences look to the classifier unlike" in composition_lines(manifests)[0]
     many = {f"s{i}": manifest(f"s{i}", "ok", 0.4) for i in range(OK_LINES + 1)} | {"bad": manifests["bad"]}
     lines = composition_lines(many)
     assert len(lines) == 2 and lines[1].startswith(f"{OK_LINES + 1} samples fit the calibration")

@@ -23,6 +23,7 @@ import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,10 @@ COARSE_BINS = 40  # of LLR at most, for the calibration's share of the interval 
 # deciles) with the calibration's classes mixed at the estimate; the fit is poor beyond FIT_LIMIT
 # standard errors in any.
 FIT_BANDS, FIT_LIMIT = 9, 3.5
+# The fit check compares the chunks' atypicality too, binned by ATYPICALITY_STEP of its log10 over
+# ATYPICALITY_RANGE (typical frames about 1, random DNA tens); one more bin holds chunks without one
+ATYPICALITY_RANGE, ATYPICALITY_STEP = (-3.0, 3.0), 0.01
+N_ATYPICALITY_BINS = int(round((ATYPICALITY_RANGE[1] - ATYPICALITY_RANGE[0]) / ATYPICALITY_STEP)) + 1
 VERSION = 2
 
 
@@ -87,7 +92,8 @@ class Calibration:
     atypicality_limit: float
     fitted_on: dict  # counts, the methods' held-out log loss, calibration error before and after
     # per class (virus, other): its chunks' LLRs (a sparse histogram: bins, counts) and
-    # their worth in independent chunks (`effective`), for the composition's interval and its fit
+    # their worth in independent chunks (`effective`), for the composition's interval and its fit;
+    # where the chunks had one, their atypicality too (`atypicality`: bins, counts, effective)
     class_llrs: dict
     version: int = VERSION
 
@@ -315,7 +321,7 @@ def fit(
         atypicality_limit=limit,
         fitted_on=fitted_on,
         # the map a sample meets, so that its chunks and these share one scale
-        class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records),
+        class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records, atypicality),
     )
 
 
@@ -350,31 +356,56 @@ def _atypicality_limit(atypicality: np.ndarray | None, records: np.ndarray) -> t
     return limit, float((per_record > limit).mean())
 
 
-def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray) -> dict:
+def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray, atypicality: np.ndarray | None) -> dict:
     """Per class, the chunks' LLRs as a sparse histogram, and what they are worth in independent
-    chunks: a record's n chunks as n / (1 + rho (n - 1)), rho the share of the LLRs' variance that
-    lies between the class's records (one-way analysis of variance). Chunks of one genome score
-    alike, so a class of a few genomes is worth little more than a few chunks, however long they are."""
-    starts = np.flatnonzero(np.r_[True, records[1:] != records[:-1]])
-    sizes = np.diff(np.append(starts, records.size))
-    means = np.add.reduceat(llr, starts) / sizes
+    chunks (_effective); where the chunks have one, their atypicality alike."""
     classes = {}
+    typical = atypicality is not None and np.isfinite(atypicality).all()
     for name, label in (("virus", 1), ("other", 0)):
-        counts = histogram(llr[y == label])
-        mine = y[starts] == label
-        n, m = sizes[mine], means[mine]
-        within = ((llr[y == label] - np.repeat(m, n)) ** 2).sum() / max(n.sum() - n.size, 1)
-        between = max((n * (m - np.average(m, weights=n)) ** 2).sum() / max(n.size - 1, 1) - within, 0.0)
-        between /= max((n.sum() - (n**2).sum() / n.sum()) / max(n.size - 1, 1), 1e-12)  # per record, n unequal
-        # one record: how its chunks vary between records is unknown; count them as one
-        rho = between / (between + within) if n.size > 1 and between + within > 0 else 1.0
+        mine = y == label
+        counts = histogram(llr[mine])
         bins = np.flatnonzero(counts)
         classes[name] = {
             "bins": bins.tolist(),
             "counts": counts[bins].tolist(),
-            "effective": float((n / (1 + rho * (n - 1))).sum()),
+            "effective": _effective(llr, records, mine),
         }
+        if typical:
+            counts = np.bincount(atypicality_bin(atypicality[mine]), minlength=N_ATYPICALITY_BINS + 1)
+            bins = np.flatnonzero(counts)
+            effective = _effective(np.log(np.maximum(atypicality, 1e-12)), records, mine)
+            classes[name]["atypicality"] = {
+                "bins": bins.tolist(),
+                "counts": counts[bins].tolist(),
+                "effective": effective,
+            }
     return classes
+
+
+def _effective(values: np.ndarray, records: np.ndarray, mine: np.ndarray) -> float:
+    """What the chunks `mine` are worth in independent chunks: a record's n chunks as
+    n / (1 + rho (n - 1)), rho the share of the `values`' variance that lies between records (one-way
+    analysis of variance). Chunks of one genome score alike, so a class of a few genomes is worth
+    little more than a few chunks, however long they are."""
+    starts = np.flatnonzero(np.r_[True, records[1:] != records[:-1]])
+    sizes = np.diff(np.append(starts, records.size))
+    means = np.add.reduceat(values, starts) / sizes
+    n, m = sizes[mine[starts]], means[mine[starts]]
+    within = ((values[mine] - np.repeat(m, n)) ** 2).sum() / max(n.sum() - n.size, 1)
+    between = max((n * (m - np.average(m, weights=n)) ** 2).sum() / max(n.size - 1, 1) - within, 0.0)
+    between /= max((n.sum() - (n**2).sum() / n.sum()) / max(n.size - 1, 1), 1e-12)  # per record, n unequal
+    # one record: how its chunks vary between records is unknown; count them as one
+    rho = between / (between + within) if n.size > 1 and between + within > 0 else 1.0
+    return float((n / (1 + rho * (n - 1))).sum())
+
+
+def atypicality_bin(atypicality: np.ndarray) -> np.ndarray:
+    """The bin of each chunk's atypicality (log scale, clipped to ATYPICALITY_RANGE); N_ATYPICALITY_BINS
+    for a chunk without one (NaN: scores that predate it)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = (np.log10(np.asarray(atypicality, dtype=np.float64)) - ATYPICALITY_RANGE[0]) / ATYPICALITY_STEP
+    bins = np.rint(np.clip(scaled, 0, N_ATYPICALITY_BINS - 1))
+    return np.where(np.isnan(bins), N_ATYPICALITY_BINS, bins).astype(np.int64)
 
 
 # A sample's composition and q-values, from histograms of LLRs
@@ -464,30 +495,30 @@ def _class_counts(cal: Calibration, name: str) -> np.ndarray:
     return counts
 
 
-def _class_tails(cal: Calibration) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The share of each class's calibration chunks at or above each bin (virus, other), and their
-    worth in independent chunks."""
-    virus, other = (_at_or_above(_class_counts(cal, name)) for name in ("virus", "other"))
-    effective = (cal.class_llrs[name]["effective"] for name in ("virus", "other"))
-    return virus / virus[0], other / other[0], *effective
+def _class_tails(classes: list[dict], size: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The share of each class's calibration chunks at or above each of `size` bins (virus, other,
+    each a sparse histogram: bins, counts, effective), and their worth in independent chunks."""
+    tails = []
+    for counted in classes:
+        counts = np.zeros(size)
+        counts[counted["bins"]] = counted["counts"]
+        tails.append(_at_or_above(counts))
+    return tails[0] / tails[0][0], tails[1] / tails[1][0], classes[0]["effective"], classes[1]["effective"]
 
 
-def composition_fit(counts: np.ndarray, replicates: np.ndarray, share: float, shares: np.ndarray, cal) -> dict:
-    """Whether the calibration's classes mixed at the sample's viral fraction of chunks (`share`)
-    fit the sample's chunk LLRs (`counts`): in FIT_BANDS bands of LLR, each the chunks above one
-    decile of that mixture, the sample's share against the mixture's, in standard errors (from the
-    bootstrap's `replicates` and `shares`, and the calibration's own counts). The statistic is the
-    largest; beyond FIT_LIMIT the fit is poor. `most` is the most the viral fraction of chunks can be
-    whatever the sample's non-viral chunks score like, as long as its viral ones score like the
-    calibration's: no band can hold fewer chunks than its viral ones."""
-    virus, other, n_virus, n_other = _class_tails(cal)
+def _band_gaps(counts, replicates, share: float, shares, tails) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """In FIT_BANDS bands, each the chunks at or above one decile of the calibration's classes mixed
+    at `share` (`tails`: _class_tails), the sample's share (of `counts`) against the mixture's, in
+    standard errors (from the bootstrap's `replicates` and `shares`, and the calibration's own
+    counts); and the sample's share and the viral class's in each band."""
+    virus, other, n_virus, n_other = tails
     mixture = share * virus + (1 - share) * other
     # mixture is non-increasing along the bins: each band starts at the last bin that keeps its decile above
     levels = np.arange(1, FIT_BANDS + 1) / (FIT_BANDS + 1)
     bands = np.unique([np.flatnonzero(mixture >= level).max(initial=0) for level in levels])
     v, o = virus[bands], other[bands]
     observed = _at_or_above(counts)[bands] / counts.sum()
-    boot_observed = _at_or_above(replicates)[:, bands] / replicates.sum(axis=1, keepdims=True)
+    boot_observed = _at_or_above(replicates)[:, bands] / np.maximum(replicates.sum(axis=1, keepdims=True), 1)
     boot_expected = shares[:, None] * v + (1 - shares[:, None]) * o
     variance = (
         np.var(boot_observed - boot_expected, axis=0)
@@ -496,10 +527,32 @@ def composition_fit(counts: np.ndarray, replicates: np.ndarray, share: float, sh
     )
     gap = np.abs(observed - (share * v + (1 - share) * o))
     z = np.divide(gap, np.sqrt(variance), out=np.where(gap > 0, np.inf, 0.0), where=variance > 0)
-    statistic = float(z.max())
+    return z, observed, v
+
+
+def composition_fit(
+    counts: np.ndarray, replicates: np.ndarray, share: float, shares: np.ndarray, cal, typical=None
+) -> dict:
+    """Whether the calibration's classes mixed at the sample's viral fraction of chunks (`share`)
+    fit the sample's chunk LLRs (`counts`) and, where both have them, its chunks' atypicality
+    (`typical`: (counts, replicates) in atypicality_bin's bins): label shift assumes that each class
+    looks in the sample as it did in the calibration, in all the classifier sees, so a sample whose
+    chunks are unlike both classes (random DNA, say) fails it though its scores may fit. Bands of
+    either (_band_gaps); the statistic is the largest gap; beyond FIT_LIMIT the fit is poor. `most`
+    is the most the viral fraction of chunks can be whatever the sample's non-viral chunks score
+    like, as long as its viral ones score like the calibration's: no band can hold fewer chunks than
+    its viral ones."""
+    classes = [cal.class_llrs[name] for name in ("virus", "other")]
+    z, observed, v = _band_gaps(counts, replicates, share, shares, _class_tails(classes, N_BINS))
+    statistics = {"scores": float(z.max())}
+    if typical is not None and typical[0].sum() and all("atypicality" in c for c in classes):
+        tails = _class_tails([c["atypicality"] for c in classes], N_ATYPICALITY_BINS)
+        statistics["atypicality"] = float(_band_gaps(*typical, share, shares, tails)[0].max())
+    statistic = max(statistics.values())
     return {
         "fit": "poor" if statistic > FIT_LIMIT else "ok",
         "statistic": round(statistic, 3),
+        "statistics": {key: round(value, 3) for key, value in statistics.items()},
         "limit": FIT_LIMIT,
         "most": float(np.min(observed[v > 0] / v[v > 0], initial=1.0)),
     }
@@ -527,13 +580,21 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
     return np.where(at_one, 1.0, np.where(at_zero, 0.0, (low + high) / 2))
 
 
-def composition_intervals(
-    chunks: np.ndarray, weighted: np.ndarray, records: np.ndarray, record_llrs: np.ndarray, cal: Calibration
-) -> dict:
+class GroupCounts(NamedTuple):
+    """What a sample's records counted, per bootstrap group (rows): their chunks' LLRs (histogram
+    bins), the same each weighing 1 / its record's chunks, the records, and their chunks'
+    atypicality (atypicality_bin's bins; None where not counted)."""
+
+    chunks: np.ndarray
+    weighted: np.ndarray
+    records: np.ndarray
+    typical: np.ndarray | None = None
+
+
+def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """The sample's viral fraction of chunks and of records, each with its interval, and the fit
-    (composition_fit), from per bootstrap group (rows): its chunks' LLRs counted (`chunks`), counted
-    each with the weight 1 / its record's chunks (`weighted`), and its records; and the records'
-    LLRs counted (`record_llrs`).
+    (composition_fit), from what its bootstrap groups `counted` and the records' LLRs counted
+    (`record_llrs`).
     The interval is a bootstrap that resamples both what the estimate rests on: the sample's records
     (its groups, with replacement) and the calibration's chunks of each class (multinomial, as many
     as they are worth independent ones). The calibration's share moves the estimate as much as the
@@ -551,17 +612,25 @@ def composition_intervals(
     non-viral class is two populations, one scoring viral-like, whose shares differ between the
     calibration and a 1% viral sample: the estimate 0.35, and what any band of LLR says alone at
     least 0.28; no lower end short of 0 holds there."""
+    chunks, weighted, records, typical = counted
     counts, total = chunks.sum(axis=0), records.sum()
     groups = records.size
     rng = np.random.default_rng(0)
     # in floats: numpy's integer matrix product has no BLAS behind it, and was most of the time here
     resampled = rng.multinomial(groups, np.full(groups, 1 / groups), BOOTSTRAP_REPLICATES).astype(np.float64)
-    replicates = resampled @ chunks.astype(np.float64)
+    # the bins from the lowest LLR counted to the highest: the products need no others (they were
+    # most of predict's weighing time where the LLRs span a few of the 8,001 bins, as most do)
+    held = np.flatnonzero(counts)
+    window = slice(held.min(initial=0), held.max(initial=0) + 1)
+    replicates = np.zeros((BOOTSTRAP_REPLICATES, N_BINS))
+    replicates[:, window] = resampled @ chunks[:, window].astype(np.float64)
     share = estimate_prior(counts)
-    fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal)
+    if typical is not None:
+        typical = (typical.sum(axis=0), resampled @ typical.astype(np.float64))
+    fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal, typical)
     shares = _replicated_chunk_shares(counts, replicates, share, cal, rng)
     record_share_of = functools.partial(record_share, weighted.sum(axis=0), total)
-    record_shares = ((resampled @ weighted) * expit(CENTRES + logit(shares)[:, None])).sum(axis=1)
+    record_shares = ((resampled @ weighted[:, window]) * expit(CENTRES[window] + logit(shares)[:, None])).sum(axis=1)
     record_shares /= np.maximum(resampled @ records, 1)
     p = expit(CENTRES + logit(record_share_of(share)))
     record_shares += rng.normal(0, np.sqrt((record_llrs * p * (1 - p)).sum()) / total, BOOTSTRAP_REPLICATES)

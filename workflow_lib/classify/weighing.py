@@ -35,24 +35,21 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
     return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
 
 
-def sample_composition(
-    chunks: np.ndarray, weighted: np.ndarray, records: np.ndarray, record_llrs: np.ndarray, cal: Calibration
-) -> dict:
+def sample_composition(counted: calibration.GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
     of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
     where too few were counted for an estimate) and `composition_fit` (None without an estimate of
-    the records'), from the histograms of ChunkWeighing's bootstrap groups (rows) and the records'
-    LLRs counted."""
-    n_chunks, n_records = int(chunks.sum()), int(records.sum())
+    the records'), from what ChunkWeighing's bootstrap groups counted and the records' LLRs counted."""
+    n_chunks, n_records = int(counted.chunks.sum()), int(counted.records.sum())
     own = {"source": "sample"}
     if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
-        found = calibration.composition_intervals(chunks, weighted, records, record_llrs, cal)
+        found = calibration.composition_intervals(counted, record_llrs, cal)
         return {
             "chunk_composition": found["chunks"] | own | {"counted": n_chunks},
             "record_composition": found["records"] | own | {"counted": n_records},
             "composition_fit": found["fit"],
         }
-    counts = chunks.sum(axis=0)
+    counts = counted.chunks.sum(axis=0)
     if n_chunks >= calibration.MIN_RECORDS_FOR_ESTIMATE:
         chunk = {"viral_fraction_estimate": calibration.estimate_prior(counts)} | own
     else:
@@ -74,11 +71,11 @@ class ChunkWeighing:
     The records are counted on the way (a record's chunks come together), so that call knows the
     records' composition and q-values before its one pass (scoring.json's `record_composition` and
     `record_llrs`); each record's chunks go to the histograms of its bootstrap group, from which the
-    compositions get their intervals."""
+    compositions get their intervals (and their atypicality to its histograms, for the fit)."""
 
     LINES = 1 << 16  # lines copied at a time
-    # chunks held (12 bytes each) before the groups' histograms (64 x 8,001 cells, twice) are added
-    # to: adding them for each block cost as much as the rest of predict's weighing
+    # chunks held (20 bytes each) before the groups' histograms (64 x 8,001 cells, twice, and 64 x
+    # 602) are added to: adding them for each block cost as much as the rest of predict's weighing
     PENDING = 1 << 20
 
     def __init__(self, cal: Calibration, scratch: Path):
@@ -90,54 +87,73 @@ class ChunkWeighing:
         self.group_records = np.zeros(groups, dtype=np.int64)
         self.chunks = np.zeros((groups, calibration.N_BINS), dtype=np.int64)
         self.record_chunks = np.zeros((groups, calibration.N_BINS))
-        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (cell, weight) of chunks not yet in them
-        self.held = (None, np.empty(0))  # the latest block's last record (ID, its chunks' LLRs): it may go on
+        # the last column: chunks without an atypicality (scores that predate it)
+        self.typical = np.zeros((groups, calibration.N_ATYPICALITY_BINS + 1), dtype=np.int64)
+        self.pending: list[tuple] = []  # (cell, weight, atypicality's cell) of chunks not yet in them
+        # the latest block's last record (ID, its chunks' LLRs and atypicality bins): it may go on
+        self.held = (None, np.empty(0), np.empty(0, dtype=np.int64))
         self.evidence = open(scratch, "wb")
 
     def count(self, chunks: pd.DataFrame) -> None:
         llr = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
         np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
+        typical = calibration.atypicality_bin(chunks["atypicality"].to_numpy())
         ids = chunks["sequence_id"].to_numpy()
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # of each record's run of chunks
-        held_id, held = self.held
+        held_id, held, held_typical = self.held
         if ids[0] == held_id:  # the held record goes on: its chunks open the block's first run
             llr, starts = np.r_[held, llr], np.r_[0, starts[1:] + held.size]
+            typical = np.r_[held_typical, typical]
         elif held_id is not None:
-            self.count_records(held, np.zeros(1, dtype=np.int64))
-        self.count_records(llr[: starts[-1]], starts[:-1])
-        self.held = (ids[-1], llr[starts[-1] :].copy())
+            self.count_records(held, np.zeros(1, dtype=np.int64), held_typical)
+        self.count_records(llr[: starts[-1]], starts[:-1], typical[: starts[-1]])
+        self.held = (ids[-1], llr[starts[-1] :].copy(), typical[starts[-1] :].copy())
 
-    def count_records(self, llr: np.ndarray, starts: np.ndarray) -> None:
-        """Count the whole records whose chunks' LLRs are `llr`, each starting at `starts`."""
+    def count_records(self, llr: np.ndarray, starts: np.ndarray, typical: np.ndarray) -> None:
+        """Count the whole records whose chunks' LLRs are `llr` (their atypicality bins `typical`),
+        each starting at `starts`."""
         if starts.size == 0:
             return
         sizes = np.diff(np.r_[starts, llr.size])
         self.records += calibration.histogram(self.cal.record_llrs(sizes, np.add.reduceat(llr, starts)))
         group = calibration.bootstrap_group(self.group_records.sum() + np.arange(sizes.size))
         self.group_records += np.bincount(group, minlength=calibration.BOOTSTRAP_GROUPS)
-        cell = np.repeat(group, sizes) * calibration.N_BINS + calibration.bin_of(llr)
-        self.pending.append((cell.astype(np.int32), np.repeat(1.0 / sizes, sizes)))
-        if sum(c.size for c, _ in self.pending) >= self.PENDING:
+        chunk_group = np.repeat(group, sizes)
+        cell = chunk_group * calibration.N_BINS + calibration.bin_of(llr)
+        typical_cell = chunk_group * self.typical.shape[1] + typical
+        self.pending.append((cell.astype(np.int32), np.repeat(1.0 / sizes, sizes), typical_cell.astype(np.int32)))
+        if sum(c.size for c, _, _ in self.pending) >= self.PENDING:
             self.flush()
 
     def flush(self) -> None:
         """Count the pending chunks into the groups' histograms."""
         if not self.pending:
             return
-        cell, weights = (np.concatenate(parts) for parts in zip(*self.pending))
+        cell, weights, typical_cell = (np.concatenate(parts) for parts in zip(*self.pending))
         self.pending = []
         self.chunks += np.bincount(cell, minlength=self.chunks.size).reshape(self.chunks.shape)
         self.record_chunks += np.bincount(cell, weights, minlength=self.chunks.size).reshape(self.chunks.shape)
+        self.typical += np.bincount(typical_cell, minlength=self.typical.size).reshape(self.typical.shape)
+
+    def finish(self) -> None:
+        """Count the held record and the pending chunks: every chunk has come."""
+        if self.held[0] is not None:
+            self.count_records(self.held[1], np.zeros(1, dtype=np.int64), self.held[2])
+            self.held = (None, np.empty(0), np.empty(0, dtype=np.int64))
+        self.flush()
+
+    def composition(self) -> dict:
+        """The sample's compositions (sample_composition), once every chunk has come."""
+        self.finish()
+        counted = calibration.GroupCounts(self.chunks, self.record_chunks, self.group_records, self.typical[:, :-1])
+        return sample_composition(counted, self.records, self.cal)
 
     def write(self, unweighed: Path, output: Path) -> dict:
         """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
         CHUNK_COLUMNS, to `output`; scoring.json's entries: the compositions (sample_composition) and
         the records' LLRs (a sparse histogram)."""
         self.evidence.close()
-        if self.held[0] is not None:
-            self.count_records(self.held[1], np.zeros(1, dtype=np.int64))
-        self.flush()
-        found = sample_composition(self.chunks, self.record_chunks, self.group_records, self.records, self.cal)
+        found = self.composition()
         shift = logit(found["chunk_composition"]["viral_fraction_estimate"])
         evidence = np.memmap(self.path, dtype=np.float32, mode="r").reshape(-1, 2) if self.path.stat().st_size else None
         with open(unweighed, "rb") as table, atomic_open(output, "wb") as out:
@@ -277,8 +293,10 @@ def fit_line(sample: str, records: dict, fit: dict | None) -> str | None:
             f"{sample}: the calibration fits its scores (fit {fit['statistic']:.1f} <= {fit['limit']:g}), {found}; "
             f"q-values at {low:.3f}, the end of the interval that passes fewer records"
         )
+    # manifests written before the atypicality was checked have no `statistics`
+    unlike = "score" if fit.get("statistics", {}).get("atypicality", 0) <= fit["limit"] else "look to the classifier"
     return (
-        f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences score unlike "
+        f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences {unlike} unlike "
         f"the calibration's classes, {found}: as little as 0 if its non-viral ones score like viral ones; "
         f"q-values at {low:.3f}, which passes only overwhelming evidence"
     )
