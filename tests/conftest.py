@@ -34,20 +34,15 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
     return workdir, config
 
 
-# The files that take longest (minutes each: a SLURM test bed, whole workflow runs; measured with
-# --durations on 2 cores), longest first.
-LONGEST = ("test_slurm.py", "test_workflow.py", "test_reliability.py", "test_embed.py", "test_gpu_check.py")
-
-
 def pytest_collection_modifyitems(items):
     """The fast lane (-m "not slow") never starts the whole workflow: a test using workflow_run
-    must be marked slow. The longest files go first, then those with the most slow tests, so that
-    the workers of `bash run.sh test` (a file each at a time, in this order) end together."""
+    must be marked slow. The files with the most slow tests go first, so that the workers of
+    `bash run.sh test` (a file each at a time, in this order) end together, not one of them alone
+    with the SLURM test bed's file at the end."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests keep their order
     unmarked = [
         item.nodeid for item in items if "workflow_run" in item.fixturenames and not item.get_closest_marker("slow")
     ]
     if unmarked:
         raise pytest.UsageError(f"tests using workflow_run must be marked slow: {', '.join(unmarked)}")
-    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
-    rank = {name: i for i, name in enumerate(LONGEST)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(LONGEST)), -slow[item.path]))  # stable
