@@ -1,7 +1,6 @@
 """Fixtures shared by the tests; the plain helpers they use are in helpers.py."""
 
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,7 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
 
 def pytest_collection_modifyitems(items):
     """The fast lane (-m "not slow") never starts the whole workflow: a test using workflow_run
-    must be marked slow. The files with the most slow tests go first, so that the workers of
-    `bash run.sh test` (a file each at a time, in this order) end together, not one of them alone
-    with the SLURM test bed's file at the end."""
-    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests keep their order
+    must be marked slow."""
     unmarked = [
         item.nodeid for item in items if "workflow_run" in item.fixturenames and not item.get_closest_marker("slow")
     ]
