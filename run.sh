@@ -46,8 +46,9 @@ case "${1:-}" in
             fi
         fi
         # a worker a core, at most 4 (each runs whole workflows); a test file's tests on one worker, so
-        # that its module fixtures are made once; -n 0 runs them in this process
-        python -m pytest -n auto --maxprocesses 4 --dist loadfile "$@"
+        # that its module fixtures are made once, the files in tests/conftest.py's order (longest
+        # first); -n 0 runs them in this process
+        python -m pytest -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder "$@"
         ;;
     *)
         echo "usage: bash run.sh demo|test [args]" >&2

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests; the plain helpers they use are in helpers.py."""
 
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,30 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
     return workdir, config
 
 
+# The files that take longest on 2 cores (minutes each: whole workflow runs, a SLURM test bed;
+# measured with --durations=0), longest first.
+LONGEST = (
+    "test_workflow.py",
+    "test_slurm.py",
+    "test_reliability.py",
+    "test_module.py",
+    "test_embed.py",
+    "test_gpu_check.py",
+    "test_weighing.py",
+    "test_paired.py",
+)
+
+
 def pytest_collection_modifyitems(items):
     """The fast lane (-m "not slow") never starts the whole workflow: a test using workflow_run
-    must be marked slow."""
+    must be marked slow. The longest files go first, then those with the most slow tests: the
+    workers of `bash run.sh test` take a file each at a time in this order (--no-loadscope-reorder),
+    so that they end together, not one of them alone with a long file at the end."""
     unmarked = [
         item.nodeid for item in items if "workflow_run" in item.fixturenames and not item.get_closest_marker("slow")
     ]
     if unmarked:
         raise pytest.UsageError(f"tests using workflow_run must be marked slow: {', '.join(unmarked)}")
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    rank = {name: i for i, name in enumerate(LONGEST)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(LONGEST)), -slow[item.path]))  # stable
