@@ -129,8 +129,10 @@ def write_yaml(path: Path, values: dict) -> Path:
 
 
 # --reweigh: the calibrate run's and the classifying runs' rules that run again, so that changed
-# weighing code applies without embedding again
-REWEIGH = {"calibrate": ("--forcerun", "calibrate"), "classify": ("--forcerun", "predict", "call")}
+# weighing code applies without embedding again (nor for a rule whose command changed since: the
+# rule commands hold the checkout's path, so a run from another one would embed everything anew)
+ONLY = ("--rerun-triggers", "mtime", "input")
+REWEIGH = {"calibrate": ("--forcerun", "calibrate", *ONLY), "classify": ("--forcerun", "predict", "call", *ONLY)}
 
 
 def run_demo(demo: Path, workdir: Path, tag: str, overlay: dict, *targets: str) -> None:

@@ -54,6 +54,7 @@ MIN_RECORDS_PER_CLASS = 10
 # resampled BOOTSTRAP_REPLICATES times.
 BOOTSTRAP_GROUPS, BOOTSTRAP_REPLICATES, INTERVAL_LEVEL = 64, 200, 0.95
 COARSE_BINS = 40  # of LLR at most, for the calibration's share of the interval (composition_intervals)
+MIXTURE_REACH = 10  # how far beyond [0, 1] the share of a mixture in those bins may go (mixture_priors)
 # The fit check compares the sample's share of chunks above FIT_BANDS LLRs (the fitted mixture's
 # deciles) with the calibration's classes mixed at the estimate; the fit is poor beyond FIT_LIMIT
 # standard errors in any.
@@ -561,23 +562,29 @@ def composition_fit(
 def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -> np.ndarray:
     """Per row: the viral share that makes the counts `observed` in coarse bins most likely as a mixture
     of the classes' shares of those bins (`virus`, `other`): where the slope
-    sum o (v - n) / (share v + (1 - share) n) is zero (it falls as the share grows), by bisection."""
+    sum o (v - n) / (share v + (1 - share) n) is zero (it falls as the share grows), by bisection.
+    The share may leave [0, 1] as far as the mixture stays a distribution (no bin below 0; within
+    MIXTURE_REACH): the replicates are read as departures from the data's own estimate, and a share
+    held at 0 cut them off there. Set B at 1% viral: the data's coarse estimate 0, most replicates'
+    too, so no replicate could fall below the finer estimate (0.18), the interval's lower end."""
+    gap = virus - other
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.max(np.where(gap > 0, -other / gap, -MIXTURE_REACH), axis=-1, initial=-MIXTURE_REACH)
+        high = np.min(np.where(gap < 0, other / -gap, 1 + MIXTURE_REACH), axis=-1, initial=1 + MIXTURE_REACH)
+    low, high = np.broadcast_to(low, observed.shape[:1]), np.broadcast_to(high, observed.shape[:1])
 
     def rising(share: np.ndarray) -> np.ndarray:
-        mixed = share[:, None] * virus + (1 - share[:, None]) * other
+        mixed = other + share[:, None] * gap
         # a bin neither class holds (0 / 0) says nothing; one that the share leaves empty, though the
-        # sample has chunks there, pulls the share away without limit (-inf at 1 where only non-viral
-        # chunks fall): skipping it put set B's replicates all at 1
+        # sample has chunks there, pulls the share away without limit (+-inf at the range's ends)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.nansum(observed * (virus - other) / mixed, axis=1) > 0
+            return np.nansum(observed * gap / mixed, axis=1) > 0
 
-    low, high = np.zeros(observed.shape[0]), np.ones(observed.shape[0])
-    at_one, at_zero = rising(high), ~rising(low)
-    for _ in range(50):
+    for _ in range(60):
         middle = (low + high) / 2
         up = rising(middle)
         low, high = np.where(up, middle, low), np.where(up, high, middle)
-    return np.where(at_one, 1.0, np.where(at_zero, 0.0, (low + high) / 2))
+    return (low + high) / 2
 
 
 class GroupCounts(NamedTuple):
@@ -601,17 +608,17 @@ def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Ca
     sample's: at 1% viral, calibrations of 130,000 synthetic chunks each put one sample at 0.5% to
     2%. Each replicate estimates the chunks' share as a mixture of the classes in COARSE_BINS bins of
     LLR (the calibration's own counts, resampled, have no LLR map of their own); its departure from
-    that estimate on the data as they are moves the estimate. The interval spans the middle
-    INTERVAL_LEVEL of the replicates and includes the estimate. The records' interval is for the
-    share of this sample's records that are viral, not for the share a sample like it has on average:
-    each replicate adds the spread of the records' labels about their probabilities (a normal draw
-    with the variance sum p (1 - p) / n^2, p from the record rule), which the bootstrap does not
-    see where the classes barely separate (every p near the share). Where the fit is poor, the
-    sample's non-viral sequences may score like viral ones: the interval then runs from 0 to the
-    most the sample's chunks allow (composition_fit's `most`). Measured on synthetic data where the
-    non-viral class is two populations, one scoring viral-like, whose shares differ between the
-    calibration and a 1% viral sample: the estimate 0.35, and what any band of LLR says alone at
-    least 0.28; no lower end short of 0 holds there."""
+    that estimate on the data as they are moves the estimate (both unbounded: mixture_priors). The
+    interval spans the middle INTERVAL_LEVEL of the replicates and includes the estimate. The
+    records' interval is for the share of this sample's records that are viral, not for the share a
+    sample like it has on average: each replicate adds the spread of the records' labels about their
+    probabilities (a normal draw with the variance sum p (1 - p) / n^2, p from the record rule),
+    which the bootstrap does not see where the classes barely separate (every p near the share).
+    Where the fit is poor, the sample's non-viral sequences may score like viral ones: the interval
+    then runs from 0 to the most the sample's chunks allow (composition_fit's `most`). Measured on
+    synthetic data where the non-viral class is two populations, one scoring viral-like, whose
+    shares differ between the calibration and a 1% viral sample: the estimate 0.35, and what any
+    band of LLR says alone at least 0.28; no lower end short of 0 holds there."""
     chunks, weighted, records, typical = counted
     counts, total = chunks.sum(axis=0), records.sum()
     groups = records.size
