@@ -45,9 +45,9 @@ case "${1:-}" in
                 echo "run.sh: tests/test_report.py needs Chromium: sudo apt-get install chromium" >&2
             fi
         fi
-        # a worker a core, at most 4 (each runs whole workflows); a test file's tests on one worker, so
-        # that its module fixtures are made once, the files in tests/conftest.py's order (longest
-        # first); -n 0 runs them in this process
+        # a worker a core, at most 4 (each runs whole workflows); a file's tests on one worker (those
+        # using one whole run all on one: tests/conftest.py), so that a fixture is made once, in
+        # conftest's order (longest first); -n 0 runs them in this process
         python -m pytest -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder "$@"
         ;;
     *)

@@ -34,30 +34,60 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
     return workdir, config
 
 
-# The files that take longest on 2 cores (minutes each: whole workflow runs, a SLURM test bed;
-# measured with --durations=0), longest first.
-LONGEST = (
+# The files whose tests use workflow_run (a whole run, minutes): `bash run.sh test` runs them on one
+# worker, so that the run is made once (pytest_xdist_make_scheduler).
+WORKFLOW_RUN_FILES = (
     "test_workflow.py",
+    "test_weighing.py",
+    "test_paired.py",
+    "test_report.py",
+    "test_compare.py",
+    "test_docs.py",
+)
+# The groups of files that take longest on 2 cores (minutes each: whole workflow runs, a SLURM test
+# bed; measured with --durations=0), longest first.
+LONGEST = (
+    "workflow_run",
     "test_slurm.py",
     "test_reliability.py",
     "test_module.py",
     "test_embed.py",
     "test_gpu_check.py",
-    "test_weighing.py",
-    "test_paired.py",
 )
+
+
+def group(path: Path) -> str:
+    """The group of the test file `path`: its name, or workflow_run for WORKFLOW_RUN_FILES."""
+    return "workflow_run" if path.name in WORKFLOW_RUN_FILES else path.name
 
 
 def pytest_collection_modifyitems(items):
     """The fast lane (-m "not slow") never starts the whole workflow: a test using workflow_run
-    must be marked slow. The longest files go first, then those with the most slow tests: the
-    workers of `bash run.sh test` take a file each at a time in this order (--no-loadscope-reorder),
-    so that they end together, not one of them alone with a long file at the end."""
-    unmarked = [
-        item.nodeid for item in items if "workflow_run" in item.fixturenames and not item.get_closest_marker("slow")
-    ]
+    must be marked slow, and be in WORKFLOW_RUN_FILES. The longest groups go first, then the files
+    with the most slow tests: the workers take a group each at a time in this order
+    (--no-loadscope-reorder), so that they end together, not one of them alone at the end."""
+    uses = [item for item in items if "workflow_run" in item.fixturenames]
+    unmarked = [item.nodeid for item in uses if not item.get_closest_marker("slow")]
     if unmarked:
         raise pytest.UsageError(f"tests using workflow_run must be marked slow: {', '.join(unmarked)}")
+    elsewhere = sorted({item.path.name for item in uses} - set(WORKFLOW_RUN_FILES))
+    if elsewhere:
+        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(elsewhere)} to WORKFLOW_RUN_FILES")
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
     rank = {name: i for i, name in enumerate(LONGEST)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(LONGEST)), -slow[item.path]))  # stable
+    items.sort(key=lambda item: (rank.get(group(item.path), len(LONGEST)), -slow[item.path]))  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with WORKFLOW_RUN_FILES one unit. (xdist 3.8's --dist loadgroup reads its
+    groups from node IDs that pytest 9 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadFileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group(Path(nodeid.split("::")[0]))
+
+    return LoadFileGroups(config, log)

@@ -23,13 +23,13 @@ KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the 
 
 
 def setup(workdir: Path) -> Path:
-    """A virus and another genome to train on, and 4,000 sampled reads: a shard of ~1,600 frames,
+    """A virus and another genome to train on, and 1,000 sampled reads: a shard of ~400 frames,
     committed after every batch, so that a kill lands mid-shard. Paths are relative to the
     working directory, so that two runs can be compared file for file."""
     workdir.mkdir()
     shutil.copy(GENOMES / "phiX174.fasta", workdir / "phix.fa")
     shutil.copy(GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta", workdir / "plasmid.fa")
-    write_reads(workdir / "reads.fa", 4000, 500, seed=5)
+    write_reads(workdir / "reads.fa", 1000, 500, seed=5)
     (workdir / "samples.tsv").write_text(
         "sample\tpath\tlabel\nphix\tphix.fa\tvirus\nplasmid\tplasmid.fa\tother\nreads\treads.fa\t\n"
     )
