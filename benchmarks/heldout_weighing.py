@@ -117,15 +117,21 @@ def split(items: list, share: float, rng: np.random.Generator) -> tuple[list, li
     return [i for i, c in zip(items, chosen) if c], [i for i, c in zip(items, ~chosen) if c]
 
 
-def write_fasta(path: Path, records: list[tuple[str, str]]) -> Path:
-    path.write_text("".join(f">{i}\n{s}\n" for i, s in records))
+def write(path: Path, text: str) -> Path:
+    """`text` to `path`, unless it holds it already: a file rewritten is newer than what was made
+    of it, and Snakemake would make it all again (the embeddings of a --reweigh run)."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
     return path.resolve()
+
+
+def write_fasta(path: Path, records: list[tuple[str, str]]) -> Path:
+    return write(path, "".join(f">{i}\n{s}\n" for i, s in records))
 
 
 def write_yaml(path: Path, values: dict) -> Path:
     """A config file to lay over the demo's (JSON is YAML)."""
-    path.write_text(json.dumps(values, indent=2, default=str) + "\n")
-    return path.resolve()
+    return write(path, json.dumps(values, indent=2, default=str) + "\n")
 
 
 # --reweigh: the calibrate run's and the classifying runs' rules that run again, so that changed
@@ -153,8 +159,7 @@ def sample_sheet(workdir: Path, mixtures: dict, unlike_records: list) -> Path:
     for name, (chosen, _) in mixtures.items():
         sheet.append(f"{workdir.name}_{name}\t{write_fasta(workdir / f'{name}.fasta', chosen)}")
     sheet.append(f"{workdir.name}_unlike\t{write_fasta(workdir / 'unlike.fasta', unlike_records)}")
-    (workdir / "samples.tsv").write_text("\n".join(sheet) + "\n")
-    return (workdir / "samples.tsv").resolve()
+    return write(workdir / "samples.tsv", "\n".join(sheet) + "\n")
 
 
 def same_genome_calibration(demo: Path, workdir: Path, virus: list, other: list, sheet: Path, forced=()) -> Path:
@@ -168,7 +173,7 @@ def same_genome_calibration(demo: Path, workdir: Path, virus: list, other: list,
             f"{workdir.name}_cal_{label}\t{write_fasta(workdir / f'calibration_{label}.fasta', records)}\t{label}"
         )
     calibration_sheet = workdir / "calibration_samples.tsv"
-    calibration_sheet.write_text("\n".join(rows) + "\n")
+    write(calibration_sheet, "\n".join(rows) + "\n")
     overlay = {"samples": sheet, "calibration": {"samples": calibration_sheet.resolve()}}
     run_demo(demo, workdir, "calibrate", overlay, "calibrate", *forced)
     kept = workdir / "same_genomes_calibration.json"
