@@ -138,6 +138,7 @@ def write_yaml(path: Path, values: dict) -> Path:
 # weighing code applies without embedding again (nor for a rule whose command changed since: the
 # rule commands hold the checkout's path, so a run from another one would embed everything anew)
 ONLY = ("--rerun-triggers", "mtime", "input")
+KEPT_CALIBRATION = "same_genomes_calibration.json"  # in --workdir
 REWEIGH = {"calibrate": ("--forcerun", "calibrate", *ONLY), "classify": ("--forcerun", "predict", "call", *ONLY)}
 
 
@@ -176,7 +177,7 @@ def same_genome_calibration(demo: Path, workdir: Path, virus: list, other: list,
     write(calibration_sheet, "\n".join(rows) + "\n")
     overlay = {"samples": sheet, "calibration": {"samples": calibration_sheet.resolve()}}
     run_demo(demo, workdir, "calibrate", overlay, "calibrate", *forced)
-    kept = workdir / "same_genomes_calibration.json"
+    kept = workdir / KEPT_CALIBRATION
     shutil.copyfile(demo / "results/calibration/calibration.json", kept)
     return kept.resolve()
 
@@ -231,9 +232,17 @@ def main() -> None:
     parser.add_argument(
         "--reweigh", action="store_true", help="run calibrate, predict and call again (the weighing code changed)"
     )
+    parser.add_argument(
+        "--kept-calibration",
+        action="store_true",
+        help="with --calibrate: the same-genome calibration kept in --workdir by an earlier run, not fitted again",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    kept = args.workdir / KEPT_CALIBRATION
+    if args.kept_calibration and not kept.exists():
+        parser.error(f"--kept-calibration: no {kept}: run once without it")
 
     rng = np.random.default_rng(args.seed)
     virus, other = pieces(args.virus, args.piece), pieces(args.other, args.piece)
@@ -250,8 +259,12 @@ def main() -> None:
     sheet = sample_sheet(args.workdir, mixtures, unlike_records)
     calibrations = {"demo": demo / "results/train/calibration.json"}
     if args.calibrate:
-        calibrations["same_genomes"] = same_genome_calibration(
-            demo, args.workdir, held_virus[0], held_other[0], sheet, REWEIGH["calibrate"] if args.reweigh else ()
+        calibrations["same_genomes"] = (
+            kept.resolve()
+            if args.kept_calibration
+            else same_genome_calibration(
+                demo, args.workdir, held_virus[0], held_other[0], sheet, REWEIGH["calibrate"] if args.reweigh else ()
+            )
         )
     figures = header("heldout_weighing") | {
         "pieces": {"virus": len(virus), "other": len(other), "length": args.piece},
