@@ -30,6 +30,7 @@ from workflow_lib.models import (
     varlen,
 )
 from workflow_lib.models.checkpoints import is_local
+from workflow_lib.workflow import job_resources
 
 CPU = torch.device("cpu")
 WIDTHS = [("dnabert", 16), ("esm", 24)]  # the input of a test classifier of 40 features, in VirNucPro's order
@@ -187,10 +188,28 @@ def test_padded_attention_masks_are_per_batch_not_per_row():
     assert varlen.padded_mask(layout, slopes, q.dtype).shape == (51, 2, 30, 30)  # T = 130: T x T would be 130 x 130
     out = varlen.padded_attention(q, k, v, layout, slopes)
     assert torch.allclose(out, varlen.per_sequence_attention(q, k, v, layout, slopes), atol=1e-6)
+    plain = varlen.padded_attention(q, k, v, layout)
+    assert torch.allclose(plain, varlen.per_sequence_attention(q, k, v, layout), atol=1e-6)
     pair = slice(30, 32)  # a 2-token sequence attends to itself only
     bias = torch.tensor([[0.0, -0.5], [-0.5, 0.0]])
     weights = torch.softmax(q[pair, 0] @ k[pair, 0].T / 2 + bias, dim=-1)
     assert torch.allclose(out[pair, 0], weights @ v[pair, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize("longest", [29, 32])
+def test_padded_masks_rows_are_aligned_for_the_memory_efficient_kernel(longest):
+    """Every stride of the padded masks but the last is a multiple of 8, which CUDA's memory-efficient
+    kernel takes as it is (another mask it pads into a copy at every layer); the values are those of
+    padded keys at -inf and ALiBi's -slope |i - j|."""
+    _, _, _, layout = random_row([longest, 7, 1])
+    slopes = torch.tensor([0.5, 0.25, 0.125])
+    for mask in (varlen.padded_mask(layout, None, torch.float16), varlen.padded_mask(layout, slopes, torch.float16)):
+        assert all(stride % varlen.MASK_ALIGN == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
+    valid = torch.arange(longest)[None, :] < torch.tensor([longest, 7, 1])[:, None]
+    keys = torch.zeros(3, longest).masked_fill(~valid, float("-inf"))[:, None, None, :]
+    assert torch.equal(varlen.padded_mask(layout, None, torch.float16).float(), keys)
+    alibi = varlen.alibi_bias(slopes, longest, torch.float16)[None] + keys.half()
+    assert torch.equal(varlen.padded_mask(layout, slopes, torch.float16), alibi)
 
 
 @pytest.mark.parametrize("slopes", [None, torch.tensor([0.5, 0.25, 2**-0.5])], ids=["plain", "alibi"])
@@ -828,6 +847,46 @@ def test_esm_fp8_feed_forward_in_the_middle_layers():
     assert 0.9998 < cosine.min() and cosine.max() < 0.99999
 
 
+def held_bytes(embedder: esm.ESMEmbedder) -> int:
+    """The bytes of every tensor an ESM-2 embedder holds: its model's and its FP8 weights'."""
+    tensors = [*embedder.model.parameters(), *embedder.model.buffers()]
+    tensors += [t for before, after in embedder.layers for w in (*before, *after) if isinstance(w, esm.FP8Weight)
+                for t in w[:2]]  # fmt: skip
+    unique = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(unique.values())
+
+
+def test_the_fp8_model_holds_less_than_the_fp16_one_and_its_gpu_claim_says_so():
+    """fp8 drops the half-precision feed-forward weights it quantised: the model holds what the
+    embed job's GPU memory estimate counts once loaded (within the biases, LayerNorms and scales
+    it leaves out), less than in fp16; while loading, the fp16 weights."""
+    torch.manual_seed(0)
+    model = fair_esm.ESM2(6, 64, 4, "ESM-1b", True).eval()
+    held = {}
+    for precision, fp8 in (("fp16", False), ("fp8", True)):
+        embedder = esm.ESMEmbedder(copy.deepcopy(model), model.alphabet, 6, CPU, torch.float16, fp8=fp8)
+        held[precision] = held_bytes(embedder)
+        loading, loaded = job_resources.weight_bytes("esm2", 6, 64, precision)
+        assert loaded <= held[precision] <= 1.1 * loaded, precision
+        assert loading == job_resources.weight_bytes("esm2", 6, 64, "fp16")[1]
+    # the 4 middle layers' feed-forward weights (8 d^2 each) at 1 byte, not 2, less their float32 scales
+    assert held["fp16"] - held["fp8"] >= 0.95 * 4 * 8 * 64**2
+
+
+def test_fp8_fast_accumulation_is_asked_of_the_gemm_only_when_chosen(monkeypatch):
+    """fast_accum (unmeasured: the GPU check times it) reaches torch._scaled_mm's use_fast_accum."""
+    asked = []
+    scaled_mm = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: asked.append(k["use_fast_accum"]) or scaled_mm(*a, **k))
+    torch.manual_seed(0)
+    model = fair_esm.ESM2(3, 64, 4, "ESM-1b", True).eval()
+    for fast_accum in (False, True):
+        embedder = esm.ESMEmbedder(copy.deepcopy(model), model.alphabet, 3, CPU, fp8=True, fast_accum=fast_accum)
+        packed_run(embedder, embedder.tokens([p.encode() for p in PROTEINS[:3]]), 1100)
+        assert asked and set(asked) == {fast_accum}
+        asked.clear()
+
+
 def test_fp8_is_refused_where_its_gemm_fails_or_is_wrong(demo_models, monkeypatch):
     """The ESM-2 job asked for fp8 tries one FP8 GEMM before loading its model: where it fails (a
     GPU without FP8 tensor cores, a torch without the kernel) or is wrong, the job stops with one line."""
@@ -842,6 +901,17 @@ def test_fp8_is_refused_where_its_gemm_fails_or_is_wrong(demo_models, monkeypatc
     assert str(refused.value) == (
         "embedding.precision fp8: cpu cannot run FP8 GEMMs (torch._scaled_mm is only supported on CUDA devices "
         "with compute capability >= 9.0); set it to fp16"
+    )
+
+    def unsupported(*args, **kwargs):  # newer torch builds refuse a scaling they lack with ValueError
+        raise ValueError("Invalid scaling configuration. For RowWise scaling, out_dtype must be bfloat16")
+
+    monkeypatch.setattr(torch, "_scaled_mm", unsupported)
+    with pytest.raises(InputError) as refused:
+        esm.check_fp8(CPU, torch.float16)
+    assert str(refused.value) == (
+        "embedding.precision fp8: cpu cannot run FP8 GEMMs (Invalid scaling configuration. For RowWise scaling, "
+        "out_dtype must be bfloat16); set it to fp16"
     )
     monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, *args, **kwargs: torch.zeros(a.shape[0], b.shape[1]))
     with pytest.raises(InputError, match=r"cannot run FP8 GEMMs \(wrong results\)"):

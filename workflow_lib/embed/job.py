@@ -108,7 +108,7 @@ def select_precision(precision: str, device: torch.device, architecture: str) ->
         raise InputError(
             f"{torch.cuda.get_device_name(device)} does not compute in bf16; set embedding.precision to fp16"
         )
-    return "fp16" if precision == "fp8" and not ARCHITECTURES[architecture].fp8 else precision
+    return "fp16" if precision == "fp8" and not ARCHITECTURES[architecture].fp8_weights_per_layer else precision
 
 
 def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:

@@ -33,7 +33,9 @@ class Architecture:
     alphabet: str  # the shard FASTA it reads: "faa" (proteins) or "fna" (nucleotides)
     stored_tokens: bool  # its tokens are made once per shard by a CPU tokenize job
     chooses_layer: bool  # it embeds with the layer models.<name>.layer names (else its last hidden state)
-    fp8: bool  # it computes its feed-forward GEMMs in FP8 with embedding.precision fp8 (else fp16)
+    # with embedding.precision fp8, the weights a layer (times width squared) held in FP8 in every
+    # layer but the first and the last (ESM-2: its feed-forward's); 0: no FP8 path, fp16 instead
+    fp8_weights_per_layer: int
     # its embed job's GPU memory (workflow/job_resources.py): weights, this times layers times
     # width squared; activations, this times the token budget times the width
     weights_per_layer: int
@@ -52,9 +54,9 @@ ARCHITECTURES = {
     # Activations: the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and
     # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
     # by 13.4 and 22.1 values of the width a token, rounded up here. The values in the order of the fields.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, True, 12, 15, 16384, 10**5, 200),
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, 8, 12, 15, 16384, 10**5, 200),
     "dnabert_s": Architecture(
-        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, False, 16, 24, 32768, 10**6, 5000
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, 0, 16, 24, 32768, 10**6, 5000
     ),
 }
 # The two entries every config has had, and their architectures; any other entry names its own.

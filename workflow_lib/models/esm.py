@@ -48,15 +48,18 @@ def _rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 class FP8Weight(NamedTuple):
-    """A linear's weight [out, in] in float8 e4m3 and its float32 scales, one per output channel [1, out]."""
+    """A linear's weight [out, in] in float8 e4m3 and its float32 scales, one per output channel [1, out].
+    `fast_accum` (unmeasured, off unless asked): the GEMM accumulates in the tensor cores' own
+    precision, not float32 (Hopper's fast FP8 path)."""
 
     weight: torch.Tensor
     scale: torch.Tensor
+    fast_accum: bool = False
 
     @classmethod
-    def of(cls, weight: torch.Tensor) -> "FP8Weight":
+    def of(cls, weight: torch.Tensor, fast_accum: bool = False) -> "FP8Weight":
         quantised, scale = quantise(weight)
-        return cls(quantised, scale.reshape(1, -1))
+        return cls(quantised, scale.reshape(1, -1), fast_accum)
 
 
 def quantise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +73,7 @@ def linear(x: torch.Tensor, w, b: torch.Tensor) -> torch.Tensor:
     """F.linear, or for an FP8Weight an FP8 GEMM with x quantised per token, in x's dtype."""
     if isinstance(w, FP8Weight):
         x8, scale = quantise(x)
-        return torch._scaled_mm(x8, w.weight.t(), scale, w.scale, out_dtype=x.dtype) + b
+        return torch._scaled_mm(x8, w.weight.t(), scale, w.scale, out_dtype=x.dtype, use_fast_accum=w.fast_accum) + b
     return F.linear(x, w, b)
 
 
@@ -82,7 +85,7 @@ def check_fp8(device: torch.device, dtype: torch.dtype) -> None:
     try:
         got = linear(x.to(dtype), FP8Weight.of(w.to(dtype)), torch.zeros(48, device=device, dtype=dtype)).float()
         error = None if F.cosine_similarity(got.flatten(), (x @ w.t()).flatten(), dim=0) > 0.99 else "wrong results"
-    except RuntimeError as failure:
+    except (RuntimeError, ValueError) as failure:  # newer builds refuse unsupported scalings with ValueError
         error = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
     if error:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
@@ -132,12 +135,15 @@ def layer_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float, fc1_w, f
     return (x, y) if defer else (x + y, None)
 
 
-def layer_weights(block: torch.nn.Module, fp8: bool = False) -> tuple[tuple, tuple]:
+def layer_weights(block: torch.nn.Module, fp8: bool = False, fast_accum: bool = False) -> tuple[tuple, tuple]:
     """The arguments of attention_input and layer_output for one fair-esm layer: plain tensors, so
-    that one compiled graph serves every layer; `fp8`: the feed-forward's weights as FP8Weight."""
+    that one compiled graph serves every layer; `fp8`: the feed-forward's weights as FP8Weight, their
+    half-precision originals dropped from the module (else the FP8 model would hold more, not less)."""
     attn, pre, post = block.self_attn, block.self_attn_layer_norm, block.final_layer_norm
     projections = [t for p in (attn.q_proj, attn.k_proj, attn.v_proj) for t in (p.weight, p.bias)]
-    fc1, fc2 = (FP8Weight.of(fc.weight) if fp8 else fc.weight for fc in (block.fc1, block.fc2))
+    fc1, fc2 = (FP8Weight.of(fc.weight, fast_accum) if fp8 else fc.weight for fc in (block.fc1, block.fc2))
+    if fp8:
+        block.fc1.weight = block.fc2.weight = None
     return (pre.weight, pre.bias, pre.eps, *projections), (
         *(attn.out_proj.weight, attn.out_proj.bias, post.weight, post.bias, post.eps),
         *(fc1, block.fc1.bias, fc2, block.fc2.bias),
@@ -157,7 +163,8 @@ class ESMEmbedder:
     model's dtype unless given (see docs/gpu-check.md: FP16 equivalence). `compiled`: the layer's
     work around the attention kernel (LayerNorms, rotary, GELU, adds) fused by torch.compile.
     `levers`: names from LEVERS (rotary_in_place needs rotary in the model's dtype). `fp8`: the
-    feed-forward GEMMs of every layer but the first and the last in FP8, weights quantised here.
+    feed-forward GEMMs of every layer but the first and the last in FP8, weights quantised here;
+    `fast_accum`: FP8Weight's.
     """
 
     pooling = "mean over the first 1024 residues (BOS and EOS excluded)"
@@ -175,6 +182,7 @@ class ESMEmbedder:
         compiled: bool = False,
         levers: frozenset[str] = DEFAULT_LEVERS,
         fp8: bool = False,
+        fast_accum: bool = False,
     ):
         check_layer(None, name, layer, model.num_layers)
         if unknown := set(levers) - LEVERS:
@@ -183,7 +191,11 @@ class ESMEmbedder:
         # the published files store them in float16, and fair-esm uses them so even in fp32.
         self.inv_freq = model.layers[0].self_attn.rot_emb.inv_freq.to(device=device, dtype=torch.float32)
         self.model = model.to(device=device, dtype=dtype)
-        self.layers = [layer_weights(block, fp8 and 0 < i < layer - 1) for i, block in enumerate(model.layers[:layer])]
+        self.layers = [
+            layer_weights(block, fp8 and 0 < i < layer - 1, fast_accum) for i, block in enumerate(model.layers[:layer])
+        ]
+        if fp8 and device.type == "cuda":
+            torch.cuda.empty_cache()  # the dropped half-precision weights: not held for a GPU's other jobs
         self.layer, self.device, self.dim = layer, device, model.embed_dim
         self.tokens = ESMTokens.of(alphabet)
         self.heads = model.attention_heads

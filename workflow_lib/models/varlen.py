@@ -13,8 +13,8 @@ Kernels, by device and precision:
   materialised), compiled at the job's first batch.
 - Otherwise (CUDA in fp32, or no fused kernel passes): the sequences are gathered into a padded
   [B, H, L, dh] block for scaled_dot_product_attention and scattered back, L the longest
-  sequence of the batch. Its mask is B x 1 x 1 x L without ALiBi and B x H x L x L with it;
-  never T x T for the whole row.
+  sequence of the batch. Its additive mask is B x 1 x 1 x L without ALiBi and B x H x L x L
+  with it; never T x T for the whole row.
 """
 
 import functools
@@ -108,10 +108,10 @@ class Layout:
         return self._block_mask
 
 
-def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-    """-slope_h * |i - j| for one sequence length: [H, L, L]."""
-    positions = torch.arange(length, device=slopes.device)
-    distance = (positions[None, :] - positions[:, None]).abs()
+def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int | None = None) -> torch.Tensor:
+    """-slope_h * |i - j| for one sequence length: [H, L, keys] (keys >= L; L unless given)."""
+    positions = torch.arange(keys or length, device=slopes.device)
+    distance = (positions[None, :] - positions[:length, None]).abs()
     return (-slopes[:, None, None] * distance).to(dtype)
 
 
@@ -137,14 +137,25 @@ def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = Non
     return out
 
 
+MASK_ALIGN = 8  # elements: a mask row stride the memory-efficient kernel takes as it is (else it pads a copy per call)
+
+
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """The padded path's attention mask: padded keys masked out, ALiBi added when slopes are given.
-    Made once per batch (a layout serves one model's forward)."""
+    """The padded path's additive attention mask: padded keys at -inf, ALiBi added when slopes are
+    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch (a layout serves one model's
+    forward), as a view of a mask whose rows are MASK_ALIGN apart: the memory-efficient kernel
+    copies a mask with other strides into an aligned one at every call (a bool mask too, which
+    it first makes additive)."""
     key = (slopes is not None, dtype)
     if key not in layout._masks:
-        keys = layout.valid[:, None, None, :]  # [B, 1, 1, L]
-        bias = None if slopes is None else alibi_bias(slopes, layout.max_len, dtype)
-        layout._masks[key] = keys if bias is None else bias[None].masked_fill(~keys, float("-inf"))  # [B, H, L, L]
+        length = layout.max_len
+        width = -(-length // MASK_ALIGN) * MASK_ALIGN
+        padding = torch.arange(width, device=layout.valid.device)[None, :] >= layout.lengths[:, None]  # [B, width]
+        if slopes is None:
+            mask = torch.zeros(padding.shape, dtype=dtype, device=padding.device)[:, None, None, :]
+        else:
+            mask = alibi_bias(slopes, length, dtype, keys=width)[None]
+        layout._masks[key] = mask.masked_fill(padding[:, None, None, :], float("-inf"))[..., :length]
     return layout._masks[key]
 
 

@@ -77,16 +77,28 @@ def embed_gpus(frames: int) -> int:
 GPU_CONTEXT_MB = 1500
 
 
+def weight_bytes(architecture: str, layers: int, dim: int, precision: str) -> tuple[int, int]:
+    """The bytes of a model's weights on the device (by its architecture's constants): (while it
+    loads, once loaded). They differ in fp8: the model loads in fp16, then the weights of its
+    FP8 GEMMs take 1 byte each, not 2, in every layer but the first and the last."""
+    declared = ARCHITECTURES[architecture]
+    loaded = declared.weights_per_layer * layers * dim**2 * (4 if precision == "fp32" else 2)
+    if precision != "fp8":
+        return loaded, loaded
+    return loaded, loaded - declared.fp8_weights_per_layer * max(layers - 2, 0) * dim**2
+
+
 def embed_gpu_mem_mb(model: str, model_check: str, config: dict) -> int:
     """The GPU memory (MB, MiB as nvidia-smi counts) of an embed job of `model` (its name in
     models.embedders), from its layers and width in the model check (`model_check`, a JSON file)
-    and its token budget and precision."""
+    and its token budget and precision: the larger of its weights while loading and its weights
+    once loaded with a batch's activations."""
     shape, entry = read_json(model_check)[model], config["models"][model]
-    architecture = ARCHITECTURES[entry["architecture"]]
-    values = architecture.weights_per_layer * shape["layers"] * shape["dim"] ** 2
-    values += architecture.activations_per_token * entry["token_budget"] * shape["dim"]
-    size = 4 if config["embedding"]["precision"] == "fp32" else 2
-    return int(GPU_CONTEXT_MB + values * size / 2**20 + 0.999)
+    precision = config["embedding"]["precision"]
+    loading, loaded = weight_bytes(entry["architecture"], shape["layers"], shape["dim"], precision)
+    activations = ARCHITECTURES[entry["architecture"]].activations_per_token * entry["token_budget"] * shape["dim"]
+    activations *= 4 if precision == "fp32" else 2
+    return int(GPU_CONTEXT_MB + max(loading, loaded + activations) / 2**20 + 0.999)
 
 
 def embed_minutes(tokens: int, frames: int, model: str, config: dict) -> int:
