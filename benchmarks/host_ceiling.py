@@ -125,7 +125,7 @@ def job(
     }
     original = embed.build_embedder
     if tokens is not None:
-        embed.build_embedder = lambda settings, device, precision: FreeEmbedder(tokens, WIDTH[model])
+        embed.build_embedder = lambda settings, device, precision, digests=None: FreeEmbedder(tokens, WIDTH[model])
     try:
         with Timers().patched(main) as timers:
             stats = embed_into(shard, output, settings, stored)

@@ -95,7 +95,7 @@ def main() -> None:
     page_cache(files, warm=True)
     first = f"{half} first load, copy written"
     result[first] = load(args.root, checkpoint, half, args.device, cache)
-    copy = esm_loading.copy_path(checkpoint, str(cache), getattr(torch, half))
+    copy = esm_loading.copy_path(esm_loading.content_of(checkpoint, None), str(cache), getattr(torch, half))
     result["copy_gb"] = round(copy.stat().st_size / 1e9, 2) if copy.exists() else None
     print_progress({key: result[key] for key in (first, "copy_gb")})
     for name, dtype, cache_dir, read in (

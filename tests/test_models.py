@@ -4,6 +4,7 @@ vectors computed by the public DNABERT-S model code, the classifier against VirN
 import copy
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from helpers import DATA, ENV, tmpfs
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.io import locks
+from workflow_lib.io import checksums, locks
 from workflow_lib.models import (
     checkpoints,
     classifier,
@@ -466,8 +467,8 @@ def test_half_precision_loads_write_a_safetensors_copy_that_embeds_bit_identical
 
 
 def test_a_changed_checkpoint_is_never_served_its_old_copy(tmp_path, log):
-    """A copy records the size and modification time of the files it was made from: a checkpoint
-    written again is loaded from itself and copied again, its regression file gone too."""
+    """A copy is named after the content of the files it was made from: a checkpoint written again
+    is loaded from itself and copied again (the old copy removed), its regression file gone too."""
     checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
     old = esm_embeddings(checkpoint, cache, torch.bfloat16)
     half_checkpoint(checkpoint, seed=1)
@@ -477,6 +478,30 @@ def test_a_changed_checkpoint_is_never_served_its_old_copy(tmp_path, log):
     log.clear()
     assert torch.equal(esm_embeddings(checkpoint, cache, torch.bfloat16), new)  # the contact head is not used
     assert "weights copied to" in log.text and copies(cache) == ["bfloat16.safetensors"]
+
+
+def test_the_copy_is_found_again_by_the_checkpoints_content_at_another_path(tmp_path, log):
+    """The copy is named after the checkpoint's content: the same files moved, or copied to a
+    node-local path (a new inode and ctime), load from it; the job's digests are used, not recomputed."""
+    checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
+    expected = esm_embeddings(checkpoint, cache, torch.bfloat16)
+    moved = tmp_path / "node_local" / "renamed.pt"
+    moved.parent.mkdir()
+    checkpoint.rename(moved)
+    esm_loading.regression_path(checkpoint).rename(esm_loading.regression_path(moved))
+    copied = tmp_path / "elsewhere.pt"
+    shutil.copyfile(moved, copied)  # no regression file beside it: other content, another copy
+    for path, same in ((moved, True), (copied, False)):
+        log.clear()
+        assert torch.equal(esm_embeddings(path, cache, torch.bfloat16), expected)
+        assert ("ESM-2 loaded from" in log.text) == same and ("weights copied to" in log.text) != same, path
+    assert copies(cache) == ["bfloat16.safetensors"] * 2
+    files = esm_loading.checkpoint_files(str(moved))
+    digests = checksums.digests(checksums.describe(files))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checksums, "sha256", lambda path: pytest.fail(f"{path} hashed again"))
+        model, _ = esm_loading.load(str(moved), str(cache), CPU, torch.bfloat16, digests)
+    assert "ESM-2 loaded from" in log.text
 
 
 def test_a_damaged_copy_is_made_again(tmp_path, log):
@@ -506,7 +531,7 @@ def test_a_load_never_waits_for_another_job_writing_the_copy(tmp_path, log):
     """Jobs starting together: the one that takes the copy's lock writes it; the others load the
     .pt at once rather than wait."""
     checkpoint, cache = half_checkpoint(tmp_path / "esm2_t2_half.pt"), tmp_path / "cache"
-    copy_file = esm_loading.copy_path(checkpoint, str(cache), torch.bfloat16)
+    copy_file = esm_loading.copy_path(esm_loading.content_of(checkpoint, None), str(cache), torch.bfloat16)
     with locks.exclusive(copy_file.with_name(f".{copy_file.name}.lock")):  # another job writing it
         expected = esm_embeddings(checkpoint, cache, torch.bfloat16)
     assert not copy_file.exists() and "WARNING" not in log.text

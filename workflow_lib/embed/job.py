@@ -128,10 +128,12 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
     )
 
 
-def build_embedder(settings: EmbedSettings, device: torch.device, precision: str):
+def build_embedder(
+    settings: EmbedSettings, device: torch.device, precision: str, digests: dict[str, str] | None = None
+):
     model = loading_module(settings.architecture)
     dtype, fp8 = PRECISIONS[precision], precision == "fp8"
-    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8=fp8)
+    return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8, digests)
 
 
 def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
@@ -227,10 +229,10 @@ def embed_shard(
         device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb)) if len(index) else torch.device("cpu")
         precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
-        embedder = build_embedder(settings, device, precision)
+        digests = checkpoint_digests(settings)
+        embedder = build_embedder(settings, device, precision, digests)
         workers, asked = loader_workers(settings, index)
         log_start(settings, device, precision, input_path, index, workers, asked)
-        digests = checkpoint_digests(settings)
         stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
         load_seconds = time.monotonic() - loading
 

@@ -97,9 +97,16 @@ def stored_tokenizer(checkpoint: str, cache_dir: str | None = None) -> tuple[Pat
 
 
 def embedder(
-    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
+    checkpoint: str,
+    cache_dir: str | None,
+    layer: int | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    fp8=False,
+    digests: dict[str, str] | None = None,
 ) -> "DNABERTEmbedder":
-    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only."""
+    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only.
+    `digests` (the files' SHA-256, which name ESM-2's copy) is unused: DNABERT-S loads in seconds, uncopied."""
     if layer is not None:
         raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
     if fp8:

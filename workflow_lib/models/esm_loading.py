@@ -116,6 +116,7 @@ def load(
     cache_dir: str | None = None,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    digests: dict[str, str] | None = None,
 ) -> tuple[esm.ESM2, esm.Alphabet]:
     """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt
     path, its weights in `dtype` on `device`.
@@ -129,11 +130,14 @@ def load(
     used for embeddings, so it is optional (without it, its parameters stay unset).
 
     In half precision with a cache_dir, the first job also writes the converted weights to a
-    safetensors copy (copy_path), which later jobs map straight to the device instead.
+    safetensors copy (copy_path), which later jobs map straight to the device instead. The copy is
+    named after the files' content: `digests` ({file name: SHA-256}, checksums.digests of
+    checkpoint_files), hashed here when not given.
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
-    copy = copy_path(path, cache_dir, dtype)
-    sources = _sources(path)  # taken before reading: a file changed during the load never matches its copy
+    # taken before reading: a file changed during the load never matches its copy
+    sources = content_of(path, digests) if dtype in HALF and cache_dir else None
+    copy = copy_path(sources, cache_dir, dtype)
     if copy and (loaded := _from_copy(copy, sources, device)):
         log.info("ESM-2 loaded from %s, the %s copy of %s", copy, dtype, path)
         return loaded
@@ -152,7 +156,8 @@ def load(
     model.load_state_dict(state, strict=False, assign=True)
     if copy:
         config = {key: getattr(data["cfg"]["model"], key) for key in CONFIG_KEYS}
-        _write_copy(copy, state, {"format": COPY_FORMAT, "sources": sources, "cfg": json.dumps(config)})
+        metadata = {"format": COPY_FORMAT, "sources": sources, "cfg": json.dumps(config)}
+        _write_copy(copy, state, metadata | {"checkpoint": str(path.absolute())})
     return model.eval(), alphabet
 
 
@@ -161,22 +166,24 @@ def _built(cfg: argparse.Namespace, state: dict) -> tuple[esm.ESM2, esm.Alphabet
         return esm.pretrained._load_model_and_alphabet_core_v2({"cfg": {"model": cfg}, "model": state})
 
 
-def copy_path(path: Path, cache_dir: str | None, dtype: torch.dtype) -> Path | None:
-    """Where the half-precision safetensors copy of checkpoint `path` is kept: in cache_dir, which
-    the workflow writes and all its jobs share (a local .pt may sit in a read-only folder), named
-    after the checkpoint's absolute path. None in float32 (a copy would save no conversion and take
-    11.4 GB for ESM-2 3B) or without a cache_dir."""
+def copy_path(sources: str | None, cache_dir: str | None, dtype: torch.dtype) -> Path | None:
+    """Where the half-precision safetensors copy of the checkpoint files `sources` (content_of) is
+    kept: in cache_dir, which the workflow writes and all its jobs share (a local .pt may sit in a
+    read-only folder), named after the files' content, so that the same checkpoint at another
+    path (a node-local copy on each node) finds the same copy. None in float32 (a copy would save no
+    conversion and take 11.4 GB for ESM-2 3B) or without a cache_dir."""
     if dtype not in HALF or not cache_dir:
         return None
-    where = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:12]
-    return Path(cache_dir) / "esm-copies" / f"{path.stem}-{where}.{str(dtype).removeprefix('torch.')}.safetensors"
+    content = hashlib.sha256(sources.encode()).hexdigest()[:16]
+    return Path(cache_dir) / "esm-copies" / f"esm2-{content}.{str(dtype).removeprefix('torch.')}.safetensors"
 
 
-def _sources(path: Path) -> str:
-    """The checkpoint's files as its copy records them (checksums.identity, as the model check
-    reuses digests): a file that changed (or a regression file that came or went) no longer matches."""
-    files = {p.name: checksums.identity(p) for p in (path, regression_path(path)) if p.is_file()}
-    return json.dumps(files, sort_keys=True)
+def content_of(path: Path, digests: dict[str, str] | None) -> str:
+    """The content of the checkpoint's files as its copy records it: their SHA-256, by role (a file
+    that changed, or a regression file that came or went, no longer matches; a file renamed does)."""
+    files = [p for p in (path, regression_path(path)) if p.is_file()]
+    digests = digests or checksums.digests(checksums.describe(files))
+    return json.dumps({role: digests[p.name] for role, p in zip(("checkpoint", "regression"), files)})
 
 
 def _metadata(copy: Path) -> dict:
@@ -209,25 +216,35 @@ def _from_copy(copy: Path, sources: str, device: torch.device) -> tuple[esm.ESM2
 
 def _write_copy(copy: Path, state: dict, metadata: dict[str, str]) -> None:
     """Write the loaded weights to `copy`, atomically, unless another job is writing it now (this
-    one does not wait) or has just done so. A read-only or full disk costs a line, not the job."""
+    one does not wait) or has just done so; then remove the copies of what was at the same path
+    before (a checkpoint written again). A read-only or full disk costs a line, not the job."""
     try:
         with locks.exclusive(copy.with_name(f".{copy.name}.lock"), wait=False) as held:
             if held and _metadata(copy) != metadata:  # another job may have just written it
                 with atomic_path(copy) as tmp:
                     write_safetensors(tmp, state, metadata)
                 log.info("ESM-2: weights copied to %s, which later jobs load instead", copy)
+                for old in copy.parent.glob(f"*{''.join(copy.suffixes)}"):
+                    if old != copy and _metadata(old).get("checkpoint") == metadata["checkpoint"]:
+                        old.unlink(missing_ok=True)
     except (OSError, InputError) as error:
         log.warning("ESM-2: no copy of the weights written to %s (%s); jobs load the checkpoint as before", copy, error)
 
 
 def embedder(
-    checkpoint: str, cache_dir: str | None, layer: int | None, device: torch.device, dtype: torch.dtype, fp8=False
+    checkpoint: str,
+    cache_dir: str | None,
+    layer: int | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    fp8=False,
+    digests: dict[str, str] | None = None,
 ) -> "ESMEmbedder":
     """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA; `fp8`:
-    its feed-forward GEMMs in FP8, checked on the device before the model loads."""
+    its feed-forward GEMMs in FP8, checked on the device before the model loads; `digests`: load's."""
     if fp8:
         check_fp8(device, dtype)
-    model, alphabet = load(checkpoint, cache_dir, device, dtype)
+    model, alphabet = load(checkpoint, cache_dir, device, dtype, digests)
     layer = model.num_layers if layer is None else layer
     compiled = device.type == "cuda"
     return ESMEmbedder(model, alphabet, layer, device, dtype, name=checkpoint, compiled=compiled, fp8=fp8)
