@@ -32,7 +32,8 @@ def main() -> None:
     use_threads(args.threads)
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
     share = None if args.gpus else args.gpu_mem_mb
-    embed_shard(args.input, args.embeddings, args.figures, settings, args.tokens, args.planned_frames, share)
+    # the claim ends with this process, which frees its GPU memory only then
+    embed_shard(args.input, args.embeddings, args.figures, settings, args.tokens, args.planned_frames, share, True)
 
 
 if __name__ == "__main__":

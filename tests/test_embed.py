@@ -531,17 +531,19 @@ CLAIM = (
     "import logging, sys; from pathlib import Path; from workflow_lib.io import locks; "
     "logging.basicConfig(level=logging.INFO, format='%(message)s'); "
     "gpus = [locks.Gpu(uuid, 1000) for uuid in {uuids!r}]; "
-    "claim = locks.claim_gpu(gpus, {mb!r}, Path({dir!r}), 0.05); "
-    "print(claim.__enter__(), flush=True); sys.stdin.read()"
+    "claim = locks.claim_gpu(gpus, {mb!r}, Path({dir!r}), 0.05, until_exit={until_exit!r}); "
+    "index = claim.__enter__(); {leave}print(index, flush=True); sys.stdin.read()"
 )
 
 
 class Claimer:
     """A job in its own process that claims `mb` MB (None: all) of one of the 1,000 MB GPUs
-    `uuids`, prints the GPU's index and holds its claim until its stdin closes or it is killed."""
+    `uuids`, prints the GPU's index and holds its claim until its stdin closes or it is killed;
+    `until_exit`: it leaves the claim's context before printing (the claim held all the same)."""
 
-    def __init__(self, tmp_path: Path, uuids: list[str], mb: int | None):
-        code = CLAIM.format(uuids=uuids, mb=mb, dir=str(tmp_path))
+    def __init__(self, tmp_path: Path, uuids: list[str], mb: int | None, until_exit: bool = False):
+        leave = "claim.__exit__(None, None, None); " if until_exit else ""
+        code = CLAIM.format(uuids=uuids, mb=mb, dir=str(tmp_path), until_exit=until_exit, leave=leave)
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen([sys.executable, "-c", code], text=True, env=env, **pipes)
@@ -567,8 +569,8 @@ class Claimer:
 def claimers(tmp_path):
     started = []
 
-    def start(uuids, mb=None):
-        started.append(Claimer(tmp_path, uuids, mb))
+    def start(uuids, mb=None, until_exit=False):
+        started.append(Claimer(tmp_path, uuids, mb, until_exit))
         return started[-1]
 
     yield start
@@ -618,6 +620,18 @@ def test_a_whole_gpu_claim_shares_with_no_one(claimers):
     larger.waits("5000 MB")
     later.end()
     assert larger.index() == 0
+
+
+def test_a_jobs_share_is_held_until_its_process_and_its_gpu_memory_are_gone(claimers):
+    """The embed job's claim outlives embed_shard: a process holds its CUDA context and the
+    allocator's cache until it ends, so the next job's share starts only then."""
+    gpu = ["GPU-one"]
+    job = claimers(gpu, 800, until_exit=True)
+    assert job.index() == 0  # the claim's context is left
+    following = claimers(gpu, 800)
+    following.waits("800 MB")
+    job.end()
+    assert following.index() == 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="stand-ins are for a machine without GPUs")

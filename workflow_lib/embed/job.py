@@ -55,10 +55,11 @@ def set_allocator_conf(value: str) -> None:
 
 
 @contextlib.contextmanager
-def claimed_device(name: str, gpu_mem_mb: int | None = None) -> Iterator[torch.device]:
+def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = False) -> Iterator[torch.device]:
     """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of the
     memory of one that concurrent jobs leave free (None: a whole GPU; locks.claim_gpu), since a
-    local run on a node gives its jobs no GPU of their own (SLURM gives each job its own)."""
+    local run on a node gives its jobs no GPU of their own (SLURM gives each job its own);
+    `until_exit`: the claim ends with the process, which holds GPU memory until then."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
@@ -68,7 +69,7 @@ def claimed_device(name: str, gpu_mem_mb: int | None = None) -> Iterator[torch.d
     if not gpus:
         yield torch.device("cpu")
         return
-    with locks.claim_gpu(gpus, gpu_mem_mb) as index:
+    with locks.claim_gpu(gpus, gpu_mem_mb, until_exit=until_exit) as index:
         log.info(
             "claimed %s of GPU %d (%s, %d MB)",
             f"{gpu_mem_mb} MB" if gpu_mem_mb else "all",
@@ -212,13 +213,16 @@ def embed_shard(
     tokens_path: str | Path | None = None,
     planned_frames: int | None = None,
     gpu_mem_mb: int | None = None,
+    claim_until_exit: bool = False,
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
     count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
     `tokens_path`: the shard's tokens made by the tokenize job (stored_tokens; for a model that
     stores them, DNABERT-S), read instead of tokenising. `planned_frames`: the frames the plan
     gives the shard (ShardIndex.read).
-    `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device).
+    `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device);
+    `claim_until_exit`: the claim is held until the process ends (the job's script: a process
+    frees its GPU memory only then), else until this returns.
     A SIGTERM before every frame is committed ends the job through its normal exits (its status
     says so); after, the job finishes (stopping.sigterm_exits)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
@@ -226,7 +230,10 @@ def embed_shard(
             set_allocator_conf("expandable_segments:True")
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
-        device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb)) if len(index) else torch.device("cpu")
+        if len(index):
+            device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb, claim_until_exit))
+        else:
+            device = torch.device("cpu")
         precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
         digests = checkpoint_digests(settings)

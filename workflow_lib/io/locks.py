@@ -1,7 +1,8 @@
 """Advisory file locks between jobs on one node: GPU claims (shares of a GPU's memory) and model
 downloads.
 
-The locks are flock locks (filelock), which belong to an open file: the kernel drops them when the
+The locks are flock locks (filelock; a GPU claim's taken with fcntl itself, so that one can be
+held until the process ends), which belong to an open file: the kernel drops them when the
 process exits, however it exits, so a killed job never leaves a GPU or a model cache locked. Never
 filelock's soft fallback (a lock file that a killed job would leave behind), and the lock files
 stay (one removed while another job waits on it would let two jobs hold "the" lock); only a GPU
@@ -10,6 +11,7 @@ claim that no job holds is removed, which no job ever waits on.
 
 import contextlib
 import dataclasses
+import fcntl
 import glob
 import logging
 import os
@@ -35,20 +37,27 @@ class Gpu:
     memory_mb: int
 
 
+# The claims that processes hold until they end (claim_gpu's until_exit): open descriptors, never
+# closed here, so that no finaliser releases them while the process still holds its GPU memory.
+_HELD_UNTIL_EXIT: list[int] = []
+
+
 @contextlib.contextmanager
 def claim_gpu(
-    gpus: list[Gpu], mb: int | None = None, lock_dir: Path | None = None, poll_s: float = 5.0
+    gpus: list[Gpu], mb: int | None = None, lock_dir: Path | None = None, poll_s: float = 5.0, until_exit=False
 ) -> Iterator[int]:
     """Claim `mb` of the memory of a GPU of `gpus` (None: the whole GPU, shared with no one) that
     other jobs of this user on this node have not claimed, while in the context; yields its index.
+    `until_exit`: the claim outlives the context and ends with the process, when the kernel frees
+    what it held on the GPU (its CUDA context, the allocator's cache): a job's last claim.
 
     Locally nothing tells concurrent embed jobs apart (SLURM would set CUDA_VISIBLE_DEVICES per
     job), so each job claims a share of a GPU's memory: a file named after the GPU's UUID and the
-    share, which the job holds locked and removes when done. A claim whose job was killed is
-    unlocked, since the kernel drops the locks of a process that ends: the next job to look at the
-    GPU removes it. Of the GPUs where the share fits, the job takes the one with the fewest claims
-    (jobs spread over the GPUs before they share one), then the one with the most memory left;
-    where it fits on none, it waits until it does.
+    share, which the job holds locked and removes when done. A claim whose job ended or was killed
+    is unlocked, since the kernel drops the locks of a process that ends: the next job to look at
+    the GPU removes it. Of the GPUs where the share fits, the job takes the one with the fewest
+    claims (jobs spread over the GPUs before they share one), then the one with the most memory
+    left; where it fits on none, it waits until it does.
     """
     lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -66,8 +75,7 @@ def claim_gpu(
                 index = min(fits)[2]
                 gpu = gpus[index]
                 path = lock_dir / f"{gpu.uuid}.{_share(gpu, mb)}mb.{os.getpid()}.claim"
-                claim = _lock(path)
-                claim.acquire(blocking=False)  # a claim of this pid's is an ended job's: never held
+                claim = _flock(path)  # a claim of this pid's is an ended job's: never held
                 break
         if not waiting:
             log.info(
@@ -80,9 +88,23 @@ def claim_gpu(
     try:
         yield index
     finally:
-        with looking:
-            path.unlink()
-            claim.release()
+        if until_exit:
+            _HELD_UNTIL_EXIT.append(claim)
+        else:
+            with looking:
+                path.unlink()
+                os.close(claim)
+
+
+def _flock(path: Path) -> int | None:
+    """An open descriptor of `path` holding its flock lock, or None when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _share(gpu: Gpu, mb: int | None) -> int:
@@ -92,17 +114,15 @@ def _share(gpu: Gpu, mb: int | None) -> int:
 
 
 def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
-    """The MB of each claim on GPU `uuid` whose job holds it; claims of killed jobs are removed."""
+    """The MB of each claim on GPU `uuid` whose job holds it; claims of ended jobs are removed."""
     live = []
     for path in lock_dir.glob(f"{glob.escape(uuid)}.*mb.*.claim"):
-        claim = _lock(path)
-        try:
-            claim.acquire(blocking=False)
-        except Timeout:
+        fd = _flock(path)
+        if fd is None:
             live.append(int(path.name[len(uuid) + 1 :].split("mb.")[0]))
             continue
         path.unlink()  # no job holds it, and no other looks while this one does
-        claim.release()
+        os.close(fd)
     return live
 
 
