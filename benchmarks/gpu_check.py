@@ -53,16 +53,18 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import torch
 from embed_throughput import device_figures
 from gpu_correctness import equivalence, out_of_memory
-from gpu_speed import model_alone, speed, workflow
+from gpu_speed import LEVER_PLANS, model_alone, speed, workflow
 
 from workflow_lib.embed.job import set_allocator_conf
 from workflow_lib.harness.measure import header, print_figures
@@ -97,37 +99,74 @@ PARTS = {
 }
 # --part all: a GPU session's parts in one command, most decisive first (the levers decide the
 # default forward; the workflow's runs give the end-to-end goals), each writing a JSON of its own
-# beside --out; a part starts only with MIN_PART_SECONDS of --deadline-seconds left.
+# beside --out and its figures into all.json too. Each part may take its share of the time left
+# when it starts (the last, all of it), so that a slow part leaves the next its turn; within a part
+# the steps come most decisive first, and the deadline cuts the rest.
 # The model part's layers compiled where the embed job compiles them (CUDA).
-ALL = (("model", {"levers": True, "compiled": "cuda"}), ("workflow", {}), ("attention", {}), ("equivalence", {}))
-MIN_PART_SECONDS = 45
+ALL = (
+    ("model", 0.45, {"levers": True, "compiled": "cuda"}),
+    ("workflow", 0.7, {}),
+    ("attention", 0.3, {}),
+    ("equivalence", 1.0, {}),
+)
+
+
+class Deadline(BaseException):
+    """The time given ran out. A BaseException, as KeyboardInterrupt: no `except Exception` on the
+    way (a kernel's fallback, a compile's) takes it for a failure of its own and carries on."""
+
+
+def _raise_deadline(signum, frame):
+    raise Deadline("the deadline")
+
+
+def arm(deadline: float) -> None:
+    """SIGALRM at `deadline` (time.time()'s clock) raises Deadline wherever the main thread is:
+    between two steps or inside one (a forward, a compile, a workflow run, which is then stopped)."""
+    signal.signal(signal.SIGALRM, _raise_deadline)
+    signal.setitimer(signal.ITIMER_REAL, max(deadline - time.time(), 0.001))
+
+
+def disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class Record:
     """The part's figures, written to `path` (atomically: a temporary file renamed) after every
-    step, so that a part cut off at any moment leaves a JSON holding all it measured. A step that
-    fails is named in the JSON (`failed_step`, `error`) and the part exits non-zero."""
+    step, and `parent` (all.json's record) with them, so that a part cut off at any moment leaves
+    a JSON holding all it measured. A step that fails is named in the JSON (`failed_step`, `error`)
+    and the part exits non-zero; one that the deadline cut, or that starts after it, is named in
+    `cut_by_deadline` and ends the part."""
 
-    def __init__(self, path: Path | None, figures: dict, deadline: float = math.inf):
-        self.path, self.figures, self.deadline = path, figures, deadline
+    def __init__(self, path: Path | None, figures: dict, deadline: float = math.inf, parent: "Record | None" = None):
+        self.path, self.figures, self.deadline, self.parent = path, figures, deadline, parent
         self.save()
 
     def seconds_left(self) -> float:
-        """Of --deadline-seconds (time.monotonic's clock), for parts that skip what would not fit."""
-        return self.deadline - time.monotonic()
+        return self.deadline - time.time()
 
     def save(self) -> None:
         if self.path:
             tmp = self.path.with_name(f".{self.path.name}.tmp")
             tmp.write_text(json.dumps(self.figures, indent=2) + "\n")
             tmp.replace(self.path)
+        if self.parent:
+            self.parent.save()
 
     @contextlib.contextmanager
     def step(self, name: str):
+        if self.seconds_left() <= 0:
+            self.figures["cut_by_deadline"] = name
+            self.save()
+            raise Deadline(name)
         log.info("step: %s", name)
         start = time.perf_counter()
         try:
             yield
+        except Deadline:
+            self.figures["cut_by_deadline"] = name
+            self.save()
+            raise
         except BaseException as error:
             text = " / ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
             self.figures["failed_step"], self.figures["error"] = name, f"{type(error).__name__}: {text[:1000]}"
@@ -197,50 +236,86 @@ def main() -> None:
         "--cold-reads", type=int, default=10_000, help="reads of the workflow's first run, on empty caches (0: none)"
     )
     parser.add_argument(
-        "--deadline-seconds", type=float, help="of the whole command: later parts, and workflow runs, skipped"
+        "--deadline-seconds",
+        type=float,
+        help="of the whole command, from its start: it ends within 15 s of it, each part (with --part all) "
+        "given its share of the time, the steps it leaves named in cut_by_deadline",
+    )
+    parser.add_argument(
+        "--lever-runs",
+        nargs="+",
+        choices=list(LEVER_PLANS),
+        metavar="RUN",
+        help="model part, --levers: the lever runs to make, in this order (default: all, most decisive first)",
     )
     parser.add_argument(
         "--shard-tokens", type=int, default=2_000_000, help="ESM-2 tokens per shard of the workflow's sample"
     )
     args = parser.parse_args()
+    # the deadline counts from the process's start, as the `timeout` in front of the command does
+    deadline = psutil.Process().create_time() + args.deadline_seconds if args.deadline_seconds else math.inf
     args.models.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    set_allocator_conf("expandable_segments:True")  # as the embed job sets it: before anything starts CUDA
+    set_allocator_conf("expandable_segments:True")  # as the embed job sets it: after torch's import, before CUDA's
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    deadline = time.monotonic() + args.deadline_seconds if args.deadline_seconds else math.inf
     if args.part != "all":
-        sys.exit(run_part(args, args.part, args.out, device, deadline))
+        sys.exit(run_part(args, args.part, args.out, device, deadline) == "failed")
     summary = Record(args.out, header("gpu_check") | {"part": "all", **device_figures(device), "parts": {}})
-    for part, overrides in ALL:
-        if deadline - time.monotonic() < MIN_PART_SECONDS:
+    summary.figures["allocator_settings"] = allocator_settings(device)
+    for part, share, overrides in ALL:
+        if time.time() >= deadline:
             summary.figures["parts"][part] = "skipped: the deadline"
             continue
         out = args.out.with_name(f"{part}.json") if args.out else None
         overrides = {key: value == device.type if value == "cuda" else value for key, value in overrides.items()}
-        status = run_part(argparse.Namespace(**vars(args) | overrides), part, out, device, deadline)
-        summary.figures["parts"][part] = "failed" if status else "done"
+        ends = min(deadline, time.time() + share * (deadline - time.time()))
+        try:
+            status = run_part(argparse.Namespace(**vars(args) | overrides), part, out, device, ends, summary)
+        except Deadline:  # fired while the part was ending (its failure being logged)
+            status = "cut: the deadline"
+        summary.figures["parts"][part] = status
         summary.save()
     print_figures(summary.figures)
     sys.exit(int("failed" in summary.figures["parts"].values()))
 
 
-def run_part(args, part: str, out: Path | None, device, deadline: float) -> int:
-    """One part, its figures in `out`: 0, or 1 when a step failed (named in the JSON)."""
+def allocator_settings(device) -> str | None:
+    """The CUDA allocator's settings in force (expandable segments: set by PYTORCH_ALLOC_CONF after
+    torch's import, as the embed job sets it; read when CUDA first allocates)."""
+    if device.type != "cuda":
+        return None
+    torch.empty(1, device=device)
+    return str(torch.cuda.memory._snapshot().get("allocator_settings"))
+
+
+def run_part(args, part: str, out: Path | None, device, deadline: float, summary: Record | None = None) -> str:
+    """One part, its figures in `out` (and in all.json's `summary`): "done", "failed" when a step
+    failed (named in the JSON), or "cut: the deadline"."""
     figures = header("gpu_check") | {"part": part, "tiny": args.tiny, **device_figures(device), part: {}}
-    record = Record(out, figures, deadline)
+    if summary:
+        summary.figures[part] = figures
+    record = Record(out, figures, deadline, summary)
     start = time.perf_counter()
+    status = "done"
     try:
+        if deadline < math.inf:
+            arm(deadline)
         with tempfile.TemporaryDirectory() as workdir:
             PARTS[part](args, shapes(args.tiny), Path(workdir), device, figures[part], record)
+    except Deadline:
+        status = "cut: the deadline"
+        log.info("part %s: the deadline cut step %r", part, figures.get("cut_by_deadline"))
     except Exception:
         log.exception("step %r failed; the figures measured before it are in %s", figures.get("failed_step"), out)
-        return 1
+        status = "failed"
+    finally:
+        disarm()
     figures["part_seconds"] = round(time.perf_counter() - start, 1)
     record.save()
     print_figures(figures)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import esm as fair_esm
 import numpy as np
@@ -233,9 +234,9 @@ def model_alone(args, shapes: dict, workdir: Path, device, result: dict, record)
         tokenizer_dir = demo_models.build_dnabert(workdir / "dnabert_s", TOKENIZER_GENOMES, 0, shapes["dnabert"])
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     peak = peak_tflops(device)
-    runs = [("esm", shapes["speed_esm"]), ("dnabert", shapes["dnabert"])]
-    if args.compiled:  # the lever: torch.compile fusing the work around ESM-2's attention and GEMMs
-        runs.insert(1, ("esm_compiled", shapes["speed_esm"]))
+    # the embed job's forward first (compiled, where --compiled), then DNABERT-S, then ESM-2 eager
+    runs = [("esm_compiled", shapes["speed_esm"])] if args.compiled else []
+    runs += [("dnabert", shapes["dnabert"]), ("esm", shapes["speed_esm"])]
     for run, config in runs:
         model = run.removesuffix("_compiled")
         with record.step(f"{run}: model"):
@@ -278,26 +279,56 @@ def esm_random(config: dict, device) -> fair_esm.ESM2:
     return model.eval()
 
 
-def lever_embedder(config: dict, device, dtype, levers=frozenset(), fp8=False, compiled=False) -> esm.ESMEmbedder:
+def lever_embedder(config: dict, device, dtype, plan: "LeverPlan", compiled=False) -> esm.ESMEmbedder:
     torch._dynamo.reset()  # each run compiles its own graphs, within Dynamo's limit of recompiles
     model = esm_random(config, device)
     layers = config["encoder_layers"]
-    return esm.ESMEmbedder(model, model.alphabet, layers, device, dtype, compiled=compiled, levers=levers, fp8=fp8)
+    return esm.ESMEmbedder(
+        model, model.alphabet, layers, device, dtype, compiled=compiled, levers=plan.levers, fp8=plan.fp8,
+        fast_accum=plan.fast_accum,
+    )  # fmt: skip
+
+
+class LeverPlan(NamedTuple):
+    levers: frozenset | None  # None: those kept (paying alone, exact enough)
+    fp8: bool = False
+    fast_accum: bool = False
+
+
+# The lever runs, most decisive first: the default forward and the plain one (together, what the
+# default levers are worth), FP8 without and with fast accumulation, the default levers alone, the
+# levers off by default, those kept, and the plain forward again (the card's drift over the runs).
+LEVER_PLANS = {
+    "default": LeverPlan(esm.DEFAULT_LEVERS),
+    "none": LeverPlan(frozenset()),
+    "fp8": LeverPlan(esm.DEFAULT_LEVERS, fp8=True),
+    "fp8, fast accumulation": LeverPlan(esm.DEFAULT_LEVERS, fp8=True, fast_accum=True),
+    **{name: LeverPlan(frozenset({name})) for name in sorted(esm.DEFAULT_LEVERS)},
+    **{name: LeverPlan(frozenset({name})) for name in sorted(esm.LEVERS - esm.DEFAULT_LEVERS)},
+    "kept": LeverPlan(None),
+    "none, again": LeverPlan(frozenset()),
+}
+
+
+def calls(embeddings: np.ndarray) -> np.ndarray:
+    """The class a fixed random linear head gives each embedding: a stand-in for a classifier's call,
+    to count the calls a lever changes (random weights: not a biological figure)."""
+    head = np.random.default_rng(0).standard_normal((embeddings.shape[1], 2))
+    return (embeddings @ head).argmax(axis=1)
 
 
 def esm_levers(args, shapes: dict, frames: Path, device, dtype, result: dict, record) -> None:
-    """ESM-2's levers toward 100,000 tokens/s (esm.LEVERS) and FP8: each alone, the default ones,
-    those kept (LEVER_MIN_GAIN faster alone than none, within LEVER_MIN_COSINE of FP32 at every shape)
-    together, and FP8 with the default ones. Each is timed on the speed shape at --budget (the
-    layers compiled with --compiled), and its embeddings of --lever-frames frames compared with the
-    same model's FP32 forward at each ESM-2 shape (650M and 3B)."""
+    """ESM-2's levers toward 100,000 tokens/s (esm.LEVERS) and FP8, in LEVER_PLANS' order (or
+    --lever-runs'): each timed on the speed shape at --budget (the layers compiled with --compiled),
+    and its embeddings of --lever-frames frames compared with the same model's FP32 forward at each
+    ESM-2 shape (650M and 3B): cosines and the share of calls that change."""
     encoded = ESMTokens.of(fair_esm.Alphabet.from_architecture("ESM-1b"))([s.encode() for s in sequences(frames)])
     subset = encoded[: args.lever_frames]
     references = {}
     for shape, config in shapes["esm"].items():
         with record.step(f"levers: {shape} FP32 reference"):
             free(device)
-            reference = lever_embedder(config, device, torch.float32, frozenset())
+            reference = lever_embedder(config, device, torch.float32, LEVER_PLANS["none"])
             references[shape] = feed_embeddings(reference, subset, args.budget, device)
             del reference
             free(device)
@@ -305,26 +336,33 @@ def esm_levers(args, shapes: dict, frames: Path, device, dtype, result: dict, re
         batches = device_batches(encoded, args.budget, device)
     result |= {"frames": len(encoded), "cosine_frames": len(subset), "budget": args.budget, "compiled": args.compiled}
     result["runs"] = runs = {}
-    plans = [("none", frozenset(), False)] + [(name, frozenset({name}), False) for name in sorted(esm.LEVERS)]
-    plans += [("default", esm.DEFAULT_LEVERS, False), ("kept", None, False), ("fp8", esm.DEFAULT_LEVERS, True)]
-    plans.append(("none, again", frozenset(), False))  # the card's drift over the sweep
-    for run, levers, fp8 in plans:
-        if levers is None:
-            levers = frozenset(n for n in esm.LEVERS if runs[n]["pays"] and runs[n]["min_cosine"] >= LEVER_MIN_COSINE)
-        runs[run] = {"levers": sorted(levers), "fp8": fp8}
-        for shape, config in shapes["esm"].items():
+    for run in args.lever_runs or LEVER_PLANS:
+        plan = LEVER_PLANS[run]
+        if plan.levers is None:
+            kept = (n for n in esm.LEVERS if runs.get(n, {}).get("pays") and runs[n]["min_cosine"] >= LEVER_MIN_COSINE)
+            plan = plan._replace(levers=frozenset(kept))
+        runs[run] = {"levers": sorted(plan.levers), "fp8": plan.fp8, "fast_accum": plan.fast_accum}
+        for shape, config in sorted(shapes["esm"].items(), key=lambda item: item[1] != shapes["speed_esm"]):
             with record.step(f"levers: {run}, {shape}"):
                 free(device)
-                embedder = lever_embedder(config, device, dtype, levers, fp8, args.compiled)
+                embedder = lever_embedder(config, device, dtype, plan, args.compiled)
                 if config == shapes["speed_esm"]:
                     runs[run] |= timed(embedder, batches, device)
-                runs[run][shape] = agreement(feed_embeddings(embedder, subset, args.budget, device), references[shape])
+                    if "none" in runs:
+                        runs[run]["over_none"] = round(runs[run]["tokens_per_s"] / runs["none"]["tokens_per_s"], 3)
+                got = feed_embeddings(embedder, subset, args.budget, device)
+                runs[run][shape] = agreement(got, references[shape])
+                runs[run][shape]["calls_changed"] = round(float((calls(got) != calls(references[shape])).mean()), 4)
                 runs[run][shape]["compiled"] = embedder.compiled  # false: a compile failed, the layers ran eager
                 del embedder
                 free(device)
         runs[run]["min_cosine"] = min(runs[run][shape]["min_cosine"] for shape in shapes["esm"])
-        runs[run]["over_none"] = round(runs[run]["tokens_per_s"] / runs["none"]["tokens_per_s"], 3)
-        runs[run]["pays"] = runs[run]["over_none"] >= LEVER_MIN_GAIN if levers or fp8 else None
+        if "over_none" in runs[run]:
+            runs[run]["pays"] = runs[run]["over_none"] >= LEVER_MIN_GAIN if plan.levers or plan.fp8 else None
+        record.save()
+    if "none" in runs and "default" in runs:  # measured before "none": what the default levers are worth
+        runs["default"]["over_none"] = round(runs["default"]["tokens_per_s"] / runs["none"]["tokens_per_s"], 3)
+        runs["default"]["pays"] = runs["default"]["over_none"] >= LEVER_MIN_GAIN
         record.save()
 
 
@@ -334,7 +372,6 @@ def esm_levers(args, shapes: dict, frames: Path, device, dtype, result: dict, re
 # How the workflow part lets the embed jobs use its one GPU: sharing it by memory, as profiles/local
 # does (each job asks for its gpu_mem_mb, no whole GPU), or a whole GPU each (one after the other).
 GPU_SETTINGS = {"shared": ("--set-resources", "embed:gpu=0"), "whole": ("--set-resources", "embed:gpu=1")}
-MIN_RUN_SECONDS = 60  # a run is started only with this much of the part's --deadline-seconds left
 
 
 def workflow_runs(args) -> list[tuple[str, int, str]]:
@@ -357,11 +394,8 @@ def workflow(args, shapes: dict, workdir: Path, device, result: dict, record) ->
     memory_mb = torch.cuda.get_device_properties(device).total_memory // 2**20 if device.type == "cuda" else 80000
     result["setup_seconds"] = round(setup, 1)
     kept = record.path.with_name(f"{record.path.stem}_logs") if record.path else workdir / "kept_logs"
-    result["runs"], result["skipped"] = {}, []
+    result["runs"] = {}
     for name, reads, setting in workflow_runs(args):
-        if record.seconds_left() < MIN_RUN_SECONDS:
-            result["skipped"].append(name)
-            continue
         with record.step(f"snakemake, {name}"):
             folder = workdir / name
             run = workflow_run(workdir, folder, reads, GPU_SETTINGS[setting], memory_mb, kept / name)

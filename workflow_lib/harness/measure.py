@@ -3,10 +3,12 @@ memory; a run of Snakemake's wall seconds, own CPU seconds and jobs; and the fig
 (JSON on stdout, opened by the same header in every benchmark; a line of JSON on stderr for each
 part as it is measured)."""
 
+import contextlib
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,8 +70,26 @@ def run_python(code: str, *args, output: Path, env: dict | None = None) -> tuple
     with tempfile.TemporaryDirectory() as tmp, open(output, "w") as handle:
         written = Path(tmp) / "figures"
         command = [sys.executable, "-c", code, str(written), *map(str, args)]
-        status = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
+        # its own process group: stopped here (a benchmark's deadline, Ctrl-C), it is ended with its jobs
+        child = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            status = child.wait()
+        except BaseException:
+            _end_group(child)
+            raise
         return status, written.read_text() if written.exists() else ""
+
+
+def _end_group(child: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM to the child's process group (Snakemake cancels its jobs, an embed job commits), then
+    after at most `grace_s` SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def measured(command: list) -> dict:
