@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import h5py
@@ -17,9 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 
 from workflow_lib.io.seqio import read_records
+from workflow_lib.models import varlen
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -220,3 +223,22 @@ def tmpfs(path: Path, options: str):
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
+
+
+def per_sequence_attention(q, k, v, layout: varlen.Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """The attention kernels' reference: softmax(q k^T / sqrt(dh) + bias) v, one sequence at a time;
+    q, k, v: [T, H, dh]."""
+    out = torch.empty_like(q)
+    for start, end in pairwise(layout.cu_seqlens.tolist()):
+        qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [H, L, dh]
+        bias = None if slopes is None else varlen.alibi_bias(slopes, end - start, q.dtype)
+        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias).transpose(0, 1)
+    return out
+
+
+def random_row(lengths: list[int], heads: int = 2, head_dim: int = 4, seed: int = 0):
+    """q, k, v [T, H, dh] and the Layout of a packed row of sequences of these lengths."""
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, int(cu[-1]), heads, head_dim, generator=generator).unbind(0)
+    return q, k, v, varlen.Layout(cu, max(lengths), int(cu[-1]))

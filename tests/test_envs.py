@@ -13,7 +13,6 @@ from helpers import ROOT
 
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"esm": "fair-esm", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}
-OPTIONAL = {"flash_attn"}  # used on CUDA when installed (workflow_lib/models/varlen.py)
 
 
 def rules_envs_scripts() -> list[tuple[str, str, str]]:
@@ -78,7 +77,7 @@ def test_every_script_rule_has_an_environment_with_its_imports():
         spec = yaml.safe_load((ROOT / env).read_text())
         pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict))
         listed = set(pins(pip))
-        needed = {DISTRIBUTIONS.get(m, m) for m in third_party_imports(ROOT / "scripts" / f"{script}.py") - OPTIONAL}
+        needed = {DISTRIBUTIONS.get(m, m) for m in third_party_imports(ROOT / "scripts" / f"{script}.py")}
         assert needed <= listed, f"{env} lacks {sorted(needed - listed)} for rule {rule}"
 
 

@@ -6,11 +6,13 @@ import sys
 import time
 
 import pytest
-from helpers import ENV, ROOT
+import torch
+from helpers import ENV, ROOT, per_sequence_attention, random_row
 
 from workflow_lib.models import esm
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import attention_kernels  # noqa: E402
 from gpu_speed import LEVER_PLANS  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each part runs the benchmark script: seconds to a minute
@@ -199,3 +201,42 @@ def test_a_failing_step_exits_nonzero_names_it_and_keeps_its_logs(tmp_path):
     assert figures["failed_step"] == "snakemake, cold" and "the workflow failed" in figures["error"]
     kept = tmp_path / "workflow_logs" / "cold" / "snakemake.log"
     assert "shard_tokens: 0 is less than the minimum of 1" in kept.read_text()
+
+
+@pytest.mark.parametrize("slopes", [None, torch.tensor([0.5, 0.25, 2**-0.5])], ids=["plain", "alibi"])
+def test_flex_attention_with_a_document_mask_is_per_sequence_attention(slopes):
+    """FlexAttention, the candidate measured against the padded path for DNABERT-S, over a packed
+    row (eager here; compiled on CUDA): sequences of 1 token, within
+    one 128-token block, spanning blocks, filling whole blocks, and a row length that is no multiple
+    of 128, against per-sequence attention."""
+    lengths = [1, 5, 300, 128, 256, 1, 77, 140]
+    q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
+    mask = attention_kernels.block_mask(layout)
+    assert mask.seq_lengths == (1024, 1024) and layout.n_tokens == 908
+    dense = mask.to_dense()[0, 0].bool()  # which 128 x 128 blocks are visited
+    doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    doc = torch.nn.functional.pad(doc, (0, 1024 - 908), value=len(lengths))
+    needed = (doc[:, None] == doc[None, :]).view(8, 128, 8, 128).any(3).any(1)
+    assert torch.equal(dense, needed)  # every block that holds a pair of one sequence, and no other
+    expected = per_sequence_attention(q, k, v, layout, slopes)
+    assert (attention_kernels.flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
+
+
+def test_flex_attention_compiles_once_for_every_row_length(monkeypatch):
+    """The compiled kernel's guards (Dynamo's, whatever the backend: eager here, Inductor on CUDA)
+    hold for rows of one 128-token block and of many, so a job would compile FlexAttention once, at
+    its first batch, never again in the middle of its shard."""
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(flex_attention, dynamic=True, backend="eager")
+    monkeypatch.setattr(attention_kernels, "flex_kernel", lambda device_type: compiled)
+    slopes = torch.tensor([0.5, 0.25, 2**-0.5])
+    for lengths in ([150, 100], [300, 200, 100], [90], [3], [500, 400, 300, 200, 1]):
+        q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
+        expected = per_sequence_attention(q, k, v, layout, slopes)
+        assert (attention_kernels.flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()

@@ -14,7 +14,7 @@ import esm as fair_esm
 import numpy as np
 import pytest
 import torch
-from helpers import DATA, ENV, tmpfs
+from helpers import DATA, ENV, per_sequence_attention, random_row, tmpfs
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
@@ -171,14 +171,6 @@ def test_dnabert_packed_matches_public_reference_code(budget):
     assert np.abs(packed.numpy() - reference["embeddings"]).max() < 1e-5
 
 
-def random_row(lengths: list[int], heads: int = 2, head_dim: int = 4, seed: int = 0):
-    """q, k, v [T, H, dh] and the Layout of a packed row of sequences of these lengths."""
-    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
-    generator = torch.Generator().manual_seed(seed)
-    q, k, v = torch.randn(3, int(cu[-1]), heads, head_dim, generator=generator).unbind(0)
-    return q, k, v, varlen.Layout(cu, max(lengths), int(cu[-1]))
-
-
 def test_padded_attention_masks_are_per_batch_not_per_row():
     """The padded path's mask is B x 1 x 1 x L, or B x H x L x L with ALiBi, for the batch's longest
     sequence L: never T x T for the whole row; and it computes each sequence's own attention."""
@@ -188,9 +180,9 @@ def test_padded_attention_masks_are_per_batch_not_per_row():
     assert varlen.padded_mask(layout, None, q.dtype).shape == (51, 1, 1, 30)
     assert varlen.padded_mask(layout, slopes, q.dtype).shape == (51, 2, 30, 30)  # T = 130: T x T would be 130 x 130
     out = varlen.padded_attention(q, k, v, layout, slopes)
-    assert torch.allclose(out, varlen.per_sequence_attention(q, k, v, layout, slopes), atol=1e-6)
+    assert torch.allclose(out, per_sequence_attention(q, k, v, layout, slopes), atol=1e-6)
     plain = varlen.padded_attention(q, k, v, layout)
-    assert torch.allclose(plain, varlen.per_sequence_attention(q, k, v, layout), atol=1e-6)
+    assert torch.allclose(plain, per_sequence_attention(q, k, v, layout), atol=1e-6)
     pair = slice(30, 32)  # a 2-token sequence attends to itself only
     bias = torch.tensor([[0.0, -0.5], [-0.5, 0.0]])
     weights = torch.softmax(q[pair, 0] @ k[pair, 0].T / 2 + bias, dim=-1)
@@ -213,136 +205,44 @@ def test_padded_masks_rows_are_aligned_for_the_memory_efficient_kernel(longest):
     assert torch.equal(varlen.padded_mask(layout, slopes, torch.float16), alibi)
 
 
-@pytest.mark.parametrize("slopes", [None, torch.tensor([0.5, 0.25, 2**-0.5])], ids=["plain", "alibi"])
-def test_flex_attention_with_a_document_mask_is_per_sequence_attention(slopes):
-    """FlexAttention over a packed row (eager here; compiled on CUDA): sequences of 1 token, within
-    one 128-token block, spanning blocks, filling whole blocks, and a row length that is no multiple
-    of 128, against per-sequence attention."""
-    lengths = [1, 5, 300, 128, 256, 1, 77, 140]
-    q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
-    mask = layout.block_mask()
-    assert mask.seq_lengths == (1024, 1024) and layout.n_tokens == 908
-    dense = mask.to_dense()[0, 0].bool()  # which 128 x 128 blocks are visited
-    doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
-    doc = torch.nn.functional.pad(doc, (0, 1024 - 908), value=len(lengths))
-    needed = (doc[:, None] == doc[None, :]).view(8, 128, 8, 128).any(3).any(1)
-    assert torch.equal(dense, needed)  # every block that holds a pair of one sequence, and no other
-    expected = varlen.per_sequence_attention(q, k, v, layout, slopes)
-    assert (varlen._flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
+def test_one_attention_kernel_per_device_precision_and_model():
+    """The CPU's exact kernel; on CUDA torch's varlen_attn for ESM-2 in half precision, the padded
+    path for DNABERT-S's ALiBi and for fp32."""
+    cuda = torch.device("cuda", 0)
+    assert varlen.kernel_name(CPU, torch.float32, alibi=False) == varlen.kernel_name(CPU, torch.float16, True)
+    assert varlen.kernel_name(CPU, torch.float32, alibi=False) == "sdpa by sequence length"
+    has_varlen = importlib.util.find_spec("torch.nn.attention.varlen") is not None
+    for dtype in (torch.float16, torch.bfloat16):
+        assert varlen.kernel_name(cuda, dtype, alibi=False) == ("torch varlen_attn" if has_varlen else "padded sdpa")
+        assert varlen.kernel_name(cuda, dtype, alibi=True) == "padded sdpa"
+    assert varlen.kernel_name(cuda, torch.float32, alibi=False) == "padded sdpa"
 
 
-def test_flex_attention_compiles_once_for_every_row_length(monkeypatch):
-    """The compiled kernel's guards (Dynamo's, whatever the backend: eager here, Inductor on CUDA)
-    hold for rows of one 128-token block and of many, so a job compiles FlexAttention once, at its
-    first batch, never again in the middle of its shard."""
-    from torch._dynamo.utils import counters
-    from torch.nn.attention.flex_attention import flex_attention
+def test_varlen_attn_failing_gives_way_to_the_padded_path(monkeypatch, caplog):
+    """A GPU without varlen_attn's kernel: the batch goes through the padded path, and so do later
+    ones (one warning); the job goes on."""
 
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(flex_attention, dynamic=True, backend="eager")
-    monkeypatch.setattr(varlen, "_flex_kernel", lambda device: compiled)
-    slopes = torch.tensor([0.5, 0.25, 2**-0.5])
-    for lengths in ([150, 100], [300, 200, 100], [90], [3], [500, 400, 300, 200, 1]):
-        q, k, v, layout = random_row(lengths, heads=3, head_dim=8)
-        expected = varlen.per_sequence_attention(q, k, v, layout, slopes)
-        assert (varlen._flex(q, k, v, layout, slopes) - expected).abs().max() < 1e-5
-    assert counters["stats"]["unique_graphs"] == 1
-    torch._dynamo.reset()
+    def no_kernel(*args):
+        raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.\n(more)")
 
-
-@pytest.fixture
-def fresh_kernel_choice(monkeypatch):
-    monkeypatch.setattr(varlen, "_chosen", {})
-    monkeypatch.setattr(varlen, "_named", {})
+    monkeypatch.setattr(varlen, "_varlen_failed", False)
+    monkeypatch.setattr(varlen, "_torch_varlen", no_kernel)
+    real = varlen.kernel_name
+    monkeypatch.setattr(varlen, "kernel_name", lambda device, dtype, alibi: real(torch.device("cuda"), dtype, alibi))
+    monkeypatch.setattr(varlen, "_HAS_VARLEN", True)
+    q, k, v, layout = random_row([40, 56], heads=4, head_dim=8)
+    for _ in range(2):
+        out = varlen.attention(q.half(), k.half(), v.half(), layout)
+        assert torch.allclose(out.float(), per_sequence_attention(q, k, v, layout), atol=1e-2)
+    assert caplog.text.count("attention: torch varlen_attn failed (FlashAttention only supports Ampere") == 1
 
 
-def test_a_fused_kernel_failing_later_gives_way_to_the_padded_path(fresh_kernel_choice, monkeypatch, caplog):
-    """A compile that fails for a new row shape mid-shard: the batch goes through the padded path
-    and so do later ones; the job goes on."""
-
-    def compile_fails(q, k, v, layout, slopes):
-        raise RuntimeError("triton compile failed for a row of 96 tokens")
-
-    monkeypatch.setattr(varlen, "_kernel", lambda q, alibi: ("flex_attention", compile_fails))
-    layout = varlen.Layout(torch.tensor([0, 40, 96], dtype=torch.int32), 56, 96)
-    q, k, v = torch.randn(3, 96, 4, 8)
-    out = varlen.attention(q, k, v, layout)
-    assert torch.allclose(out, varlen.per_sequence_attention(q, k, v, layout), atol=1e-6)
-    assert "attention: flex_attention failed on a batch (triton compile failed" in caplog.text
-    assert varlen._chosen[("cpu", torch.float32, False, (4, 8))] == varlen.PADDED
-
-
-def test_a_kernel_choice_holds_for_its_head_shape_only(fresh_kernel_choice):
-    """A kernel checked on DNABERT-S's heads is checked again for a model with another head size
-    (Triton's kernels refuse head sizes below 16): the choice is not carried over."""
-
-    def needs_16(q, k, v, layout, slopes):
-        if q.shape[-1] < 16:
-            raise RuntimeError("head size below 16")
-        return varlen.per_sequence_attention(q, k, v, layout, slopes)
-
-    kernels = [("needs 16", needs_16), ("padded", varlen.padded_attention)]
-    assert varlen.fused_kernel(torch.randn(10, 12, 64), True, kernels)[0] == "needs 16"
-    assert varlen.fused_kernel(torch.randn(10, 2, 3), True, kernels)[0] == "padded"
-
-
-def test_fused_kernels_are_checked_against_float32_before_use(fresh_kernel_choice, caplog):
-    """Each installed kernel is run here and compared with the float32 per-sequence reference first.
-    On this CPU torch's varlen_attn cannot run (CUDA only); FlexAttention (eager) runs and agrees.
-    With ALiBi the padded path, which needs no compile, comes first and agrees."""
-    q = torch.randn(10, 4, 8)
-    assert varlen.fused_kernel(q, False) == ("flex_attention", varlen._flex)
-    assert varlen.fused_kernel(q, True) == ("padded sdpa", varlen.padded_attention)
-    if importlib.util.find_spec("torch.nn.attention.varlen"):
-        assert "attention: torch varlen_attn does not run here" in caplog.text
-    assert varlen.kernel_name(q.device, q.dtype, alibi=False) == "sdpa by sequence length"  # what CPU forwards use
-
-
-def test_a_wrong_or_failing_kernel_is_not_used(fresh_kernel_choice, caplog):
-    def wrong(q, k, v, layout, slopes):
-        return v
-
-    def broken(q, k, v, layout, slopes):
-        raise NotImplementedError("no kernel image for this architecture")
-
-    q = torch.randn(10, 4, 8)
-    choice = varlen.fused_kernel(q, False, [("wrong", wrong), ("broken", broken), ("padded", varlen.padded_attention)])
-    assert choice == ("padded", varlen.padded_attention)
-    assert "attention: wrong disagrees with the float32 reference" in caplog.text
-    assert "attention: broken does not run here (no kernel image for this architecture)" in caplog.text
-
-
-def test_out_of_memory_in_the_check_is_reported_and_nothing_is_kept(fresh_kernel_choice):
-    """An out-of-memory error during the check is an out-of-memory error (the embed job halves the
-    batch); the check runs again at the next forward instead of keeping a choice made from it."""
-    calls = []
-
-    def short_of_memory(q, k, v, layout, slopes):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return varlen.per_sequence_attention(q, k, v, layout, slopes)
-
-    q = torch.randn(10, 4, 8)
-    with pytest.raises(torch.OutOfMemoryError):
-        varlen.fused_kernel(q, False, [("flaky", short_of_memory)])
-    assert varlen._chosen == {}
-    assert varlen.fused_kernel(q, False, [("flaky", short_of_memory)])[0] == "flaky"
-    assert len(calls) == 2
-
-
-@pytest.mark.parametrize("kernel", ["per-sequence", "by length", "padded", "flex"])
+@pytest.mark.parametrize("kernel", ["by length", "padded"])
 def test_every_attention_kernel_reproduces_the_public_dnabert_s_code(kernel, monkeypatch):
     """The tiny DNABERT-S fixture's reference vectors (public model code) through each kernel the
-    embed job may run, ALiBi included: the fused kernel of CUDA runs here in its eager form."""
-    kernels = {
-        "per-sequence": varlen.per_sequence_attention,
-        "by length": varlen.grouped_attention,
-        "padded": varlen.padded_attention,
-        "flex": varlen._flex,
-    }
-    monkeypatch.setattr(varlen, "_kernel", lambda q, alibi: (kernel, kernels[kernel]))
+    embed job may run with ALiBi: the CPU's, and CUDA's padded path run here."""
+    kernels = {"by length": varlen.grouped_attention, "padded": varlen.padded_attention}
+    monkeypatch.setitem(varlen.KERNELS, varlen.GROUPED, kernels[kernel])
     reference = np.load(DATA / "dnabert_s_tiny" / "reference.npz", allow_pickle=False)
     model, tokens = dnabert_loading.load(str(DATA / "dnabert_s_tiny"))
     embedder = dnabert.DNABERTEmbedder(model, tokens, CPU)
