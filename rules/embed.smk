@@ -54,8 +54,9 @@ rule tokenize:
         script_job("tokenize_shard", "--model {wildcards.model}", env="{resources.env}")
 
 
-# A shard's embeddings by one model: the one job retried (a preemption, a lost node), for it resumes
-# from its last commit; any other job's failure would only repeat. Memory: the model, built in
+# A shard's embeddings by one model: the one job retried (a preemption, a lost node; the profiles
+# say how often, as preemptible-retries), for it resumes from its last commit; any other job's
+# failure would only repeat. Memory: the model, built in
 # place, each checkpoint tensor's file pages handed back once it is converted
 # (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32, 6.0 GB in a
 # half dtype on the host; a GPU job's weights go to the GPU), the loader workers' batches, and one
@@ -78,7 +79,6 @@ rule embed:
     benchmark:
         "results/benchmarks/embed/{model}_{pool}.tsv"
     priority: PLAN.embed_priority
-    retries: 2
     conda:
         "../envs/embed.yaml"
     threads: job_resources.embed_threads(config["embedding"])

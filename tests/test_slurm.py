@@ -221,8 +221,8 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
     ]
 
 
-def test_an_embed_job_is_tried_as_often_as_its_rule_says(cluster, tmp_path):
-    """An embed job is tried 1 + its rule's retries times, each try one SLURM job that runs the
+def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, tmp_path):
+    """An embed job is tried 1 + the profile's retries times, each try one SLURM job that runs the
     job's command once, a memory kill like any other failure: Snakemake's log, SLURM's record and
     the SLURM logs count 3 SLURM jobs and 3 runs of the command for ESM-2's job (DNABERT-S's is
     the same rule). Before, the Snakemake in each SLURM job retried the rule as well (6 runs in 3
@@ -243,8 +243,9 @@ def test_an_embed_job_is_tried_as_often_as_its_rule_says(cluster, tmp_path):
         timeout=600,
     )
     output = ran.stdout + ran.stderr
-    rules = (ROOT / "rules" / "embed.smk").read_text()
-    retries = int(re.search(r"^rule embed:\n.*?^    retries: (\d+)$", rules, re.M | re.S)[1])
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["preemptible-rules"] == ["embed"] and "retries:" not in (ROOT / "rules" / "embed.smk").read_text()
+    retries = profile["preemptible-retries"]
     submitted = re.findall(
         r"^Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+/rule_embed/(\w+)_[^/]+/\1\.log)\)\.$",
         output,

@@ -1,4 +1,4 @@
-"""Five mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED,
+"""Four mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED,
 as requirements.txt and envs/ pin it), each a no-op where its target is missing; `mend_all` applies
 them and says in one line what another Snakemake does without them. PATCHED fingerprints the
 Snakemake code they replace or rely on, which a test compares with the pinned Snakemake's.
@@ -55,16 +55,6 @@ output only through `ancient()` is neither tested nor marked: with the model che
 classifier swap) and `embedding.storage` changed with it, no embed job ran and the old embeddings
 were kept. `mend_needrun_mask` masks along plain inputs only; a job past an ancient one is tested
 as if the due job were not there, which is what `ancient()` means.
-
-Retries in the main process only. A cluster job's command line runs Snakemake again in the job
-(`--attempt N --retries 0`: "retries are handled by the main process"), but a rule's `retries:`
-beats `--retries` (`Rule.restart_times`), so that Snakemake retried the job too, and under SLURM
-twice over: the one in the batch step started a step per try, and the one in each step retried the
-command inside it (snakemake#2050 reports the same of `run:` jobs). On the SLURM test bed, for
-`retries: 2` (3 tries), an embed job killed for memory (its step killed, Snakemake in it too) ran
-3, 2 and 1 times in the three SLURM jobs of its attempts, 6 runs on a GPU; one that exited with an
-error ran 6, 3 and 1 times, 10.
-`retries_in_main_process` makes a rule's retries 0 in any other process than the main one.
 """
 
 import ast
@@ -85,10 +75,9 @@ try:
     from snakemake.common import group_into_chunks
     from snakemake.dag import DAG
     from snakemake.exceptions import WorkflowError
-    from snakemake.rules import Rule
     from snakemake.scheduling.job_scheduler import JobScheduler
 except ImportError:  # another Snakemake: nothing to mend
-    DAG = JobScheduler = Rule = None
+    DAG = JobScheduler = None
 
 
 def keep_one_timer() -> bool:
@@ -236,29 +225,12 @@ def _masking_bfs(dag, direction, *jobs, stop=lambda job: False):
     return DAG.bfs(dag, direction, *jobs, stop=stop)
 
 
-def retries_in_main_process() -> bool:
-    """Patch Rule (once per process); whether this Snakemake has the retries to mend."""
-    if Rule is None or not isinstance(getattr(Rule, "restart_times", None), property):
-        return False
-    if getattr(Rule, "_retries_in_main_process", False):
-        return True
-    restart_times = Rule.restart_times
-
-    def in_main_process(self) -> int:
-        return restart_times.fget(self) if self.workflow.is_main_process else 0
-
-    Rule.restart_times = property(in_main_process, restart_times.fset)
-    Rule._retries_in_main_process = True
-    return True
-
-
 # Each mend, and what a run does without it.
 MENDS = {
     keep_one_timer: "Snakemake's own CPU grows with the square of the samples",
     bound_passes: "each scheduling pass weighs every ready job",
     mend_job_groups: "grouped cluster jobs can hold far more samples than group-components asks",
     mend_needrun_mask: "a job behind an ancient() input can go untested while the job before it is due",
-    retries_in_main_process: "a cluster job can be retried inside its own SLURM jobs as well",
 }
 
 
@@ -273,7 +245,6 @@ PATCHED = {
     "snakemake.dag:DAG._check_groups": "24f9376fd7119b09",
     "snakemake.dag:DAG.update_needrun": "1a9557752f560ad8",
     "snakemake.dag:DAG.bfs": "95b93c3009fc0e6a",
-    "snakemake.rules:Rule.restart_times": "c45d536656ad31f7",
     "snakemake.common:group_into_chunks": "e74dae2a65735371",
 }
 
@@ -299,7 +270,8 @@ def mend_all() -> str | None:
     if snakemake.__version__ == TESTED:
         return None
     where = "workflow_lib/workflow/snakemake_patches.py"
-    found = f"not applied: {'; '.join(missing)}" if missing else "all five applied, to internals they may not fit"
+    applied = f"all {len(MENDS)} applied, to internals they may not fit"
+    found = f"not applied: {'; '.join(missing)}" if missing else applied
     return (
         f"Snakemake {snakemake.__version__}: this workflow's mends to its scheduling ({where}) are tested with "
         f"{TESTED} ({found}); install snakemake=={TESTED} (requirements.txt) to be sure"
