@@ -6,7 +6,7 @@
 rule score:
     input:
         PLAN.plan,
-        CLASSIFIER_CHECK,
+        MODEL_CHECK,
         embeddings=PLAN.embeddings,
         classifier=model_files.classifier_file(config),
     output:

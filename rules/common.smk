@@ -17,7 +17,6 @@ from workflow_lib.cli.errors import full_disk_here
 from workflow_lib.cli.settings import (
     CalibrateSettings,
     CallSettings,
-    CheckClassifierSettings,
     CheckModelsSettings,
     EmbedSettings,
     FetchSettings,
@@ -44,13 +43,10 @@ configfile: readable_yaml(f"{ROOT}/config/config.yaml")
 
 
 MODEL_CHECK = "results/checks/models.json"
-CHECKED_CLASSIFIER = "results/checks/classifier.json"
 PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
 TRAINS_HERE = model_files.trains_here(config, SAMPLES.labelled)
-# the classifier's check, which the jobs that use the classifier wait for; none when this run trains it
-CLASSIFIER_CHECK = [] if TRAINS_HERE else [CHECKED_CLASSIFIER]
 # the embedding models, in the classifier's input order (models.embedders), by name
 EMBEDDERS = {e.name: e for e in embedders(config)}
 EMBEDDER_OPTIONS = model_files.embedder_options(config)  # the jobs' --embedder per model, in input order
@@ -106,7 +102,7 @@ page, optional_files = rule_outputs.page, rule_outputs.optional_files
 REPORT_TABLES = {table: f"results/{{sample}}/{table}.tsv" for table in ("chunks", "sequences")}
 attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, config)
 # each sample's shards and pooled shards: what their jobs read, and what they ask for
-PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, config, TRAINS_HERE, CLASSIFIER_CHECK)
+PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, config, TRAINS_HERE, MODEL_CHECK)
 
 
 def sample_pools_of(output, **wildcards):

@@ -31,7 +31,7 @@ rule tokenize:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
-        model_check=MODEL_CHECK,
+        model_check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/shards/tokens/{model}/shard_{pool}.h5"),
     log:
@@ -69,7 +69,7 @@ rule embed:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         model_files.local_checkpoints(config),
-        model_check=MODEL_CHECK,
+        model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=PLAN.stored_tokens,
     output:
         embeddings=temp_unless_kept("results/shards/embeddings/{model}/shard_{pool}.h5"),

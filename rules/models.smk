@@ -19,12 +19,11 @@ rule fetch_models:
         script_job("fetch_models", "{resources.tuning}")
 
 
-# The embedding models' layers and sizes, and their files' checksums (which the embed jobs reuse):
-# the plan and every tokenize and embed job wait for it.
 rule check_models:
     input:
         model_files.local_checkpoints(config),
         model_files.fetched(config),
+        classifier=model_files.classifier_to_check(config, TRAINS_HERE),
     output:
         model_check=MODEL_CHECK,
     log:
@@ -41,29 +40,6 @@ rule check_models:
         args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),
     shell:
         script_job("check_models", env="{resources.env}")
-
-
-# The classifier against the models (unless this run trains it: it then fits by construction), a
-# check of its own, so that a classifier swap reruns it and the scoring, never the model check that
-# the embeddings wait for. A new generation's plan waits for it (RunPlan.check), so that a wrong
-# classifier stops a run before its embeddings.
-rule check_classifier:
-    input:
-        model_check=MODEL_CHECK,
-        classifier=model_files.classifier_file(config),
-    output:
-        classifier_check=CHECKED_CLASSIFIER,
-    log:
-        "logs/check_classifier.log",
-    priority: PRIORITY["check"]
-    localrule: True
-    conda:
-        "../envs/embed.yaml"
-    params:
-        files=named_files,
-        args=job_args(settings=CheckClassifierSettings),
-    shell:
-        script_job("check_classifier")
 
 
 rule build_demo_models:

@@ -33,13 +33,12 @@ rule prepare:
 # run are the next generation): once they are prepared, the plan lists each one's shards and packs
 # them into pooled shards of at most shard_tokens (workflow_lib/prepare/plan.py), and the jobs of every
 # pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
-# time quadratic in the samples). It waits for the model check, and for the classifier's while
-# it is to be made (RunPlan.check), so that a wrong model or classifier stops the run before any
-# embedding. A local rule: it only concatenates small tables.
+# time quadratic in the samples). It waits for the model check too, so that a wrong classifier
+# stops the run before any embedding, and a dry run shows the check. A local rule: it only
+# concatenates small tables.
 checkpoint plan:
     input:
-        MODEL_CHECK,
-        PLAN.check,
+        PLAN.check,  # ancient while the plan is current: a classifier swap reruns the check
         shard_tables=lambda wildcards: expand(rules.prepare.output.shard_table, sample=generation_samples(wildcards)),
     output:
         plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",

@@ -55,7 +55,7 @@ if len(SAMPLES.calibration):
     rule calibrate:
         input:
             calibration_files,  # read as the samples' --sample options
-            CLASSIFIER_CHECK,
+            MODEL_CHECK,
         output:
             calibration="results/calibration/calibration.json",
         log:

@@ -1,4 +1,4 @@
-"""Check the configured embedding models before any embedding job: their layers and sizes."""
+"""Check the configured models before any embedding job: their layers and sizes, the classifier's input size."""
 
 import argparse
 
@@ -17,7 +17,14 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     settings = from_arguments(CheckModelsSettings, args)
-    check_models([Embedder.parse(words) for words in args.embedders], settings.cache_dir, args.model_check)
+    check_models(
+        [Embedder.parse(words) for words in args.embedders],
+        settings.classifier,
+        settings.cache_dir,
+        args.model_check,
+        settings.chunk_length,
+        settings.classifier_chunk_length,
+    )
 
 
 if __name__ == "__main__":

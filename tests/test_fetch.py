@@ -186,7 +186,8 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
         missing = f"models.esm.checkpoint: '{ESM}'"
     else:
         args = ["--embedder", "dnabert", "dnabert_s", REPO, "last", "--embedder", "esm", "esm2", ESM, "2"]
-        args += ["--model-check", str(tmp_path / "m.json"), "--cache-dir", str(cache)]
+        args += ["--model-check", str(tmp_path / "m.json")]
+        args += ["--chunk-length", "500", "--cache-dir", str(cache)]
         command = [sys.executable, str(ROOT / "scripts" / "check_models.py"), *args]
         missing = f"models.dnabert.checkpoint: '{REPO}'"
     result = subprocess.run(command, capture_output=True, text=True, env=offline_env(cache))
@@ -212,14 +213,13 @@ def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_pa
     manifest = json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())
     assert sorted(manifest) == ["classifier", "dnabert", "esm"]
     server.stop()
-    checked = snakemake("check_classifier", ENV)  # check_models sets HF_HUB_OFFLINE and TORCH_HOME itself
+    checked = snakemake("check_models", ENV)  # the rule itself sets HF_HUB_OFFLINE and TORCH_HOME
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert "rule fetch_models" not in checked.stdout + checked.stderr  # the manifest is up to date
     assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in checked.stdout + checked.stderr
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
-    fits = json.loads((tmp_path / "results" / "checks" / "classifier.json").read_text())
-    assert (report["dnabert"]["dim"], report["esm"]["dim"], fits["input_dim"]) == (48, 320, 368)
-    assert fits["path"] == "models/cache/classifier/classifier.pt"
+    assert (report["dnabert"]["dim"], report["esm"]["dim"], report["classifier"]["input_dim"]) == (48, 320, 368)
+    assert report["classifier"]["path"] == "models/cache/classifier/classifier.pt"
 
 
 HOLD = (

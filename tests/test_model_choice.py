@@ -15,7 +15,7 @@ from test_bad_input import PHIX, dry_run
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io import h5store
 from workflow_lib.models import Embedder, classifier, classifier_chunks
-from workflow_lib.models.check_models import check_classifier, check_models
+from workflow_lib.models.check_models import check_models
 from workflow_lib.models.demo_models import build_esm
 
 SHEET = f"sample\tpath\nphix\t{PHIX}\n"
@@ -72,18 +72,17 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
         Embedder("esm", "esm2", "esm2_t33_650M_UR50D", 33),
     ]
     classifier.save(classifier.MLPClassifier(dnabert_dim + 2560), path, chunk_length=500)
-    check_models(models, str(tmp_path), tmp_path / "m.json")
     with pytest.raises(InputError) as error:
-        check_classifier(tmp_path / "m.json", str(path), str(tmp_path), tmp_path / "c.json", 500)
+        check_models(models, str(path), str(tmp_path), tmp_path / "m.json", 500)
     assert str(error.value) == (
         f"{path}: the classifier takes 2608 features but the configured models give 48 (dnabert) + 1280 "
         "(esm) = 1328; use the classifier trained for these models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) "
         "or train one"
     )
-    assert not (tmp_path / "c.json").exists()
+    assert not (tmp_path / "m.json").exists()
     classifier.save(classifier.MLPClassifier(dnabert_dim + 1280), path, chunk_length=500)
-    report = check_classifier(tmp_path / "m.json", str(path), str(tmp_path), tmp_path / "c.json", 500)
-    assert report["input_dim"] == 1328 and json.loads((tmp_path / "m.json").read_text())["esm"]["dim"] == 1280
+    report = check_models(models, str(path), str(tmp_path), tmp_path / "m.json", 500)
+    assert report["esm"]["dim"] == 1280 and report["classifier"]["input_dim"] == 1328
 
 
 @pytest.mark.parametrize(

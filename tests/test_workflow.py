@@ -137,7 +137,7 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     )
     assert result.returncode != 0
     message = "takes 3328 features but the configured models give 48 (dnabert) + 64 (esm) = 112"
-    assert message in (tmp_path / "logs" / "check_classifier.log").read_text()
+    assert message in (tmp_path / "logs" / "check_models.log").read_text()
     assert [line for line in result.stderr.splitlines() if message in line] == [
         f"error: {tmp_path / 'virnucpro_sized.pt'}: the classifier {message}; use the classifier trained for these "
         "models (VirNucPro's: DNABERT-S 768 + ESM-2 3B 2560) or train one"
@@ -179,8 +179,7 @@ def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_pat
 def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(workflow_run, tmp_path):
     workdir, config = workflow_run
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, predict={"min_viral_fraction": 0.9})
-    checks = {"check_models", "check_classifier"}
-    assert jobs["call"] == len(SAMPLES) and not {"embed", "prepare", "train", "predict", *checks} & jobs.keys()
+    assert jobs["call"] == len(SAMPLES) and not {"embed", "prepare", "train", "check_models", "predict"} & jobs.keys()
     # with the embeddings gone (outputs.keep_embeddings: false), a new threshold needs none of them
     gone = tmp_path / "gone"
     shutil.copytree(workdir, gone, symlinks=True)
@@ -194,13 +193,13 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
     pools = len(read_plans(workdir / "results" / "plan")[1])
-    assert jobs["check_classifier"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
-    assert not {"embed", "prepare", "plan", "train", "check_models"} & jobs.keys()
+    assert jobs["check_models"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
+    assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
     # with a setting that changes the embeddings too, every embed job runs again (none ran once)
     _, jobs = snakemake_dry_run(
         workdir, config, tmp_path, models={"classifier": str(other)}, embedding={"storage": "float16"}
     )
-    assert jobs["check_classifier"] == 1 and jobs["embed"] == 2 * pools and jobs["score"] == pools
+    assert jobs["check_models"] == 1 and jobs["embed"] == 2 * pools and jobs["score"] == pools
 
 
 @pytest.mark.slow

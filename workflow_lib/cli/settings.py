@@ -322,18 +322,12 @@ class FetchSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckModelsSettings:
-    """Check the configured embedding models before any embedding."""
-
-    cache_dir: str = setting("models.cache_dir")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckClassifierSettings:
-    """Check the classifier against the embedding models."""
+    """Check the configured models before any embedding."""
 
     cache_dir: str = setting("models.cache_dir")
     chunk_length: int = setting("chunk_length")
     classifier_chunk_length: int | None = setting("models.classifier_chunk_length")
+    classifier: str | None = setting(help="classifier file to check (left out when the workflow trains it)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -348,7 +342,6 @@ class PlotSampleSettings:
 STAGES = (
     FetchSettings,
     CheckModelsSettings,
-    CheckClassifierSettings,
     PrepareSettings,
     PlanSettings,
     TokenizeSettings,

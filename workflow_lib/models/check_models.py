@@ -1,4 +1,4 @@
-"""The models' sizes, before any embedding job; the classifier's input size and chunk length against them."""
+"""Before any embedding job: the models' sizes, and the classifier's input size and chunk length against them."""
 
 import logging
 from pathlib import Path
@@ -12,7 +12,14 @@ log = logging.getLogger("workflow")
 CHECKSUMS = "checksums.json"  # in models.cache_dir: the model files' SHA-256, kept across runs
 
 
-def check_models(embedders: list[Embedder], cache_dir: str, output: str | Path) -> dict:
+def check_models(
+    embedders: list[Embedder],
+    classifier_path: str | None,
+    cache_dir: str,
+    output: str | Path,
+    chunk_length: int,
+    classifier_chunk_length: int | None = None,
+) -> dict:
     """`embedders`: the configured models, in input order. Writes the report (per model its
     architecture, layers, width, layer and file checksums, which embed jobs reuse) to `output`
     (JSON). The checksums are kept in cache_dir/CHECKSUMS for the next run (io/checksums.py says
@@ -32,35 +39,20 @@ def check_models(embedders: list[Embedder], cache_dir: str, output: str | Path) 
             "dim": config["dim"],
             "files": files,
         }
+    widths = [(name, shape["dim"]) for name, shape in report.items()]
+    if classifier_path:
+        classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
+        report["classifier"] = {
+            "path": str(classifier_path),
+            "input_dim": sum(width for _, width in widths),
+            "files": checksums.describe_kept([Path(classifier_path)], store),
+        }
     write_json(report, output)
     log.info(
-        "models: %s = %d features",
+        "models agree: %s = %d features",
         " + ".join(f"{e.display_name or e.declared.display_name} {report[e.name]['dim']}" for e in embedders),
-        sum(shape["dim"] for shape in report.values()),
+        sum(width for _, width in widths),
     )
-    return report
-
-
-def check_classifier(
-    model_check: str | Path,
-    classifier_path: str,
-    cache_dir: str,
-    output: str | Path,
-    chunk_length: int,
-    classifier_chunk_length: int | None = None,
-) -> dict:
-    """The classifier's input size and chunk length against the models of the model check
-    (`model_check`, check_models' report): written to `output` (JSON: its path, input size and
-    file checksum) when it fits, else the InputError that says what to do."""
-    widths = [(name, shape["dim"]) for name, shape in read_json(model_check).items()]
-    classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
-    report = {
-        "path": str(classifier_path),
-        "input_dim": sum(width for _, width in widths),
-        "files": checksums.describe_kept([Path(classifier_path)], Path(cache_dir) / CHECKSUMS),
-    }
-    write_json(report, output)
-    log.info("the classifier fits the models: %d features, chunks of %d bp", report["input_dim"], chunk_length)
     return report
 
 

@@ -18,12 +18,11 @@ EMBED_MARGIN = 1.5  # on the assumed rate
 SMALL_SAMPLE_BYTES = 1 << 30
 
 # Job order, so that the embeddings on disk at any moment are bounded by the jobs in flight, not by
-# the samples: the classifier's check before the plan (a wrong classifier stops the run before its
-# embeddings), the plan first (temp files are kept while a checkpoint is pending), a shard's scoring
+# the samples: the plan first (temp files are kept while a checkpoint is pending), a shard's scoring
 # as soon as it can run, then the embed jobs, lower shards first: EMBED_PRIORITY - shard for the
 # samples that train this run's classifier (no shard is scored before it), half that for the others.
 EMBED_PRIORITY = 1_000_000
-PRIORITY = {"check": 4 * EMBED_PRIORITY, "plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
+PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 
 
 @functools.cache

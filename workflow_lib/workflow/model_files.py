@@ -33,6 +33,12 @@ def trains_here(config: dict, labelled: bool) -> bool:
     return classifier_file(config) == config["train"]["classifier"] and labelled
 
 
+def classifier_to_check(config: dict, trains: bool) -> list[str]:
+    """The classifier, checked before embedding unless this run trains it (`trains`: then it fits by
+    construction)."""
+    return [] if trains else [classifier_file(config)]
+
+
 def classifier_to_fetch(config: dict, trains: bool) -> str:
     """fetch_models' --classifier: none when this run trains it."""
     return cli(classifier=None if trains else config["models"]["classifier"])

@@ -16,23 +16,23 @@ from workflow_lib.workflow import job_commands, job_resources
 
 class RunPlan:
     """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules
-    exist), its samples, its embedding models by name, its config, whether it trains here and its
-    classifier check (a list: none when it trains here)."""
+    exist), its samples, its embedding models by name, its config, whether it trains here and the
+    path of its model check."""
 
-    def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, classifier_check):
+    def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check):
         self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
-        self.embedders, self.config, self.trains_here = embedders, config, trains_here
-        self.classifier_check = classifier_check
+        self.embedders, self.config, self.trains_here, self.model_check = embedders, config, trains_here, model_check
 
-    def check(self, wildcards) -> list[str]:
-        """A generation's plan's wait for the classifier's check (a list: none when this run trains
-        it): while the plan is to be made, so that a wrong classifier stops the run before its
-        embeddings; none once the plan on disk is current, so that a classifier swap reruns the
-        check and the scoring, not the plan and every embedding after it."""
+    def check(self, wildcards):
+        """A generation's plan's input of the model check: ancient while the plan on disk is current
+        (a classifier swap reruns the check, not the plan), else plain: Snakemake marks the jobs after
+        a due one along plain inputs only, and does not test them on their own, so a plan out of date
+        (a new sample, a newer shards table) would not run, nor the new sample's prepare."""
         members = self.samples.of_generation(wildcards.generation)
         tables = expand(self.rules.prepare.output.shard_table, sample=members)
         plan = expand(self.rules.plan.output.plan, generation=wildcards.generation)[0]
-        return [] if plan_is_current(plan, list(zip(members, tables))) else self.classifier_check
+        current = plan_is_current(plan, list(zip(members, tables)))
+        return ancient(self.model_check) if current else self.model_check
 
     def shards(self, sample: str) -> list[dict]:
         """A sample's shards (plan rows: shard, frames, tokens, and the pool and offset where they

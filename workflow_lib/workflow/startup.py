@@ -76,8 +76,10 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Sa
     """Mends Snakemake's scheduling, checks the config (defaults filled in) and the samples sheets,
     and warns where the config differs from the settings that made the results (`recorded`).
     `root`: the checkout, whose config/ holds the schemas; `plan_dir`: where the plans are."""
-    # Snakemake's own CPU would grow with the square of the samples, and its grouped cluster jobs
-    # would hold far more samples than group-components asks (snakemake_patches.py).
+    # Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
+    # hold far more samples than group-components asks, a job behind an ancient input would go
+    # untested while the job before it is due, and the Snakemake in a cluster job would retry its
+    # rule as well as the main one (snakemake_patches.py).
     unmended = snakemake_patches.mend_all()
     # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
     # ---"); the console still gets every message, and onerror says the disk is full.
