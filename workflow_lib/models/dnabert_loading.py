@@ -72,9 +72,11 @@ def load(
     cache_dir: str | None = None,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    digests: dict[str, str] | None = None,
 ) -> tuple[DNABERT, DNABERTTokens]:
     """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds ESM-2
-    (parameters uninitialised, each checkpoint tensor converted once)."""
+    (parameters uninitialised, each checkpoint tensor converted once). `digests`, which name ESM-2's
+    copy, go unused: DNABERT-S loads in seconds and is not copied."""
     device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     config = _hf_config(directory)
     with uninitialised():
@@ -105,11 +107,10 @@ def embedder(
     fp8=False,
     digests: dict[str, str] | None = None,
 ) -> "DNABERTEmbedder":
-    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only.
-    `digests` (the files' SHA-256, which name ESM-2's copy) is unused: DNABERT-S loads in seconds, uncopied."""
+    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only."""
     if layer is not None:
         raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
     if fp8:
         raise ValueError("DNABERT-S has no FP8 path: it computes in fp16 where ESM-2 uses fp8")
-    model, tokens = load(checkpoint, cache_dir, device, dtype)
+    model, tokens = load(checkpoint, cache_dir, device, dtype, digests)
     return DNABERTEmbedder(model, tokens, device, dtype)
