@@ -1,17 +1,13 @@
 """The GPU check: the embed job's CUDA paths proven and timed on a GPU, one part per command, each
 writing one JSON of figures. On the GPU machine (no network; fair-esm, snakemake and biopython
-come as wheels from benchmarks/gpu_wheels.py), from the repository root:
-
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-    python3 benchmarks/gpu_check.py --part all --deadline-seconds 450 --out $OUT/all.json \
-        --reads 20000 --frames 8000 --sweep 65536 --lever-frames 100 --workflow-reads 100000 300000 \
-        --shard-tokens 180000000 --esm-shapes 3B --precisions fp16 --equivalence-frames 50
-    python3 benchmarks/gpu_check.py --part equivalence --out $OUT/equivalence.json   # ~3 min on an H100
+come as wheels from benchmarks/gpu_wheels.py), from the repository root, a GPU session's one
+command is docs/gpu-check.md's (`--part all`, tested as a CPU dry run by tests/test_gpu_check.py).
 
 `--part all` runs the model part with its levers (compiled), the workflow part, the attention
-part and the equivalence part, in that order, each into its own JSON beside --out (all.json says
-which ran, failed or were skipped): the measurements of a GPU session in one command, whose
---deadline-seconds bounds it (a part, or a workflow run, starts only with enough left).
+part and the equivalence part, in that order, each into its own JSON beside --out and all into
+all.json (which says of each part done, failed, cut or skipped), written after every step.
+--deadline-seconds, from the process's start, ends it within 15 s: each part may take its share
+of the time left (ALL), and a SIGALRM at the part's deadline stops the step it finds (Deadline).
 
 Parts:
   equivalence  ESM-2 packed in FP16 and BF16 (rotary in the model's dtype and in float32) against

@@ -75,7 +75,7 @@ def claim_gpu(
                 index = min(fits)[2]
                 gpu = gpus[index]
                 path = lock_dir / f"{gpu.uuid}.{_share(gpu, mb)}mb.{os.getpid()}.claim"
-                claim = _flock(path)  # a claim of this pid's is an ended job's: never held
+                claim = _flock(path)  # a claim of this pid's is an ended job's (a process holds one at most)
                 break
         if not waiting:
             log.info(
