@@ -435,12 +435,17 @@ def estimate_priors(counts: np.ndarray, steps: int = 60) -> np.ndarray:
 
     low, high = np.zeros(counts.shape[0]), np.ones(counts.shape[0])
     at_one, at_zero = rising(high), ~rising(low)
+    found = np.where(at_one, 1.0, np.where(at_zero, 0.0, _bisect(rising, low, high, steps)))
+    return np.where(counts.any(axis=1), found, 0.5)
+
+
+def _bisect(rising, low: np.ndarray, high: np.ndarray, steps: int) -> np.ndarray:
+    """Per row, the share between `low` and `high` where `rising` (a slope falling as the share grows: > 0?) turns."""
     for _ in range(steps):
         middle = (low + high) / 2
         up = rising(middle)
         low, high = np.where(up, middle, low), np.where(up, high, middle)
-    found = np.where(at_one, 1.0, np.where(at_zero, 0.0, (low + high) / 2))
-    return np.where(counts.any(axis=1), found, 0.5)
+    return (low + high) / 2
 
 
 def record_share(weighted: np.ndarray, records: int, chunk_prior: float) -> float:
@@ -559,11 +564,7 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.nansum(observed * gap / mixed, axis=1) > 0
 
-    for _ in range(60):
-        middle = (low + high) / 2
-        up = rising(middle)
-        low, high = np.where(up, middle, low), np.where(up, high, middle)
-    return (low + high) / 2
+    return _bisect(rising, low, high, 60)
 
 
 class GroupCounts(NamedTuple):

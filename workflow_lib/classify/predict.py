@@ -114,11 +114,9 @@ class ListedFrames:
 
 class ShardScores:
     """A sample's shards' scores, read in shard order as the frames table asks for them. Shard i's
-    scores are in the (pooled) scores file `paths[i]`, its piece (score.py, plan.py) found by the
-    sample's name and the shard's number: a file is loaded at its first shard and let go at the
-    first shard of another file (shard numbers never fall along the frames table), so that memory
-    holds one pooled shard's scores. Each shard's frame IDs are digested as they are matched, and
-    checked when it is let go."""
+    scores are the sample's piece of the (pooled) scores file `paths[i]` (score.py): memory holds
+    one file's scores, loaded at its first shard and let go at another file's. Each shard's frame
+    IDs are digested as they are matched, and checked when it is let go."""
 
     def __init__(self, paths: list[str | Path], sample: str = ""):
         self.paths, self.sample = [Path(p) for p in paths], sample

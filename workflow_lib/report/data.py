@@ -3,7 +3,7 @@ and table, from a sample's tables or the samples' run summaries.
 
 A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
 bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
-bounded (a few hundred MB) whatever the number of reads."""
+bounded whatever the number of reads."""
 
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -91,13 +91,6 @@ def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set
         picked.append(block[block["sequence_id"].isin(ids)])
     kept = (t.rows if t.rows is not None else empty for t in (best, shown))
     return SequenceStats(scores, calls, *kept, pd.concat(picked) if picked else empty)
-
-
-def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
-    """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
-    columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
-    parts = [part[part["sequence_id"].isin(ids)].drop_duplicates() for part in read_chunks(prepared_frames, columns)]
-    return pd.concat(parts or [pd.DataFrame(columns=columns)]).drop_duplicates(["sequence_id", "chunk"])
 
 
 def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
@@ -239,10 +232,8 @@ def made_by(run: dict) -> dict:
 
 
 def display_name(config: dict, model: str) -> str:
-    """A model's name in the report: its display name in the run's config (the model's name in a
-    summary from before there were any)."""
-    entry = config["models"].get(model, {})
-    return entry.get("display_name", model) if isinstance(entry, dict) else model
+    """A model's name in the report: its display name in the run's config, else the model's name."""
+    return config["models"][model].get("display_name", model)
 
 
 def _checkpoint(made: dict) -> str:
@@ -300,7 +291,10 @@ def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleDat
     ids = set(sequences.top["sequence_id"]) | set(strongest)
     tracks = Tracks(
         rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        chunk_positions(tables.prepared_frames, ids),
+        # prepare's frames table has a row per frame: one of each chunk's
+        rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
+            ["sequence_id", "chunk"]
+        ),
         rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
     )
     records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
