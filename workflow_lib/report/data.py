@@ -52,15 +52,15 @@ class Histogram:
 
 
 class TopRows:
-    """The n rows of a table with the highest max_score_virus (unscored ones last), ties in table
-    order, kept while the table goes by block by block: at most n rows held besides the block."""
+    """The n rows of a table with the highest values of `by` (top_sequences), kept while the table
+    goes by block by block: at most n rows held besides the block."""
 
-    def __init__(self, n: int):
-        self.n, self.rows = n, None
+    def __init__(self, n: int, by: tuple[str, ...] = ("max_score_virus",)):
+        self.n, self.by, self.rows = n, by, None
 
     def add(self, block: pd.DataFrame) -> "TopRows":
         held = self.rows is not None and len(self.rows)
-        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n)
+        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n, self.by)
         return self
 
 
@@ -102,16 +102,15 @@ def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) 
 def strongest_regions(regions: str | Path, n: int) -> list[str]:
     """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
     read block by block."""
-    best = None
+    best = TopRows(n, ("mean_score_virus", "length"))
     for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
-        best = block if best is None else pd.concat([best, block])
-        best = best.sort_values(["mean_score_virus", "length"], ascending=False, kind="stable").head(n)
-    return [] if best is None else list(dict.fromkeys(best["sequence_id"]))
+        best.add(block)
+    return [] if best.rows is None else list(dict.fromkeys(best.rows["sequence_id"]))
 
 
-def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
-    """The n sequences with the highest max_score_virus (unscored ones last), ties in table order."""
-    return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
+def top_sequences(sequences: pd.DataFrame, n: int, by: tuple[str, ...] = ("max_score_virus",)) -> pd.DataFrame:
+    """The n rows with the highest values of `by` (unscored ones last), ties in table order."""
+    return sequences.sort_values(list(by), ascending=False, kind="stable", na_position="last").head(n)
 
 
 class InputStats(NamedTuple):
