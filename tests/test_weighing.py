@@ -69,6 +69,7 @@ def test_the_end_of_a_run_says_in_one_line_per_sample_what_the_fit_means_for_the
     def manifest(sample, fit, low):
         records = {"viral_fraction_estimate": 0.45, "interval": [low, 0.5], "source": "sample", "counted": 200}
         fitted = {"fit": fit, "statistic": 7.25 if fit == "poor" else 1.5, "limit": 3.5, "most": 0.5}
+        fitted["statistics"] = {"scores": fitted["statistic"]}
         path = tmp_path / f"{sample}.json"
         path.write_text(json.dumps({"weighing": {"composition": {"records": records}, "composition_fit": fitted}}))
         return path

@@ -1,22 +1,14 @@
 """Weighing the calls: probabilities, a sample's own viral fraction and false discovery rates.
 
-Everything is carried as a log-likelihood ratio, LLR = logit P(virus | evidence) - logit(prior):
-evidence free of the class balance it was measured under, to which a sample's own prior is added
-back as logit(prior). Three fitted parts, kept in the calibration JSON (`Calibration`):
-- the chunk map: a chunk's best virus score (chunks.tsv's max_score_virus) to its LLR, fitted on
-  labelled chunks the classifier did not learn from, by Platt scaling or isotonic regression,
-  whichever predicts held-out records better (grouped two-fold cross-validation, log loss);
-- the record rule: a record's LLR from its n scored chunks, t * (sum of chunk LLRs) / (1 + r (n - 1))
-  + c, fitted on windows of consecutive chunks of labelled records (1 to 128 chunks). Chunks of one
-  record are not independent evidence: with evidence equally correlated (r) between any two chunks,
-  n chunks weigh as n / (1 + r (n - 1)) independent ones (r = 0: a plain product; r = 1: a mean);
-- the priors of the data it was fitted on (chunks and records).
-A sample's viral fraction is the maximum-likelihood prior of its own LLRs (label shift, Saerens et
-al. 2002), computed on a histogram of LLRs so that memory does not grow with the sample, with an
-interval from a bootstrap over records (histograms of groups of records, resampled) and a check
-that the calibration's classes, mixed at that fraction, fit the sample's LLRs (`class_llrs`, the
-calibration's chunk LLRs of each class); q-values come from the same histogram, at the
-interval's lower end.
+Evidence is carried as a log-likelihood ratio, LLR = logit P(virus | evidence) - logit(prior), free of
+the class balance it was measured under; a sample's own prior is added back as logit(prior). A
+calibration (`Calibration`, a JSON file) holds the chunk map (a chunk's best virus score to its LLR:
+Platt scaling or isotonic regression, whichever predicts held-out records better), the record rule
+(a record's n chunk LLRs summed and weighed as n / (1 + r (n - 1)) independent chunks, r their
+correlation) and the priors it was fitted under. A sample's viral fraction is the maximum-likelihood
+prior of its own LLRs (label shift, Saerens et al. 2002), with a bootstrap interval and a check that
+the calibration's classes fit the sample; it and the q-values come from histograms of LLRs, so that
+memory does not grow with the sample.
 """
 
 import functools
@@ -43,9 +35,8 @@ KNOTS = np.linspace(-16.0, 16.0, 321)  # the chunk map, as LLR at these logits o
 # would rest on too few records.
 MIN_RECORDS_FOR_ESTIMATE = 20
 ATYPICAL_QUANTILE = 0.98
-# The score job computes a frame's atypicality again, in other batches: a mean of squared z-scores
-# over small BatchNorm variances, it moves by about 1e-4 of itself, so that a calibration record at
-# the limit (the most atypical of a few) fell just outside it. The limit leaves that much room.
+# The score job computes a frame's atypicality again, in other batches, where it moves slightly: a
+# calibration record at the limit would fall just outside it. The limit leaves room for that.
 ATYPICAL_MARGIN = 1.01
 # Held-out folds go by record when each class has this many records (as train's split does)
 MIN_RECORDS_PER_CLASS = 10
@@ -214,9 +205,8 @@ def _cross_validated(method, x, y, folds) -> np.ndarray:
 
 
 def windows(records: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(window, chunks in it, sum of `values` over it): non-overlapping windows of each size in
-    WINDOWS over consecutive rows of each record (`records`: rows of a record together, in order
-    along it). Window numbers index (records' first row, size) combinations."""
+    """(record number, chunks in the window, sum of `values` over it): non-overlapping windows of each
+    size in WINDOWS over consecutive rows of each record (a record's rows together, in order)."""
     starts = np.flatnonzero(np.r_[True, records[1:] != records[:-1]])
     lengths = np.diff(np.append(starts, records.size))
     position = np.arange(records.size) - np.repeat(starts, lengths)  # row's place in its record
@@ -258,24 +248,27 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     return min((fitted(r) for r in np.unique(fine)), key=lambda f: f[-1])
 
 
-def calibration_error(y: np.ndarray, p: np.ndarray, bins: int = 10) -> float:
+def _binned(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per equal-width bin of probability: rows, summed probability and summed labels."""
+    which = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
+    return np.bincount(which, minlength=bins), np.bincount(which, p, bins), np.bincount(which, y, bins)
+
+
+def calibration_error(y: np.ndarray, p: np.ndarray) -> float:
     """Expected calibration error: the mean over equal-width probability bins of |observed viral share -
     mean probability|, weighted by the bin's rows."""
-    which = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
-    counts = np.bincount(which, minlength=bins)
-    gap = np.abs(np.bincount(which, y, bins) - np.bincount(which, p, bins))
-    return float(gap.sum() / max(counts.sum(), 1))
+    counts, predicted, observed = _binned(y, p)
+    return float(np.abs(observed - predicted).sum() / max(counts.sum(), 1))
 
 
-def reliability_curve(y: np.ndarray, p: np.ndarray, bins: int = 10) -> dict:
+def reliability_curve(y: np.ndarray, p: np.ndarray) -> dict:
     """Per equal-width bin of probability: rows, mean probability and observed viral share."""
-    which = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
-    counts = np.bincount(which, minlength=bins)
+    counts, predicted, observed = _binned(y, p)
     safe = np.maximum(counts, 1)
     return {
         "rows": counts.tolist(),
-        "mean_probability": (np.bincount(which, p, bins) / safe).tolist(),
-        "observed_share": (np.bincount(which, y, bins) / safe).tolist(),
+        "mean_probability": (predicted / safe).tolist(),
+        "observed_share": (observed / safe).tolist(),
     }
 
 
@@ -364,23 +357,25 @@ def _class_llrs(llr: np.ndarray, y: np.ndarray, records: np.ndarray, atypicality
     typical = atypicality is not None and np.isfinite(atypicality).all()
     for name, label in (("virus", 1), ("other", 0)):
         mine = y == label
-        counts = histogram(llr[mine])
-        bins = np.flatnonzero(counts)
-        classes[name] = {
-            "bins": bins.tolist(),
-            "counts": counts[bins].tolist(),
-            "effective": _effective(llr, records, mine),
-        }
+        classes[name] = sparse(histogram(llr[mine])) | {"effective": _effective(llr, records, mine)}
         if typical:
             counts = np.bincount(atypicality_bin(atypicality[mine]), minlength=N_ATYPICALITY_BINS + 1)
-            bins = np.flatnonzero(counts)
             effective = _effective(np.log(np.maximum(atypicality, 1e-12)), records, mine)
-            classes[name]["atypicality"] = {
-                "bins": bins.tolist(),
-                "counts": counts[bins].tolist(),
-                "effective": effective,
-            }
+            classes[name]["atypicality"] = sparse(counts) | {"effective": effective}
     return classes
+
+
+def sparse(counts: np.ndarray) -> dict:
+    """A histogram as the JSON files keep it: its bins that hold something, and their counts."""
+    bins = np.flatnonzero(counts)
+    return {"bins": bins.tolist(), "counts": counts[bins].tolist()}
+
+
+def dense(counted: dict, size: int) -> np.ndarray:
+    """A sparse histogram's counts in each of `size` bins."""
+    counts = np.zeros(size)
+    counts[counted["bins"]] = counted["counts"]
+    return counts
 
 
 def _effective(values: np.ndarray, records: np.ndarray, mine: np.ndarray) -> float:
@@ -431,8 +426,7 @@ def estimate_prior(counts: np.ndarray) -> float:
 def estimate_priors(counts: np.ndarray, steps: int = 60) -> np.ndarray:
     """estimate_prior of each row of `counts`: where the log-likelihood's slope in the share,
     sum c (L - 1) / (1 + share (L - 1)) with L = exp(LLR), is zero. The slope falls as the share
-    grows, so bisection finds it to the last bit (in 60 `steps`; 30 find it to 1e-9); EM reaches the
-    same point, but in thousands of steps when the share is near 0 or 1."""
+    grows, so bisection finds it in a fixed number of `steps` (EM needs thousands near 0 or 1)."""
     used = counts.any(axis=0)
     ratio, counts = np.expm1(CENTRES[used]), counts[:, used]  # L - 1
 
@@ -441,20 +435,24 @@ def estimate_priors(counts: np.ndarray, steps: int = 60) -> np.ndarray:
 
     low, high = np.zeros(counts.shape[0]), np.ones(counts.shape[0])
     at_one, at_zero = rising(high), ~rising(low)
+    found = np.where(at_one, 1.0, np.where(at_zero, 0.0, _bisect(rising, low, high, steps)))
+    return np.where(counts.any(axis=1), found, 0.5)
+
+
+def _bisect(rising, low: np.ndarray, high: np.ndarray, steps: int) -> np.ndarray:
+    """Per row, the share between `low` and `high` where `rising` (a slope falling as the share grows: > 0?) turns."""
     for _ in range(steps):
         middle = (low + high) / 2
         up = rising(middle)
         low, high = np.where(up, middle, low), np.where(up, high, middle)
-    found = np.where(at_one, 1.0, np.where(at_zero, 0.0, (low + high) / 2))
-    return np.where(counts.any(axis=1), found, 0.5)
+    return (low + high) / 2
 
 
 def record_share(weighted: np.ndarray, records: int, chunk_prior: float) -> float:
     """The share of viral records among `records`, from their chunks' LLRs counted in `weighted`
     each with the weight 1 / (its record's scored chunks): the mean over records of their chunks'
-    mean probability at the sample's viral fraction of chunks (`chunk_prior`). Calibrated chunk
-    probabilities make it unbiased whatever the record rule, which is fitted on fewer, correlated
-    windows and misjudges most where the classifier meets genomes unlike its training ones."""
+    mean probability at the sample's viral fraction of chunks (`chunk_prior`). Unlike the record
+    rule (fitted on fewer, correlated windows), calibrated chunk probabilities leave it unbiased."""
     return float((weighted * expit(CENTRES + logit(chunk_prior))).sum() / records)
 
 
@@ -489,21 +487,10 @@ def _at_or_above(counts: np.ndarray) -> np.ndarray:
     return np.cumsum(counts[..., ::-1], axis=-1)[..., ::-1]
 
 
-def _class_counts(cal: Calibration, name: str) -> np.ndarray:
-    """The calibration's chunks of class `name` (virus, other) counted in each LLR bin."""
-    counts = np.zeros(N_BINS)
-    counts[cal.class_llrs[name]["bins"]] = cal.class_llrs[name]["counts"]
-    return counts
-
-
 def _class_tails(classes: list[dict], size: int) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The share of each class's calibration chunks at or above each of `size` bins (virus, other,
     each a sparse histogram: bins, counts, effective), and their worth in independent chunks."""
-    tails = []
-    for counted in classes:
-        counts = np.zeros(size)
-        counts[counted["bins"]] = counted["counts"]
-        tails.append(_at_or_above(counts))
+    tails = [_at_or_above(dense(counted, size)) for counted in classes]
     return tails[0] / tails[0][0], tails[1] / tails[1][0], classes[0]["effective"], classes[1]["effective"]
 
 
@@ -536,13 +523,11 @@ def composition_fit(
 ) -> dict:
     """Whether the calibration's classes mixed at the sample's viral fraction of chunks (`share`)
     fit the sample's chunk LLRs (`counts`) and, where both have them, its chunks' atypicality
-    (`typical`: (counts, replicates) in atypicality_bin's bins): label shift assumes that each class
-    looks in the sample as it did in the calibration, in all the classifier sees, so a sample whose
-    chunks are unlike both classes (random DNA, say) fails it though its scores may fit. Bands of
-    either (_band_gaps); the statistic is the largest gap; beyond FIT_LIMIT the fit is poor. `most`
-    is the most the viral fraction of chunks can be whatever the sample's non-viral chunks score
-    like, as long as its viral ones score like the calibration's: no band can hold fewer chunks than
-    its viral ones."""
+    (`typical`: (counts, replicates) in atypicality_bin's bins): label shift assumes each class looks
+    in the sample as in the calibration, so chunks unlike both (random DNA, say) fail it though their
+    scores may fit. The statistic is the largest band gap (_band_gaps); beyond FIT_LIMIT the fit is
+    poor. `most`: the most the viral fraction can be if the viral chunks score like the
+    calibration's, whatever the others do (no band holds fewer chunks than its viral ones)."""
     classes = [cal.class_llrs[name] for name in ("virus", "other")]
     z, observed, v = _band_gaps(counts, replicates, share, shares, _class_tails(classes, N_BINS))
     statistics = {"scores": float(z.max())}
@@ -564,9 +549,8 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
     of the classes' shares of those bins (`virus`, `other`): where the slope
     sum o (v - n) / (share v + (1 - share) n) is zero (it falls as the share grows), by bisection.
     The share may leave [0, 1] as far as the mixture stays a distribution (no bin below 0; within
-    MIXTURE_REACH): the replicates are read as departures from the data's own estimate, and a share
-    held at 0 cut them off there. Set B at 1% viral: the data's coarse estimate 0, most replicates'
-    too, so no replicate could fall below the finer estimate (0.18), the interval's lower end."""
+    MIXTURE_REACH): the replicates are read as departures from the data's own estimate, which a
+    share held at 0 would cut off, leaving an interval that cannot reach below the estimate."""
     gap = virus - other
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.max(np.where(gap > 0, -other / gap, -MIXTURE_REACH), axis=-1, initial=-MIXTURE_REACH)
@@ -580,11 +564,7 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.nansum(observed * gap / mixed, axis=1) > 0
 
-    for _ in range(60):
-        middle = (low + high) / 2
-        up = rising(middle)
-        low, high = np.where(up, middle, low), np.where(up, high, middle)
-    return (low + high) / 2
+    return _bisect(rising, low, high, 60)
 
 
 class GroupCounts(NamedTuple):
@@ -601,32 +581,22 @@ class GroupCounts(NamedTuple):
 def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """The sample's viral fraction of chunks and of records, each with its interval, and the fit
     (composition_fit), from what its bootstrap groups `counted` and the records' LLRs counted
-    (`record_llrs`).
-    The interval is a bootstrap that resamples both what the estimate rests on: the sample's records
-    (its groups, with replacement) and the calibration's chunks of each class (multinomial, as many
-    as they are worth independent ones). The calibration's share moves the estimate as much as the
-    sample's: at 1% viral, calibrations of 130,000 synthetic chunks each put one sample at 0.5% to
-    2%. Each replicate estimates the chunks' share as a mixture of the classes in COARSE_BINS bins of
-    LLR (the calibration's own counts, resampled, have no LLR map of their own); its departure from
-    that estimate on the data as they are moves the estimate (both unbounded: mixture_priors). The
-    interval spans the middle INTERVAL_LEVEL of the replicates and includes the estimate. The
-    records' interval is for the share of this sample's records that are viral, not for the share a
-    sample like it has on average: each replicate adds the spread of the records' labels about their
-    probabilities (a normal draw with the variance sum p (1 - p) / n^2, p from the record rule),
-    which the bootstrap does not see where the classes barely separate (every p near the share).
-    Where the fit is poor, the sample's non-viral sequences may score like viral ones: the interval
-    then runs from 0 to the most the sample's chunks allow (composition_fit's `most`). Measured on
-    synthetic data where the non-viral class is two populations, one scoring viral-like, whose
-    shares differ between the calibration and a 1% viral sample: the estimate 0.35, and what any
-    band of LLR says alone at least 0.28; no lower end short of 0 holds there."""
+    (`record_llrs`). The bootstrap resamples both what the estimate rests on: the sample's records
+    (its groups) and the calibration's chunks of each class (as many as they are worth independent
+    ones), whose share moves the estimate as much as the sample's. Each replicate's departure from
+    the data's own estimate, as a mixture in coarse bins of LLR (mixture_priors), moves the estimate.
+    The records' interval is for this sample's records: each replicate adds the spread of their
+    labels about their probabilities (variance sum p (1 - p) / n^2), which the bootstrap misses where
+    the classes barely separate. Where the fit is poor, non-viral sequences may score like viral
+    ones: the interval then runs from 0 to the most the sample's chunks allow."""
     chunks, weighted, records, typical = counted
     counts, total = chunks.sum(axis=0), records.sum()
     groups = records.size
     rng = np.random.default_rng(0)
-    # in floats: numpy's integer matrix product has no BLAS behind it, and was most of the time here
+    # in floats: numpy's integer matrix product has no BLAS behind it
     resampled = rng.multinomial(groups, np.full(groups, 1 / groups), BOOTSTRAP_REPLICATES).astype(np.float64)
-    # the bins from the lowest LLR counted to the highest: the products need no others (they were
-    # most of predict's weighing time where the LLRs span a few of the 8,001 bins, as most do)
+    # the bins from the lowest LLR counted to the highest: the products need no others, and most
+    # samples' LLRs span a few of the bins
     held = np.flatnonzero(counts)
     window = slice(held.min(initial=0), held.max(initial=0) + 1)
     replicates = np.zeros((BOOTSTRAP_REPLICATES, N_BINS))
@@ -656,7 +626,7 @@ def _replicated_chunk_shares(counts, replicates, share: float, cal: Calibration,
     # coarse bins: equal shares of the calibration's chunks of both classes together, each worth about
     # ten independent chunks of the smaller class at least: redrawn, a class of few records left most
     # bins empty, and empty bins, not the data, then made the replicates
-    classes = [_class_counts(cal, name) for name in ("virus", "other")]
+    classes = [dense(cal.class_llrs[name], N_BINS) for name in ("virus", "other")]
     pooled = np.cumsum(classes[0] / classes[0].sum() + classes[1] / classes[1].sum()) / 2
     fewest = min(cal.class_llrs[name]["effective"] for name in ("virus", "other"))
     n_bins = int(np.clip(fewest // 10, 2, COARSE_BINS))

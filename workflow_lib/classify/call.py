@@ -174,21 +174,6 @@ def _write_fasta(handle, header: bytes, seq: bytes) -> None:
     handle.write(b">%s\n%s\n" % (header, wrapped))
 
 
-def count(table: pd.DataFrame, viral: pd.DataFrame, found: pd.DataFrame, counts: Counter, totals: Counter) -> None:
-    """Add a block of the sequences table (`viral`: its rows called virus) and its regions to the
-    calls and totals of the manifest."""
-    counts.update(table["call"].value_counts().to_dict())
-    totals.update(
-        records=len(table),
-        chunks=int(table["n_chunks"].sum()),
-        chunks_scored=int(table["n_chunks_scored"].sum()),
-        viral_chunks=int(table["n_viral_chunks"].sum()),
-        viral_bases=int(viral["length"].sum()),  # of the records called virus
-        regions=len(found),
-        region_bases=int(found["length"].sum()),
-    )
-
-
 def fasta_pieces(
     viral: pd.DataFrame, found: pd.DataFrame, viral_fasta, regions_fasta, weighed: bool = False
 ) -> dict[str, list[Piece]]:
@@ -230,11 +215,7 @@ def call(
     Returns the count of each call."""
     scoring = read_json(scoring_path)
     weighing = _record_weighing(calibration, scoring, scoring_path)
-    blocks = weighed_blocks(
-        sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration),
-        weighing,
-        max_qvalue,
-    )
+    blocks = sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration)
     with tempfile.TemporaryDirectory(dir=outputs.regions.parent) as scratch:
         # with a calibration the regions go to a scratch table first: their q-values need them all
         regions_path = Path(scratch, "regions.tsv") if weighing else outputs.regions
@@ -249,15 +230,22 @@ def call(
                 stack.enter_context(tsv_writer(outputs.sequences, columns)),
                 stack.enter_context(tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))),
                 [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths],
+                weighing,
+                max_qvalue,
             )
             write_pieces(reads, record_pieces(blocks, tables))
         if weighing:
             passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
             if passing is not None:
                 copy_passing_regions(outputs.regions_fasta, passing, outputs.passing[1])
+    files = reads.files()
     manifest = {
         "workflow_version": __version__,
-        "input": _input_record(reads),
+        # its file (its files, a list, where it has several) and bytes
+        "input": {
+            "path": str(files[0]) if len(files) == 1 else list(map(str, files)),
+            "bytes": sum(f.stat().st_size for f in files),
+        },
         "checkpoints": scoring["checkpoints"],
         "counts": tables.manifest_counts(scoring["frames"]),
     }
@@ -280,37 +268,39 @@ def _record_weighing(calibration: Calibration | None, scoring: dict, scoring_pat
     return weighing
 
 
-def weighed_blocks(blocks, weighing: RecordWeighing | None, max_qvalue: float | None):
-    """Each block of the sequences table and its regions, weighed with a calibration, and its
-    records passing `max_qvalue` (None without)."""
-    for table, found in blocks:
-        passing = None
-        if weighing:
-            passing = weighing.weigh_records(table, max_qvalue)
-            weighing.weigh_regions(found)
-        yield table, found, passing
-
-
 class CallTables:
     """The call's tables and FASTA, written block by block (`write` the sequences table's rows,
-    `write_regions` the regions', `fasta` the viral, regions and passing FASTA handles), and what
-    the manifest counts."""
+    `write_regions` the regions', `fasta` the viral, regions and passing FASTA handles), each block
+    weighed first where there is a calibration, and what the manifest counts."""
 
-    def __init__(self, write, write_regions, fasta: list):
+    def __init__(self, write, write_regions, fasta: list, weighing: RecordWeighing | None, max_qvalue: float | None):
         self.write, self.write_regions, self.fasta = write, write_regions, fasta
+        self.weighing, self.max_qvalue = weighing, max_qvalue
         self.counts, self.totals = Counter(), Counter()
 
-    def add(self, table: pd.DataFrame, found: pd.DataFrame, passing: pd.DataFrame | None) -> dict:
-        """Write a block's rows and regions and count them; {record: its pieces to write to FASTA}."""
+    def add(self, table: pd.DataFrame, found: pd.DataFrame) -> dict:
+        """Weigh, write and count a block's rows and regions; {record: its pieces to write to FASTA}."""
+        passing = None  # the records within max_qvalue
+        if self.weighing:
+            passing = self.weighing.weigh_records(table, self.max_qvalue)
+            self.weighing.weigh_regions(found)
         self.write(table)
         self.write_regions(found)
         viral = table[table["call"] == "virus"]
-        count(table, viral, found, self.counts, self.totals)
+        self.counts.update(table["call"].value_counts().to_dict())
+        self.totals.update(
+            records=len(table),
+            chunks=int(table["n_chunks"].sum()),
+            chunks_scored=int(table["n_chunks_scored"].sum()),
+            viral_chunks=int(table["n_viral_chunks"].sum()),
+            viral_bases=int(viral["length"].sum()),  # of the records called virus
+            regions=len(found),
+            region_bases=int(found["length"].sum()),
+        )
         by_record = fasta_pieces(viral, found, *self.fasta[:2])
-        for sid, more in (
-            fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items() if passing is not None else ()
-        ):
-            by_record.setdefault(sid, []).extend(more)
+        if passing is not None:
+            for sid, more in fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items():
+                by_record.setdefault(sid, []).extend(more)
         return by_record
 
     def manifest_counts(self, frames: int) -> dict:
@@ -321,18 +311,11 @@ class CallTables:
 def record_pieces(blocks, tables: CallTables) -> Iterator[tuple[bytes, list[Piece]]]:
     """Each record's pieces to write, in input order, as `tables` takes the block that holds it (the
     FASTA are written while the input is read alongside: write_pieces)."""
-    for table, found, passing in blocks:
-        by_record = tables.add(table, found, passing)
+    for table, found in blocks:
+        by_record = tables.add(table, found)
         listed = table["sequence_id"]
         for sid in listed[listed.isin(by_record.keys())]:  # input order
             yield sid.encode(), by_record[sid]
-
-
-def _input_record(reads: SampleReads) -> dict:
-    """The manifest's record of the input: its file (its files, a list, where it has several) and bytes."""
-    files = reads.files()
-    paths = str(files[0]) if len(files) == 1 else list(map(str, files))
-    return {"path": paths, "bytes": sum(f.stat().st_size for f in files)}
 
 
 def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Path) -> None:

@@ -114,11 +114,9 @@ class ListedFrames:
 
 class ShardScores:
     """A sample's shards' scores, read in shard order as the frames table asks for them. Shard i's
-    scores are in the (pooled) scores file `paths[i]`, its piece (score.py, plan.py) found by the
-    sample's name and the shard's number: a file is loaded at its first shard and let go at the
-    first shard of another file (shard numbers never fall along the frames table), so that memory
-    holds one pooled shard's scores. Each shard's frame IDs are digested as they are matched, and
-    checked when it is let go."""
+    scores are the sample's piece of the (pooled) scores file `paths[i]` (score.py): memory holds
+    one file's scores, loaded at its first shard and let go at another file's. Each shard's frame
+    IDs are digested as they are matched, and checked when it is let go."""
 
     def __init__(self, paths: list[str | Path], sample: str = ""):
         self.paths, self.sample = [Path(p) for p in paths], sample
@@ -173,7 +171,7 @@ class ShardScores:
 
     def _piece(self, pieces: dict, shard: int) -> int:
         """Where in its scores file (`pieces`: _pieces) the sample's shard is."""
-        if "samples" not in pieces:  # a file of one sample's shard (made by hand, or before pooled shards)
+        if "samples" not in pieces:  # a file of one sample's shard (score.py without pieces)
             return 0
         found = np.flatnonzero((pieces["samples"] == self.sample) & (pieces["shards"] == shard))
         if not found.size:
@@ -197,9 +195,7 @@ def _load(path: Path) -> tuple[np.ndarray, dict]:
     """A scores file's scores and atypicality (one array) and its checkpoints."""
     try:
         with np.load(path) as data:
-            scores = data["scores"]
-            # NaN where a scores file predates the atypicality
-            atypicality = data["atypicality"] if "atypicality" in data else np.full(len(scores), np.nan)
+            scores, atypicality = data["scores"], data["atypicality"]
             checkpoints = json.loads(str(data["checkpoints"]))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
@@ -211,15 +207,9 @@ def _pieces(path: Path) -> dict[str, np.ndarray]:
     `samples` and `shards` where it pools several; read without its scores."""
     try:
         with np.load(path) as data:
-            if "pieces" in data:
-                names = {"pieces": "frames", "ids_blake2b": "ids_blake2b"}
-                names |= {"piece_samples": "samples", "piece_shards": "shards"} if "piece_samples" in data else {}
-                return {name: data[key] for key, name in names.items()}
-            digest = np.atleast_1d(data["ids_blake2b"])  # made before pooled shards: one sample's shard
-        with zipfile.ZipFile(path) as archive, archive.open("scores.npy") as member:
-            version = np.lib.format.read_magic(member)
-            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            return {"frames": np.array([header(member)[0][0]]), "ids_blake2b": digest}
+            names = {"pieces": "frames", "ids_blake2b": "ids_blake2b"}
+            names |= {"piece_samples": "samples", "piece_shards": "shards"} if "piece_samples" in data else {}
+            return {name: data[key] for key, name in names.items()}
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 

@@ -1,16 +1,12 @@
-"""The score stage: VirNucPro's classifier over one shard's frames, as soon as its embeddings files
-(one per configured model) exist, so that they can go (outputs.keep_embeddings: false) long before the
-sample's last shard is embedded.
+"""The score stage: VirNucPro's classifier over one pooled shard's frames, as soon as its embeddings
+files (one per configured model) exist, so that they can go (outputs.keep_embeddings: false) long
+before the sample's last shard is embedded.
 
-A shard's scores file (NumPy .npz, so that predict reads it without h5py or torch): `scores`
-([N, 2] float32: others, virus; the shard FASTA's order), `atypicality` ([N] float32: how unlike the
-classifier's training frames each frame is, MLPClassifier.atypicality), the samples' shards that
-the pooled shard holds, in order (plan.py): `piece_samples`, `piece_shards` and `pieces` (their
-frames), `ids_blake2b` (per piece, the digest of its frame IDs in order: predict checks it against
-the sample's frames table) and
-`checkpoints` (JSON: each embedding model's checkpoint, layer, precision and SHA-256, and the
-classifier's path and SHA-256). 12 bytes a frame: a shard's scores are held whole, bounded by
-shard_tokens."""
+A shard's scores file is NumPy .npz, so that predict reads it without h5py or torch (its arrays:
+docs/outputs.md): each frame's scores and atypicality (MLPClassifier.atypicality) in the shard
+FASTA's order; the samples' shards it pools (plan.py), with their frames and the digest of their
+frame IDs, which predict checks against each sample's frames table; and the checkpoints.
+"""
 
 import json
 import logging
@@ -29,8 +25,7 @@ from workflow_lib.prepare.reconcile import IDDigest
 
 log = logging.getLogger("workflow")
 
-# Frames scored at a time: one float32 block of their features (32,768 x (768 + 2560) is 436 MB at
-# production width), whatever the shard's size.
+# Frames scored at a time: one float32 block of their features, whatever the shard's size.
 SCORE_ROWS = 32768
 
 

@@ -65,17 +65,15 @@ def sample_composition(counted: calibration.GroupCounts, record_llrs: np.ndarray
 
 class ChunkWeighing:
     """predict's chunks: counted as they are written to a scratch table, each one's LLR and
-    atypicality kept in a scratch file beside it (8 bytes a chunk, on disk), then the table copied
-    line by line with their columns added: its probability at the sample's viral fraction of chunks
-    and its atypicality. Copying lines, not parsing them again, keeps the cost of weighing small.
-    The records are counted on the way (a record's chunks come together), so that call knows the
-    records' composition and q-values before its one pass (scoring.json's `record_composition` and
-    `record_llrs`); each record's chunks go to the histograms of its bootstrap group, from which the
-    compositions get their intervals (and their atypicality to its histograms, for the fit)."""
+    atypicality kept in a scratch file beside it, then the table copied line by line (not parsed
+    again) with their columns added: its probability at the sample's viral fraction of chunks and
+    its atypicality. The records are counted on the way (a record's chunks come together), so that
+    call knows the records' composition and q-values before its one pass; each record's chunks go to
+    the histograms of its bootstrap group, from which the compositions get their intervals."""
 
     LINES = 1 << 16  # lines copied at a time
-    # chunks held (20 bytes each) before the groups' histograms (64 x 8,001 cells, twice, and 64 x
-    # 602) are added to: adding them for each block cost as much as the rest of predict's weighing
+    # chunks held before they are added to the groups' histograms: adding to those large arrays for
+    # every block would cost more than the rest of the weighing
     PENDING = 1 << 20
 
     def __init__(self, cal: Calibration, scratch: Path):
@@ -87,7 +85,7 @@ class ChunkWeighing:
         self.group_records = np.zeros(groups, dtype=np.int64)
         self.chunks = np.zeros((groups, calibration.N_BINS), dtype=np.int64)
         self.record_chunks = np.zeros((groups, calibration.N_BINS))
-        # the last column: chunks without an atypicality (scores that predate it)
+        # the last column: chunks without an atypicality (atypicality_bin)
         self.typical = np.zeros((groups, calibration.N_ATYPICALITY_BINS + 1), dtype=np.int64)
         self.pending: list[tuple] = []  # (cell, weight, atypicality's cell) of chunks not yet in them
         # the latest block's last record (ID, its chunks' LLRs and atypicality bins): it may go on
@@ -164,13 +162,10 @@ class ChunkWeighing:
                 cells = [None] * (3 * len(lines))  # one format for the block, not one a line
                 cells[0::3] = [line[:-1] for line in lines]
                 cells[1::3] = probability_text(expit(block[:, 0] + shift), encoded=True).tolist()
-                cells[2::3] = atypicality_text(block[:, 1], encoded=True).tolist()  # NA: scores that predate it
+                cells[2::3] = atypicality_text(block[:, 1], encoded=True).tolist()
                 out.write(b"%s\t%s\t%s\n" * len(lines) % tuple(cells))
                 done += len(lines)
-        bins = np.flatnonzero(self.records)
-        return found | {
-            "record_llrs": {"bins": bins.tolist(), "counts": self.records[bins].tolist()},
-        }
+        return found | {"record_llrs": calibration.sparse(self.records)}
 
 
 @dataclass
@@ -194,19 +189,13 @@ class RecordWeighing:
                 f"{scoring_path}: written without the records' composition (no calibration, or an older version); "
                 "delete the sample's predict outputs and run again"
             )
-        records = np.zeros(calibration.N_BINS, np.int64)
-        records[scoring["record_llrs"]["bins"]] = scoring["record_llrs"]["counts"]
+        records = calibration.dense(scoring["record_llrs"], calibration.N_BINS)
         found = scoring["record_composition"]
         return cls(cal, found, calibration.qvalues(records, calibration.qvalue_share(found)))
 
     @property
     def shift(self) -> float:
         return logit(self.found["viral_fraction_estimate"])
-
-    def llr(self, table: pd.DataFrame) -> np.ndarray:
-        """LLR of records or regions with their scored chunks (n_chunks_scored or n_chunks) and sum_llr."""
-        n = table["n_chunks_scored"] if "n_chunks_scored" in table else table["n_chunks"]
-        return self.cal.record_llrs(n.to_numpy(dtype=np.float64), table["sum_llr"].to_numpy(dtype=np.float64))
 
     def weigh_records(self, table: pd.DataFrame, max_qvalue: float | None) -> pd.DataFrame | None:
         """probability_virus and qvalue of the sequences table's rows (NA where no chunk is scored),
@@ -220,12 +209,9 @@ class RecordWeighing:
         bins = calibration.bin_of(llr)
         table["probability_virus"] = np.where(scored, expit(llr + self.shift), np.nan)
         table["qvalue"] = np.where(scored, self.record_q[bins], np.nan)
-        # a record whose scores predate the atypicality (NaN) keeps its flag NA
         atypicality = table["atypicality"].to_numpy(dtype=np.float64)
-        reliable = scored & (atypicality <= self.cal.atypicality_limit)
-        dated = np.isnan(atypicality) & scored
-        table["reliable"] = pd.array(np.where(dated, None, reliable), dtype="boolean") if dated.any() else reliable
-        self.tallied.update(unreliable_records=int((~reliable & ~dated).sum()))
+        table["reliable"] = reliable = scored & (atypicality <= self.cal.atypicality_limit)
+        self.tallied.update(unreliable_records=int((~reliable).sum()))
         passing = None
         if max_qvalue is not None:
             passing = table[table["qvalue"] <= max_qvalue]
@@ -243,7 +229,7 @@ class RecordWeighing:
 
     def weigh_regions(self, regions: pd.DataFrame) -> None:
         """probability_virus of regions, and the bin of their LLRs (`llr_bin`) for their q-values."""
-        llr = self.llr(regions)
+        llr = self.cal.record_llrs(regions["n_chunks"].to_numpy(np.float64), regions["sum_llr"].to_numpy(np.float64))
         regions["probability_virus"] = expit(llr + self.shift)
         regions["llr_bin"] = calibration.bin_of(llr)
         self.regions += np.bincount(regions["llr_bin"], minlength=calibration.N_BINS)
@@ -293,8 +279,7 @@ def fit_line(sample: str, records: dict, fit: dict | None) -> str | None:
             f"{sample}: the calibration fits its scores (fit {fit['statistic']:.1f} <= {fit['limit']:g}), {found}; "
             f"q-values at {low:.3f}, the end of the interval that passes fewer records"
         )
-    # manifests written before the atypicality was checked have no `statistics`
-    unlike = "score" if fit.get("statistics", {}).get("atypicality", 0) <= fit["limit"] else "look to the classifier"
+    unlike = "score" if fit["statistics"].get("atypicality", 0) <= fit["limit"] else "look to the classifier"
     return (
         f"{sample}: composition_fit poor ({fit['statistic']:.1f} > {fit['limit']:g}): its sequences {unlike} unlike "
         f"the calibration's classes, {found}: as little as 0 if its non-viral ones score like viral ones; "

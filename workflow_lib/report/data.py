@@ -3,7 +3,7 @@ and table, from a sample's tables or the samples' run summaries.
 
 A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
 bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
-bounded (a few hundred MB) whatever the number of reads."""
+bounded whatever the number of reads."""
 
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -52,15 +52,15 @@ class Histogram:
 
 
 class TopRows:
-    """The n rows of a table with the highest max_score_virus (unscored ones last), ties in table
-    order, kept while the table goes by block by block: at most n rows held besides the block."""
+    """The n rows of a table with the highest values of `by` (top_sequences), kept while the table
+    goes by block by block: at most n rows held besides the block."""
 
-    def __init__(self, n: int):
-        self.n, self.rows = n, None
+    def __init__(self, n: int, by: tuple[str, ...] = ("max_score_virus",)):
+        self.n, self.by, self.rows = n, by, None
 
     def add(self, block: pd.DataFrame) -> "TopRows":
         held = self.rows is not None and len(self.rows)
-        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n)
+        self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n, self.by)
         return self
 
 
@@ -93,13 +93,6 @@ def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set
     return SequenceStats(scores, calls, *kept, pd.concat(picked) if picked else empty)
 
 
-def chunk_positions(prepared_frames: str | Path, ids: set[str]) -> pd.DataFrame:
-    """chunk_start and chunk_end of the chunks of `ids`, read in slices: the table has a row per frame."""
-    columns = ["sequence_id", "chunk", "chunk_start", "chunk_end"]
-    parts = [part[part["sequence_id"].isin(ids)].drop_duplicates() for part in read_chunks(prepared_frames, columns)]
-    return pd.concat(parts or [pd.DataFrame(columns=columns)]).drop_duplicates(["sequence_id", "chunk"])
-
-
 def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
     """The rows of a table of this workflow for the sequences `ids`, in table order, read in slices
     (a table holding only its header gives one empty block)."""
@@ -109,16 +102,15 @@ def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) 
 def strongest_regions(regions: str | Path, n: int) -> list[str]:
     """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
     read block by block."""
-    best = None
+    best = TopRows(n, ("mean_score_virus", "length"))
     for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
-        best = block if best is None else pd.concat([best, block])
-        best = best.sort_values(["mean_score_virus", "length"], ascending=False, kind="stable").head(n)
-    return [] if best is None else list(dict.fromkeys(best["sequence_id"]))
+        best.add(block)
+    return [] if best.rows is None else list(dict.fromkeys(best.rows["sequence_id"]))
 
 
-def top_sequences(sequences: pd.DataFrame, n: int) -> pd.DataFrame:
-    """The n sequences with the highest max_score_virus (unscored ones last), ties in table order."""
-    return sequences.sort_values("max_score_virus", ascending=False, kind="stable", na_position="last").head(n)
+def top_sequences(sequences: pd.DataFrame, n: int, by: tuple[str, ...] = ("max_score_virus",)) -> pd.DataFrame:
+    """The n rows with the highest values of `by` (unscored ones last), ties in table order."""
+    return sequences.sort_values(list(by), ascending=False, kind="stable", na_position="last").head(n)
 
 
 class InputStats(NamedTuple):
@@ -239,10 +231,8 @@ def made_by(run: dict) -> dict:
 
 
 def display_name(config: dict, model: str) -> str:
-    """A model's name in the report: its display name in the run's config (the model's name in a
-    summary from before there were any)."""
-    entry = config["models"].get(model, {})
-    return entry.get("display_name", model) if isinstance(entry, dict) else model
+    """A model's name in the report: its display name in the run's config, else the model's name."""
+    return config["models"][model].get("display_name", model)
 
 
 def _checkpoint(made: dict) -> str:
@@ -300,7 +290,10 @@ def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleDat
     ids = set(sequences.top["sequence_id"]) | set(strongest)
     tracks = Tracks(
         rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        chunk_positions(tables.prepared_frames, ids),
+        # prepare's frames table has a row per frame: one of each chunk's
+        rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
+            ["sequence_id", "chunk"]
+        ),
         rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
     )
     records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()

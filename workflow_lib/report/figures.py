@@ -3,7 +3,7 @@ summaries; per sample, virus-score distributions, calls, the top-scoring sequenc
 chunk, the records with the strongest viral regions, input statistics and embedding throughput;
 for the `train` target, the validation ROC curve and metrics. PNGs are deterministic: fixed
 sizes, no timestamps or software names in their metadata. What they show is computed in
-report_data.py; this module draws it."""
+data.py; this module draws it."""
 
 import html
 from collections import Counter
@@ -207,10 +207,9 @@ def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> 
 
 def overview(summaries: list[str | Path], path: str | Path, table: str | Path, recorded: str | Path) -> None:
     """One page across all samples, from their run summaries (what made the results, not the
-    config at hand): a banner when the demo models made them, a row per sample (records, bases,
-    calls, viral fraction; also written as the TSV `table`), and per model and setting the values
-    the samples were made with. `recorded`: the RECORDED_SETTINGS of the results (JSON), for later
-    runs to compare."""
+    config at hand): a banner when the demo models made them, a row per sample (also written as the
+    TSV `table`), and per model and setting the values the samples were made with. `recorded`: the
+    recorded settings of the results (JSON, data.recorded_settings), for later runs to compare."""
     data = overview_data(summaries)
     write_tsv(data.counts, table)
     weighed = [
@@ -283,12 +282,11 @@ FIT_COLORS = {"ok": "#c0392b", "poor": "#e67e22"}
 
 
 def calibration_report(calibration_path: str | Path, samples: list[tuple[str, str, str]], path: str | Path) -> None:
-    """Weighing the calls, in three panels: the calibration's reliability diagram (on chunks it did
-    not learn from, cross-validated: the observed viral share against the classifier's score and
-    against the calibrated probability, per tenth of the range; a dot's area follows its chunks);
-    each sample's estimated viral fraction with its interval and fit; and per sample the records
-    called viral at each q-value cutoff against VirNucPro's calls (a cross). `samples`: (name,
-    sequences table, manifest)."""
+    """Weighing the calls, in three panels: the calibration's reliability diagram on held-out chunks
+    (the observed viral share against the score and against the calibrated probability; a dot's
+    area follows its chunks); each sample's estimated viral fraction with its interval and fit; and
+    per sample the records called viral at each q-value cutoff against VirNucPro's calls (a cross).
+    `samples`: (name, sequences table, manifest)."""
     fitted = read_json(calibration_path)
     curves, errors = fitted["fitted_on"]["reliability"], fitted["fitted_on"]["held_out_calibration_error"]
     figure, axes = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")

@@ -14,19 +14,10 @@ import pandas as pd
 from workflow_lib import __version__
 from workflow_lib.io.tables import read_chunks, read_json
 
-PACKAGES = (
-    "snakemake",
-    "torch",
-    "fair-esm",
-    "numpy",
-    "pandas",
-    "h5py",
-    "huggingface-hub",
-    "tokenizers",
-    "matplotlib",
-)
+PACKAGES = ("snakemake", "torch", "fair-esm", "numpy", "pandas", "h5py", "huggingface-hub", "tokenizers", "matplotlib")
 # Figures of an embed job that the summary reports (workflow_lib/embed/job.py)
 SHARD_FIGURES = (
+    "seconds",
     "tokens_per_s",
     "startup_s",
     "fill",
@@ -77,7 +68,6 @@ def shard_figures(path: str | Path, shard: int) -> dict:
     """An embed job's throughput figures and package versions, from its figures file (JSON)."""
     job = read_json(path)
     figures = {"model": job["model"], "shard": shard, "frames": job["frames"], "tokens": job["n_tokens"]}
-    figures["seconds"] = job["seconds"]
     figures |= {key: job[key] for key in SHARD_FIGURES if key in job}
     figures["versions"] = json.loads(job["versions"]) if "versions" in job else None
     return figures

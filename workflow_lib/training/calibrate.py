@@ -17,7 +17,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io.tables import whole_groups
 
 log = logging.getLogger("workflow")
-LABELS = {"other": 0, "virus": 1}
+LABELS = {"other": 0, "virus": 1}  # a labelled sample's, for training and calibration
 
 
 class Labelled(NamedTuple):

@@ -27,9 +27,9 @@ from workflow_lib.io import checksums, h5store
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import read_table, write_json
 from workflow_lib.models import classifier
+from workflow_lib.training.calibrate import LABELS
 
 log = logging.getLogger("workflow")
-LABELS = {"other": 0, "virus": 1}
 # Whole sequences are held out when each class has at least this many; with fewer, one sequence
 # would be too large a share of its class, and chunks are held out instead.
 MIN_SEQUENCES_PER_CLASS = 10
@@ -50,9 +50,9 @@ class Examples:
 
 def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     """Frames from (label, its embeddings HDF5 files (one per model, in input order), the sample's
-    prepare frames table, first row, end row) per shard: a sample's shard is rows first:end of a
-    pooled shard's files (end None: all of them); chunks and sequences come from the frames table,
-    joined on frame_id (a sample is its table). The features are read once, into one array."""
+    prepare frames table, first row, end row (None: the last)) per sample's shard of a pooled shard;
+    chunks and sequences come from the frames table, joined on frame_id. The features are read once,
+    into one array."""
     shapes, embedders = _shapes(shards)
     x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
     tables: dict[str, pd.DataFrame] = {}
@@ -88,26 +88,21 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
 def _shapes(shards: list[tuple]) -> tuple[list[tuple[int, int]], list]:
     """(frames, features) of each shard, once its label and features are checked, and the models'
     [name, width], in input order."""
-    for label, paths, *_ in shards:
+    shapes, widths = [], []
+    for label, paths, _, first, end in shards:
         if label not in LABELS:
             raise InputError(f"label '{label}' for {paths[0]}: a training sample's label must be 'virus' or 'other'")
-    shapes, widths = [], []
-    for _, paths, _, first, end in shards:
         with h5store.FeatureBlocks(*paths) as blocks:
             shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
             widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
-    for (_, paths, *_), (_, dim), shard_widths in zip(shards, shapes, widths):
-        if shard_widths != widths[0]:
+        if widths[-1] != widths[0]:
+            described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
             raise InputError(
-                f"{' and '.join(map(str, paths))}: {dim} features a frame ({_described(shard_widths)}) where "
-                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({_described(widths[0])}); embed every "
+                f"{' and '.join(map(str, paths))}: {blocks.dim} features a frame ({described[0]}) where "
+                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({described[1]}); embed every "
                 "training sample with the same models"
             )
     return shapes, widths[0]
-
-
-def _described(widths: list) -> str:
-    return " + ".join(f"{name} {width}" for name, width in widths)
 
 
 def _checked_labels(y: np.ndarray) -> np.ndarray:
@@ -208,7 +203,6 @@ class Fit:
     best_epoch: int
     best_loss: float
     epochs_run: int
-    stopped_early: bool
     history: dict
 
 
@@ -286,7 +280,7 @@ def fit(
         best_loss,
         best_epoch,
     )
-    return Fit(best_state, best_epoch, best_loss, epoch, stopped, history)
+    return Fit(best_state, best_epoch, best_loss, epoch, history)
 
 
 def virus_scores(
@@ -348,8 +342,9 @@ def cross_fitted_scores(examples: Examples, settings: TrainSettings, epochs: int
     return scores, folds.max() + 1
 
 
-def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict]:
-    """Split, fit with early stopping, and describe the result (the metrics JSON)."""
+def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPClassifier, dict, pd.DataFrame]:
+    """Split, fit with early stopping, and describe the result (the metrics JSON); the validation
+    split's chunks (chunk_table)."""
     torch.manual_seed(settings.seed)  # weights and dropout; the split and the batches have their own seeded generators
     training, validation, unit = split(examples, settings.validation_fraction, settings.seed)
     x, y = examples.x, examples.y
@@ -437,11 +432,9 @@ def train_classifier(
     settings: TrainSettings,
     calibration_path: str | Path | None = None,
 ) -> dict:
-    """Train on (label, embeddings HDF5 files, frames table, first row, end row) per shard
-    (load_examples); write the classifier (with its models and their widths, in input order)
-    and the metrics JSON (training and validation metrics, the validation ROC curve, the split), and
-    the calibration, fitted on scores the classifier did not learn from: cross-fitted by sequence
-    where each class has two sequences or more, else the validation split's."""
+    """Train on the shards (load_examples); write the classifier (with its models and their widths,
+    in input order), the metrics JSON and the calibration, fitted on scores the classifier did not
+    learn from (calibration_chunks)."""
     examples = load_examples(shards, settings.progress_seconds)
     x, y = examples.x, examples.y
     log.info(
