@@ -31,22 +31,43 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import torch
 import yaml
-from workflow_scale import models
 
 from workflow_lib.harness import measure
-from workflow_lib.harness.stages import ROOT, write_reads
+from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
+from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
 
 sys.path.insert(0, str(ROOT / "tests"))
 from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: E402
 
+# One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
+ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
+DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
 # A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
 SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
     '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
 )
+
+
+def models(workdir: Path) -> dict:
+    """The tiny models and a random classifier of their width, built once in `workdir`."""
+    folder = workdir / "models"
+    if not (folder / "classifier.pt").exists():
+        demo_models.build_esm(folder / "esm2_t1_small.pt", 0, ESM)
+        demo_models.build_dnabert(folder / "dnabert_small", sorted(GENOMES.glob("*.fasta"))[:1], 0, DNABERT)
+        torch.manual_seed(0)
+        width = DNABERT["hidden_size"] + ESM["encoder_embed_dim"]
+        classifier.save(classifier.MLPClassifier(width).eval(), folder / "classifier.pt", chunk_length=500)
+    return {
+        "esm": {"checkpoint": str(folder / "esm2_t1_small.pt"), "layer": 1},
+        "dnabert": {"checkpoint": str(folder / "dnabert_small")},
+        "classifier": str(folder / "classifier.pt"),
+        "cache_dir": str(folder / "cache"),
+    }
 
 
 def swapped_workflow(folder: Path) -> Path:
