@@ -1,30 +1,14 @@
 """The GPU check: the embed job's CUDA paths timed and proven on a GPU, each part writing one JSON
-of figures. A GPU session's one command is docs/gpu-check.md's (`--part all`); on the GPU machine
-(no network) fair-esm, snakemake and biopython come as wheels from benchmarks/gpu_wheels.py.
-
-Parts, in the order `--part all` runs them (most decisive first):
-  model        ESM-2 (3B shape, layers compiled with --compiled, default levers) and DNABERT-S alone,
-               random weights made on the device, FP16, on pre-packed batches of read-derived frames
-               already on the device, a warm-up pass left out, over --sweep's token budgets:
-               tokens/s, model FLOPs utilisation, peak memory. With --levers, the runs of
-               LEVER_PLANS (the default forward, the plain one, FP8 without and with fast
-               accumulation, each lever alone, those kept): tokens/s at --budget, and cosine and
-               calls changed against the same model's FP32 forward at the 650M and 3B shapes.
-  workflow     `snakemake --cores N --resources gpu=1 gpu_mem_mb=M` over 500 bp reads with 3B- and
-               DNABERT-S-shaped random checkpoints, run after run on one model cache: --cold-reads
-               with every cache empty, then --workflow-reads on the caches it left, the embed jobs
-               sharing the GPU and then with a whole GPU each: reads per hour, the model check's
-               seconds, each embed job's start-up, load and rate, the GPU's SM busy share.
-  equivalence  ESM-2 packed in FP16 and BF16 against fair-esm's own FP32 forward per sequence (650M
-               and 3B shapes; read frames and edge proteins); DNABERT-S's shape against its own FP32
-               forward per sequence; the shipped tiny DNABERT-S fixture against the public code's vectors.
-
---deadline-seconds, counted from the process's start, ends the command within 15 s: each part may
-take its share of the time left (ALL), and a SIGALRM at the part's deadline stops the step it finds.
-Every JSON is rewritten after every step (`step_seconds`); a failing step is named in it
-(`failed_step`, `error`) and the command exits 1. `--device cpu --tiny` runs the same code on tiny
-shapes (tests/test_gpu_check.py). Random weights: the figures measure kernels, numerics and speed,
-not biology. benchmarks/gpu_table.py prints docs/gpu-check.md's table from the JSONs.
+of figures after every step. docs/gpu-check.md gives a GPU session's one command (`--part all`)
+and what each part measures:
+  model        ESM-2 (3B shape, as the embed job runs it) and DNABERT-S alone over --sweep's token
+               budgets; with --levers, the runs of LEVER_PLANS against the same model's FP32 forward.
+  workflow     Snakemake over 500 bp reads with 3B- and DNABERT-S-shaped random models, run after
+               run on one model cache, the embed jobs sharing the GPU and with a whole GPU each.
+  equivalence  the packed half-precision forwards against FP32 references, one sequence at a time.
+--deadline-seconds, counted from the process's start, ends the command within 15 s of it: each part
+may take its share of the time left (ALL), and a SIGALRM at the part's deadline stops the step it
+finds. `--device cpu --tiny` runs the same code on tiny shapes (tests/test_gpu_check.py).
 """
 
 import argparse
@@ -580,12 +564,13 @@ def dnabert_equivalence(directory: Path, sequences: list[bytes], device, budget:
     same model's FP32 forward, one sequence at a time."""
     model, tokens = dnabert_loading.load(str(directory))
     encoded = tokens(sequences)
+    precisions = ("fp16", "bf16") if reference is None else ("fp32", "fp16", "bf16")
     if reference is None:
         embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device)
         reference = np.concatenate([feed_embeddings(embedder, [e], 1, device) for e in encoded])
         del embedder
     figures = {"sequences": len(encoded), "max_tokens": max(map(len, encoded)), "runs": {}}
-    for precision in ("fp16", "bf16") if reference is None else ("fp32", "fp16", "bf16"):
+    for precision in precisions:
         dtype = PRECISIONS[precision]
         embedder = dnabert.DNABERTEmbedder(copy.deepcopy(model), tokens, device, dtype)
         run = agreement(feed_embeddings(embedder, encoded, budget, device), reference)
