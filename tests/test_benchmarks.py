@@ -27,3 +27,12 @@ def test_every_stage_at_scale_runs(tmp_path):
 def test_prepare_throughput_runs():
     figures = benchmark("prepare_throughput", "--reads", 2000, "--repeats", 1, "--gzip")
     assert figures["input"] == "FASTA, gzip" and figures["reads_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_train_memory_and_weighing_run(tmp_path):
+    figures = benchmark("train_memory", "--workdir", tmp_path / "train", "--reads", 500, "--epochs", 1)
+    assert figures["frames"] > 0 and figures["train"]["peak_rss_mb"] > 0
+    options = ["--reads", 2000, "--fit-chunks", 2000, "--repeats", 1]
+    figures = benchmark("weighing", "--workdir", tmp_path / "weighing", *options)
+    assert figures["with_over_without"]["predict"] > 0 and figures["with_over_without"]["call"] > 0
