@@ -45,10 +45,11 @@ from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: 
 # One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
 DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
-# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
+# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard; JSON: {}).
 SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
+    "*.json) mkdir -p $(dirname $f); echo {{}} > $f;; "
     '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
 )
 
@@ -71,15 +72,15 @@ def models(workdir: Path) -> dict:
 
 
 def swapped_workflow(folder: Path) -> Path:
-    """A copy of the workflow whose rules write their outputs and do nothing else (the plan is
-    real: the input functions read it)."""
+    """A copy of the workflow whose rules write their outputs and do nothing else (the plan and the
+    model check are real: the input functions read them)."""
     copy = folder / "workflow"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
     for rules in (copy / "rules").glob("*.smk"):
         text = rules.read_text()
         for rule in re.split(r"\n(?=(?:rule|checkpoint) )", text):
-            if rule.startswith("checkpoint plan:"):
+            if rule.startswith(("checkpoint plan:", "rule check_models:")):  # read by input functions
                 continue
             swapped = re.sub(r"(\n( +)shell:\n)(\2 +.*\n)+", rf"\1\2    {SWAPPED}\n", rule + "\n")
             text = text.replace(rule, swapped[:-1])

@@ -36,3 +36,13 @@ def test_train_memory_and_weighing_run(tmp_path):
     options = ["--reads", 2000, "--fit-chunks", 2000, "--repeats", 1]
     figures = benchmark("weighing", "--workdir", tmp_path / "weighing", *options)
     assert figures["with_over_without"]["predict"] > 0 and figures["with_over_without"]["call"] > 0
+
+
+@pytest.mark.slow
+def test_many_samples_counts_snakemakes_work_and_the_slurm_submissions(tmp_path):
+    """The swapped rules (the plan and the model check real) run to the end; 2 small samples share one
+    pooled shard: 3 submissions before the plan, 5 for the pooled shard."""
+    options = ["--mode", "swapped", "--samples", 2, "--no-compare", "--slurm-dry-run"]
+    (run,) = benchmark("many_samples", "--workdir", tmp_path, *options)["runs"]
+    assert run["checkpoint"]["jobs_by_rule"]["embed"] == 2 and run["checkpoint"]["own_cpu_s"] > 0
+    assert run["slurm_dry_run"]["submissions"] == 8
