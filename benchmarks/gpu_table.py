@@ -1,5 +1,6 @@
-"""docs/gpu-check.md's table of GPU figures, printed as markdown from the GPU check's JSONs
-(tests/test_gpu_check.py checks that the doc holds what this prints).
+"""docs/gpu-check.md's table of GPU figures, printed as markdown from the GPU check's JSONs in a
+folder and its subfolders, one a session (tests/test_gpu_check.py checks that the doc holds what
+this prints).
 
     python benchmarks/gpu_table.py docs/gpu-check
 """
@@ -19,7 +20,7 @@ LEGACY = {
     "workflow60k.json": "ac4ce3b: budgets 65,536, eager, whole GPU a job",
     "model_compiled.json": "ac1f48e: no levers",
     "workflow100k.json": "ac1f48e: budgets 65,536, eager, whole GPU a job",
-    "qkv_lever.json": "2026-11-26 H200 ac1f48e: a one-off script, no levers",
+    "qkv_lever.json": "2026-11-26 H200 ac1f48e: a one-off script, no levers",  # its JSON holds neither
 }
 
 
@@ -88,7 +89,7 @@ def workflow(figures: dict):
         rates = " and ".join(number(job["tokens_per_s"]) for job in esm)
         starts = " and ".join(f"{job['startup_s']:.1f}" for job in esm)
         value = f"{number(figures['reads_per_hour'])} reads/h; ESM-2 jobs {rates} tokens/s, start-up {starts} s"
-        yield f"workflow, {number(figures['reads'])} reads, {figures['shards']} shards", value
+        yield f"workflow, {number(figures['reads'])} reads, shards: {figures['shards']}", value
         return
     for name, run in figures["runs"].items():
         starts = max(job["startup_s"] for job in run["embed_job"].values())
@@ -109,20 +110,19 @@ def rows(path: Path):
         for name, rates in figures["tokens_per_s"].items():
             yield f"ESM-2 3B alone, q/k/v {name}", " / ".join(map(number, rates)) + " tokens/s"
         return
-    if figures.get("part") in PARTS:  # not all.json: each part's own JSON holds the same figures
+    if figures.get("part") in PARTS:  # not all.json: each part's own JSON beside it holds the same figures
         yield from PARTS[figures["part"]](figures[figures["part"]])
 
 
 def table(directory: Path) -> str:
     lines = ["| figure | value | measured |", "|---|---|---|"]
-    for path in sorted(directory.glob("*.json")):
-        figures = json.loads(path.read_text())
-        if "date" in figures:
-            gpu = figures.get("gpu", "").removeprefix("NVIDIA ")
-            measured = " ".join(filter(None, (figures["date"], gpu, figures.get("commit"), LEGACY.get(path.name))))
+    for path in sorted(directory.rglob("*.json")):
+        figures, name = json.loads(path.read_text()), path.relative_to(directory).as_posix()
+        if "benchmark" in figures:  # the header of benchmarks/gpu_check.py's JSONs
+            measured = " ".join(filter(None, (figures["date"], figures.get("gpu"), figures.get("commit"))))
         else:
-            measured = LEGACY[path.name]
-        source = f"{measured}, [{path.name}](gpu-check/{path.name})"
+            measured = " ".join(filter(None, (figures.get("date"), figures.get("gpu"), LEGACY[name])))
+        source = f"{measured.replace('NVIDIA ', '')}, [{name}](gpu-check/{name})"
         for what, value in rows(path):
             lines.append(f"| {what} | {value} | {source} |")
             source = "〃"  # the file's first row names it
