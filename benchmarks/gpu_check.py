@@ -633,7 +633,7 @@ def main() -> None:
         "--models",
         type=Path,
         default=Path(tempfile.gettempdir()) / "gpu_check_models",
-        help="where the random ESM-2 checkpoint of the workflow part is made once (3B-shaped: 5.7 GB, minutes)",
+        help="where the random ESM-2 checkpoint of the workflow part is made once (3B-shaped: minutes)",
     )
     parser.add_argument("--reads", type=int, default=60_000, help="500 bp reads whose frames are embedded")
     parser.add_argument("--frames", type=int, default=20_000, help="frames of the model part")

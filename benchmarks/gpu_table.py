@@ -92,7 +92,7 @@ def workflow(figures: dict):
         yield f"workflow, {number(figures['reads'])} reads, shards: {figures['shards']}", value
         return
     for name, run in figures["runs"].items():
-        starts = max(job["startup_s"] for job in run["embed_job"].values())
+        starts = max(job["startup_s"] or 0 for job in run["embed_job"].values())
         esm = " and ".join(number(j["tokens_per_s"]) for n, j in run["embed_job"].items() if n.startswith("esm"))
         value = f"{number(run['reads_per_hour'])} reads/h, SMs busy {run['gpu_sm_busy_share']}; "
         value += f"ESM-2 jobs {esm} tokens/s; start-up at most {starts:.1f} s"
