@@ -31,34 +31,56 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import torch
 import yaml
-from workflow_scale import models
 
 from workflow_lib.harness import measure
-from workflow_lib.harness.stages import ROOT, write_reads
+from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
+from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
 
 sys.path.insert(0, str(ROOT / "tests"))
 from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: E402
 
-# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard).
+# One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
+ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
+DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
+# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard; JSON: {}).
 SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
+    "*.json) mkdir -p $(dirname $f); echo {{}} > $f;; "
     '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
 )
 
 
+def models(workdir: Path) -> dict:
+    """The tiny models and a random classifier of their width, built once in `workdir`."""
+    folder = workdir / "models"
+    if not (folder / "classifier.pt").exists():
+        demo_models.build_esm(folder / "esm2_t1_small.pt", 0, ESM)
+        demo_models.build_dnabert(folder / "dnabert_small", sorted(GENOMES.glob("*.fasta"))[:1], 0, DNABERT)
+        torch.manual_seed(0)
+        width = DNABERT["hidden_size"] + ESM["encoder_embed_dim"]
+        classifier.save(classifier.MLPClassifier(width).eval(), folder / "classifier.pt", chunk_length=500)
+    return {
+        "esm": {"checkpoint": str(folder / "esm2_t1_small.pt"), "layer": 1},
+        "dnabert": {"checkpoint": str(folder / "dnabert_small")},
+        "classifier": str(folder / "classifier.pt"),
+        "cache_dir": str(folder / "cache"),
+    }
+
+
 def swapped_workflow(folder: Path) -> Path:
-    """A copy of the workflow whose rules write their outputs and do nothing else (the plan is
-    real: the input functions read it)."""
+    """A copy of the workflow whose rules write their outputs and do nothing else (the plan and the
+    model check are real: the input functions read them)."""
     copy = folder / "workflow"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
     for rules in (copy / "rules").glob("*.smk"):
         text = rules.read_text()
         for rule in re.split(r"\n(?=(?:rule|checkpoint) )", text):
-            if rule.startswith("checkpoint plan:"):
+            if rule.startswith(("checkpoint plan:", "rule check_models:")):  # read by input functions
                 continue
             swapped = re.sub(r"(\n( +)shell:\n)(\2 +.*\n)+", rf"\1\2    {SWAPPED}\n", rule + "\n")
             text = text.replace(rule, swapped[:-1])

@@ -4,17 +4,13 @@ For each read count: 500 bp reads sampled from the bundled genomes go through pr
 gets synthetic embeddings of the production width (DNABERT-S 768 + ESM-2 3B 2560 floats per frame,
 written by the project's own HDF5 writer: what an embed job would leave); then score (each shard),
 predict, call, summarize and plot_sample run as the workflow runs them, each as the only child of a fresh
-process, so that its peak resident set (ru_maxrss) is its own. Apart from that, the embed job runs
-on the first --embed-frames frames of a shard prepared from such reads (made if the workdir has
-none large enough), with a tiny random ESM-2 (--embed-model): its memory, not its speed.
+process, so that its peak resident set (ru_maxrss) is its own.
 
     python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
-    python benchmarks/scale.py --workdir /tmp/scale --reads --embed-frames 100000 1000000 --embed-model small
 """
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,8 +21,6 @@ from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.harness.measure import header, measured, print_figures, print_progress
 from workflow_lib.harness.stages import (
     DEFAULTS,
-    READS_PER_FRAME,
-    embed_command,
     prepare_command,
     script_command,
     shard_fastas,
@@ -34,18 +28,11 @@ from workflow_lib.harness.stages import (
 )
 from workflow_lib.io import h5store
 from workflow_lib.io.tables import write_json
-from workflow_lib.models.demo_models import ESM_CONFIG, build_esm
 from workflow_lib.report.figures import SampleFigures
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
 SUFFIX = {"dnabert": "fna", "esm": "faa"}
 BLOCK = 65_536  # synthetic rows made and written at a time
-# ESM-2 shapes for the embed job, in fair-esm's format: the demo model (about 550 frames/s on one
-# core), or one layer of 16 features (about 4,000 frames/s: 10^6 frames in minutes)
-EMBED_MODELS = {
-    "demo": ESM_CONFIG,
-    "small": {**ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1},
-}
 
 
 def size_mb(*paths: Path, digits: int = 1) -> float:
@@ -204,36 +191,6 @@ def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], emb
     return figures
 
 
-def frames_shard(workdir: Path, frames: int) -> Path:
-    """A protein shard in `workdir` of at least `frames` frames: one that run() prepared, or one
-    prepared here from 500 bp reads as run() prepares them."""
-    for shard in sorted(workdir.glob("*/prepare/shards/shard_0.faa")):
-        if len(ShardIndex.read(shard)) >= frames:
-            return shard
-    reads = round(frames * READS_PER_FRAME)
-    root = workdir / f"{reads}"
-    root.mkdir(parents=True, exist_ok=True)
-    write_reads(root / "reads.fa", reads, 500, seed=1)
-    prepare = prepare_command(root / "reads.fa", root / "prepare", "--shard-tokens", 10**12)  # one shard
-    subprocess.run(prepare, check=True, stdout=subprocess.DEVNULL)
-    shard = shard_fastas(root / "prepare", "faa")[0]
-    if len(ShardIndex.read(shard)) < frames:
-        raise SystemExit(f"{reads} reads gave fewer than {frames} frames: raise READS_PER_FRAME")
-    return shard
-
-
-def embed_job(workdir: Path, source: Path, frames: int, model: str) -> dict:
-    """The embed job on the first `frames` frames of `source` with a tiny ESM-2: its peak memory."""
-    checkpoint = build_esm(workdir / "models" / f"esm2_{model}.pt", 0, EMBED_MODELS[model])
-    shard = workdir / f"embed_{frames}.faa"
-    with open(source, "rb") as handle, open(shard, "wb") as out:
-        for _ in range(frames):
-            out.write(handle.readline() + handle.readline())
-    output = workdir / f"embed_{frames}.h5"
-    command = embed_command("esm", checkpoint, shard, output, num_workers=0, threads=1)
-    return {"frames": frames, "model": model, **measured(command), "disk_mb": size_mb(output)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True, help="where the inputs and outputs are kept")
@@ -245,20 +202,12 @@ def main() -> None:
         help="per shard: the default, one shard, is the hardest case for memory",
     )
     parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
-    parser.add_argument("--embed-frames", type=int, nargs="*", default=[100_000, 250_000])
-    parser.add_argument("--embed-model", choices=tuple(EMBED_MODELS), default="demo", help="the embed job's ESM-2")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     result = header("scale") | {"storage": args.storage, "runs": []}
     for n in args.reads:
         result["runs"].append(run(workdir, n, args.shard_tokens, args.storage))
         print_progress(result["runs"][-1])
-    if args.embed_frames:
-        source = frames_shard(workdir, max(args.embed_frames))
-        result["embed"] = []
-        for n in args.embed_frames:
-            result["embed"].append(embed_job(workdir, source, n, args.embed_model))
-            print_progress(result["embed"][-1])
     print_figures(result)
 
 

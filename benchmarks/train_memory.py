@@ -1,21 +1,21 @@
 """Peak memory and time of the train job on two samples (labelled virus and other) of --reads
 500 bp reads each: prepared as the workflow prepares them, with synthetic embeddings of the
 production width written by the project's writer (benchmarks/scale.py), then scripts/train.py with
-the config's train settings but --epochs, as the only child of a fresh process. Prints JSON; the
-classifier and metrics stay in --workdir, to compare runs of two checkouts.
+the config's train settings but --epochs (no calibration written), as the only child of a fresh
+process. Prints JSON; the classifier and metrics stay in --workdir, to compare runs of two checkouts.
 
     python benchmarks/train_memory.py --workdir /tmp/train_memory --reads 150000 --epochs 2
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 from scale import SUFFIX, WIDTH, size_mb, synthetic_embeddings
 
+from workflow_lib.cli.settings import TrainSettings
 from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.harness.measure import header, measured, print_figures
-from workflow_lib.harness.stages import DEFAULTS, ONE_SHARD, ROOT, prepare_command, shard_fastas, write_reads
+from workflow_lib.harness.stages import DEFAULTS, ONE_SHARD, prepare_command, script_command, shard_fastas, write_reads
 
 
 def main() -> None:
@@ -25,8 +25,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
     args = parser.parse_args()
-    command = [sys.executable, ROOT / "scripts" / "train.py"]
-    frames, embeddings = 0, []
+    frames, embeddings, shards = 0, [], []
     for seed, label in enumerate(("virus", "other"), 1):
         sample = args.workdir / f"{label}_{args.reads}"
         files = {model: sample / f"{model}_{args.storage}.h5" for model in WIDTH}
@@ -37,17 +36,21 @@ def main() -> None:
             for model_seed, model in enumerate(WIDTH):
                 shard = shard_fastas(sample / "prepare", SUFFIX[model])[0]
                 synthetic_embeddings(shard, files[model], model, args.storage, 2 * seed + model_seed)
-        frames += len(ShardIndex.read(shard_fastas(sample / "prepare", "faa")[0]))
+        rows = len(ShardIndex.read(shard_fastas(sample / "prepare", "faa")[0]))
+        frames += rows
         embeddings += files.values()
-        command += ["--shard", label, files["dnabert"], files["esm"], sample / "prepare" / "frames.tsv.gz"]
-    settings = {**DEFAULTS["train"], "epochs": args.epochs}
+        shards.append((label, sample / "prepare" / "frames.tsv.gz", 0, rows, files["dnabert"], files["esm"]))
     out = args.workdir / "out"
     out.mkdir(exist_ok=True)
-    command += ["--classifier", out / "classifier.pt", "--metrics", out / "metrics.json"]
-    for key in ("epochs", "batch_size", "learning_rate", "momentum", "patience", "validation_fraction", "seed"):
-        command += [f"--{key.replace('_', '-')}", settings[key]]
-    command += ["--balance-classes", str(settings["balance_classes"]).lower()]
-    command += ["--chunk-length", DEFAULTS["chunk_length"], "--progress-seconds", 600, "--threads", 1]
+    command = script_command(
+        "train",
+        TrainSettings,
+        shard=shards,
+        classifier=out / "classifier.pt",
+        metrics=out / "metrics.json",
+        epochs=args.epochs,
+        threads=1,
+    )
     result = header("train_memory") | {
         "frames": frames,
         "storage": args.storage,

@@ -29,7 +29,6 @@ def config_defaults() -> dict:
 
 DEFAULTS = config_defaults()
 ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
-READS_PER_FRAME = 2.6  # 500 bp reads through prepare's defaults gave 0.40 frames a read
 
 
 def prepare_settings(**settings):
