@@ -42,8 +42,8 @@ def models(workdir: Path) -> dict:
         classifier.save(classifier.MLPClassifier(width).eval(), folder / "classifier.pt", chunk_length=500)
         assert esm.exists() and dnabert.exists()
     return {
-        "esm": {"checkpoint": str(folder / "esm2_t1_small.pt"), "layer": 1},
-        "dnabert": {"checkpoint": str(folder / "dnabert_small")},
+        "esm": {"checkpoint": str(folder / "esm2_t1_small.pt"), "layer": 1, "token_budget": 16384},
+        "dnabert": {"checkpoint": str(folder / "dnabert_small"), "token_budget": 16384},
         "classifier": str(folder / "classifier.pt"),
         "cache_dir": str(folder / "cache"),
     }
@@ -113,7 +113,6 @@ def run(workdir: Path, reads: int, shard_tokens: int, cores: int, scheduler: str
         "chunk_length": 500,
         "shard_tokens": shard_tokens,
         "models": models(workdir),
-        "embedding": {"esm_token_budget": 16384, "dnabert_token_budget": 16384},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     run_dir = folder / "run"

@@ -13,16 +13,14 @@ from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
 from workflow_lib.harness.stages import DEFAULTS
-from workflow_lib.models import resolve_config
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
+from workflow_lib.workflow.config_check import run_settings
 from workflow_lib.workflow.startup import Samples
 
 
 def config_with(**models) -> dict:
-    config = copy.deepcopy(DEFAULTS)
-    config["models"] |= models
-    resolve_config(config)
-    return config
+    """The run's settings with these keys of the models section given."""
+    return run_settings({"samples": "samples.tsv", "models": models}, ROOT / "config", [])[0]
 
 
 def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
