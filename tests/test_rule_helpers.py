@@ -185,7 +185,7 @@ def test_the_run_summary_records_every_setting_that_can_change_results():
     recorded = job_commands.result_config(config)
     assert config == DEFAULTS  # left as it was
     assert "pending_check_seconds" not in recorded and "progress_seconds" not in recorded
-    assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in recorded["embedding"]
+    assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in str(recorded)
     assert recorded["chunk_length"] == config["chunk_length"]
     assert recorded["models"]["esm"]["checkpoint"] == config["models"]["esm"]["checkpoint"]
     assert recorded["models"]["embedders"] == ["dnabert", "esm"]

@@ -79,7 +79,8 @@ def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str
     for error in validator.iter_errors(instance):
         path = list(error.path)
         if error.validator == "additionalProperties":
-            found += [([*path, key], "unknown key") for key in sorted(set(error.instance) - set(error.schema["properties"]))]
+            unknown = sorted(set(error.instance) - set(error.schema["properties"]))
+            found += [([*path, key], "unknown key") for key in unknown]
         elif error.validator == "required":
             found += [([*path, key], "not given") for key in error.schema["required"] if key not in error.instance]
         elif error.validator in ("pattern", "not", "const"):
