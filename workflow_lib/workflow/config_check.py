@@ -92,12 +92,14 @@ def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str
 
 
 def source_of(path: list, sources: list[tuple[str, dict]]) -> str:
-    """The first of (name, values) `sources` that sets the key at `path`."""
-    for name, values in sources:
-        for key in path:
-            values = values.get(key, ...) if isinstance(values, Mapping) else ...
-        if values is not ...:
-            return name
+    """The first of (name, values) `sources` that sets the key at `path`, or else the nearest
+    section above it (where a key is missing)."""
+    for end in range(len(path), 0, -1):
+        for name, values in sources:
+            for key in path[:end]:
+                values = values.get(key, ...) if isinstance(values, Mapping) else ...
+            if values is not ...:
+                return name
     return "config"
 
 
