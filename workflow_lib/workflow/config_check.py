@@ -49,10 +49,11 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
     the one that wins first (--config, then config files)."""
     settings = yaml.safe_load((config_dir / "config.yaml").read_text())
     update_config(settings, copy.deepcopy(config))
+    schema = Draft202012Validator(yaml.safe_load((config_dir / "schema.yaml").read_text()))
     problems = [
         f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; fix it "
         f"(config/schema.yaml describes every key)"
-        for path, message in schema_problems(settings, config_dir / "schema.yaml")
+        for path, message in _problems(schema, settings)
     ]
     if problems:
         raise InputError("\n".join(problems))
@@ -69,12 +70,8 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
     return settings, [line for line in [unweighed_qvalue_cutoff(settings, sources)] if line]
 
 
-def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
-    """(key path, message) for each violation of the schema, in key order."""
-    return _problems(Draft202012Validator(yaml.safe_load(Path(schema_path).read_text())), instance)
-
-
 def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str]]:
+    """(key path, message) for each violation of the schema, in key order."""
     found = []
     for error in validator.iter_errors(instance):
         path = list(error.path)

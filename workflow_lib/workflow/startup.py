@@ -1,7 +1,7 @@
 """The workflow's start-up, one call from rules/common.smk: Snakemake's scheduling mended, the
 config and the samples sheets checked (a problem ends the run with its lines alone), and the run's
-settings and samples as the rules read them. What it reads of Snakemake's internals is here: `workflow.config_settings`,
-the config files, whether this is the main process."""
+settings and samples as the rules read them. What it reads of Snakemake's internals is here:
+`workflow.config_settings`, the config files, whether this is the main process."""
 
 import dataclasses
 import logging
