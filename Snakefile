@@ -30,7 +30,7 @@ include: "rules/report.smk"
 onstart:
     # a cluster job that can never start is cancelled with its reason, not waited for
     if workflow.non_local_exec and shutil.which("squeue"):
-        PendingWatch(config["pending_check_seconds"], JOB_GROUPS).start()
+        PendingWatch(SETTINGS["pending_check_seconds"], JOB_GROUPS).start()
 
 
 onsuccess:

@@ -412,16 +412,12 @@ def workflow_setup(args, shapes: dict, workdir: Path) -> None:
         "chunk_length": 500,
         "shard_tokens": args.shard_tokens,
         "models": {
-            "esm": {"checkpoint": str(checkpoint), "layer": config["encoder_layers"]},
-            "dnabert": {"checkpoint": str(directory)},
+            "esm": {"checkpoint": str(checkpoint), "layer": config["encoder_layers"], "token_budget": args.budget},
+            "dnabert": {"checkpoint": str(directory), "token_budget": args.dnabert_budget},
             "classifier": str(models / "classifier.pt"),
             "cache_dir": str(models / "cache"),
         },
-        "embedding": {
-            "precision": "fp16",
-            "esm_token_budget": args.budget,
-            "dnabert_token_budget": args.dnabert_budget,
-        },
+        "embedding": {"precision": "fp16"},
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(settings))
 

@@ -2,13 +2,13 @@
 # false its embeddings (temp) go right after, and so does its FASTA pair (removed by the job:
 # Snakemake would remove prepare's shards directory only after the sample's last embed job). Whether to remove it
 # is a resource, which Snakemake does not compare: keeping the embeddings or not reruns nothing.
-# Memory: one block of frames and their features (436 MB at production width), whatever the shard.
+# Memory: one block of frames and their features, whatever the shard (docs/performance.md).
 rule score:
     input:
         PLAN.plan,
         MODEL_CHECK,
         embeddings=PLAN.embeddings,
-        classifier=model_files.classifier_file(config),
+        classifier=model_files.classifier_file(SETTINGS),
     output:
         scores="results/shards/scores/shard_{pool}.npz",
     log:
@@ -22,7 +22,7 @@ rule score:
         mem_mb=2000,
         runtime=by_input(10, 2, ["embeddings"]),
         tuning=tuning_of(ScoreSettings),
-        remove_shard_fasta=str(not config["outputs"]["keep_embeddings"]),
+        remove_shard_fasta=str(not SETTINGS["outputs"]["keep_embeddings"]),
     params:
         files=named_files,
         args=job_args(PLAN.scored_pieces, shard_fasta=PLAN.spent_fasta),
@@ -40,13 +40,13 @@ rule predict:
         prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
         scores=lambda wildcards: PLAN.shard_outputs(rules.score.output.scores, wildcards.sample),
-        calibration=model_files.calibration_file(config),
+        calibration=model_files.calibration_file(SETTINGS),
     output:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table("chunks", "chunks table (download)"),
         scoring="results/{sample}/scoring.json",
         virnucpro=optional_files(
-            config["outputs"]["virnucpro_tables"],
+            SETTINGS["outputs"]["virnucpro_tables"],
             "results/{sample}/prediction_results.txt",
             "results/{sample}/prediction_results_highestscore.csv",
         ),
@@ -70,7 +70,7 @@ rule predict:
 
 # A sample's calls: its sequences table, viral.fasta, the viral regions, and the records and regions
 # within call.max_qvalue (null without a calibration: config_check.py). call holds a block of
-# records and the input's longest record (198 MB at 1 M reads, docs/performance.md); its time is
+# records and the input's longest record (docs/performance.md); its time is
 # reading its tables and the sample's reads (for viral.fasta).
 rule call:
     input:
@@ -78,7 +78,7 @@ rule call:
         prepared_sequences=rules.prepare.output.sequences,
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
-        calibration=model_files.calibration_file(config),
+        calibration=model_files.calibration_file(SETTINGS),
     output:
         sequences=attached_table("sequences", "sequences table (download)"),
         viral="results/{sample}/viral.fasta",
@@ -86,7 +86,7 @@ rule call:
         regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
         passing=optional_files(
-            config["call"]["max_qvalue"] is not None,
+            SETTINGS["call"]["max_qvalue"] is not None,
             "results/{sample}/viral_qvalue.fasta",
             "results/{sample}/regions_qvalue.fasta",
         ),

@@ -45,15 +45,17 @@ configfile: readable_yaml(f"{ROOT}/config/config.yaml")
 MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
-SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
-TRAINS_HERE = model_files.trains_here(config, SAMPLES.labelled)
+# the run's settings (every key: config/config.yaml's defaults under the config given, checked once
+# against config/schema.yaml; `config` itself is left as Snakemake loaded it) and its samples
+SETTINGS, SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
+TRAINS_HERE = model_files.trains_here(SETTINGS, SAMPLES.labelled)
 # the embedding models, in the classifier's input order (models.embedders), by name
-EMBEDDERS = {e.name: e for e in embedders(config)}
-EMBEDDER_OPTIONS = model_files.embedder_options(config)  # the jobs' --embedder per model, in input order
+EMBEDDERS = {e.name: e for e in embedders(SETTINGS)}
+EMBEDDER_OPTIONS = model_files.embedder_options(SETTINGS)  # the jobs' --embedder per model, in input order
 script_job = functools.partial(job_commands.script_job, ROOT)
-job_args = functools.partial(job_commands.job_args, config)
+job_args = functools.partial(job_commands.job_args, SETTINGS)
 named_files = job_commands.named_files
-tuning_of = functools.partial(job_commands.tuning_of, config=config)
+tuning_of = functools.partial(job_commands.tuning_of, config=SETTINGS)
 
 
 wildcard_constraints:
@@ -96,13 +98,13 @@ def sample_reads(wildcards):
     return job_commands.reads_options(SAMPLES.table.loc[wildcards.sample, "reads"])
 
 
-temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, config)
+temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, SETTINGS)
 page, optional_files = rule_outputs.page, rule_outputs.optional_files
 # the tables the report attaches while those of all samples are small
 REPORT_TABLES = {table: f"results/{{sample}}/{table}.tsv" for table in ("chunks", "sequences")}
-attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, config)
+attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, SETTINGS)
 # each sample's shards and pooled shards: what their jobs read, and what they ask for
-PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, config, TRAINS_HERE, MODEL_CHECK)
+PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, SETTINGS, TRAINS_HERE, MODEL_CHECK)
 
 
 def sample_pools_of(output, **wildcards):
@@ -182,6 +184,6 @@ def report_outputs():
     this run trains its classifier; the weighing figure with a calibration."""
     per_sample = expand([*rules.summarize.output, *rules.plot_sample.output], sample=SAMPLES.sheet)
     training = list(rules.plot_training.output) if TRAINS_HERE else []
-    calibration = model_files.calibration_file(config)
+    calibration = model_files.calibration_file(SETTINGS)
     weighing = list(rules.plot_calibration.output) if calibration else []
     return per_sample + list(rules.overview.output) + training + weighing

@@ -30,7 +30,7 @@ rule tokenize:
     input:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
-        lambda wildcards: model_files.local_checkpoints(config, wildcards.model),
+        lambda wildcards: model_files.local_checkpoints(SETTINGS, wildcards.model),
         model_check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/shards/tokens/{model}/shard_{pool}.h5"),
@@ -46,7 +46,7 @@ rule tokenize:
     resources:
         mem_mb=2000,
         runtime=PLAN.tokenize_runtime,
-        env=model_files.model_env(config),
+        env=model_files.model_env(SETTINGS),
     params:
         files=named_files,
         args=job_args(input=PLAN.model_fasta, settings=TokenizeSettings),
@@ -56,19 +56,18 @@ rule tokenize:
 
 # A shard's embeddings by one model: the one job retried (a preemption, a lost node; the profiles
 # say how often, as preemptible-retries), for it resumes from its last commit; any other job's
-# failure would only repeat. Memory: the model, built in
-# place, each checkpoint tensor's file pages handed back once it is converted
-# (benchmarks/model_load.py on ESM-2 3B's shape: peak 11.6 GB on the CPU in float32, 6.0 GB in a
-# half dtype on the host; a GPU job's weights go to the GPU), the loader workers' batches, and one
-# shard's counters (6 bytes a frame, bounded by shard_tokens). gpu: a whole GPU (profiles/local sets
-# it to 0 for jobs that share GPUs); gpu_mem_mb: the share of a GPU's memory such a job claims, from
-# its model and token budget (workflow_lib/workflow/job_resources.py). The compile caches outlive
-# the run: one job's compile serves the rest.
+# failure would only repeat. Memory: the model, built in place, each checkpoint tensor's file pages
+# handed back once it is converted (its peak: docs/performance.md, benchmarks/model_load.py; a GPU
+# job's weights go to the GPU), the loader workers' batches, and one shard's counters (bounded by
+# shard_tokens). gpu: a whole GPU (profiles/local sets it to 0 for jobs that share GPUs);
+# gpu_mem_mb: the share of a GPU's memory such a job claims, from its model and token budget
+# (workflow_lib/workflow/job_resources.py). The compile caches outlive the run: one job's compile
+# serves the rest.
 rule embed:
     input:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
-        model_files.local_checkpoints(config),
+        model_files.local_checkpoints(SETTINGS),
         model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=PLAN.stored_tokens,
     output:
@@ -81,21 +80,22 @@ rule embed:
     priority: PLAN.embed_priority
     conda:
         "../envs/embed.yaml"
-    threads: job_resources.embed_threads(config["embedding"])
+    threads: job_resources.embed_threads(SETTINGS["embedding"])
     resources:
         gpu=PLAN.embed_gpus,
         gpu_mem_mb=PLAN.embed_gpu_mem,
         mem_mb=16000,
         runtime=PLAN.embed_runtime,
-        tuning=PLAN.embed_tuning,
-        env=model_files.model_env(config, compiles=True),
+        tuning=tuning_of(EmbedSettings),
+        planned_frames=PLAN.planned_frames,
+        env=model_files.model_env(SETTINGS, compiles=True),
     params:
         files=named_files,
         args=job_args(input=PLAN.model_fasta, settings=EmbedSettings),
     shell:
         script_job(
             "embed",
-            "--model {wildcards.model} {resources.tuning} --threads {threads} --gpus {resources.gpu} "
-            "--gpu-mem-mb {resources.gpu_mem_mb}",
+            "--model {wildcards.model} {resources.tuning} --planned-frames {resources.planned_frames} "
+            "--threads {threads} --gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{resources.env}",
         )

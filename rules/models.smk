@@ -2,10 +2,10 @@
 # jobs look for them.
 rule fetch_models:
     input:
-        model_files.local_checkpoints(config),
+        model_files.local_checkpoints(SETTINGS),
     output:
-        model_files.fetched_manifest(config),
-        model_files.fetched_classifier(config),
+        model_files.fetched_manifest(SETTINGS),
+        model_files.fetched_classifier(SETTINGS),
     log:
         "logs/fetch_models.log",
     localrule: True
@@ -14,16 +14,16 @@ rule fetch_models:
     resources:
         tuning=tuning_of(FetchSettings),
     params:
-        args=job_args(EMBEDDER_OPTIONS, model_files.classifier_to_fetch(config, TRAINS_HERE), settings=FetchSettings),
+        args=job_args(EMBEDDER_OPTIONS, model_files.classifier_to_fetch(SETTINGS, TRAINS_HERE), settings=FetchSettings),
     shell:
         script_job("fetch_models", "{resources.tuning}")
 
 
 rule check_models:
     input:
-        model_files.local_checkpoints(config),
-        model_files.fetched(config),
-        classifier=model_files.classifier_to_check(config, TRAINS_HERE),
+        model_files.local_checkpoints(SETTINGS),
+        model_files.fetched(SETTINGS),
+        classifier=model_files.classifier_to_check(SETTINGS, TRAINS_HERE),
     output:
         model_check=MODEL_CHECK,
     log:
@@ -34,7 +34,7 @@ rule check_models:
     conda:
         "../envs/embed.yaml"
     resources:
-        env=model_files.model_env(config),
+        env=model_files.model_env(SETTINGS),
     params:
         files=named_files,
         args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),

@@ -1,7 +1,6 @@
 # A sample's reads validated, chunked, translated in six frames and cut into token-balanced shards.
-# Memory stays near 164 MB whatever the input (docs/performance.md: 2 GB of reads); time grows with
-# it: about 40 MB/s of uncompressed reads on one core, so 4 min per GB of (compressed) input leaves
-# a factor of 2-4 for gzip and a busy node.
+# Memory is bounded whatever the input; time grows with it: 4 min per GB of (compressed) input, a
+# margin over the rate docs/performance.md measured for gzip and a busy node.
 rule prepare:
     input:
         sample_input,  # read as its --input and --mates options (sample_reads)

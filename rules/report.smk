@@ -1,6 +1,6 @@
 # A sample's run summary: versions, checkpoints, config, timings, counts. prepare's sequences table
-# is read in blocks (memory bounded at any size); time grows with it: about 1 min per 10^7 records,
-# 2 min per GB of the gzipped table.
+# is read in blocks (memory bounded at any size); time grows with it (2 min per GB of the gzipped
+# table, a margin over docs/performance.md's rate).
 rule summarize:
     input:
         # the embed jobs' figures, not their embeddings (gone once scored, unless kept)
@@ -27,7 +27,7 @@ rule summarize:
         files=named_files,
         args=job_args(
             embed_record_options,
-            config=json.dumps(job_commands.result_config(config)),
+            config=json.dumps(job_commands.result_config(SETTINGS)),
             snakemake_version=snakemake_version,
         ),
     shell:
@@ -73,8 +73,8 @@ SAMPLE_PAGES = {
 
 
 # A sample's pages of the report. Every table is read in blocks of the columns drawn (memory
-# bounded at any size); time grows with the tables: about 1.5 min per GB of them on a busy core
-# (measured), so 3.
+# bounded at any size); time grows with the tables: 3 min per GB of them, a margin over the rate
+# on a busy core (docs/performance.md).
 rule plot_sample:
     input:
         frames=rules.predict.output.frames,
@@ -148,7 +148,7 @@ rule plot_training:
 # any size.
 rule plot_calibration:
     input:
-        calibration=model_files.calibration_file(config),
+        calibration=model_files.calibration_file(SETTINGS),
         sequences=expand(rules.call.output.sequences, sample=SAMPLES.sheet),
         manifests=expand(rules.call.output.manifest, sample=SAMPLES.sheet),
     output:

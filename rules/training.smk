@@ -3,15 +3,15 @@
 if SAMPLES.labelled:
 
     # train holds the training samples' features once, as float32 (twice their size on disk when
-    # stored as float16), and a copy of the validation rows (benchmarks/train_memory.py: 1.35 times
-    # the features at its peak); time grows with them, and with the trainings that cross-fit the
-    # calibration (train.calibration_folds, each on most of the features).
+    # stored as float16), and a copy of the validation rows (its peak: docs/performance.md); time
+    # grows with them, and with the trainings that cross-fit the calibration
+    # (train.calibration_folds, each on most of the features).
     rule train:
         input:
             training_embeddings,
         output:
-            classifier=config["train"]["classifier"],
-            calibration=config["train"]["calibration"],
+            classifier=SETTINGS["train"]["classifier"],
+            calibration=SETTINGS["train"]["calibration"],
             metrics="results/train/metrics.json",
         log:
             "logs/train.log",
@@ -21,7 +21,7 @@ if SAMPLES.labelled:
             "../envs/cpu.yaml"
         resources:
             mem_mb=by_input(4000, 3 * 1024),
-            runtime=by_input(120, 10 * (1 + config["train"]["calibration_folds"])),
+            runtime=by_input(120, 10 * (1 + SETTINGS["train"]["calibration_folds"])),
             tuning=tuning_of(TrainSettings),
         params:
             files=named_files,
@@ -40,7 +40,7 @@ else:
         conda:
             "../envs/cpu.yaml"
         params:
-            message=f"{config['samples']}: the train target needs samples labelled virus or other in a label column",
+            message=f"{SETTINGS['samples']}: the train target needs samples labelled virus or other in a label column",
         shell:
             "echo {params.message:q} | tee {log:q} >&2; exit 1"
 
@@ -51,7 +51,7 @@ else:
 if len(SAMPLES.calibration):
 
     # calibrate holds a score and a label per chunk of the calibration samples (tens of bytes a
-    # chunk) and fits on them: 10^6 chunks take about 2 GB and well under a minute (docs/performance.md).
+    # chunk) and fits on them (its memory and time: docs/performance.md).
     rule calibrate:
         input:
             calibration_files,  # read as the samples' --sample options

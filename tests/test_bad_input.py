@@ -477,10 +477,6 @@ def test_config_yaml_syntax_error_names_file_and_line(tmp_path):
 
 
 FIX = "; fix it (config/schema.yaml describes every key)"
-REPLACED = (
-    "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its tokens need); "
-    "remove it, and set shard_tokens to change the size of a shard"
-)
 
 
 @pytest.mark.parametrize(
@@ -496,11 +492,11 @@ REPLACED = (
             ],
         ),
         ("", ("--config", "shard_tokens=0"), ["--config: shard_tokens: 0 is less than the minimum of 1" + FIX]),
-        # an earlier version's key: what replaced it, and no pointer to the schema, which lacks it
-        ("shards: 4\n", (), ["{config}: shards: " + REPLACED]),
-        ("", ("--config", "shards=4"), ["--config: shards: " + REPLACED]),
+        # a removed key (each setting has one spelling: the model's token budget is models.<name>.token_budget)
+        ("embedding:\n  esm_token_budget: 4096\n", (), ["{config}: embedding.esm_token_budget: unknown key" + FIX]),
+        ("", ("--config", "shards=4"), ["--config: shards: unknown key" + FIX]),
     ],
-    ids=["config_file", "command_line", "replaced_key", "replaced_key_on_the_command_line"],
+    ids=["config_file", "command_line", "removed_key", "removed_key_on_the_command_line"],
 )
 def test_config_that_fails_the_schema(tmp_path, config, args, expected):
     lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n", config, *args)

@@ -255,7 +255,7 @@ def test_a_malformed_shard_fails_in_one_line(tmp_path, monkeypatch, text):
 @pytest.mark.parametrize("suffix, model", [("faa", "esm"), ("fna", "dnabert")])
 def test_packing_fill_on_read_lengths(read_frames, demo_models, suffix, model):
     """Real tokens over budget slots, through the spawn loader, as the config's default budgets."""
-    budget = DEFAULTS["embedding"][f"{model}_token_budget"]
+    budget = DEFAULTS["models"][model]["token_budget"]
     index = ShardIndex.read(read_frames / f"shard_0.{suffix}")
     if suffix == "faa":
         encode = ESMTokens.of(esm_loading.load(str(demo_models["esm"]))[1])

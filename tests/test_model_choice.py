@@ -90,24 +90,27 @@ def test_classifier_for_3b_is_refused_with_650m(tmp_path, demo_models):
     [
         (
             "embedders: [dnabert, esm, esm]\n",
-            "models.embedders: 'esm' is listed twice; list each model once",
+            "models.embedders: ['dnabert', 'esm', 'esm'] has non-unique elements; fix it (config/schema.yaml "
+            "describes every key)",
         ),
         (
             "embedders: [dnabert, esm, esm_small]\n",
-            "models.embedders: 'esm_small' has no entry models.esm_small with its checkpoint; add one "
-            "(config/README.md) or remove it from the list",
+            "models.embedders: 'esm_small' has no entry models.esm_small with its architecture and checkpoint; "
+            "add one (config/README.md) or remove it from the list",
         ),
         (
             "embedders: [dnabert, esm, esm_small]\n  esm_small:\n    checkpoint: small.pt\n",
-            "models.esm_small.architecture: not given; set it to one of esm2, dnabert_s",
+            "models.esm_small.architecture: not given; fix it (config/schema.yaml describes every key)",
         ),
         (
             "embedders: [dnabert, esm, esm_small]\n  esm_small:\n    checkpoint: small.pt\n    architecture: esm3\n",
-            "models.esm_small.architecture: 'esm3' is no known architecture; set it to one of esm2, dnabert_s",
+            "models.esm_small.architecture: 'esm3' is not one of ['esm2', 'dnabert_s']; fix it (config/schema.yaml "
+            "describes every key)",
         ),
         (
             "dnabert:\n    layer: 3\n",
-            "models.dnabert.layer: dnabert_s embeds with its last hidden state; remove the layer",
+            "models.dnabert.layer: 3 is not allowed (dnabert_s embeds with its last hidden state; set the layer to "
+            "null); fix it (config/schema.yaml describes every key)",
         ),
     ],
     ids=["duplicate", "no_entry", "no_architecture", "unknown_architecture", "layer_of_dnabert_s"],

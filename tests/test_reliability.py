@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, tmpfs, write_config
 
 from workflow_lib.harness.stages import write_reads
@@ -33,13 +34,16 @@ def setup(workdir: Path) -> Path:
     (workdir / "samples.tsv").write_text(
         "sample\tpath\tlabel\nphix\tphix.fa\tvirus\nplasmid\tplasmid.fa\tother\nreads\treads.fa\t\n"
     )
-    write_config(
+    config = write_config(
         workdir,
         samples="samples.tsv",
         chunk_length=500,
         shard_tokens=10**9,  # one shard a sample
-        embedding={"esm_token_budget": 1024, "dnabert_token_budget": 2048, "commit_seconds": 0},
+        embedding={"commit_seconds": 0},
     )
+    settings = yaml.safe_load(config.read_text())
+    settings["models"]["esm"]["token_budget"], settings["models"]["dnabert"]["token_budget"] = 1024, 2048
+    config.write_text(yaml.safe_dump(settings))
     return workdir
 
 

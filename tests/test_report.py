@@ -45,13 +45,10 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     )
     # settings that cannot change results are not recorded
     del run_config["progress_seconds"], run_config["pending_check_seconds"]
-    for key in ("esm_token_budget", "dnabert_token_budget", "num_workers", "prefetch_factor", "commit_seconds"):
+    for key in ("num_workers", "prefetch_factor", "commit_seconds", "expandable_segments", "compile_cache_dir"):
         del run_config["embedding"][key]
-    for key in ("expandable_segments", "assumed_tokens_per_s", "compile_cache_dir"):
-        del run_config["embedding"][key]
-    # the start-up fills in each embedding model's architecture, display name and layer
-    run_config["models"]["dnabert"] |= {"architecture": "dnabert_s", "display_name": "DNABERT-S", "layer": None}
-    run_config["models"]["esm"] |= {"architecture": "esm2", "display_name": "ESM-2"}
+    for model in ("esm", "dnabert"):
+        del run_config["models"][model]["token_budget"], run_config["models"][model]["assumed_tokens_per_s"]
     for sample in SAMPLES:
         results = workdir / "results" / sample
         summary = json.loads((results / "run_summary.json").read_text())

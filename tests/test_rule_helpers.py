@@ -13,16 +13,14 @@ from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
 from workflow_lib.harness.stages import DEFAULTS
-from workflow_lib.models import resolve_config
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
+from workflow_lib.workflow.config_check import run_settings
 from workflow_lib.workflow.startup import Samples
 
 
 def config_with(**models) -> dict:
-    config = copy.deepcopy(DEFAULTS)
-    config["models"] |= models
-    resolve_config(config)
-    return config
+    """The run's settings with these keys of the models section given."""
+    return run_settings({"samples": "samples.tsv", "models": models}, ROOT / "config", [])[0]
 
 
 def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
@@ -187,7 +185,7 @@ def test_the_run_summary_records_every_setting_that_can_change_results():
     recorded = job_commands.result_config(config)
     assert config == DEFAULTS  # left as it was
     assert "pending_check_seconds" not in recorded and "progress_seconds" not in recorded
-    assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in recorded["embedding"]
+    assert "token_budget" not in str(recorded) and "assumed_tokens_per_s" not in str(recorded)
     assert recorded["chunk_length"] == config["chunk_length"]
     assert recorded["models"]["esm"]["checkpoint"] == config["models"]["esm"]["checkpoint"]
     assert recorded["models"]["embedders"] == ["dnabert", "esm"]

@@ -1,10 +1,14 @@
 """Each stage's settings are declared once (workflow_lib/cli/settings.py): the command line a rule builds
-from the config is the one its script parses back, and every declared key is a config key."""
+from the config is the one its script parses back, and every declared key is a config key. The run's
+settings are config/config.yaml's defaults under the config given, which is left as it is."""
 
 import argparse
+import copy
 import dataclasses
 
 import pytest
+import yaml
+from helpers import ROOT
 
 from workflow_lib.cli.settings import (
     STAGES,
@@ -20,6 +24,8 @@ from workflow_lib.cli.settings import (
 from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.models import embedders
 from workflow_lib.workflow import job_resources
+from workflow_lib.workflow.config_check import run_settings
+from workflow_lib.workflow.config_reference import rows
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
 PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}
@@ -126,3 +132,28 @@ def test_a_jobs_request_follows_its_shard_not_its_sample():
     assert job_resources.embed_threads(embedding) == 3  # auto: 2 loader workers and the main process
     assert job_resources.embed_threads(embedding | {"num_workers": 5}) == 6
     assert job_resources.tokenize_minutes(180_000_000) == 8  # 2 + 6 at 500,000 tokens/s
+
+
+def test_the_settings_are_the_defaults_under_the_config_and_the_config_is_left_as_it_is():
+    """As a module's host config gives them (Snakemake loads no config.yaml then): the defaults
+    fill in what it lacks, and a model entry other than esm and dnabert gets its architecture's."""
+    small = {"architecture": "esm2", "checkpoint": "small.pt"}
+    config = {"samples": "s.tsv", "models": {"embedders": ["dnabert", "esm", "small"], "small": small}}
+    config["models"]["esm"] = {"token_budget": 4096}
+    given = copy.deepcopy(config)
+    settings, warnings = run_settings(config, ROOT / "config", [])
+    assert config == given and warnings == []
+    assert settings["models"]["esm"] == DEFAULTS["models"]["esm"] | {"token_budget": 4096}
+    assert settings["models"]["small"] == small | {
+        "display_name": "ESM-2 (small)",
+        "layer": None,
+        "token_budget": 16384,
+        "assumed_tokens_per_s": {"cuda": 100000, "cpu": 200},
+    }
+    assert settings["chunk_length"] == DEFAULTS["chunk_length"] and settings["samples"] == "s.tsv"
+
+
+def test_config_yaml_holds_every_key_with_its_default():
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    defaults = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert [key for key, default, _, _ in rows(schema, defaults) if not default] == []

@@ -169,9 +169,13 @@ def snakemake_dry_run(workdir: Path, config: Path, tmp_path: Path, **changes) ->
 @pytest.mark.slow
 def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_path):
     workdir, config = workflow_run
-    runtime = {"esm_token_budget": 1024, "dnabert_token_budget": 4096, "num_workers": 1, "prefetch_factor": 4}
-    runtime |= {"commit_seconds": 5, "expandable_segments": False, "compile_cache_dir": str(tmp_path / "kernels")}
-    output, jobs = snakemake_dry_run(workdir, config, tmp_path, progress_seconds=7, embedding=runtime)
+    runtime = {"num_workers": 1, "prefetch_factor": 4, "commit_seconds": 5, "expandable_segments": False}
+    runtime |= {"compile_cache_dir": str(tmp_path / "kernels")}
+    models = yaml.safe_load(config.read_text())["models"]
+    budgets = {"esm": 1024, "dnabert": 4096}
+    rates = {"cuda": 10, "cpu": 1}
+    models = {m: models[m] | {"token_budget": b, "assumed_tokens_per_s": rates} for m, b in budgets.items()}
+    output, jobs = snakemake_dry_run(workdir, config, tmp_path, progress_seconds=7, embedding=runtime, models=models)
     assert "Nothing to be done" in output and jobs == {}
 
 
@@ -611,8 +615,7 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'phix.fa'}\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    embedding = {"esm_token_budget": 2048, "dnabert_token_budget": 2048, "num_workers": 0}
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), embedding=embedding)
+    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), embedding={"num_workers": 0})
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
@@ -644,10 +647,11 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     first, second = sorted(logs, key=lambda log: log_seconds(log)[0])
     if shared:  # the second started before the first ended
         assert log_seconds(second)[0] <= log_seconds(first)[-1]
-        run_config = {"models": {"esm": {"architecture": "esm2"}, "dnabert": {"architecture": "dnabert_s"}}}
+        run_config = {"models": yaml.safe_load(config.read_text())["models"]}
+        run_config["models"]["esm"]["architecture"] = "esm2"
+        run_config["models"]["dnabert"]["architecture"] = "dnabert_s"
         run_config["embedding"] = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["embedding"]
         for model, log in zip(("esm", "dnabert"), logs):
-            run_config["models"][model]["token_budget"] = embedding[f"{model}_token_budget"]
             mb = job_resources.embed_gpu_mem_mb(model, str(tmp_path / "results/checks/models.json"), run_config)
             assert f"no GPU has {mb} MB unclaimed" in log.read_text()
             assert f"claimed {mb} MB of GPU 0 ({gpu.uuid}, 4000 MB)" in log.read_text()

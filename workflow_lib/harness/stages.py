@@ -15,16 +15,11 @@ GENOMES = ROOT / "resources" / "genomes"
 
 
 def config_defaults() -> dict:
-    """The config a run gets for every key it does not set: the schema's defaults, and the
-    embedding models' (models.resolve_config)."""
-    from snakemake.utils import validate
+    """The settings of a run whose config sets only its samples sheet: config/config.yaml's, each
+    listed model's entry complete (workflow.config_check.run_settings)."""
+    from workflow_lib.workflow.config_check import run_settings
 
-    from workflow_lib.models import resolve_config
-
-    config = {"samples": "samples.tsv"}
-    validate(config, str(ROOT / "config" / "schema.yaml"))
-    resolve_config(config)
-    return config
+    return run_settings({"samples": "samples.tsv"}, ROOT / "config", [])[0]
 
 
 DEFAULTS = config_defaults()

@@ -32,7 +32,6 @@ class Architecture:
     source: str  # where fetch_models downloads a named checkpoint from: "fair-esm" or "huggingface"
     alphabet: str  # the shard FASTA it reads: "faa" (proteins) or "fna" (nucleotides)
     stored_tokens: bool  # its tokens are made once per shard by a CPU tokenize job
-    chooses_layer: bool  # it embeds with the layer models.<name>.layer names (else its last hidden state)
     # with embedding.precision fp8, the weights a layer (times width squared) held in FP8 in every
     # layer but the first and the last (ESM-2: its feed-forward's); 0: no FP8 path, fp16 instead
     fp8_weights_per_layer: int
@@ -40,8 +39,9 @@ class Architecture:
     # width squared; activations, this times the token budget times the width
     weights_per_layer: int
     activations_per_token: int
-    token_budget: int  # default tokens per packed batch
-    cuda_tokens_per_s: int  # default rates of its embed job (embedding.assumed_tokens_per_s)
+    # the defaults of an entry models.<name> of this architecture that does not give them (model_entry)
+    token_budget: int  # tokens per packed batch
+    cuda_tokens_per_s: int  # rates of its embed job (models.<name>.assumed_tokens_per_s)
     cpu_tokens_per_s: int
 
     @property
@@ -51,21 +51,19 @@ class Architecture:
 
 ARCHITECTURES = {
     # ESM-2: attention 4 d^2 and feed-forward 8 d^2 a layer; DNABERT-S: its gated feed-forward 12 d^2.
-    # Activations: the peaks measured on an H200 (docs/gpu-check/model.json: ESM-2 3B 7.53, 9.73 and
-    # 14.13 GiB, DNABERT-S 1.29, 2.32 and 4.39 GiB at 32,768, 65,536 and 131,072 tokens in fp16) grow
-    # by 13.4 and 22.1 values of the width a token, rounded up here. The values in the order of the fields.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, True, 8, 12, 15, 16384, 10**5, 200),
+    # Activations: rounded up from the growth per token of the peaks the GPU check measured
+    # (docs/gpu-check/model.json; tests/test_rule_helpers.py holds them to it). The values in the
+    # order of the fields.
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 10**5, 200),
     "dnabert_s": Architecture(
-        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, False, 0, 16, 24, 32768, 10**6, 5000
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, 10**6, 5000
     ),
 }
-# The two entries every config has had, and their architectures; any other entry names its own.
-NAMED_ARCHITECTURES = {"esm": "esm2", "dnabert": "dnabert_s"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Embedder:
-    """A configured embedding model: its entry models.<name>, defaults filled in (resolve_config)."""
+    """A configured embedding model: its entry models.<name> (model_entry)."""
 
     name: str
     architecture: str
@@ -126,24 +124,20 @@ def named_shape(embedder: Embedder) -> tuple[int, int] | None:
 
 
 def embedders(config: dict) -> list[Embedder]:
-    """The configured embedding models, in the classifier's input order (a config resolve_config filled in)."""
+    """The configured embedding models, in the classifier's input order, of the run's settings
+    (workflow/config_check.py: each entry a model_entry)."""
     entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
     return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
 
 
-def resolve_config(config: dict) -> None:
-    """Fill in each listed model's architecture, display name, layer, token budget and assumed rates
-    (config_check.check_embedders has checked the list): esm and dnabert default to the
-    embedding.<name>_token_budget and embedding.assumed_tokens_per_s.<name> keys, another model to
-    its architecture's defaults."""
-    embedding = config["embedding"]
-    for name in config["models"]["embedders"]:
-        entry = config["models"][name]
-        architecture = ARCHITECTURES[entry.setdefault("architecture", NAMED_ARCHITECTURES.get(name))]
-        named = NAMED_ARCHITECTURES.get(name) == entry["architecture"]
-        own = f" ({name})" if not named else ""
-        entry.setdefault("display_name", architecture.display_name + own)
-        entry.setdefault("layer", None)
-        entry.setdefault("token_budget", embedding.get(f"{name}_token_budget", architecture.token_budget))
-        rates = embedding["assumed_tokens_per_s"].get(name, architecture.assumed_tokens_per_s)
-        entry["assumed_tokens_per_s"] = {**rates, **entry.get("assumed_tokens_per_s", {})}
+def model_entry(name: str, entry: dict) -> dict:
+    """A listed model's entry models.<name> with its architecture's defaults for the keys it lacks
+    (config.yaml gives esm's and dnabert's); a new dict."""
+    declared = ARCHITECTURES[entry["architecture"]]
+    defaults = {
+        "display_name": f"{declared.display_name} ({name})",
+        "layer": None,
+        "token_budget": declared.token_budget,
+        "assumed_tokens_per_s": declared.assumed_tokens_per_s,
+    }
+    return entry | {key: value for key, value in defaults.items() if key not in entry}

@@ -1,6 +1,8 @@
-"""The config and the samples sheet, checked at start-up: one line per problem, naming the file
-(or --config), the key or the sheet's line, and what to do; never a schema dump."""
+"""The run's settings and its samples sheets, checked at start-up: one line per problem, naming the
+file (or --config), the key or the sheet's line, and what to do; never a schema dump. The schema
+checks each key; the checks here are those across keys and files that it cannot express."""
 
+import copy
 import io
 import json
 import os
@@ -10,13 +12,14 @@ from pathlib import Path
 import pandas as pd
 import yaml
 from jsonschema import Draft202012Validator
+from snakemake.utils import update_config
 
 from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
 from workflow_lib.io.reads import SampleReads, check_first_fragment
-from workflow_lib.models import ARCHITECTURES, NAMED_ARCHITECTURES, embedders, named_shape, resolve_config
+from workflow_lib.models import embedders, model_entry, named_shape
 from workflow_lib.models.checkpoints import check_layer, classifier_path, is_url
 from workflow_lib.models.classifier_chunks import (
     VIRNUCPRO_URL,
@@ -24,12 +27,6 @@ from workflow_lib.models.classifier_chunks import (
     embedders_refusal,
     recorded_metadata,
 )
-
-# Keys of earlier versions, and what replaced them.
-REPLACED = {
-    ("shards",): "replaced by shard_tokens (ESM-2 tokens per shard: a sample now gets as many shards as its "
-    "tokens need); remove it, and set shard_tokens to change the size of a shard",
-}
 
 
 def check_yaml(path: str | Path) -> None:
@@ -44,19 +41,46 @@ def check_yaml(path: str | Path) -> None:
         raise InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it") from None
 
 
-def schema_problems(instance, schema_path: Path) -> list[tuple[list, str]]:
-    """(key path, message) for each violation of the schema, in key order."""
-    return _problems(Draft202012Validator(yaml.safe_load(Path(schema_path).read_text())), instance)
+def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
+    """The run's settings, a new dict (`config`, as Snakemake loaded it, is left as it is): the
+    defaults of config_dir/config.yaml under `config` (a module's host config holds only its
+    own keys), checked against config_dir/schema.yaml, and each listed model's entry with its
+    architecture's defaults; and the warnings to print. `sources`: where the values came from,
+    the one that wins first (--config, then config files)."""
+    settings = yaml.safe_load((config_dir / "config.yaml").read_text())
+    update_config(settings, copy.deepcopy(config))
+    schema = Draft202012Validator(yaml.safe_load((config_dir / "schema.yaml").read_text()))
+    problems = [
+        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; fix it "
+        f"(config/schema.yaml describes every key)"
+        for path, message in _problems(schema, settings)
+    ]
+    if problems:
+        raise InputError("\n".join(problems))
+    models = settings["models"]
+    for name in models["embedders"]:
+        if name not in models:
+            raise InputError(
+                f"{source_of(['models', 'embedders'], sources)}: models.embedders: {name!r} has no entry "
+                f"models.{name} with its architecture and checkpoint; add one (config/README.md) or remove it "
+                "from the list"
+            )
+        models[name] = model_entry(name, models[name])
+    check_model_choice(settings, sources)
+    return settings, [line for line in [unweighed_qvalue_cutoff(settings, sources)] if line]
 
 
 def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str]]:
+    """(key path, message) for each violation of the schema, in key order."""
     found = []
     for error in validator.iter_errors(instance):
         path = list(error.path)
         if error.validator == "additionalProperties":
             unknown = sorted(set(error.instance) - set(error.schema["properties"]))
-            found += [([*path, key], REPLACED.get((*path, key), "unknown key")) for key in unknown]
-        elif error.validator in ("pattern", "not"):
+            found += [([*path, key], "unknown key") for key in unknown]
+        elif error.validator == "required":
+            found += [([*path, key], "not given") for key in error.schema["required"] if key not in error.instance]
+        elif error.validator in ("pattern", "not", "const"):
             allowed = error.schema["description"].rstrip(".")
             found.append((path, f"{error.instance!r} is not allowed ({allowed})"))
         else:
@@ -65,53 +89,15 @@ def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str
 
 
 def source_of(path: list, sources: list[tuple[str, dict]]) -> str:
-    """The first of (name, values) `sources` that sets the key at `path`."""
-    for name, values in sources:
-        for key in path:
-            values = values.get(key, ...) if isinstance(values, Mapping) else ...
-        if values is not ...:
-            return name
+    """The first of (name, values) `sources` that sets the key at `path`, or else the nearest
+    section above it (where a key is missing)."""
+    for end in range(len(path), 0, -1):
+        for name, values in sources:
+            for key in path[:end]:
+                values = values.get(key, ...) if isinstance(values, Mapping) else ...
+            if values is not ...:
+                return name
     return "config"
-
-
-def check_config(config: dict, schema_path: Path, sources: list[tuple[str, dict]]) -> None:
-    """`sources`: where the values came from, the one that wins first (--config, then config files)."""
-    problems = [
-        f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}"
-        + ("" if tuple(path) in REPLACED else f"; fix it (config/{Path(schema_path).name} describes every key)")
-        for path, message in schema_problems(config, schema_path)
-    ]
-    if problems:
-        raise InputError("\n".join(problems))
-
-
-def check_embedders(config: dict, sources: list[tuple[str, dict]]) -> None:
-    """models.embedders names each model once, each with an entry models.<name> (its checkpoint)
-    of a known architecture (esm's and dnabert's go without saying; another entry names its own);
-    then the entries' defaults are filled in (models.resolve_config)."""
-    models, where = config["models"], source_of(["models", "embedders"], sources)
-    for i, name in enumerate(models["embedders"]):
-        if name in models["embedders"][:i]:
-            raise InputError(f"{where}: models.embedders: {name!r} is listed twice; list each model once")
-        entry = models.get(name)
-        if not isinstance(entry, Mapping) or "checkpoint" not in entry:
-            raise InputError(
-                f"{where}: models.embedders: {name!r} has no entry models.{name} with its checkpoint; add one "
-                "(config/README.md) or remove it from the list"
-            )
-        architecture = entry.get("architecture", NAMED_ARCHITECTURES.get(name))
-        if architecture not in ARCHITECTURES:
-            given = f"{architecture!r} is no known architecture" if architecture else "not given"
-            raise InputError(
-                f"{source_of(['models', name], sources)}: models.{name}.architecture: {given}; set it to one of "
-                f"{', '.join(ARCHITECTURES)}"
-            )
-        if entry.get("layer") is not None and not ARCHITECTURES[architecture].chooses_layer:
-            raise InputError(
-                f"{source_of(['models', name, 'layer'], sources)}: models.{name}.layer: {architecture} embeds with "
-                "its last hidden state; remove the layer"
-            )
-    resolve_config(config)
 
 
 def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
@@ -208,14 +194,14 @@ def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], lab
         raise InputError(f"{where}: {refusal}")
 
 
-def unweighed_qvalue_cutoff(config: dict, sources: list[tuple[str, dict]]) -> str | None:
+def unweighed_qvalue_cutoff(settings: dict, sources: list[tuple[str, dict]]) -> str | None:
     """call.max_qvalue without a calibration (models.calibration null) has no q-values to cut at: the
-    cutoff is dropped from the config here, once, so that the call rule, its script and the tables
-    all see none, and the line that says so is returned (None when the two agree)."""
-    cutoff = config["call"]["max_qvalue"]
-    if cutoff is None or config["models"]["calibration"]:
+    cutoff is dropped from the run's settings here, once, so that the call rule, its script and the
+    tables all see none, and the line that says so is returned (None when the two agree)."""
+    cutoff = settings["call"]["max_qvalue"]
+    if cutoff is None or settings["models"]["calibration"]:
         return None
-    config["call"]["max_qvalue"] = None
+    settings["call"]["max_qvalue"] = None
     return (
         f"{source_of(['call', 'max_qvalue'], sources)}: call.max_qvalue {cutoff} needs a calibration and "
         "models.calibration is null: no q-values, so viral_qvalue.fasta and regions_qvalue.fasta are not written"

@@ -11,16 +11,14 @@ from workflow_lib.io.reads import SampleReads
 
 # Settings that cannot change any result (a change reruns nothing), left out of the run summary's
 # config: the stages' declared tuning (runtime_settings), and what only the rules read.
-RULE_SETTINGS = {"pending_check_seconds", "embedding.compile_cache_dir", "embedding.assumed_tokens_per_s"}
+RULE_SETTINGS = {"pending_check_seconds", "embedding.compile_cache_dir"}
 
 
 def runtime_settings(config: dict) -> set[str]:
     """The config's keys that cannot change any result, dotted: RULE_SETTINGS, the stages' tuning,
-    and each configured model's rates and token budget (as well as the embedding section's keys
-    that give them)."""
+    and each configured model's assumed rates (its embed jobs' runtime)."""
     models = config["models"]["embedders"]
-    per_model = {f"models.{m}.assumed_tokens_per_s" for m in models} | {f"embedding.{m}_token_budget" for m in models}
-    return RULE_SETTINGS | tuning_keys(models) | per_model
+    return RULE_SETTINGS | tuning_keys(models) | {f"models.{m}.assumed_tokens_per_s" for m in models}
 
 
 def script_job(root: str, name: str, arguments: str = "", env: str | None = None) -> str:

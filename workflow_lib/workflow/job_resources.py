@@ -8,7 +8,8 @@ import os
 from workflow_lib.io.tables import read_json
 from workflow_lib.models import ARCHITECTURES
 
-TOKENIZE_TOKENS_PER_S = 500_000  # one core tokenises 2.25 M shard tokens a second: a margin of 4.5
+# a margin below one core's rate (docs/performance.md: the host side of the embed job)
+TOKENIZE_TOKENS_PER_S = 500_000
 EMBED_START_MINUTES = 10  # model load, worker start-up, a kernel compile
 EMBED_MARGIN = 1.5  # on the assumed rate
 
@@ -110,8 +111,8 @@ def embed_minutes(tokens: int, frames: int, model: str, config: dict) -> int:
 
 
 def embed_threads(embedding: dict) -> int:
-    """The main process and its loader workers. auto asks for 2 workers: they pack tens of
-    thousands of frames a second, far more than a GPU embeds, and leave cores for other jobs."""
+    """The main process and its loader workers. auto asks for 2 workers: they pack far more frames
+    than a GPU embeds (docs/performance.md), and leave cores for other jobs."""
     workers = embedding["num_workers"]
     return (2 if workers == "auto" else workers) + 1
 

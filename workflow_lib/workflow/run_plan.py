@@ -8,10 +8,10 @@ import re
 from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.io import ancient, expand
 
-from workflow_lib.cli.settings import EmbedSettings, cli
+from workflow_lib.cli.settings import cli
 from workflow_lib.io import sharding
 from workflow_lib.prepare.plan import plan_is_current, read_plan, read_pools
-from workflow_lib.workflow import job_commands, job_resources
+from workflow_lib.workflow import job_resources
 
 
 class RunPlan:
@@ -85,11 +85,10 @@ class RunPlan:
         work = self.work(wildcards)
         return job_resources.embed_minutes(work["tokens"], work["frames"], wildcards.model, self.config)
 
-    def embed_tuning(self, wildcards) -> str:
-        """The embed job's tuning, and its shard's frames by the plan, which the job checks the FASTA
-        against (one cut short by a crash is refused): a resource, never compared."""
-        tuning = job_commands.tuning_of(EmbedSettings, self.config)(wildcards)
-        return f"{tuning} {cli(planned_frames=self.work(wildcards)['frames'])}"
+    def planned_frames(self, wildcards) -> int:
+        """The pooled shard's frames by the plan, which its embed job checks the FASTA against (one
+        cut short by a crash is refused): a resource, never compared."""
+        return self.work(wildcards)["frames"]
 
     def embed_priority(self, wildcards) -> int:
         try:

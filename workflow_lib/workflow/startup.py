@@ -1,7 +1,7 @@
 """The workflow's start-up, one call from rules/common.smk: Snakemake's scheduling mended, the
-config and the samples sheets checked (a problem ends the run with its lines alone), and the samples
-as the rules read them. What it reads of Snakemake's internals is here: `workflow.config_settings`,
-the config files, whether this is the main process."""
+config and the samples sheets checked (a problem ends the run with its lines alone), and the run's
+settings and samples as the rules read them. What it reads of Snakemake's internals is here:
+`workflow.config_settings`, the config files, whether this is the main process."""
 
 import dataclasses
 import logging
@@ -11,7 +11,6 @@ from typing import NoReturn
 
 import pandas as pd
 import yaml
-from snakemake.utils import validate
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.prepare.plan import generations
@@ -19,17 +18,14 @@ from workflow_lib.workflow import snakemake_patches
 from workflow_lib.workflow.config_check import (
     check_calibration_file,
     check_classifier_file,
-    check_config,
-    check_embedders,
     check_first_mates,
-    check_model_choice,
     check_training_labels,
     check_yaml,
     read_calibration_samples,
     read_samples,
     recorded_differences,
+    run_settings,
     source_of,
-    unweighed_qvalue_cutoff,
 )
 
 
@@ -72,10 +68,11 @@ def readable_yaml(path: str) -> str:
     return path
 
 
-def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Samples:
-    """Mends Snakemake's scheduling, checks the config (defaults filled in) and the samples sheets,
-    and warns where the config differs from the settings that made the results (`recorded`).
-    `root`: the checkout, whose config/ holds the schemas; `plan_dir`: where the plans are."""
+def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> tuple[dict, Samples]:
+    """Mends Snakemake's scheduling, checks the config and the samples sheets, and warns where the
+    config differs from the settings that made the results (`recorded`): the run's settings
+    (config_check.run_settings: every key, `config` left as it is) and its samples. `root`: the
+    checkout, whose config/ holds the defaults and the schemas; `plan_dir`: where the plans are."""
     # Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
     # hold far more samples than group-components asks, a job behind an ancient input would go
     # untested while the job before it is due, and the Snakemake in a cluster job would retry its
@@ -85,43 +82,37 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> Sa
     # ---"); the console still gets every message, and onerror says the disk is full.
     logging.raiseExceptions = False
     try:
-        samples = _checked_samples(workflow, config, root, plan_dir)
+        settings, warnings, samples = _checked(workflow, config, root, plan_dir)
     except InputError as error:
         refuse(error)
     if workflow.is_main_process:  # once, not in every cluster job
-        for line in [unmended] * bool(unmended) + recorded_differences(config, recorded):
+        for line in [unmended] * bool(unmended) + warnings + recorded_differences(settings, recorded):
             print(f"Warning: {line}", file=sys.stderr)
-    return samples
+    return settings, samples
 
 
-def _checked_samples(workflow, config: dict, root: str, plan_dir: str) -> Samples:
+def _checked(workflow, config: dict, root: str, plan_dir: str) -> tuple[dict, list[str], Samples]:
     sources = _config_sources(workflow)
-    schema, samples_schema = f"{root}/config/schema.yaml", f"{root}/config/samples.schema.yaml"
-    check_config(config, schema, sources)
-    sheet = read_samples(config["samples"], samples_schema, source_of(["samples"], sources))
-    validate(config, schema=schema)  # fills in the defaults
-    check_embedders(config, sources)
-    check_model_choice(config, sources)
-    dropped = unweighed_qvalue_cutoff(config, sources)
-    if dropped and workflow.is_main_process:
-        print(f"Warning: {dropped}", file=sys.stderr)
-    check_training_labels(sheet, config["samples"])
+    samples_schema = f"{root}/config/samples.schema.yaml"
+    settings, warnings = run_settings(config, Path(root) / "config", sources)
+    sheet = read_samples(settings["samples"], samples_schema, source_of(["samples"], sources))
+    check_training_labels(sheet, settings["samples"])
     if workflow.is_main_process:  # once, not in every cluster job: it reads a block of each mate file
-        check_first_mates(config["samples"], sheet)
+        check_first_mates(settings["samples"], sheet)
     calibration = read_calibration_samples(
-        config["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
+        settings["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
     )
     if workflow.is_main_process:
-        check_first_mates(config["calibration"]["samples"], calibration)
+        check_first_mates(settings["calibration"]["samples"], calibration)
     table = pd.concat([sheet, calibration])
     labelled = bool((sheet["label"] != "").any())
     samples = Samples(table, list(sheet.index), calibration, generations(list(table.index), plan_dir), labelled)
     # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
     # on the default config, whose classifier a checkout lacks)
     if workflow.is_main_process and workflow.check_envvars:
-        check_classifier_file(config, sources, labelled)
-        check_calibration_file(config, sources, labelled)
-    return samples
+        check_classifier_file(settings, sources, labelled)
+        check_calibration_file(settings, sources, labelled)
+    return settings, warnings, samples
 
 
 def _config_sources(workflow) -> list[tuple[str, dict]]:
