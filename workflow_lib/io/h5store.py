@@ -1,10 +1,7 @@
 """The embeddings HDF5 contract: dataset `ids` (UTF-8, shard FASTA order), dataset `embeddings`
 ([N, D], float32 or float16 as the attribute `storage` says; chunked by rows, shuffled and
-compressed), and attributes describing how they were made.
-
-Files written before `storage` existed (contiguous float32, no `storage` attribute) read the same.
-Readers never hold a whole dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks into
-one preallocated float32 block."""
+compressed), and attributes describing how they were made. Readers of shards never hold a whole
+dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks."""
 
 import contextlib
 from collections.abc import Iterator
@@ -19,12 +16,10 @@ from workflow_lib.io.outputs import atomic_path
 REQUIRED_ATTRS = ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version")
 STORAGE = {"float32": np.float32, "float16": np.float16}
 CHUNK_ROWS = 1024  # rows per HDF5 chunk: each chunk is compressed (and written by embed) whole
-# lzf rather than gzip level 1, both after the byte shuffle (benchmarks/storage.py, docs/performance.md):
-# at 768 + 2560 float16 features lzf wrote 20,000 frames in 4.5 s against 5.8 s and read them in
-# 1.0 s against 1.9 s, for 11% more bytes (6,760 against 6,072 per frame); at float32 it wrote in
-# 7.5 s against 17.4 s. Embed and predict both sit on these paths; disk is already halved by float16.
+# lzf rather than gzip, both after the byte shuffle: faster to write and read for a few per cent
+# more bytes (benchmarks/storage.py, docs/performance.md)
 COMPRESSION = {"compression": "lzf", "shuffle": True}
-BLOCK_ROWS = 65536  # rows a block reader holds: 65,536 x (768 + 2560) float32 is 870 MB at production width
+BLOCK_ROWS = 65536  # rows a block reader holds
 BUFFER_BYTES = 256 << 20  # finished rows a writer holds before it writes them
 
 
@@ -56,7 +51,7 @@ class Writer:
         self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
         n = len(ids)
         names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
-        for start in range(0, n, BLOCK_ROWS):  # in blocks: converting all at once held 50 MB a million IDs
+        for start in range(0, n, BLOCK_ROWS):  # in blocks: never all IDs converted at once
             names[start : start + BLOCK_ROWS] = np.array(ids[start : start + BLOCK_ROWS], dtype=object)
         layout = {"chunks": (min(n, CHUNK_ROWS), dim), **COMPRESSION} if n and dim else {}
         self.data = handle.create_dataset("embeddings", shape=(n, dim), dtype=self.dtype, **layout)
@@ -139,10 +134,9 @@ def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
 
 
 class FeatureBlocks:
-    """One shard's classifier input: per frame, the embeddings of its files one after the other,
-    in the order given (the configured models', VirNucPro's DNABERT-S then ESM-2), read in blocks
-    of `rows` rows into one preallocated float32 block; the files' IDs are checked block by block.
-    Use as a context manager."""
+    """One shard's classifier input: per frame, the embeddings of its files one after the other, in
+    the order given, read in blocks of `rows` rows into one float32 block; the files' IDs are checked
+    block by block. Use as a context manager."""
 
     def __init__(self, *paths: str | Path, rows: int = BLOCK_ROWS):
         self.paths = tuple(map(Path, paths))
@@ -197,8 +191,7 @@ class FeatureBlocks:
             yield slice(start, stop), ids, self.block[: stop - start]
 
     def read_all(self, out: np.ndarray, first: int = 0, end: int | None = None) -> list[str]:
-        """Every row (or rows first:end) into `out` (float32, [rows, dim]: e.g. rows of a larger
-        array), a block of rows at a time and without the block buffer; their IDs."""
+        """Rows first:end (all by default) into `out` (float32, [rows, dim]), a block at a time; their IDs."""
         ids: list[str] = []
         end = self.n if end is None else end
         for start in range(first, end, self.rows):

@@ -1,13 +1,11 @@
 """Reading FASTA and FASTQ, plain or gzip/bz2/xz, as a stream of validated batches of records.
 
 Compression is recognised by its magic bytes, not the file name, and undone by xopen (gzip through
-ISA-L: prepare reads gzipped reads 1.14 times as fast as through Python's gzip, docs/performance.md).
-Records are parsed here, not by dnaio: dnaio refuses headers that are not ASCII, which Biopython
-(and so VirNucPro) reads, and a loop over dnaio.open making the same batches read plain FASTA
-reads slower (0.97 against 1.10 M reads/s, one core, 2026-11-25). Records are parsed a block at a
-time with bytes operations (no per-line Python loop) and validated per batch: sequences are
-upper-cased (soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC
-nucleotide code is an InputError naming the file, the record (number and ID) and what to do.
+ISA-L). Records are parsed a block at a time with bytes operations, not line by line in Python as
+Biopython's parsers do, nor by dnaio, which refuses headers that are not ASCII where Biopython (and
+so VirNucPro) reads them, and was slower here on plain FASTA. Sequences are upper-cased
+(soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC nucleotide code is an
+InputError naming the file, the record (number and ID) and what to do.
 """
 
 import lzma
@@ -56,8 +54,7 @@ class Batch:
 
 
 def open_binary(path: str | Path):
-    """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently. The
-    returned stream's `raw_file` attribute is the file itself (its position tells the progress)."""
+    """Open `path` for reading bytes, decompressed; `raw_file`: the file itself (for the progress)."""
     path = Path(path)
     try:
         raw = open(path, "rb")
@@ -157,9 +154,8 @@ def _is_text(data: bytes) -> bool:
 
 
 def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    """Yield (headers, sequences) for the complete records of each block. The sequence of a record
-    longer than a block is collected block by block without its line breaks and joined once:
-    linear time, and at most twice the record's size in memory, on chromosome-sized records."""
+    """Yield (headers, sequences) for the complete records of each block. A record longer than a
+    block is collected block by block and joined once: linear time on chromosome-sized records."""
     rest = b""  # raw text of the unfinished last record, from its '>'
     header, pieces = None, []  # a record longer than a block: its header and sequence so far
     for block in blocks:
