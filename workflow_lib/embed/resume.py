@@ -1,11 +1,10 @@
 """Resuming a killed embed job: results are committed in parts beside the output, so that a
 rerun embeds only what was not committed, in the same batches, and writes the same file.
 
-Each part holds the rows written to the output since the previous part (as stored: float32 or
-float16), written under a temporary name and renamed, so a kill (SIGKILL, a lost node) leaves
-only whole parts. Parts belong to one shard and one set of settings (the fingerprint): a rerun
-with anything else starts from zero. The embed job's unfinished output is written in the same
-directory (`scratch`), so that a killed job leaves nothing that looks like its output.
+Each part holds the rows written to the output since the previous part, as stored, written under a
+temporary name and renamed, so a kill leaves only whole parts. Parts belong to one shard and one set
+of settings (the fingerprint): a rerun with anything else starts from zero. The unfinished output is
+written in the same directory (`scratch`), so a killed job leaves nothing that looks like its output.
 """
 
 import json
