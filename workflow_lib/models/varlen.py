@@ -21,6 +21,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from workflow_lib.cli.errors import first_line
+
 log = logging.getLogger("workflow")
 
 
@@ -44,9 +46,8 @@ class Layout:
         self._masks = {}  # padded_mask's, shared by the layers of a forward
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
-
-        Summed in float64: a float32 running sum drifts by ~1e-5 over a thousand tokens."""
+        """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32;
+        summed in float64, as a float32 running sum drifts over a thousand tokens."""
         x, counts = x.double(), self.lengths.double()
         if keep is not None:
             x = x * keep[:, None]
@@ -91,10 +92,9 @@ MASK_ALIGN = 8  # elements: a mask row stride the memory-efficient kernel takes 
 
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """The padded path's additive attention mask: padded keys at -inf, ALiBi added when slopes are
-    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch (a layout serves one model's
-    forward), as a view of a mask whose rows are MASK_ALIGN apart: the memory-efficient kernel
-    copies a mask with other strides into an aligned one at every call (a bool mask too, which
-    it first makes additive)."""
+    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch, as a view of a mask whose
+    rows are MASK_ALIGN apart: the memory-efficient kernel copies a mask with other strides into an
+    aligned one at every call."""
     key = (slopes is not None, dtype)
     if key not in layout._masks:
         length = layout.max_len
@@ -152,7 +152,6 @@ def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> to
     except torch.OutOfMemoryError:
         raise
     except Exception as error:  # a GPU or build without its kernel fails in many ways
-        lines = str(error).strip().splitlines() or [type(error).__name__]
-        log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, lines[0])
+        log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, first_line(error))
         _varlen_failed = True
         return padded_attention(q, k, v, layout, slopes)
