@@ -64,19 +64,11 @@ class ShardIds(Sequence):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, key):
-        size = self.blocks.size
-        if isinstance(key, slice):
-            wanted = range(*key.indices(self.n))
-            if not wanted:
-                return []
-            first, last = min(wanted) // size, max(wanted) // size  # the blocks that hold them
-            ids = [i for b in range(first, last + 1) for i in self.blocks.ids(b)]
-            return [ids[i - first * size] for i in wanted]
+    def __getitem__(self, key: int) -> str:
         i = operator.index(key) + (self.n if key < 0 else 0)
         if not 0 <= i < self.n:
             raise IndexError(f"record {key} of a shard of {self.n}")
-        return self.blocks.ids(i // size)[i % size]
+        return self.blocks.ids(i // self.blocks.size)[i % self.blocks.size]
 
     def __iter__(self) -> Iterator[str]:
         for b in range(len(self.blocks)):

@@ -4,6 +4,7 @@ compressed), and attributes describing how they were made. Readers of shards nev
 dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks."""
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,13 +47,12 @@ class Writer:
     BUFFER_BYTES and written (`flush`) chunk by chunk, each chunk in one write."""
 
     def __init__(self, handle: h5py.File, ids: list[str], dim: int, storage: str):
-        if storage not in STORAGE:
-            raise ValueError(f"storage must be one of {tuple(STORAGE)}, not {storage!r}")
         self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
         n = len(ids)
         names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        blocks = iter(ids)
         for start in range(0, n, BLOCK_ROWS):  # in blocks: never all IDs converted at once
-            names[start : start + BLOCK_ROWS] = np.array(ids[start : start + BLOCK_ROWS], dtype=object)
+            names[start : start + BLOCK_ROWS] = np.array(list(itertools.islice(blocks, BLOCK_ROWS)), dtype=object)
         layout = {"chunks": (min(n, CHUNK_ROWS), dim), **COMPRESSION} if n and dim else {}
         self.data = handle.create_dataset("embeddings", shape=(n, dim), dtype=self.dtype, **layout)
         self.chunk_rows = self.data.chunks[0] if self.data.chunks else max(n, 1)
