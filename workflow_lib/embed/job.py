@@ -40,16 +40,11 @@ GPUS_VARIABLE = "VIRNUCPRO_GPUS"
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
-def allocator_conf_variable() -> str:
-    """The variable this torch reads its allocator settings from: PYTORCH_ALLOC_CONF since the
-    allocator config became device-generic (torch 2.9, which warns on the old CUDA name)."""
-    return "PYTORCH_ALLOC_CONF" if hasattr(torch._C, "_accelerator_setAllocatorSettings") else "PYTORCH_CUDA_ALLOC_CONF"
-
-
 def set_allocator_conf(value: str) -> None:
-    """Allocator settings for this process, unless the user gave their own under either name."""
+    """Allocator settings for this process (the pinned torch reads PYTORCH_ALLOC_CONF and warns on the
+    old CUDA name), unless the user gave their own under either name."""
     if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & os.environ.keys():
-        os.environ[allocator_conf_variable()] = value
+        os.environ["PYTORCH_ALLOC_CONF"] = value
 
 
 @contextlib.contextmanager
@@ -149,15 +144,12 @@ class Meter:
             self.loader_wait += time.monotonic() - waited
             if batch is None:
                 return
-            self.add(batch)
+            if self.batches == 1 and self.steady_from is None:  # the first batch is done
+                self.steady_from, self.tokens_before = time.monotonic(), self.tokens
+            self.tokens += batch.n_tokens
+            self.slots += batch.slots
+            self.batches += 1
             yield batch
-
-    def add(self, batch: PackedBatch) -> None:
-        if self.batches == 1 and self.steady_from is None:  # the first batch is done
-            self.steady_from, self.tokens_before = time.monotonic(), self.tokens
-        self.tokens += batch.n_tokens
-        self.slots += batch.slots
-        self.batches += 1
 
     @property
     def elapsed(self) -> float:
@@ -320,15 +312,10 @@ def _attributes(settings: EmbedSettings, embedder, device: torch.device, precisi
 
 def versions(device: torch.device) -> dict:
     """The software and the device that made the embeddings, for the run summary."""
-    packages = {}
-    for name in ("torch", "fair-esm", "numpy", "h5py", "tokenizers"):
-        try:
-            packages[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            packages[name] = None
+    packages = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
     return {
         "python": platform.python_version(),
-        **packages,
+        **{name: importlib.metadata.version(name) for name in packages},
         "cuda": torch.version.cuda,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
     }

@@ -236,20 +236,6 @@ class _Writer:
             stop = start + len(list(run))
             self.shards.write(shard, frame_ids[start:stop], frames.nucleotides[start:stop], frames.proteins[start:stop])
             start = stop
-        self.frames_table.write(
-            b"".join(
-                [
-                    b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
-                    for row in zip(
-                        frame_ids,
-                        records,
-                        numbers,
-                        (starts[chunk] + 1).tolist(),
-                        ends[chunk].tolist(),
-                        names,
-                        map(len, frames.proteins),
-                        shards,
-                    )
-                ]
-            )
-        )
+        coordinates = (starts[chunk] + 1).tolist(), ends[chunk].tolist()  # 1-based, inclusive
+        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, frames.proteins), shards)
+        self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row for row in rows]))

@@ -25,10 +25,16 @@ PLAN = ("sample", *SHARDS, "pool", "offset")
 PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
 
 
+def _plans(plan_dir: str | Path) -> dict[int, Path]:
+    """The plans in `plan_dir`, by generation, in generation order."""
+    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    return dict(sorted(found.items()))
+
+
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     """Each sample's generation: that of the plan that lists it, else the one after the latest."""
-    plans = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
-    listed = {sample: g for g, path in sorted(plans.items()) for sample in _listed(path)}
+    plans = _plans(plan_dir)
+    listed = {sample: g for g, path in plans.items() for sample in _listed(path)}
     new = max(plans, default=-1) + 1
     return {sample: listed.get(sample, new) for sample in sheet}
 
@@ -77,9 +83,8 @@ def read_pools(path: str | Path) -> dict[str, list[dict]]:
 
 def read_plans(plan_dir: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
     """Every generation's plan in `plan_dir`: each sample's shards and each pool's."""
-    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
     samples, pools = {}, {}
-    for _, path in sorted(found.items()):
+    for path in _plans(plan_dir).values():
         samples |= read_plan(path)
         pools |= read_pools(path)
     return samples, pools
