@@ -71,8 +71,7 @@ def _to_console(line: str) -> None:
 
 
 def run_cli(main: Callable[[], None]) -> None:
-    """Run a script's main(); turn an InputError, or a write refused for want of space anywhere,
-    into one line on stderr and exit status 2."""
+    """Run a script's main(); an InputError or a full disk is one line on stderr and exit status 2."""
     try:
         main()
     except Exception as error:

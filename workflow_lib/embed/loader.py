@@ -86,8 +86,7 @@ class ShardIndex:
 
     @classmethod
     def read(cls, path: str | Path, block_size: int | None = None, planned: int | None = None) -> "ShardIndex":
-        """Read in pieces: memory holds where the blocks start, not the file. `planned`: the frames
-        the run's plan gives the shard; a shard of another length is refused."""
+        """Read in pieces; `planned`: the frames the run's plan gives the shard (else refused)."""
         path, block_size = Path(path), block_size or BLOCK
         n, offsets, digest = 0, [], hashlib.sha256()
         tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it

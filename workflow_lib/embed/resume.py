@@ -42,8 +42,7 @@ class Commits:
         return self.dir / f"output.tmp{os.getpid()}.h5"
 
     def open(self) -> None:
-        """Keep an earlier run's parts if they were made with this fingerprint, else start from
-        zero; remove unfinished outputs of killed runs."""
+        """Keep an earlier run's parts made with this fingerprint, else start from zero."""
         stamp = self.dir / "fingerprint.json"
         if _read_stamp(stamp) == self.fingerprint:
             for old in self.dir.glob("output.tmp*"):
@@ -58,8 +57,7 @@ class Commits:
         self.parts = []
 
     def replay(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
-        """Give each kept part's rows and embeddings to `write` (one part at a time) and its token
-        counts to `row_tokens`; return the committed rows' mask."""
+        """Each kept part's rows and embeddings to `write`, tokens to `row_tokens`; the committed rows' mask."""
         committed = np.zeros(len(row_tokens), dtype=bool)
         for part in self.parts:
             try:

@@ -28,8 +28,7 @@ def sha256(path: str | Path) -> str:
 
 
 def describe(paths: list[Path], known: dict | None = None) -> dict[str, dict]:
-    """{path: {"size", "mtime_ns", "ctime_ns", "inode", "sha256"}}; digests in `known` (an earlier
-    describe() of the same files) are reused while all the rest still match."""
+    """{path: {"size", "mtime_ns", "ctime_ns", "inode", "sha256"}}, reusing `known`'s still matching digests."""
     described = {}
     for path in paths:
         path = Path(path).absolute()  # not resolved: a Hugging Face snapshot links names to blobs

@@ -102,8 +102,7 @@ class Writer:
 
 @contextlib.contextmanager
 def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | Path | None = None):
-    """Yield a Writer of `path`, written under a temporary name (`tmp`, or one beside `path`) and
-    renamed into place when the block succeeds; set `writer.attrs` before leaving."""
+    """Yield a Writer of `path`, renamed into place when the block succeeds; set `writer.attrs` in it."""
     # No chunk cache: the Writer writes whole chunks, and a cached chunk would reach the disk only
     # when the file closes, where a full disk fails with a RuntimeError and leaves HDF5 unusable;
     # uncached, it fails in the write, as an OSError that atomic_path reports (no space left).

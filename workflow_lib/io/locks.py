@@ -121,8 +121,7 @@ def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
 
 @contextlib.contextmanager
 def exclusive(path: Path, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive lock on `path` (created if needed), waiting for other holders; with
-    wait=False, not waiting: the block is given False when another process holds it."""
+    """Hold an exclusive lock on `path`; with wait=False the block is given False when another holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock(path)
     try:

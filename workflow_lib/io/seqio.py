@@ -74,8 +74,7 @@ def open_binary(path: str | Path):
 
 
 def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
-    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`.
-    Sequences are upper-cased unless `keep_case` (to write records back as they were)."""
+    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`."""
     path = Path(path)
     done = bases = 0
     pending: list[tuple[list[bytes], list[bytes]]] = []

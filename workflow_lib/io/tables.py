@@ -115,8 +115,7 @@ def whole_groups(blocks: Iterable[pd.DataFrame], keys: list[str]) -> Iterator[pd
 
 @contextlib.contextmanager
 def tsv_writer(path: str | Path, columns: Iterable[str]) -> Iterator[Callable[[pd.DataFrame], None]]:
-    """Yield a function that appends a block to the table at `path` (written atomically): floats
-    with 6 significant digits, NA for a missing value, IDs as they are."""
+    """Yield a function that appends a block to the table at `path`, written atomically."""
     columns = list(columns)
     with atomic_open(path) as handle:
         handle.write("\t".join(columns) + "\n")

@@ -60,8 +60,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def recorded_metadata(path: str | Path) -> dict:
-    """The metadata that the train target writes into its classifier (chunk_length, its embedding
-    models and their widths); {} for any other file."""
+    """The metadata that the train target writes into its classifier; {} for any other file."""
     try:
         with zipfile.ZipFile(path) as archive:
             name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)

@@ -219,8 +219,7 @@ class ESMEmbedder:
         return x if pending is None else x + pending
 
     def _layers_or_eager(self, x: torch.Tensor, cos, sin, layout: varlen.Layout) -> torch.Tensor:
-        """The layers; compiled ones that fail (no C compiler on the node, an unsupported GPU)
-        give way to the eager functions for the rest of the job."""
+        """The layers; compiled ones that fail give way to the eager functions for the rest of the job."""
         try:
             return self._layers(x, cos, sin, layout)
         except torch.OutOfMemoryError:

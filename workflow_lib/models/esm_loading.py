@@ -42,8 +42,7 @@ def _torch_load(path: Path):
 
 
 def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
-    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model (a named model's from
-    fair-esm's table, fetched or not)."""
+    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model."""
     if not is_local(checkpoint):
         _known(checkpoint)
         layers, dim = ESM2_MODELS[checkpoint]
@@ -188,8 +187,7 @@ def _metadata(copy: Path) -> dict:
 
 
 def _from_copy(copy: Path, sources: str, device: torch.device) -> tuple[esm.ESM2, esm.Alphabet] | None:
-    """The model from its copy, each tensor mapped from the file straight to `device`; None when
-    there is no copy of these very files."""
+    """The model from its copy, mapped straight to `device`; None without a copy of these very files."""
     try:
         with safe_open(copy, framework="pt", device=str(device)) as f:
             metadata = f.metadata() or {}
@@ -231,8 +229,7 @@ def embedder(
     fp8=False,
     digests: dict[str, str] | None = None,
 ) -> "ESMEmbedder":
-    """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA; `fp8`:
-    its feed-forward GEMMs in FP8, checked on the device before the model loads; `digests`: load's."""
+    """The embedder of `layer` (None: the last, as VirNucPro), compiled on CUDA; `fp8` checked first."""
     if fp8:
         check_fp8(device, dtype)
     model, alphabet = load(checkpoint, cache_dir, device, dtype, digests)

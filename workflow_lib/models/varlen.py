@@ -58,8 +58,7 @@ class Layout:
         return (sums / counts.clamp(min=1)[:, None]).float()
 
     def by_length(self) -> list[tuple[int, int, int]]:
-        """(L, first token, G) for each run of G consecutive sequences of length L, computed once.
-        A packed batch is sorted by length (packing.greedy_batches), so a length is one run."""
+        """(L, first token, G) for each run of G sequences of length L (a batch is sorted by length)."""
         if self._by_length is None:
             lengths, counts = torch.unique_consecutive(self.lengths.cpu(), return_counts=True)
             firsts = torch.cat((torch.zeros(1, dtype=torch.long), (lengths * counts).cumsum(0)[:-1]))
@@ -75,8 +74,7 @@ def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int 
 
 
 def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-sequence attention, softmax(q k^T / sqrt(dh) + bias) v, with the sequences of one length
-    in one call; q, k, v: [T, H, dh]."""
+    """Per-sequence attention, the sequences of one length in one call; q, k, v: [T, H, dh]."""
     out = torch.empty_like(q)
     for length, first, g in layout.by_length():
         run = slice(first, first + g * length)

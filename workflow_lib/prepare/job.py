@@ -54,8 +54,7 @@ class PreparedFiles:
 
 
 def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings) -> dict:
-    """Run the prepare stage on a sample's reads into `files`, in shards of at most
-    settings.shard_tokens ESM-2 tokens; return the counts."""
+    """Run the prepare stage on a sample's reads into `files`; return the counts."""
     with contextlib.ExitStack() as stack:
         shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
         stack.callback(shards.close)  # before the directory is renamed into place

@@ -99,8 +99,7 @@ def six_frames(
     ambiguous: str = "drop",
     codes: tuple[np.ndarray, bool] | None = None,
 ) -> Frames:
-    """Translate the chunks buf[starts[i]:ends[i]] (upper case) in six frames; keep stop-free ones.
-    `codes` is base_codes(buf), when the caller has it already."""
+    """Translate the chunks buf[starts[i]:ends[i]] in six frames; keep stop-free ones (`codes`: base_codes')."""
     forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)

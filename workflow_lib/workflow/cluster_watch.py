@@ -48,8 +48,7 @@ _FIX = (
 
 @dataclass(frozen=True)
 class FailedJob:
-    """A failed job as Snakemake's log reports it: a rule's, or a job group's (`group`), the rules
-    of its jobs, and its logs (a cluster job's SLURM log among them)."""
+    """A failed job as Snakemake's log reports it: a rule's or a group's, its rules and its logs."""
 
     group: str | None
     rules: tuple[str, ...]
@@ -137,8 +136,7 @@ def _tail(path: str) -> str:
 
 
 def never_runs(squeue: str, workdir: str) -> list[tuple[str, str, str]]:
-    """(job id, Snakemake's job comment, reason) of the pending jobs of `workdir` that will never
-    start, from `squeue -h -t PENDING -o %i|%Z|%k|%r` output."""
+    """(job id, comment, reason) of `workdir`'s pending jobs that will never start, from squeue's output."""
     found = []
     for line in squeue.splitlines():
         parts = line.strip().split("|")
@@ -156,8 +154,8 @@ def job_name(comment: str, groups: tuple[str, ...] = ()) -> str:
 
 
 class PendingWatch:
-    """Every `interval` seconds, in a daemon thread of the Snakemake process: this run's pending
-    jobs that will never start are cancelled (scancel), each with one line on the console."""
+    """Every `interval` seconds, in a daemon thread: this run's pending jobs that will never start are
+    cancelled, each with one line on the console."""
 
     def __init__(self, interval: float, groups: tuple[str, ...] = (), workdir: str | None = None):
         self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(workdir or os.getcwd())

@@ -224,8 +224,7 @@ def source_fingerprint(target: str) -> str | None:
 
 
 def mend_all() -> str | None:
-    """Apply every mend; None on the Snakemake they were tested with, else one line naming the
-    version, the mends that found nothing to patch and what each costs."""
+    """Apply every mend; None on the Snakemake they were tested with, else a one-line warning."""
     missing = [cost for mend, cost in MENDS.items() if not mend()]
     if snakemake.__version__ == TESTED:
         return None
