@@ -8,6 +8,7 @@ so VirNucPro) reads them, and was slower here on plain FASTA. Sequences are uppe
 InputError naming the file, the record (number and ID) and what to do.
 """
 
+import itertools
 import lzma
 import zlib
 from collections.abc import Iterator
@@ -82,7 +83,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
     try:
         with open_binary(path) as handle, handle.raw_file:
             size = max(path.stat().st_size, 1)
-            blocks = _blocks(handle)
+            blocks = iter(lambda: handle.read(_BLOCK), b"")
             first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
             if not first:
                 raise InputError(
@@ -97,27 +98,20 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                 )
             split = _split_fasta if first[:1] == b">" else _split_fastq
             pending_bases = 0
-            pieces = split(_prepend(first, blocks), path)
-            while True:
-                try:
-                    headers, seqs = next(pieces)
-                except StopIteration:
-                    break
-                except _RecordError as error:
-                    number = done + sum(len(h) for h, _ in pending) + error.index + 1
-                    raise InputError(f"{path}: record {number} {error.message}") from None
-                pending.append((headers, seqs))
-                pending_bases += sum(map(len, seqs))
-                if pending_bases >= batch_bases:
-                    batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size, keep_case)
-                    done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
-                    pending, pending_bases = [], 0
-                    yield batch
-            if pending:
-                batch = _batch(pending, done + 1, path, 1.0, keep_case)
-                done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
-                pending = []
-                yield batch
+            try:  # None after the last piece: the rest is a batch
+                for piece in itertools.chain(split(itertools.chain([first], blocks), path), [None]):
+                    if piece is not None:
+                        pending.append(piece)
+                        pending_bases += sum(map(len, piece[1]))
+                    if pending and (piece is None or pending_bases >= batch_bases):
+                        fraction = 1.0 if piece is None else handle.raw_file.tell() / size
+                        batch = _batch(pending, done + 1, path, fraction, keep_case)
+                        done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
+                        pending, pending_bases = [], 0
+                        yield batch
+            except _RecordError as error:
+                number = done + sum(len(h) for h, _ in pending) + error.index + 1
+                raise InputError(f"{path}: record {number} {error.message}") from None
     except _STREAM_ERRORS as error:
         parsed = [h for headers, _ in pending for h in headers]
         last = _first_word(parsed[-1]) if parsed else last_id.decode()
@@ -130,16 +124,6 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
             f"{path}: no sequences: every record ({done} in all) is empty; "
             "give a FASTA or FASTQ file with nucleotide sequences"
         )
-
-
-def _blocks(handle) -> Iterator[bytes]:
-    while block := handle.read(_BLOCK):
-        yield block
-
-
-def _prepend(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from blocks
 
 
 def _is_text(data: bytes) -> bool:
