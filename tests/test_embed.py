@@ -30,7 +30,7 @@ import workflow_lib.embed.job
 import workflow_lib.embed.loader
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.job import allocator_conf_variable, build_embedder, claimed_device, set_allocator_conf
+from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.embed.stopping import sigterm_held
@@ -227,16 +227,6 @@ def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
     assert blocks == [sequence.encode() for _, sequence in records]
     names = [name for name, _ in records]  # the IDs are read from the file, a block at a time
     assert len(index) == 50 and list(index.ids) == names and index.ids[-1] == names[-1] and index.ids[13] == names[13]
-    for cut in (
-        slice(0, 0),
-        slice(5, 23),
-        slice(6, 50, 4),
-        slice(40, None),
-        slice(-3, None),
-        slice(48, 99),
-        slice(30, 2, -5),
-    ):
-        assert index.ids[cut] == names[cut]
     with pytest.raises(IndexError):
         index.ids[50]
 
@@ -335,7 +325,6 @@ def test_allocator_settings_go_where_this_torch_reads_them(monkeypatch):
     for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
         monkeypatch.delenv(name, raising=False)
     set_allocator_conf("expandable_segments:True")
-    assert allocator_conf_variable() == "PYTORCH_ALLOC_CONF"  # torch 2.13 here
     assert os.environ["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
     monkeypatch.delenv("PYTORCH_ALLOC_CONF")

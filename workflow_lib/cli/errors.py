@@ -19,6 +19,12 @@ class InputError(Exception):
     """Bad input or configuration that the user must fix; printed as one line."""
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line (its type where it says nothing), for a one-line message."""
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
+
+
 def disk_full(error: BaseException) -> bool:
     """Whether `error` says that a file system refused a write for want of space (or quota)."""
     return getattr(error, "errno", None) in _FULL or bool(_FULL_TEXT.search(str(error)))
@@ -65,8 +71,7 @@ def _to_console(line: str) -> None:
 
 
 def run_cli(main: Callable[[], None]) -> None:
-    """Run a script's main(); turn an InputError, or a write refused for want of space anywhere,
-    into one line on stderr and exit status 2."""
+    """Run a script's main(); an InputError or a full disk is one line on stderr and exit status 2."""
     try:
         main()
     except Exception as error:

@@ -26,11 +26,10 @@ class Embedded(NamedTuple):
 
 
 class DeviceFeed:
-    """`submit` starts a batch: its copy runs on a side stream, overlapping the compute of the
-    batch before, and its forward is queued behind the copy. `ready` gives the results of batches
-    that RESULTS_IN_FLIGHT newer ones have been submitted behind (on the CPU: all of them, computed
-    at submit), `drain` every result still pending. A CUDA out-of-memory error halves the batch
-    and retries, and later batches are cut to the size that fitted."""
+    """`submit` starts a batch (copied on a side stream, its forward queued behind the copy); `ready`
+    gives the results of batches RESULTS_IN_FLIGHT newer ones were submitted behind (on the CPU:
+    all), `drain` every one pending. Out of memory, a batch is halved and retried, and later batches
+    are cut to the size that fitted."""
 
     def __init__(self, embedder, device: torch.device):
         self.embedder, self.device = embedder, device
@@ -72,8 +71,7 @@ class DeviceFeed:
         return [self._arrived() for _ in range(len(self.pending))]
 
     def _to_device(self, batch: PackedBatch) -> PackedBatch:
-        """The batch's tensors on the device, copied on the side stream; the compute stream waits
-        for the copy."""
+        """The batch's tensors on the device, copied on the side stream that compute waits for."""
         if not self.cuda:
             return batch
         with torch.cuda.stream(self.copy_stream):

@@ -1,10 +1,8 @@
 """The embed job: one shard FASTA through one configured model (ESM-2, DNABERT-S) into the HDF5 contract.
 
-Loader workers read, tokenize and pack the shard; the main process copies each batch to the
-device on a side stream while the previous one computes, and brings pooled embeddings back
-without waiting on every batch. Finished rows (each batch checked finite) are written into the
-chunked HDF5 output as they come, a bounded number held at a time; every frame comes out exactly
-once (checked before the output is renamed into place), in the shard's order.
+Loader workers read, tokenize and pack the shard; the main process submits each batch to the device
+and stores the results that are ready (device_feed.py), into the HDF5 output as they come (rows.py);
+every frame comes out exactly once, checked before the output is renamed into place.
 """
 
 import contextlib
@@ -25,7 +23,7 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader, queue_depth
+from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.resume import Commits, fingerprint
 from workflow_lib.embed.rows import ShardRows
@@ -42,24 +40,18 @@ GPUS_VARIABLE = "VIRNUCPRO_GPUS"
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
-def allocator_conf_variable() -> str:
-    """The variable this torch reads its allocator settings from: PYTORCH_ALLOC_CONF since the
-    allocator config became device-generic (torch 2.9, which warns on the old CUDA name)."""
-    return "PYTORCH_ALLOC_CONF" if hasattr(torch._C, "_accelerator_setAllocatorSettings") else "PYTORCH_CUDA_ALLOC_CONF"
-
-
 def set_allocator_conf(value: str) -> None:
-    """Allocator settings for this process, unless the user gave their own under either name."""
+    """Allocator settings for this process (the pinned torch reads PYTORCH_ALLOC_CONF and warns on the
+    old CUDA name), unless the user gave their own under either name."""
     if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & os.environ.keys():
-        os.environ[allocator_conf_variable()] = value
+        os.environ["PYTORCH_ALLOC_CONF"] = value
 
 
 @contextlib.contextmanager
 def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = False) -> Iterator[torch.device]:
     """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of the
-    memory of one that concurrent jobs leave free (None: a whole GPU; locks.claim_gpu), since a
-    local run on a node gives its jobs no GPU of their own (SLURM gives each job its own);
-    `until_exit`: the claim ends with the process, which holds GPU memory until then."""
+    memory of one (None: a whole GPU; locks.claim_gpu), since a local run gives its jobs no GPU of
+    their own; `until_exit`: the claim ends with the process, which holds GPU memory until then."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
@@ -85,9 +77,8 @@ def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = 
 
 
 def visible_gpus(name: str) -> list[locks.Gpu]:
-    """The GPUs this job may embed on (none with embedding.device cpu): CUDA's, or where CUDA shows
-    none, those GPUS_VARIABLE names ("UUID=MB,UUID=MB"), which stand in for GPUs in tests of the
-    claims on a machine without any: the job claims one of them, then computes on the CPU."""
+    """The GPUs this job may embed on: CUDA's, or where CUDA shows none, those GPUS_VARIABLE names
+    ("UUID=MB,UUID=MB"): stand-ins for tests of the claims, the job then computes on the CPU."""
     if name == "cpu":
         return []
     if torch.cuda.is_available():
@@ -98,9 +89,8 @@ def visible_gpus(name: str) -> list[locks.Gpu]:
 
 
 def select_precision(precision: str, device: torch.device, architecture: str) -> str:
-    """Half precision is for GPUs; on the CPU embeddings are always computed in float32. A GPU
-    this torch has no kernels for, or bf16 on a GPU without it, stops the job with what to do.
-    fp8 is for an architecture that has it (ESM-2: its loading checks the GPU); another computes in fp16 then."""
+    """float32 on the CPU. A GPU this torch has no kernels for, or bf16 on a GPU without it, stops the
+    job with what to do; fp8 for an architecture without it computes in fp16."""
     if device.type != "cuda":
         return "fp32"
     major, minor = torch.cuda.get_device_capability(device)
@@ -113,9 +103,8 @@ def select_precision(precision: str, device: torch.device, architecture: str) ->
 
 
 def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda: str | None) -> None:
-    """This torch build runs kernels on a GPU of `capability` when it holds code for it: a binary
-    for the same major version and a minor one no newer (sm_80 runs on 8.6), or PTX for an older
-    capability (compute_XY, compiled on the device). `arch_list`: torch.cuda.get_arch_list()."""
+    """This torch build runs on a GPU of `capability` when it holds a binary for the same major
+    version and a minor one no newer (sm_80 runs on 8.6), or PTX for an older capability."""
     major, minor = capability
     built = [(match[1], int(match[2]), int(match[3])) for match in map(_ARCH.match, arch_list) if match]
     binaries = [(m, n) for kind, m, n in built if kind == "sm"]
@@ -137,16 +126,9 @@ def build_embedder(
     return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8, digests)
 
 
-def checkpoint_digests(settings: EmbedSettings) -> dict[str, str]:
-    """{file name: SHA-256} of the model files the job loaded."""
-    files = loading_module(settings.architecture).checkpoint_files(settings.checkpoint, settings.cache_dir)
-    return checksums.digests(checksums.describe(files, settings.known_checksums))
-
-
 class Meter:
-    """Throughput figures of a job: tokens, packing fill, and time waiting for the loader. The
-    rate is the steady one, from the end of the first batch on: the loader's start-up (spawning
-    workers) and the first forward (a kernel check, a compile) are `startup_s`, apart."""
+    """Throughput figures of a job. The rate is from the end of the first batch on: the loader's
+    start-up and the first forward (a compile) are `startup_s`, apart."""
 
     def __init__(self):
         self.start = time.monotonic()
@@ -162,15 +144,12 @@ class Meter:
             self.loader_wait += time.monotonic() - waited
             if batch is None:
                 return
-            self.add(batch)
+            if self.batches == 1 and self.steady_from is None:  # the first batch is done
+                self.steady_from, self.tokens_before = time.monotonic(), self.tokens
+            self.tokens += batch.n_tokens
+            self.slots += batch.slots
+            self.batches += 1
             yield batch
-
-    def add(self, batch: PackedBatch) -> None:
-        if self.batches == 1 and self.steady_from is None:  # the first batch is done
-            self.steady_from, self.tokens_before = time.monotonic(), self.tokens
-        self.tokens += batch.n_tokens
-        self.slots += batch.slots
-        self.batches += 1
 
     @property
     def elapsed(self) -> float:
@@ -196,13 +175,12 @@ class Meter:
             "peak_memory_bytes": int(feed.peak_memory()),
         }
 
-    def summary(self, feed: DeviceFeed, depth: int | None = None) -> str:
-        text = (
+    def summary(self, feed: DeviceFeed) -> str:
+        return (
             f"{self.rate():,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
             f"loader wait {self.loader_wait:.1f} s of {self.elapsed:.1f} s, "
             f"peak memory {feed.peak_memory() / 2**30:.2f} GiB"
         )
-        return text + (f", {depth} batches queued" if depth is not None else "")
 
 
 def embed_shard(
@@ -215,16 +193,11 @@ def embed_shard(
     gpu_mem_mb: int | None = None,
     claim_until_exit: bool = False,
 ) -> dict:
-    """Embed one shard into `output_path` (HDF5); its figures (the HDF5 attributes and the frame
-    count) also go to `figures_path` (JSON), for the run summary to read without the embeddings.
-    `tokens_path`: the shard's tokens made by the tokenize job (stored_tokens; for a model that
-    stores them, DNABERT-S), read instead of tokenising. `planned_frames`: the frames the plan
-    gives the shard (ShardIndex.read).
-    `gpu_mem_mb`: the share of a GPU's memory the job claims (None: a whole GPU; claimed_device);
-    `claim_until_exit`: the claim is held until the process ends (the job's script: a process
-    frees its GPU memory only then), else until this returns.
-    A SIGTERM before every frame is committed ends the job through its normal exits (its status
-    says so); after, the job finishes (stopping.sigterm_exits)."""
+    """Embed one shard into `output_path` (HDF5); its figures also go to `figures_path` (JSON), for
+    the run summary. `tokens_path`: the shard's stored tokens (stored_tokens.py), read instead of
+    tokenising. `planned_frames`: the frames the plan gives the shard. `gpu_mem_mb`,
+    `claim_until_exit`: claimed_device's. A SIGTERM before every frame is committed ends the job
+    through its normal exits; after, the job finishes (stopping.sigterm_exits)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
@@ -236,10 +209,24 @@ def embed_shard(
             device = torch.device("cpu")
         precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
-        digests = checkpoint_digests(settings)
+        files = loading_module(settings.architecture).checkpoint_files(settings.checkpoint, settings.cache_dir)
+        digests = checksums.digests(checksums.describe(files, settings.known_checksums))
         embedder = build_embedder(settings, device, precision, digests)
         workers, asked = loader_workers(settings, index)
-        log_start(settings, device, precision, input_path, index, workers, asked)
+        log.info(
+            "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
+            "CUDA_VISIBLE_DEVICES=%s",
+            settings.model,
+            device,
+            precision,
+            len(index),
+            input_path,
+            settings.token_budget,
+            workers,
+            asked,
+            len(index.blocks),
+            os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+        )
         stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
         load_seconds = time.monotonic() - loading
 
@@ -272,34 +259,14 @@ def embed_shard(
     return {**stats, "storage": settings.storage}
 
 
-def log_start(settings: EmbedSettings, device, precision: str, input_path, index: ShardIndex, workers: int, asked: int):
-    log.info(
-        "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
-        "CUDA_VISIBLE_DEVICES=%s",
-        settings.model,
-        device,
-        precision,
-        len(index),
-        input_path,
-        settings.token_budget,
-        workers,
-        asked,
-        len(index.blocks),
-        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
-    )
-
-
 def loader_workers(settings: EmbedSettings, index: ShardIndex) -> tuple[int, int]:
-    """(loader workers, workers asked for): workers take whole blocks, and with a single block one
-    would only add its start-up (seconds)."""
+    """(loader workers, workers asked for): none for a single block, which one would only delay."""
     asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
     return (min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0), asked
 
 
 def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
-    """Embed every batch into `rows`: the device computes a batch while the host stores earlier
-    results and reads the next from the loader. A SIGTERM or Ctrl-C commits what is done and
-    leaves. Returns the meter."""
+    """Embed every batch into `rows`; a SIGTERM or Ctrl-C commits what is done and leaves."""
     total = len(rows.written)
     progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
     meter = Meter()  # embedding only: loading the model is load_seconds
@@ -309,7 +276,7 @@ def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, worker
                 feed.submit(batch.tensors(pin=feed.cuda))
                 rows.store(feed.ready())
                 if progress.due():
-                    log.info(progress.line(rows.done, meter.summary(feed, queue_depth(loader))))
+                    log.info(progress.line(rows.done, meter.summary(feed)))
             rows.store(feed.drain())
             rows.commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
@@ -345,15 +312,10 @@ def _attributes(settings: EmbedSettings, embedder, device: torch.device, precisi
 
 def versions(device: torch.device) -> dict:
     """The software and the device that made the embeddings, for the run summary."""
-    packages = {}
-    for name in ("torch", "fair-esm", "numpy", "h5py", "tokenizers"):
-        try:
-            packages[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            packages[name] = None
+    packages = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
     return {
         "python": platform.python_version(),
-        **packages,
+        **{name: importlib.metadata.version(name) for name in packages},
         "cuda": torch.version.cuda,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
     }

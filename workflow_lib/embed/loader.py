@@ -22,20 +22,16 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import PackedBatch, greedy_batches, pack
 from workflow_lib.embed.stopping import ignore_sigterm
 
-# Records per block: large enough that the partly filled last batch of a block costs little
-# fill, small enough that a worker's first batch comes quickly.
+# Records per block: the partly filled last batch of a block costs little, a worker's first batch comes soon.
 BLOCK = 8192
-# Bytes of a shard read at a time while indexing it: at 10^6 frames 1 to 64 MiB index as fast,
-# and 64 MiB held 280 MB more than 4 MiB at the peak.
-PIECE = 4 << 20
+PIECE = 4 << 20  # bytes of a shard read at a time while indexing it
 # A worker that sends nothing for this long is stuck: fail the job instead of hanging it.
 WORKER_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
 class ShardBlocks:
-    """Where each block of `size` records of a shard FASTA starts, so that workers can seek to their
-    own: all of the shard that a loader worker is given (not its IDs, which grow with it)."""
+    """Where each block of `size` records of a shard FASTA starts: all a loader worker is given."""
 
     path: Path
     size: int  # records per block
@@ -60,8 +56,7 @@ class ShardBlocks:
 
 
 class ShardIds(Sequence):
-    """A shard's record IDs, read from its file when asked for: a job holds none of them (about
-    95 MB a million as Python strings), and reads them in order a block at a time."""
+    """A shard's record IDs, read from its file a block at a time when asked for: a job holds none."""
 
     def __init__(self, blocks: ShardBlocks, n: int):
         self.blocks, self.n = blocks, n
@@ -69,19 +64,11 @@ class ShardIds(Sequence):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, key):
-        size = self.blocks.size
-        if isinstance(key, slice):
-            wanted = range(*key.indices(self.n))
-            if not wanted:
-                return []
-            first, last = min(wanted) // size, max(wanted) // size  # the blocks that hold them
-            ids = [i for b in range(first, last + 1) for i in self.blocks.ids(b)]
-            return [ids[i - first * size] for i in wanted]
+    def __getitem__(self, key: int) -> str:
         i = operator.index(key) + (self.n if key < 0 else 0)
         if not 0 <= i < self.n:
             raise IndexError(f"record {key} of a shard of {self.n}")
-        return self.blocks.ids(i // size)[i % size]
+        return self.blocks.ids(i // self.blocks.size)[i % self.blocks.size]
 
     def __iter__(self) -> Iterator[str]:
         for b in range(len(self.blocks)):
@@ -90,9 +77,8 @@ class ShardIds(Sequence):
 
 @dataclass(frozen=True)
 class ShardIndex:
-    """A shard FASTA written by prepare (one header line, one sequence line per record): its IDs
-    (read when asked for), its blocks, and its SHA-256 (an interrupted job's committed results
-    belong to this shard only)."""
+    """A shard FASTA written by prepare (a header line, a sequence line per record): its IDs, its
+    blocks, and its SHA-256 (an interrupted job's commits belong to this shard only)."""
 
     ids: ShardIds
     blocks: ShardBlocks
@@ -100,8 +86,7 @@ class ShardIndex:
 
     @classmethod
     def read(cls, path: str | Path, block_size: int | None = None, planned: int | None = None) -> "ShardIndex":
-        """Read in pieces of PIECE bytes: memory holds where the blocks start, not the file.
-        `planned`: the frames the run's plan gives the shard; a shard of other length is refused."""
+        """Read in pieces; `planned`: the frames the run's plan gives the shard (else refused)."""
         path, block_size = Path(path), block_size or BLOCK
         n, offsets, digest = 0, [], hashlib.sha256()
         tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it
@@ -143,12 +128,10 @@ def _not_a_shard(path: Path) -> InputError:
 
 
 class ShardBatches(IterableDataset):
-    """Packed batches of a shard. With several workers, worker w takes blocks w, w + W, ...;
-    `encode` turns a block's sequences (bytes) into their models' token arrays, BOS/EOS included,
-    unless `stored` gives block b's arrays itself (stored_tokens.StoredTokens: tokenised beforehand).
-
-    Batches whose rows are all `done` (committed by an interrupted run) are left out; the others
-    are the same batches as in a run from zero, so their results are the same to the bit."""
+    """Packed batches of a shard; worker w of W takes blocks w, w + W, ... `encode` turns a block's
+    sequences into token arrays, unless `stored` gives block b's arrays (stored_tokens.py). Batches
+    whose rows are all `done` (committed by an interrupted run) are left out; the others are the
+    same batches as in a run from zero, so their results are the same to the bit."""
 
     def __init__(
         self,
@@ -177,8 +160,7 @@ class ShardBatches(IterableDataset):
 
 
 def init_worker(_worker_id: int) -> None:
-    """Worker init: no CUDA in loader workers, no thread pools inside them, and SIGTERM left to
-    the main process (stopping.ignore_sigterm)."""
+    """Worker init: no CUDA, no thread pools, SIGTERM left to the main process."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(1)
@@ -196,8 +178,7 @@ def default_num_workers(threads: int) -> int:
 
 @contextlib.contextmanager
 def open_loader(dataset: ShardBatches, num_workers: int, prefetch_factor: int) -> Iterator[Iterator[PackedBatch]]:
-    """Iterate the dataset's batches (numpy arrays); workers are shut down on leaving, also on
-    errors and signals."""
+    """Iterate the dataset's batches; workers are shut down on leaving, also on errors and signals."""
     workers = dict(
         multiprocessing_context="spawn",  # fork after CUDA or tokenizer threads start is unsafe
         worker_init_fn=init_worker,
@@ -215,12 +196,3 @@ def open_loader(dataset: ShardBatches, num_workers: int, prefetch_factor: int) -
         shutdown = getattr(iterator, "_shutdown_workers", None)  # joins workers now, not at garbage collection
         if shutdown:
             shutdown()
-
-
-def queue_depth(iterator: Iterator) -> int | None:
-    """Batches ready in the loader's queue (None when the platform cannot tell)."""
-    queue = getattr(iterator, "_data_queue", None)
-    try:
-        return queue.qsize() if queue is not None else None
-    except NotImplementedError:  # multiprocessing queues on macOS
-        return None

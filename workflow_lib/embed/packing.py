@@ -13,8 +13,8 @@ from workflow_lib.models.varlen import Layout
 
 
 class PackedBatch(NamedTuple):
-    """Arrays are numpy in loader workers (pickled by value: far cheaper between processes than
-    torch's shared-memory tensors for batches this small) and torch tensors from `tensors()` on."""
+    """Arrays are numpy in loader workers (pickled by value: cheaper than shared-memory tensors for
+    batches this small) and torch tensors from `tensors()` on."""
 
     rows: torch.Tensor  # int64 [B]: the sequences' rows in the shard
     tokens: torch.Tensor  # int64 [T]: their tokens, concatenated
@@ -50,11 +50,8 @@ class PackedBatch(NamedTuple):
 
 
 def greedy_batches(lengths: np.ndarray, token_budget: int) -> list[np.ndarray]:
-    """Indices sorted longest first, cut into runs whose summed lengths stay within the budget.
-
-    Longest first, so that an out-of-memory error shows at the start of a block, not its end; a
-    sequence longer than the budget gets a batch of its own rather than being cut.
-    """
+    """Indices sorted longest first (an out-of-memory error shows at a block's start), cut into runs
+    whose summed lengths stay within the budget; a longer sequence gets a batch of its own."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
     ends = np.cumsum(np.asarray(lengths)[order])
     batches, start, base = [], 0, 0

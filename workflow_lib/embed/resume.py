@@ -1,11 +1,10 @@
 """Resuming a killed embed job: results are committed in parts beside the output, so that a
 rerun embeds only what was not committed, in the same batches, and writes the same file.
 
-Each part holds the rows written to the output since the previous part (as stored: float32 or
-float16), written under a temporary name and renamed, so a kill (SIGKILL, a lost node) leaves
-only whole parts. Parts belong to one shard and one set of settings (the fingerprint): a rerun
-with anything else starts from zero. The embed job's unfinished output is written in the same
-directory (`scratch`), so that a killed job leaves nothing that looks like its output.
+Each part holds the rows written to the output since the previous part, as stored, written under a
+temporary name and renamed, so a kill leaves only whole parts. Parts belong to one shard and one set
+of settings (the fingerprint): a rerun with anything else starts from zero. The unfinished output is
+written in the same directory (`scratch`), so a killed job leaves nothing that looks like its output.
 """
 
 import json
@@ -43,8 +42,7 @@ class Commits:
         return self.dir / f"output.tmp{os.getpid()}.h5"
 
     def open(self) -> None:
-        """Keep an earlier run's parts if they were made with this fingerprint, else start from
-        zero; remove unfinished outputs of killed runs."""
+        """Keep an earlier run's parts made with this fingerprint, else start from zero."""
         stamp = self.dir / "fingerprint.json"
         if _read_stamp(stamp) == self.fingerprint:
             for old in self.dir.glob("output.tmp*"):
@@ -59,8 +57,7 @@ class Commits:
         self.parts = []
 
     def replay(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
-        """Give each kept part's rows and embeddings to `write` (one part at a time) and its token
-        counts to `row_tokens`; return the committed rows' mask."""
+        """Each kept part's rows and embeddings to `write`, tokens to `row_tokens`; the committed rows' mask."""
         committed = np.zeros(len(row_tokens), dtype=bool)
         for part in self.parts:
             try:

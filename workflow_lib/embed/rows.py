@@ -1,6 +1,5 @@
 """Where a shard's embedded rows go: checked finite, into the HDF5 writer, counted (each row must
-be written exactly once), and committed for a stopped job to resume from. What the job holds per
-frame is 6 bytes (the IDs stay in the shard file)."""
+be written exactly once), and committed for a stopped job to resume from."""
 
 import logging
 from collections.abc import Iterable, Sequence
@@ -18,9 +17,8 @@ log = logging.getLogger("workflow")
 
 
 class ShardRows:
-    """The rows of one shard's output. An earlier run's commits are replayed into the writer on
-    opening (`committed`); rows stored since are committed when a commit is due or the writer is
-    full, and by `commit` at the end or on a stop."""
+    """The rows of one shard's output: an earlier run's commits replayed into the writer on opening;
+    rows stored since committed when a commit is due or the writer is full, and at the end."""
 
     def __init__(self, index: ShardIndex, commits: Commits, writer: h5store.Writer):
         self.index, self.commits, self.writer = index, commits, writer

@@ -13,10 +13,9 @@ log = logging.getLogger("workflow")
 
 @contextlib.contextmanager
 def sigterm_exits() -> Iterator[Callable[[], None]]:
-    """A SIGTERM raises SystemExit(143) in the main process. Yields `finishing`: called once every
-    frame is committed, a SIGTERM from then on, to the end of the process, is only noted. Stopped
-    after its output was renamed into place, the job would exit 143 and Snakemake would delete
-    that output, its commits perhaps removed already: a whole shard to embed again."""
+    """A SIGTERM raises SystemExit(143) in the main process. Yields `finishing`: once called (every
+    frame committed), a SIGTERM is only noted: stopped after its output was renamed, the job would
+    exit 143 and Snakemake would delete that output, its commits perhaps gone already."""
 
     def stop(signum, _frame):
         raise SystemExit(128 + signum)
@@ -50,6 +49,5 @@ def sigterm_held() -> Iterator[None]:
 
 
 def ignore_sigterm() -> None:
-    """For loader workers: a worker killed by SLURM's SIGTERM would make the DataLoader raise over
-    the main process's orderly stop; the main process shuts the workers down once it has committed."""
+    """For loader workers: the main process shuts them down once it has committed."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,9 +1,8 @@
 """A shard's token IDs for a model whose tokens are stored (DNABERT-S), made once by the tokenize job:
-the embed job's loader workers then read them instead of running the BPE tokenizer, which was that
-job's host limit (2.25 M tokens/s a core). HDF5: `ids`, every record's tokens end to end (special
-tokens included, as the embed job would encode them), `offsets` (int64, where record i starts, then
-the total), attributes `shard_sha256` and `tokenizer_sha256`: a file made from another shard or
-tokenizer is refused.
+the embed job's loader workers read them instead of running the BPE tokenizer, that job's host limit.
+HDF5: `ids`, every record's tokens end to end (special tokens included), `offsets` (int64, where
+record i starts, then the total), attributes `shard_sha256` and `tokenizer_sha256`: a file made from
+another shard or tokenizer is refused.
 """
 
 import logging
@@ -26,9 +25,8 @@ IDS_CHUNK = 1 << 20  # tokens per HDF5 chunk of `ids`
 def tokenize_shard(
     architecture: str, checkpoint: str, cache_dir: str | None, known: dict, shard_path: str | Path, output: str | Path
 ) -> int:
-    """The tokenize job: the tokenizer of a checkpoint of `architecture` (one whose tokens are
-    stored, models.ARCHITECTURES) over a shard's sequences, into `output`. `known`: the run's model
-    check of the checkpoint's files (their SHA-256, not computed again)."""
+    """The tokenize job: the tokenizer of a checkpoint of `architecture` over a shard's sequences,
+    into `output`. `known`: the model check's digests of the checkpoint's files."""
     from workflow_lib.models import loading_module
 
     start = time.monotonic()
@@ -68,8 +66,7 @@ def write(shard_path: str | Path, encode, tokenizer_sha256: str, vocab_size: int
 
 
 class StoredTokens:
-    """Block b's token arrays (int64, as the tokenizer gives them) from a tokens file, for the
-    loader workers: picklable (the file is opened in each worker)."""
+    """Block b's token arrays (int64) from a tokens file; picklable (opened in each worker)."""
 
     def __init__(self, path: str | Path, block_size: int):
         self.path, self.block_size, self._h5 = Path(path), block_size, None

@@ -1,11 +1,9 @@
 """SHA-256 of model files, recorded with every output made from them.
 
-Hashing a 5.7 GB ESM-2 3B checkpoint takes seconds to tens of seconds; the model check keeps each
-file's digest in a store beside the models, and it and the embed jobs reuse a digest while the file
-is unchanged: the same path, size, modification time, inode and status-change time (ctime). mtime
-alone can be set back (`cp -p`, `rsync -t`, a download tool), ctime cannot: the kernel sets it on
-every write or metadata change, and NFS and Lustre serve the server's value to every client. A
-change of ctime without a change of content (chmod, a new link) only costs one hash.
+The model check keeps each file's digest in a store beside the models, and it and the embed jobs
+reuse a digest while the file is unchanged: the same path, size, mtime, inode and ctime. mtime alone
+can be set back (`cp -p`, `rsync -t`), ctime cannot: the kernel sets it on every change, and NFS and
+Lustre serve the server's value to every client.
 """
 
 import hashlib
@@ -29,19 +27,13 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def identity(path: Path) -> dict[str, int]:
-    """What says that a file is unchanged (the module's docstring says why each)."""
-    stat = Path(path).stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
-
-
 def describe(paths: list[Path], known: dict | None = None) -> dict[str, dict]:
-    """{path: {"size", "mtime_ns", "ctime_ns", "inode", "sha256"}}; digests in `known` (an earlier
-    describe() of the same files) are reused while all the rest still match."""
+    """{path: {"size", "mtime_ns", "ctime_ns", "inode", "sha256"}}, reusing `known`'s still matching digests."""
     described = {}
     for path in paths:
         path = Path(path).absolute()  # not resolved: a Hugging Face snapshot links names to blobs
-        entry = identity(path)
+        stat = path.stat()
+        entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
         earlier = (known or {}).get(str(path), {})
         same = all(earlier.get(k) == v for k, v in entry.items())
         entry["sha256"] = earlier["sha256"] if same and "sha256" in earlier else sha256(path)
@@ -50,10 +42,8 @@ def describe(paths: list[Path], known: dict | None = None) -> dict[str, dict]:
 
 
 def describe_kept(paths: list[Path], store: Path) -> dict[str, dict]:
-    """describe(), reusing and keeping the digests in `store` (JSON, beside the models: a later run
-    stats the files instead of reading them). Jobs that share the store take turns; a store that
-    cannot be written (a read-only model cache) is only read, and one that cannot be read is
-    ignored: both with a log line, neither fails the check."""
+    """describe(), reusing and keeping the digests in `store` (JSON). Jobs that share the store take
+    turns; a store that cannot be written is only read, one that cannot be read is ignored."""
     try:
         with exclusive(store.with_name(f"{store.name}.lock")):
             kept = _read_store(store)

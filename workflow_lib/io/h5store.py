@@ -1,12 +1,10 @@
 """The embeddings HDF5 contract: dataset `ids` (UTF-8, shard FASTA order), dataset `embeddings`
 ([N, D], float32 or float16 as the attribute `storage` says; chunked by rows, shuffled and
-compressed), and attributes describing how they were made.
-
-Files written before `storage` existed (contiguous float32, no `storage` attribute) read the same.
-Readers never hold a whole dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks into
-one preallocated float32 block."""
+compressed), and attributes describing how they were made. Readers of shards never hold a whole
+dataset: `FeatureBlocks` reads a shard's files, one per model, in row blocks."""
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,12 +17,10 @@ from workflow_lib.io.outputs import atomic_path
 REQUIRED_ATTRS = ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version")
 STORAGE = {"float32": np.float32, "float16": np.float16}
 CHUNK_ROWS = 1024  # rows per HDF5 chunk: each chunk is compressed (and written by embed) whole
-# lzf rather than gzip level 1, both after the byte shuffle (benchmarks/storage.py, docs/performance.md):
-# at 768 + 2560 float16 features lzf wrote 20,000 frames in 4.5 s against 5.8 s and read them in
-# 1.0 s against 1.9 s, for 11% more bytes (6,760 against 6,072 per frame); at float32 it wrote in
-# 7.5 s against 17.4 s. Embed and predict both sit on these paths; disk is already halved by float16.
+# lzf rather than gzip, both after the byte shuffle: faster to write and read for a few per cent
+# more bytes (benchmarks/storage.py, docs/performance.md)
 COMPRESSION = {"compression": "lzf", "shuffle": True}
-BLOCK_ROWS = 65536  # rows a block reader holds: 65,536 x (768 + 2560) float32 is 870 MB at production width
+BLOCK_ROWS = 65536  # rows a block reader holds
 BUFFER_BYTES = 256 << 20  # finished rows a writer holds before it writes them
 
 
@@ -51,13 +47,12 @@ class Writer:
     BUFFER_BYTES and written (`flush`) chunk by chunk, each chunk in one write."""
 
     def __init__(self, handle: h5py.File, ids: list[str], dim: int, storage: str):
-        if storage not in STORAGE:
-            raise ValueError(f"storage must be one of {tuple(STORAGE)}, not {storage!r}")
         self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
         n = len(ids)
         names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
-        for start in range(0, n, BLOCK_ROWS):  # in blocks: converting all at once held 50 MB a million IDs
-            names[start : start + BLOCK_ROWS] = np.array(ids[start : start + BLOCK_ROWS], dtype=object)
+        blocks = iter(ids)
+        for start in range(0, n, BLOCK_ROWS):  # in blocks: never all IDs converted at once
+            names[start : start + BLOCK_ROWS] = np.array(list(itertools.islice(blocks, BLOCK_ROWS)), dtype=object)
         layout = {"chunks": (min(n, CHUNK_ROWS), dim), **COMPRESSION} if n and dim else {}
         self.data = handle.create_dataset("embeddings", shape=(n, dim), dtype=self.dtype, **layout)
         self.chunk_rows = self.data.chunks[0] if self.data.chunks else max(n, 1)
@@ -107,8 +102,7 @@ class Writer:
 
 @contextlib.contextmanager
 def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | Path | None = None):
-    """Yield a Writer of `path`, written under a temporary name (`tmp`, or one beside `path`) and
-    renamed into place when the block succeeds; set `writer.attrs` before leaving."""
+    """Yield a Writer of `path`, renamed into place when the block succeeds; set `writer.attrs` in it."""
     # No chunk cache: the Writer writes whole chunks, and a cached chunk would reach the disk only
     # when the file closes, where a full disk fails with a RuntimeError and leaves HDF5 unusable;
     # uncached, it fails in the write, as an OSError that atomic_path reports (no space left).
@@ -139,10 +133,9 @@ def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
 
 
 class FeatureBlocks:
-    """One shard's classifier input: per frame, the embeddings of its files one after the other,
-    in the order given (the configured models', VirNucPro's DNABERT-S then ESM-2), read in blocks
-    of `rows` rows into one preallocated float32 block; the files' IDs are checked block by block.
-    Use as a context manager."""
+    """One shard's classifier input: per frame, the embeddings of its files one after the other, in
+    the order given, read in blocks of `rows` rows into one float32 block; the files' IDs are checked
+    block by block. Use as a context manager."""
 
     def __init__(self, *paths: str | Path, rows: int = BLOCK_ROWS):
         self.paths = tuple(map(Path, paths))
@@ -197,8 +190,7 @@ class FeatureBlocks:
             yield slice(start, stop), ids, self.block[: stop - start]
 
     def read_all(self, out: np.ndarray, first: int = 0, end: int | None = None) -> list[str]:
-        """Every row (or rows first:end) into `out` (float32, [rows, dim]: e.g. rows of a larger
-        array), a block of rows at a time and without the block buffer; their IDs."""
+        """Rows first:end (all by default) into `out` (float32, [rows, dim]), a block at a time; their IDs."""
         ids: list[str] = []
         end = self.n if end is None else end
         for start in range(first, end, self.rows):

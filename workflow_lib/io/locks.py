@@ -1,12 +1,11 @@
 """Advisory file locks between jobs on one node: GPU claims (shares of a GPU's memory) and model
 downloads.
 
-The locks are flock locks (filelock; a GPU claim's taken with fcntl itself, so that one can be
-held until the process ends), which belong to an open file: the kernel drops them when the
-process exits, however it exits, so a killed job never leaves a GPU or a model cache locked. Never
-filelock's soft fallback (a lock file that a killed job would leave behind), and the lock files
-stay (one removed while another job waits on it would let two jobs hold "the" lock); only a GPU
-claim that no job holds is removed, which no job ever waits on.
+flock locks (a GPU claim's taken with fcntl itself, so that one can be held until the process
+ends): the kernel drops them when the process exits, however it exits, so a killed job never leaves
+anything locked. Never filelock's soft fallback (a lock file a killed job would leave behind), and
+lock files stay (one removed while another job waits on it would let two jobs hold "the" lock);
+only a GPU claim that no job holds is removed, which no job ever waits on.
 """
 
 import contextlib
@@ -46,18 +45,13 @@ _HELD_UNTIL_EXIT: list[int] = []
 def claim_gpu(
     gpus: list[Gpu], mb: int | None = None, lock_dir: Path | None = None, poll_s: float = 5.0, until_exit=False
 ) -> Iterator[int]:
-    """Claim `mb` of the memory of a GPU of `gpus` (None: the whole GPU, shared with no one) that
-    other jobs of this user on this node have not claimed, while in the context; yields its index.
-    `until_exit`: the claim outlives the context and ends with the process, when the kernel frees
-    what it held on the GPU (its CUDA context, the allocator's cache): a job's last claim.
+    """Claim `mb` of the memory of a GPU of `gpus` (None: the whole GPU) that other jobs of this
+    user on this node have not claimed, while in the context; yields its index. `until_exit`: the
+    claim ends with the process, when the kernel frees what it held on the GPU.
 
-    Locally nothing tells concurrent embed jobs apart (SLURM would set CUDA_VISIBLE_DEVICES per
-    job), so each job claims a share of a GPU's memory: a file named after the GPU's UUID and the
-    share, which the job holds locked and removes when done. A claim whose job ended or was killed
-    is unlocked, since the kernel drops the locks of a process that ends: the next job to look at
-    the GPU removes it. Of the GPUs where the share fits, the job takes the one with the fewest
-    claims (jobs spread over the GPUs before they share one), then the one with the most memory
-    left; where it fits on none, it waits until it does.
+    A claim is a file named after the GPU's UUID and the share, held locked; one whose job ended is
+    unlocked, and the next job to look removes it. Of the GPUs where the share fits, the job takes
+    the one with the fewest claims, then the most memory left; where it fits on none, it waits.
     """
     lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"virnucpro-gpu-claims-{os.getuid()}"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -108,8 +102,7 @@ def _flock(path: Path) -> int | None:
 
 
 def _share(gpu: Gpu, mb: int | None) -> int:
-    """What a claim of `mb` takes of `gpu`: all of it for None, or for more than it has (the job
-    then has the GPU to itself, and halves a batch that runs out of memory)."""
+    """What a claim of `mb` takes of `gpu`: all of it for None or for more than it has."""
     return min(mb or gpu.memory_mb, gpu.memory_mb)
 
 
@@ -128,8 +121,7 @@ def _live_claims(lock_dir: Path, uuid: str) -> list[int]:
 
 @contextlib.contextmanager
 def exclusive(path: Path, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive lock on `path` (created if needed), waiting for other holders; with
-    wait=False, not waiting: the block is given False when another process holds it."""
+    """Hold an exclusive lock on `path`; with wait=False the block is given False when another holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock(path)
     try:

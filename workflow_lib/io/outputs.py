@@ -52,9 +52,7 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None):
 def _flushed(*paths: Path) -> None:
     """fsync files and directories (a directory: its entries). Without it a crash (a lost node)
     can leave a renamed output with its data missing: zero bytes or a length of zeros (ext4
-    without auto_da_alloc, XFS, network file systems), which Snakemake takes as finished.
-    Measured: 0.2 s for a 287 MB commit (a minute of ESM-2 3B) on this project's development VM
-    (docs/reliability.md)."""
+    without auto_da_alloc, XFS, network file systems), which Snakemake takes as finished."""
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -67,8 +65,7 @@ def _flushed(*paths: Path) -> None:
 
 
 def _refused(error: OSError, tmp: Path) -> bool:
-    """Whether the directory refused `tmp`: a read-only or forbidden place for this very file
-    (h5py names it only in its message)."""
+    """Whether the directory refused `tmp` itself (h5py names it only in its message)."""
     ours = os.fspath(error.filename) == os.fspath(tmp) if error.filename else str(tmp) in str(error)
     return error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and ours
 

@@ -1,12 +1,9 @@
-"""A sample's reads as the samples sheet gives them: its files (lanes, runs) read one after the
-other, and for a paired-end sample its fragments, each mate 1 then mate 2, read in lockstep from
-the two mates' files (or from one interleaved file) in batches of about `batch_bases`.
+"""A sample's reads as the samples sheet gives them: its files read one after the other, and for a
+paired-end sample its fragments, read in lockstep from the two mates' files (or one interleaved file).
 
-A paired batch holds both mates of each fragment as consecutive records (`Batch.mates` 2): their
-IDs are the fragment's (mate 1's ID less a `/1` suffix; mate 2's, less `/2`, must be the same, as
-Illumina's ` 1:N:` comments are no part of the ID), their headers the mates' own. A mate that does
-not pair up, or a file that ends before its mate's, is an InputError naming the file and the record.
-Memory holds a batch of each file, whatever the files' size.
+A paired batch holds both mates of each fragment as consecutive records (`Batch.mates` 2), with the
+fragment's ID (mate 1's less a `/1` suffix; mate 2's, less `/2`, must be the same) and the mates'
+own headers. A mate that does not pair up is an InputError naming the file and the record.
 """
 
 import argparse
@@ -22,8 +19,7 @@ from workflow_lib.io.seqio import Batch, read_batches
 
 @dataclass(frozen=True)
 class SampleReads:
-    """A sample's files in the sheet's order; `mates`: the mate 2 file of each (path2), for a
-    paired sample; `interleaved`: each file holds mate 1 and mate 2 of each fragment in turn."""
+    """A sample's files in the sheet's order; `mates`: the mate 2 file of each (path2)."""
 
     paths: tuple[Path, ...]
     mates: tuple[Path, ...] = ()
@@ -52,8 +48,7 @@ class SampleReads:
 
 
 def read_sample(reads: SampleReads, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
-    """The sample's records (a paired sample's fragments, both mates) in batches, file after file;
-    a batch's read_fraction is the share of the sample's files read."""
+    """The sample's records (a paired sample's fragments, both mates) in batches, file after file."""
     for i, path in enumerate(reads.paths):
         if reads.mates:
             batches = _pairs(path, reads.mates[i], batch_bases, keep_case)
@@ -67,8 +62,7 @@ def read_sample(reads: SampleReads, batch_bases: int = 1_000_000, keep_case: boo
 
 
 def check_first_fragment(reads: SampleReads) -> None:
-    """Read the first fragment of each of the sample's files, which fails as prepare would where its
-    mates do not pair up (a start-up check: cheap, a block of each file)."""
+    """Fail as prepare would where the first fragment of a file's mates does not pair up (a start-up check)."""
     for i, path in enumerate(reads.paths):
         if reads.mates:
             mate1, mate2 = (next(read_batches(p, 1)) for p in (path, reads.mates[i]))

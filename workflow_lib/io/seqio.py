@@ -1,15 +1,14 @@
 """Reading FASTA and FASTQ, plain or gzip/bz2/xz, as a stream of validated batches of records.
 
 Compression is recognised by its magic bytes, not the file name, and undone by xopen (gzip through
-ISA-L: prepare reads gzipped reads 1.14 times as fast as through Python's gzip, docs/performance.md).
-Records are parsed here, not by dnaio: dnaio refuses headers that are not ASCII, which Biopython
-(and so VirNucPro) reads, and a loop over dnaio.open making the same batches read plain FASTA
-reads slower (0.97 against 1.10 M reads/s, one core, 2026-11-25). Records are parsed a block at a
-time with bytes operations (no per-line Python loop) and validated per batch: sequences are
-upper-cased (soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC
-nucleotide code is an InputError naming the file, the record (number and ID) and what to do.
+ISA-L). Records are parsed a block at a time with bytes operations, not line by line in Python as
+Biopython's parsers do, nor by dnaio, which refuses headers that are not ASCII where Biopython (and
+so VirNucPro) reads them, and was slower here on plain FASTA. Sequences are upper-cased
+(soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC nucleotide code is an
+InputError naming the file, the record (number and ID) and what to do.
 """
 
+import itertools
 import lzma
 import zlib
 from collections.abc import Iterator
@@ -56,8 +55,7 @@ class Batch:
 
 
 def open_binary(path: str | Path):
-    """Open `path` for reading bytes, decompressing gzip, bzip2 or xz transparently. The
-    returned stream's `raw_file` attribute is the file itself (its position tells the progress)."""
+    """Open `path` for reading bytes, decompressed; `raw_file`: the file itself (for the progress)."""
     path = Path(path)
     try:
         raw = open(path, "rb")
@@ -77,8 +75,7 @@ def open_binary(path: str | Path):
 
 
 def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
-    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`.
-    Sequences are upper-cased unless `keep_case` (to write records back as they were)."""
+    """Yield the records of a FASTA or FASTQ file in order, in batches of about `batch_bases`."""
     path = Path(path)
     done = bases = 0
     pending: list[tuple[list[bytes], list[bytes]]] = []
@@ -86,7 +83,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
     try:
         with open_binary(path) as handle, handle.raw_file:
             size = max(path.stat().st_size, 1)
-            blocks = _blocks(handle)
+            blocks = iter(lambda: handle.read(_BLOCK), b"")
             first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
             if not first:
                 raise InputError(
@@ -101,27 +98,20 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                 )
             split = _split_fasta if first[:1] == b">" else _split_fastq
             pending_bases = 0
-            pieces = split(_prepend(first, blocks), path)
-            while True:
-                try:
-                    headers, seqs = next(pieces)
-                except StopIteration:
-                    break
-                except _RecordError as error:
-                    number = done + sum(len(h) for h, _ in pending) + error.index + 1
-                    raise InputError(f"{path}: record {number} {error.message}") from None
-                pending.append((headers, seqs))
-                pending_bases += sum(map(len, seqs))
-                if pending_bases >= batch_bases:
-                    batch = _batch(pending, done + 1, path, handle.raw_file.tell() / size, keep_case)
-                    done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
-                    pending, pending_bases = [], 0
-                    yield batch
-            if pending:
-                batch = _batch(pending, done + 1, path, 1.0, keep_case)
-                done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
-                pending = []
-                yield batch
+            try:  # None after the last piece: the rest is a batch
+                for piece in itertools.chain(split(itertools.chain([first], blocks), path), [None]):
+                    if piece is not None:
+                        pending.append(piece)
+                        pending_bases += sum(map(len, piece[1]))
+                    if pending and (piece is None or pending_bases >= batch_bases):
+                        fraction = 1.0 if piece is None else handle.raw_file.tell() / size
+                        batch = _batch(pending, done + 1, path, fraction, keep_case)
+                        done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
+                        pending, pending_bases = [], 0
+                        yield batch
+            except _RecordError as error:
+                number = done + sum(len(h) for h, _ in pending) + error.index + 1
+                raise InputError(f"{path}: record {number} {error.message}") from None
     except _STREAM_ERRORS as error:
         parsed = [h for headers, _ in pending for h in headers]
         last = _first_word(parsed[-1]) if parsed else last_id.decode()
@@ -136,16 +126,6 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
         )
 
 
-def _blocks(handle) -> Iterator[bytes]:
-    while block := handle.read(_BLOCK):
-        yield block
-
-
-def _prepend(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from blocks
-
-
 def _is_text(data: bytes) -> bool:
     if b"\x00" in data:
         return False
@@ -157,9 +137,8 @@ def _is_text(data: bytes) -> bool:
 
 
 def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    """Yield (headers, sequences) for the complete records of each block. The sequence of a record
-    longer than a block is collected block by block without its line breaks and joined once:
-    linear time, and at most twice the record's size in memory, on chromosome-sized records."""
+    """Yield (headers, sequences) for the complete records of each block. A record longer than a
+    block is collected block by block and joined once: linear time on chromosome-sized records."""
     rest = b""  # raw text of the unfinished last record, from its '>'
     header, pieces = None, []  # a record longer than a block: its header and sequence so far
     for block in blocks:

@@ -1,11 +1,7 @@
 """Shards sized by the work: frames fill shard 0 up to `shard_tokens` ESM-2 tokens, then shard 1,
-and so on, so that a sample gets as many shards as its tokens need (at least one) and an embed
-job's work, memory and runtime follow the setting, never the sample's size. A shard's frames are
-one run of prepare's frames table (shard numbers never fall along it).
-
-Each shard is a FASTA pair in one directory, `shard_{i}.fna` and `shard_{i}.faa`, with the same
-IDs in the same order; the shards table (SHARDS columns) lists every shard with its frames and
-ESM-2 tokens, from which the workflow plans its jobs."""
+and so on, so that an embed job's work follows the setting, never the sample's size. Each shard is a
+FASTA pair, `shard_{i}.fna` and `shard_{i}.faa`, with the same IDs in the same order; the shards
+table (SHARDS columns) lists every shard with its frames and ESM-2 tokens."""
 
 import shutil
 from pathlib import Path
@@ -24,8 +20,7 @@ def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
 
 
 class ShardFiller:
-    """Assigns frames, in order, to shards of at most `shard_tokens` tokens (a frame larger than
-    that is a shard of its own); counts each shard's frames and tokens."""
+    """Assigns frames, in order, to shards of at most `shard_tokens` tokens (a larger frame alone)."""
 
     def __init__(self, shard_tokens: int):
         if shard_tokens < 1:
@@ -51,8 +46,7 @@ def read_shards(path: str | Path) -> list[dict]:
 
 
 def pool_shards(pieces: list[tuple[str | Path, int]], fna: str | Path, faa: str | Path) -> int:
-    """A pooled shard's FASTA pair (plan.py): the (shards directory, shard) pieces' pairs one after
-    the other, in order; return the bytes written."""
+    """A pooled shard's FASTA pair: the (shards directory, shard) pieces' pairs in order; the bytes written."""
     written = 0
     for suffix, output in (("fna", fna), ("faa", faa)):
         with atomic_open(output, "wb") as out:

@@ -95,9 +95,8 @@ def _whole(path: str | Path):
 
 
 def whole_groups(blocks: Iterable[pd.DataFrame], keys: list[str]) -> Iterator[pd.DataFrame]:
-    """The blocks of a table whose rows come grouped by `keys` (a record's chunks, a chunk's frames),
-    cut again so that no group is split between two blocks: the last group of a block is held back
-    and put before the next."""
+    """The blocks of a table whose rows come grouped by `keys`, cut again so that no group is split
+    between two blocks."""
     held = None
     for block in blocks:
         if held is not None:
@@ -116,8 +115,7 @@ def whole_groups(blocks: Iterable[pd.DataFrame], keys: list[str]) -> Iterator[pd
 
 @contextlib.contextmanager
 def tsv_writer(path: str | Path, columns: Iterable[str]) -> Iterator[Callable[[pd.DataFrame], None]]:
-    """Yield a function that appends a block to the table at `path` (written atomically): floats
-    with 6 significant digits, NA for a missing value, IDs as they are."""
+    """Yield a function that appends a block to the table at `path`, written atomically."""
     columns = list(columns)
     with atomic_open(path) as handle:
         handle.write("\t".join(columns) + "\n")
@@ -131,8 +129,7 @@ def tsv_writer(path: str | Path, columns: Iterable[str]) -> Iterator[Callable[[p
 
 
 def cells(column: pd.Series) -> list[str]:
-    """A column's values as the tables write them: floats as FLOAT, NA for a missing value, booleans
-    as True and False, text as it is."""
+    """A column's values as the tables write them."""
     if column.dtype.kind == "f":
         return formatted(column.to_numpy(dtype=np.float64, na_value=np.nan))
     if column.dtype == np.bool_:  # not pandas' nullable booleans
@@ -151,9 +148,8 @@ def formatted(values: np.ndarray) -> list[str]:
 
 
 def decimal_text(values: np.ndarray, decimals: int, limit: float = 1.0, encoded: bool = False) -> np.ndarray:
-    """Values of at least 0 as the tables write them with `decimals` decimals (probabilities 4, as
-    geNomad writes its scores; atypicality 3), NA for a missing value: an array of str (of bytes if
-    `encoded`). Looked up, not formatted one by one (a tenth of the cost), up to `limit`."""
+    """Values of at least 0 with `decimals` decimals, NA for a missing value: an array of str (of bytes
+    if `encoded`), looked up rather than formatted one by one up to `limit`."""
     values = np.asarray(values, dtype=np.float64)
     steps = round(limit * 10**decimals)
     scaled = np.rint(values * 10**decimals)

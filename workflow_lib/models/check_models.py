@@ -20,10 +20,9 @@ def check_models(
     chunk_length: int,
     classifier_chunk_length: int | None = None,
 ) -> dict:
-    """`embedders`: the configured models, in input order. Writes the report (per model its
-    architecture, layers, width, layer and file checksums, which embed jobs reuse) to `output`
-    (JSON). The checksums are kept in cache_dir/CHECKSUMS for the next run (io/checksums.py says
-    when one is reused)."""
+    """Write the report of the configured models (per model its architecture, layers, width, layer
+    and file checksums, which embed jobs reuse) to `output`; the checksums are kept in
+    cache_dir/CHECKSUMS for the next run."""
     report, store = {}, Path(cache_dir) / CHECKSUMS
     for embedder in embedders:
         model = embedder.loading()

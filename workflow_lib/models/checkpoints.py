@@ -32,9 +32,7 @@ ESM2_MODELS = {
 
 
 def check_layer(model: str | None, checkpoint: str, layer: int | None, layers: int, source: str = "") -> None:
-    """The one check of models.<model>.layer (None: a model by no config name): 0 (the embeddings)
-    up to the model's last layer (None). `source`: where the value was given (a config file,
-    --config), for the message."""
+    """The one check of models.<model>.layer: 0 (the embeddings) up to the model's last layer (None)."""
     if layer is not None and not 0 <= layer <= layers:
         key = f"models.{model}.layer" if model else "layer"
         raise InputError(
@@ -87,8 +85,7 @@ def load_weights(path: Path, what: str, allowed: list = (), mmap: bool = False):
 
 
 def _refusal(error: Exception) -> str:
-    """torch's reason, without its advice to load with weights_only=False (which would run the
-    file's code): the unpickler's own line when there is one."""
+    """torch's reason, without its advice to load with weights_only=False (which would run the file's code)."""
     text = str(error).replace("WeightsUnpickler error:", "\n")  # its reason follows, on that line or the next
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return next((line for line in lines if "weights_only" not in line), type(error).__name__)[:200]
@@ -96,11 +93,9 @@ def _refusal(error: Exception) -> str:
 
 @contextlib.contextmanager
 def uninitialised():
-    """Modules built inside have their parameters allocated, not initialised: no time is spent on
-    random values that the checkpoint replaces (load_state_dict(assign=True)), and memory never
-    written is not held (ESM-2 3B in float32: 11.4 GB). Not the meta device: building fair-esm's
-    ESM-2 there runs its rotary set-up through PyTorch's Python references, which import
-    torch._dynamo (about 1 s in every job)."""
+    """Modules built inside have their parameters allocated, not initialised: no time on random
+    values the checkpoint replaces, and memory never written is not held. Not the meta device:
+    building fair-esm's ESM-2 there imports torch._dynamo (a second in every job)."""
     from torch.nn import init
 
     saved = {name: f for name, f in vars(init).items() if name.endswith("_") and not name.startswith("_")}
@@ -119,9 +114,8 @@ def _unchanged(tensor, *args, **kwargs):
 
 def converted(state: dict, convert) -> dict:
     """{name: convert(name, tensor)}, one tensor at a time, the pages of each source tensor handed
-    back to the kernel once it is converted into a new one. Else a memory-mapped checkpoint's pages
-    stay resident beside the converted model until the load ends (ESM-2 3B built in float32 on the
-    CPU: 5.7 GB of file pages beside 11.4 GB of weights)."""
+    back to the kernel once converted: else a memory-mapped checkpoint's pages stay resident beside
+    the converted model until the load ends."""
     out = {}
     for name, tensor in state.items():
         out[name] = convert(name, tensor)
@@ -153,8 +147,8 @@ _SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
 
 
 def write_safetensors(path: Path, tensors: dict, metadata: dict[str, str]) -> None:
-    """`tensors` (on any device) to a safetensors file at `path`, one tensor at a time: never a second
-    copy of them all on the host (safetensors' save_file copies every GPU tensor to the host first)."""
+    """`tensors` (on any device) to a safetensors file, one tensor at a time: never a second copy of
+    them all on the host, as safetensors' save_file makes of GPU tensors."""
     import torch
 
     # widest dtypes first, as safetensors' own writer orders them: each tensor stays aligned to its size

@@ -1,15 +1,11 @@
 """VirNucPro's MLP classifier, and loading its files without running code from them.
 
-Architecture: Linear(in -> 512), BatchNorm1d, ReLU, Dropout(0.5), Linear(512 -> 2); the input
-is the configured models' embeddings one after the other (VirNucPro's: DNABERT-S, then ESM-2);
-softmax, class 1 = virus.
-
-Two file formats load, both through torch.load(weights_only=True):
-- ours: a dict {"format": FORMAT, "state_dict", "input_dim", "hidden_dim", "embedders" (the
-  models' [name, width] in input order; files before it: VirNucPro's), "chunk_length", ...};
-- VirNucPro's published 300_model.pth / 500_model.pth: a whole pickled module (torch.save(model)
-  from a script's __main__). Its classes are mapped to an inert stand-in that only receives the
-  pickled attributes, so no code from the file runs; anything else in the pickle is refused.
+Linear(in -> 512), BatchNorm1d, ReLU, Dropout(0.5), Linear(512 -> 2) over the configured models'
+embeddings one after the other; softmax, class 1 = virus. Two file formats load, both through
+torch.load(weights_only=True): ours, a dict {"format": FORMAT, "state_dict", "input_dim",
+"hidden_dim", "embedders", "chunk_length", ...}; and VirNucPro's published .pth files, whole
+pickled modules, whose classes are mapped to an inert stand-in that only receives the pickled
+attributes (anything else in the pickle is refused).
 """
 
 from pathlib import Path
@@ -51,9 +47,8 @@ class MLPClassifier(nn.Module):
         return self.output_layer(self.dropout(F.relu(self.bn1(hidden))))
 
     def atypicality(self, hidden: torch.Tensor) -> torch.Tensor:
-        """How unlike the frames the classifier was trained on a frame is: the mean square of its hidden
-        activations standardised by the statistics that BatchNorm kept of the training frames (near 1
-        for frames like them; any classifier file has them, VirNucPro's published ones included)."""
+        """How unlike the training frames a frame is: the mean square of its hidden activations
+        standardised by BatchNorm's running statistics (near 1 for frames like them)."""
         return ((hidden - self.bn1.running_mean) ** 2 / (self.bn1.running_var + self.bn1.eps)).mean(dim=1)
 
     @property
@@ -112,9 +107,8 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
 
 
 def check_fits(path: str | Path, widths: list[tuple[str, int]], chunk_length: int, stated: int | None = None) -> None:
-    """Fail early, before any embedding job, when the classifier cannot take the embeddings of the
-    configured models (`widths`: their names and widths, in input order) or was made for other
-    chunks (`stated`: models.classifier_chunk_length; classifier_chunks)."""
+    """Fail before any embedding job when the classifier cannot take the configured models'
+    embeddings (`widths`: names and widths, in input order) or was made for other chunks."""
     _, metadata = load(path)
     if refusal := embedders_refusal(path, metadata, widths):
         raise InputError(refusal)
@@ -138,8 +132,7 @@ def scores(model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096)
 def scores_and_atypicality(
     model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts, and each
-    frame's atypicality [N] (MLPClassifier.atypicality), from one pass of the hidden layer."""
+    """scores() and each frame's atypicality [N], from one pass of the hidden layer."""
     model.eval()
     probabilities, atypical = [], []
     for i in range(0, features.shape[0], batch_size):

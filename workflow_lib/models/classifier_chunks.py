@@ -60,8 +60,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def recorded_metadata(path: str | Path) -> dict:
-    """The metadata that the train target writes into its classifier (chunk_length, its embedding
-    models and their widths); {} for any other file."""
+    """The metadata that the train target writes into its classifier; {} for any other file."""
     try:
         with zipfile.ZipFile(path) as archive:
             name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
@@ -74,9 +73,8 @@ def recorded_metadata(path: str | Path) -> dict:
 
 
 def embedders_refusal(path: str | Path, metadata: dict, given: list[tuple[str, int | None]]) -> str | None:
-    """Why the classifier at `path` (its `metadata`) cannot take the embeddings of the `given`
-    models ((name, width or None where not known yet), in input order); None when it can. A file
-    that records no models was made from VIRNUCPRO_EMBEDDERS."""
+    """Why the classifier at `path` cannot take the embeddings of the `given` models ((name, width
+    or None), in input order); None when it can."""
     recorded = [tuple(e) for e in metadata.get("embedders", VIRNUCPRO_EMBEDDERS)]
     names = [name for name, _ in given]
     if [name for name, _ in recorded] != names:
@@ -94,8 +92,7 @@ def embedders_refusal(path: str | Path, metadata: dict, given: list[tuple[str, i
 
 
 def made_for(path: str | Path, known: dict[str, int] = VIRNUCPRO_BLOBS) -> tuple[int | None, str]:
-    """(chunk length, how it is known) of a classifier file; (None, "") when the file does not say.
-    `known`: git blob id -> chunk length of published files."""
+    """(chunk length, how it is known) of a classifier file; (None, "") when the file does not say."""
     recorded = recorded_metadata(path).get("chunk_length")
     if recorded is not None:
         return int(recorded), "recorded in the file by the train target"
@@ -108,9 +105,8 @@ def made_for(path: str | Path, known: dict[str, int] = VIRNUCPRO_BLOBS) -> tuple
 def check_chunk_length(
     path: str | Path, chunk_length: int, stated: int | None, source: str = "config", known: dict = VIRNUCPRO_BLOBS
 ) -> None:
-    """Refuse, with one line, a classifier made for other chunks than `chunk_length`, or one that
-    does not say what it was made for unless models.classifier_chunk_length (`stated`, given in
-    `source`) says it."""
+    """Refuse, in one line, a classifier made for other chunks than `chunk_length`, or one that does
+    not say unless models.classifier_chunk_length (`stated`) does."""
     length, how = made_for(path, known)
     if length is None and stated is None:
         raise InputError(

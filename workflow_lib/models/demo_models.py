@@ -1,10 +1,6 @@
-"""Tiny seeded models in the real on-disk formats, for the demo and the tests.
-
-They carry no biological meaning: the weights are random. What they exercise is real: a
-fair-esm ESM-2 checkpoint (with its contact-regression file) loaded by fair-esm's own code, and
-a DNABERT-S directory (config.json, model.safetensors, a BPE tokenizer.json trained on DNA)
-loaded by the native implementation.
-"""
+"""Tiny seeded models in the real on-disk formats, for the demo and the tests: random weights in a
+fair-esm ESM-2 checkpoint (with its contact-regression file) and a DNABERT-S directory (config.json,
+model.safetensors, a BPE tokenizer.json trained on DNA)."""
 
 import argparse
 import json
@@ -56,9 +52,8 @@ SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 
 
 def build_esm(path: Path, seed: int, config: dict = ESM_CONFIG, dtype: torch.dtype = torch.float32) -> Path:
-    """A fair-esm ESM-2 checkpoint at `path`: {"model": state dict with fair-esm's key prefixes,
-    "cfg": {"model": Namespace(...)}}, and its contact regression file beside it. The published
-    checkpoints store float16 (`dtype`), which halves a large model's file."""
+    """A fair-esm ESM-2 checkpoint at `path`, and its contact regression file beside it (`dtype`:
+    float16 as the published checkpoints store)."""
     import esm
 
     from workflow_lib.models.esm_loading import regression_path

@@ -1,10 +1,9 @@
 """DNABERT-S in native PyTorch: the DNABERT-2 (MosaicBERT) architecture and its packed forward
 (the published weights are loaded by dnabert_loading).
 
-The public model code (MAGICS-LAB/DNABERT_S, bert_layers.py) needs `trust_remote_code` and no
-longer loads with current transformers; this module rebuilds the same network from its
-state-dict keys: no position embeddings, ALiBi attention bias -slope_h * |i - j|, post-LN
-layers, a GLU feed-forward (gated_layers d -> 2I without bias, GELU(a) * b, then wo I -> d).
+The public model code (MAGICS-LAB/DNABERT_S) needs `trust_remote_code` and no longer loads with
+current transformers; this rebuilds the network from its state-dict keys: no position embeddings,
+ALiBi bias -slope_h * |i - j|, post-LN layers, a GLU feed-forward (GELU(a) * b).
 VirNucPro's nucleotide embedding is the mean of the last hidden state over ALL tokens,
 [CLS] and [SEP] included.
 """

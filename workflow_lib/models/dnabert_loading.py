@@ -17,8 +17,7 @@ HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_F
 
 
 def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
-    """The local directory of a DNABERT-S checkpoint: the path itself, or the Hugging Face snapshot
-    of an id that fetch_models downloaded into cache_dir (found there with no network)."""
+    """The local directory of a DNABERT-S checkpoint: the path itself, or an id's snapshot in cache_dir."""
     if is_local(checkpoint):
         path = Path(checkpoint)
         if not (path / "config.json").is_file():
@@ -74,9 +73,8 @@ def load(
     dtype: torch.dtype = torch.float32,
     digests: dict[str, str] | None = None,
 ) -> tuple[DNABERT, DNABERTTokens]:
-    """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds ESM-2
-    (parameters uninitialised, each checkpoint tensor converted once). `digests`, which name ESM-2's
-    copy, go unused: DNABERT-S loads in seconds and is not copied."""
+    """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds
+    ESM-2; `digests` (ESM-2's copy's name) go unused: DNABERT-S is not copied."""
     device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     config = _hf_config(directory)
     with uninitialised():
@@ -92,8 +90,7 @@ def load(
 
 
 def stored_tokenizer(checkpoint: str, cache_dir: str | None = None) -> tuple[Path, DNABERTTokens, int]:
-    """What the tokenize job stores a shard's tokens with: the tokenizer's file (its SHA-256 goes
-    with the tokens), its encoder and its vocabulary's size."""
+    """The tokenize job's tokenizer: its file, its encoder and its vocabulary's size."""
     path = resolve(checkpoint, cache_dir) / "tokenizer.json"
     return path, DNABERTTokens(path), read_config(checkpoint, cache_dir)["vocab_size"]
 

@@ -13,7 +13,7 @@ import esm
 import torch
 import torch.nn.functional as F
 
-from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.errors import InputError, first_line
 from workflow_lib.models import varlen
 from workflow_lib.models.checkpoints import check_layer
 from workflow_lib.models.tokens import ESMTokens
@@ -22,11 +22,11 @@ POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean,
 log = logging.getLogger("workflow")
 
 
-# The layer's levers toward 100,000 tokens/s (docs/gpu-check.md), on by name: the exact ones on by
-# default; `ffn_chunks` (smaller GEMMs) and `gelu_epilogue` (GELU's tanh form on CUDA) only when asked.
+# The layer's levers (docs/gpu-check.md), on by name: the exact ones on by default; `ffn_chunks`
+# (smaller GEMMs) and `gelu_epilogue` (GELU's tanh form on CUDA) only when asked.
 LEVERS = frozenset({"residual_norm", "rotary_in_place", "ffn_chunks", "gelu_epilogue"})
 DEFAULT_LEVERS = frozenset({"residual_norm", "rotary_in_place"})
-FFN_CHUNK = 2048  # tokens: a chunk's 4d-wide activation in FP16 at the 3B shape is 40 MiB, an H100's L2 50 MiB
+FFN_CHUNK = 2048  # tokens: a chunk's 4d-wide activation at the 3B shape fits a Hopper GPU's L2 cache
 E4M3_MAX = 448.0  # float8_e4m3fn's largest value
 
 
@@ -86,7 +86,7 @@ def check_fp8(device: torch.device, dtype: torch.dtype) -> None:
         got = linear(x.to(dtype), FP8Weight.of(w.to(dtype)), torch.zeros(48, device=device, dtype=dtype)).float()
         error = None if F.cosine_similarity(got.flatten(), (x @ w.t()).flatten(), dim=0) > 0.99 else "wrong results"
     except (RuntimeError, ValueError) as failure:  # newer builds refuse unsupported scalings with ValueError
-        error = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+        error = first_line(failure)
     if error:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
         raise InputError(f"embedding.precision fp8: {name} cannot run FP8 GEMMs ({error}); set it to fp16")
@@ -98,9 +98,9 @@ def attention_input(
     """A layer's pre-LayerNorm, q, k and v, rotary on q and k: [T, H, dh] each, after x. fair-esm
     scales q by head_dim^-0.5 before rotary; rotary is linear, so the attention kernel's own
     1/sqrt(dh) scaling is the same (exactly so for power-of-two head sizes). Three GEMMs, not one
-    over a fused weight: on an H200 that was 2-3% slower (docs/gpu-check.md). `pending` (lever
-    residual_norm): the last layer's feed-forward output, added here, in the LayerNorm's kernel
-    when compiled. `in_place` (lever rotary_in_place): rotary written into q and k."""
+    over a fused weight, which measured slower (docs/gpu-check.md). `pending` (lever residual_norm):
+    the last layer's feed-forward output, added here, in the LayerNorm's kernel when compiled.
+    `in_place` (lever rotary_in_place): rotary written into q and k."""
     if pending is not None:
         x = x + pending
     h = F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
@@ -157,14 +157,12 @@ class ESMEmbedder:
     """Mean-pooled ESM-2 embeddings of packed batches: fair-esm's weights, a varlen forward.
 
     Per sequence, as fair-esm's padded forward: BOS/EOS, the token-dropout rescale, rotary
-    positions from 0, attention within the sequence only; the layers above `layer` and the LM
-    and contact heads are skipped. Rotary angles are computed in float32 (fair-esm's half models
-    compute them in half: up to 0.25 rad off at position 1,000) and applied in `rotary_dtype`, the
-    model's dtype unless given (see docs/gpu-check.md: FP16 equivalence). `compiled`: the layer's
-    work around the attention kernel (LayerNorms, rotary, GELU, adds) fused by torch.compile.
-    `levers`: names from LEVERS (rotary_in_place needs rotary in the model's dtype). `fp8`: the
-    feed-forward GEMMs of every layer but the first and the last in FP8, weights quantised here;
-    `fast_accum`: FP8Weight's.
+    positions from 0, attention within the sequence only; the layers above `layer` and the heads
+    are skipped. Rotary angles are computed in float32 (fair-esm's half models compute them in half,
+    far off at long positions) and applied in `rotary_dtype`, the model's dtype unless given.
+    `compiled`: the layer's work around the attention kernel fused by torch.compile. `levers`:
+    names from LEVERS (rotary_in_place needs rotary in the model's dtype). `fp8`: the feed-forward
+    GEMMs of every layer but the first and the last in FP8; `fast_accum`: FP8Weight's.
     """
 
     pooling = "mean over the first 1024 residues (BOS and EOS excluded)"
@@ -221,8 +219,7 @@ class ESMEmbedder:
         return x if pending is None else x + pending
 
     def _layers_or_eager(self, x: torch.Tensor, cos, sin, layout: varlen.Layout) -> torch.Tensor:
-        """The layers; compiled ones that fail (no C compiler on the node, an unsupported GPU)
-        give way to the eager functions for the rest of the job."""
+        """The layers; compiled ones that fail give way to the eager functions for the rest of the job."""
         try:
             return self._layers(x, cos, sin, layout)
         except torch.OutOfMemoryError:
@@ -230,8 +227,7 @@ class ESMEmbedder:
         except Exception as error:  # compile errors take many forms
             if not self.compiled:
                 raise
-            lines = str(error).strip().splitlines() or [type(error).__name__]
-            log.warning("ESM-2: the compiled layers failed (%s); eager layers from now on", lines[0])
+            log.warning("ESM-2: the compiled layers failed (%s); eager layers from now on", first_line(error))
             self.compiled, self.f = False, {f.__name__: f for f in LAYER_FUNCTIONS}
             return self._layers(x, cos, sin, layout)
 

@@ -42,8 +42,7 @@ def _torch_load(path: Path):
 
 
 def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
-    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model (a named model's from
-    fair-esm's table, fetched or not)."""
+    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model."""
     if not is_local(checkpoint):
         _known(checkpoint)
         layers, dim = ESM2_MODELS[checkpoint]
@@ -72,14 +71,12 @@ def _local_data(path: Path) -> dict:
 
 
 def _hub_dir(cache_dir: str | None) -> Path:
-    """torch hub's directory for named models: cache_dir/torch/hub (jobs run with TORCH_HOME=cache_dir/torch),
-    else torch's own."""
+    """torch hub's directory for named models: cache_dir/torch/hub, else torch's own."""
     return Path(cache_dir) / "torch" / "hub" if cache_dir else Path(torch.hub.get_dir())
 
 
 def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
-    """A named model's files in torch hub's layout, and the URLs that fetch_models downloads them from
-    (FAIR_ESM_URL in the environment replaces fair-esm's site, e.g. with a mirror)."""
+    """A named model's files in torch hub's layout, and their URLs (FAIR_ESM_URL in the environment: a mirror)."""
     base = os.environ.get("FAIR_ESM_URL", FAIR_ESM_URL).rstrip("/")
     checkpoints = _hub_dir(cache_dir) / "checkpoints"
     return {
@@ -89,8 +86,7 @@ def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
 
 
 def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
-    """The .pt file of a checkpoint: the path itself, or a named model's file that fetch_models
-    put in cache_dir (jobs never download)."""
+    """The .pt file of a checkpoint: the path itself, or a named model's in cache_dir (jobs never download)."""
     if is_local(checkpoint):
         return Path(checkpoint)
     _known(checkpoint)
@@ -118,21 +114,18 @@ def load(
     dtype: torch.dtype = torch.float32,
     digests: dict[str, str] | None = None,
 ) -> tuple[esm.ESM2, esm.Alphabet]:
-    """Load an ESM-2 model by fair-esm name (fetched into cache_dir by fetch_models) or local .pt
-    path, its weights in `dtype` on `device`.
+    """Load an ESM-2 model by fair-esm name (fetched into cache_dir) or local .pt path, its weights
+    in `dtype` on `device`.
 
-    Built in place: fair-esm's ESM-2 is made with its parameters uninitialised (never written, so
-    not held), and each checkpoint tensor, memory-mapped, is converted once straight to `dtype` on
-    `device`. So a GPU job in half precision never holds a float32 copy on the host (ESM-2 3B:
-    11.4 GB), and a CPU job one copy, not two. Not fair-esm's load_model_and_alphabet_hub, which
-    downloads what is missing and unpickles with weights_only=False. A local checkpoint may have
-    `<stem>-contact-regression.pt` beside it, as fair-esm's own files do; the contact head is not
-    used for embeddings, so it is optional (without it, its parameters stay unset).
+    Built in place: parameters uninitialised (never written, so not held), and each memory-mapped
+    checkpoint tensor converted once straight to `dtype` on `device`: a GPU job in half precision
+    never holds a float32 copy on the host. Not fair-esm's load_model_and_alphabet_hub, which
+    downloads and unpickles with weights_only=False. The contact regression file beside a checkpoint
+    is optional (the contact head is not used for embeddings).
 
     In half precision with a cache_dir, the first job also writes the converted weights to a
-    safetensors copy (copy_path), which later jobs map straight to the device instead. The copy is
-    named after the files' content: `digests` ({file name: SHA-256}, checksums.digests of
-    checkpoint_files), hashed here when not given.
+    safetensors copy (copy_path), which later jobs map straight to the device. The copy is named
+    after the files' content: `digests` ({file name: SHA-256}), hashed here when not given.
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     # taken before reading: a file changed during the load never matches its copy
@@ -168,10 +161,9 @@ def _built(cfg: argparse.Namespace, state: dict) -> tuple[esm.ESM2, esm.Alphabet
 
 def copy_path(sources: str | None, cache_dir: str | None, dtype: torch.dtype) -> Path | None:
     """Where the half-precision safetensors copy of the checkpoint files `sources` (content_of) is
-    kept: in cache_dir, which the workflow writes and all its jobs share (a local .pt may sit in a
-    read-only folder), named after the files' content, so that the same checkpoint at another
-    path (a node-local copy on each node) finds the same copy. None in float32 (a copy would save no
-    conversion and take 11.4 GB for ESM-2 3B) or without a cache_dir."""
+    kept: in cache_dir (a local .pt may sit in a read-only folder), named after the files' content,
+    so that the same checkpoint at another path finds the same copy. None in float32 (a copy would
+    save no conversion) or without a cache_dir."""
     if dtype not in HALF or not cache_dir:
         return None
     content = hashlib.sha256(sources.encode()).hexdigest()[:16]
@@ -179,8 +171,7 @@ def copy_path(sources: str | None, cache_dir: str | None, dtype: torch.dtype) ->
 
 
 def content_of(path: Path, digests: dict[str, str] | None) -> str:
-    """The content of the checkpoint's files as its copy records it: their SHA-256, by role (a file
-    that changed, or a regression file that came or went, no longer matches; a file renamed does)."""
+    """The content of the checkpoint's files as its copy records it: their SHA-256, by role."""
     files = [p for p in (path, regression_path(path)) if p.is_file()]
     digests = digests or checksums.digests(checksums.describe(files))
     return json.dumps({role: digests[p.name] for role, p in zip(("checkpoint", "regression"), files)})
@@ -196,8 +187,7 @@ def _metadata(copy: Path) -> dict:
 
 
 def _from_copy(copy: Path, sources: str, device: torch.device) -> tuple[esm.ESM2, esm.Alphabet] | None:
-    """The model from its copy, each tensor mapped from the file straight to `device`; None when
-    there is no copy of these very files."""
+    """The model from its copy, mapped straight to `device`; None without a copy of these very files."""
     try:
         with safe_open(copy, framework="pt", device=str(device)) as f:
             metadata = f.metadata() or {}
@@ -215,9 +205,8 @@ def _from_copy(copy: Path, sources: str, device: torch.device) -> tuple[esm.ESM2
 
 
 def _write_copy(copy: Path, state: dict, metadata: dict[str, str]) -> None:
-    """Write the loaded weights to `copy`, atomically, unless another job is writing it now (this
-    one does not wait) or has just done so; then remove the copies of what was at the same path
-    before (a checkpoint written again). A read-only or full disk costs a line, not the job."""
+    """Write the loaded weights to `copy`, unless another job is writing it now or has just done so;
+    then remove older copies of the same path. A read-only or full disk costs a line, not the job."""
     try:
         with locks.exclusive(copy.with_name(f".{copy.name}.lock"), wait=False) as held:
             if held and _metadata(copy) != metadata:  # another job may have just written it
@@ -240,8 +229,7 @@ def embedder(
     fp8=False,
     digests: dict[str, str] | None = None,
 ) -> "ESMEmbedder":
-    """The embedder of `layer` (None: the last, as VirNucPro), its layers compiled on CUDA; `fp8`:
-    its feed-forward GEMMs in FP8, checked on the device before the model loads; `digests`: load's."""
+    """The embedder of `layer` (None: the last, as VirNucPro), compiled on CUDA; `fp8` checked first."""
     if fp8:
         check_fp8(device, dtype)
     model, alphabet = load(checkpoint, cache_dir, device, dtype, digests)

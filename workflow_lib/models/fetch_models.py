@@ -7,11 +7,10 @@ verified, so that jobs on compute nodes load them with no network.
 - a classifier URL: cache_dir/classifier/<file name>;
 - a local path: not copied; checked to exist and recorded.
 
-Every download is checked against its size as the server declares it (Content-Length; for the Hub,
-its file metadata), the SHA-256 that the Hub publishes for LFS files, and the SHA-256 pinned in
-models.checksums; a file that differs is deleted. A file already in the cache that passes is not
-downloaded again. cache_dir/fetched.json records each model's source and files (paths of fetched
-files relative to cache_dir, which can be copied to another machine).
+Every download is checked against the size its server declares, the SHA-256 the Hub publishes for
+LFS files, and the SHA-256 pinned in models.checksums; a file that differs is deleted, one in the
+cache that passes is not downloaded again. cache_dir/fetched.json records each model's source and
+files (relative to cache_dir, which can be copied to another machine).
 """
 
 import hashlib
@@ -22,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from workflow_lib.cli.errors import InputError
+from workflow_lib.cli.errors import InputError, first_line
 from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
@@ -43,9 +42,8 @@ def fetch_models(
     pinned: dict,
     progress_seconds: float,
 ) -> dict:
-    """Fetch the `embedders`' checkpoints and the classifier where they are not local, verify them
-    (against the `pinned` SHA-256 too, by file name), write cache_dir/fetched.json; return what it
-    records. Downloads log progress every `progress_seconds`."""
+    """Fetch and verify the `embedders`' checkpoints and the classifier where they are not local;
+    write cache_dir/fetched.json and return what it records."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
         models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
@@ -92,7 +90,7 @@ def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
     except Exception as error:  # huggingface_hub's many kinds: not found, gated, no network, a short download
         raise InputError(
             f"models.{embedder.name}.checkpoint: cannot download '{checkpoint}' from {endpoint or 'huggingface.co'} "
-            f"({_first_line(error)}); check the id and the network, then {_AGAIN}"
+            f"({first_line(error)}); check the id and the network, then {_AGAIN}"
         ) from None
     files = {}
     for sibling in info.siblings:
@@ -125,8 +123,7 @@ def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: fl
 
 
 def _download(url: str, path: Path, pinned: dict, progress_seconds: float) -> dict:
-    """Download `url` to `path` (streamed to a temporary name, verified, then renamed), unless
-    `path` holds it already: the size the server declares and the pinned SHA-256, if any."""
+    """Download `url` to `path`, verified, unless `path` holds it already."""
     declared = _declared_size(url)
     if path.is_file() and declared in (None, path.stat().st_size):
         sha256 = checksums.sha256(path)
@@ -145,7 +142,7 @@ def _download(url: str, path: Path, pinned: dict, progress_seconds: float) -> di
                     size += len(block)
                     progress.update(size)
         except (OSError, http.client.HTTPException) as error:
-            raise InputError(f"{url}: the download failed ({_first_line(error)}); {_AGAIN}") from None
+            raise InputError(f"{url}: the download failed ({first_line(error)}); {_AGAIN}") from None
         if problem := _problem(path.name, size, digest.hexdigest(), declared, None, pinned):
             raise InputError(f"{url}: {problem}")
     log.info("%s: %s", path, progress.line(size))
@@ -165,8 +162,7 @@ def _declared_size(url: str) -> int | None:
 
 
 def _problem(name: str, size: int, sha256: str, declared_size, declared_sha256, pinned: dict) -> str:
-    """What is wrong with a downloaded file, against what its source declares and what
-    models.checksums pins for its name, and what to do; '' when nothing is."""
+    """What is wrong with a downloaded file, and what to do; '' when nothing is."""
     advice = _AGAIN
     if declared_size is not None and size != declared_size:
         problem = f"{size:,} bytes where the source declares {declared_size:,} (an incomplete download)"
@@ -182,8 +178,3 @@ def _problem(name: str, size: int, sha256: str, declared_size, declared_sha256, 
 
 def _relative(path: Path, cache: Path) -> str:
     return str(path.relative_to(cache))
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__

@@ -21,6 +21,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from workflow_lib.cli.errors import first_line
+
 log = logging.getLogger("workflow")
 
 
@@ -44,9 +46,8 @@ class Layout:
         self._masks = {}  # padded_mask's, shared by the layers of a forward
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32.
-
-        Summed in float64: a float32 running sum drifts by ~1e-5 over a thousand tokens."""
+        """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32;
+        summed in float64, as a float32 running sum drifts over a thousand tokens."""
         x, counts = x.double(), self.lengths.double()
         if keep is not None:
             x = x * keep[:, None]
@@ -57,8 +58,7 @@ class Layout:
         return (sums / counts.clamp(min=1)[:, None]).float()
 
     def by_length(self) -> list[tuple[int, int, int]]:
-        """(L, first token, G) for each run of G consecutive sequences of length L, computed once.
-        A packed batch is sorted by length (packing.greedy_batches), so a length is one run."""
+        """(L, first token, G) for each run of G sequences of length L (a batch is sorted by length)."""
         if self._by_length is None:
             lengths, counts = torch.unique_consecutive(self.lengths.cpu(), return_counts=True)
             firsts = torch.cat((torch.zeros(1, dtype=torch.long), (lengths * counts).cumsum(0)[:-1]))
@@ -74,8 +74,7 @@ def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int 
 
 
 def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-sequence attention, softmax(q k^T / sqrt(dh) + bias) v, with the sequences of one length
-    in one call; q, k, v: [T, H, dh]."""
+    """Per-sequence attention, the sequences of one length in one call; q, k, v: [T, H, dh]."""
     out = torch.empty_like(q)
     for length, first, g in layout.by_length():
         run = slice(first, first + g * length)
@@ -91,10 +90,9 @@ MASK_ALIGN = 8  # elements: a mask row stride the memory-efficient kernel takes 
 
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """The padded path's additive attention mask: padded keys at -inf, ALiBi added when slopes are
-    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch (a layout serves one model's
-    forward), as a view of a mask whose rows are MASK_ALIGN apart: the memory-efficient kernel
-    copies a mask with other strides into an aligned one at every call (a bool mask too, which
-    it first makes additive)."""
+    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch, as a view of a mask whose
+    rows are MASK_ALIGN apart: the memory-efficient kernel copies a mask with other strides into an
+    aligned one at every call."""
     key = (slopes is not None, dtype)
     if key not in layout._masks:
         length = layout.max_len
@@ -152,7 +150,6 @@ def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> to
     except torch.OutOfMemoryError:
         raise
     except Exception as error:  # a GPU or build without its kernel fails in many ways
-        lines = str(error).strip().splitlines() or [type(error).__name__]
-        log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, lines[0])
+        log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, first_line(error))
         _varlen_failed = True
         return padded_attention(q, k, v, layout, slopes)

@@ -1,18 +1,10 @@
 """The prepare stage: validate, chunk, translate in six frames, write shards of at most
-`shard_tokens` ESM-2 tokens (sharding.py).
+`shard_tokens` ESM-2 tokens (sharding.py), the shards table, the frames table and the sequences
+table; all renamed into place at the end, then read back and reconciled (reconcile.py).
 
-Outputs (written under temporary names and renamed at the end, then read back and reconciled
-with what was written; on a mismatch they are removed and the job fails):
-  the shards directory         per shard a FASTA pair of kept frames, nucleotide (.fna) and protein (.faa)
-  the shards table             sharding.SHARDS: a row per shard, its frames and tokens
-  the frames table             tables.PREPARED_FRAMES: a row per kept frame, with its shard
-  the sequences table          tables.PREPARED_SEQUENCES: a row per input record
-
-A paired sample's record is the fragment: its mates are chunked and translated each on its own, as
-records are, and their chunks numbered along mate 1 then mate 2, at coordinates along mate 1 then
-mate 2 (mate 2's first base is mate 1's length + 1); its sequences-table row sums both mates and
-gives their lengths (tables.MATE_LENGTHS); its status is `ok` where a mate's is (else the first of
-STATUS that a mate has).
+A paired sample's record is the fragment: its mates are chunked and translated each on its own, and
+their chunks numbered and placed along mate 1 then mate 2; its sequences-table row sums both mates
+and gives their lengths (tables.MATE_LENGTHS); its status is `ok` where a mate's is.
 """
 
 import contextlib
@@ -40,7 +32,7 @@ from workflow_lib.prepare.unique_ids import IDHashes, check_unique_ids
 # Record status: only `ok` records are chunked; the others are reported, never silently dropped.
 STATUS = (b"ok", b"empty", b"too_short", b"too_ambiguous")
 # Records are translated in batches of about this many bases: large enough to vectorise well,
-# small enough for the temporary arrays to stay in cache (measured fastest) and memory bounded.
+# small enough for the temporary arrays to stay in cache.
 BATCH_BASES = 1_000_000
 _FRAME_IDS = [name.encode() for name in FRAME_NAMES]
 
@@ -62,8 +54,7 @@ class PreparedFiles:
 
 
 def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings) -> dict:
-    """Run the prepare stage on a sample's reads into `files`, in shards of at most
-    settings.shard_tokens ESM-2 tokens; return the counts."""
+    """Run the prepare stage on a sample's reads into `files`; return the counts."""
     with contextlib.ExitStack() as stack:
         shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
         stack.callback(shards.close)  # before the directory is renamed into place
@@ -107,8 +98,7 @@ def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings)
 
 
 def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
-    """The warning for inputs mostly shorter than a chunk: their lengths, what becomes of them, and
-    what fits them. `short_lengths[n]`: the records of n bp, for n below chunk_length."""
+    """The warning for inputs mostly shorter than a chunk. `short_lengths[n]`: the records of n bp."""
     chunk_length, short = short_lengths.size, int(short_lengths.sum())
     cumulative = np.cumsum(short_lengths)
     tenth, median = (int(np.searchsorted(cumulative, q * short)) for q in (0.1, 0.5))
@@ -126,9 +116,8 @@ def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
 
 
 class _ShardFiles:
-    """The shards' FASTA pairs in `directory`, filled in turn (ShardFiller): a shard's files are
-    closed when the next shard's open, so one pair is open at a time; a digest of each shard's
-    frame IDs, to reconcile the files."""
+    """The shards' FASTA pairs in `directory`, filled in turn, one pair open at a time; a digest of
+    each shard's frame IDs, to reconcile the files."""
 
     def __init__(self, directory: Path, shard_tokens: int):
         self.directory, self.filler = directory, ShardFiller(shard_tokens)
@@ -198,8 +187,7 @@ class _Writer:
         self.counts["frames"] += len(frames.proteins)
 
     def _translate(self, buf: bytes, codes: tuple[np.ndarray, bool], starts: np.ndarray, ends: np.ndarray) -> Frames:
-        """six_frames over windows of about BATCH_BASES bases of chunks, so that its temporary
-        arrays stay small however long a record is (a whole batch of reads is one window)."""
+        """six_frames over windows of about BATCH_BASES bases of chunks, however long a record is."""
         per_window = max(1, BATCH_BASES // self.policy.chunk_length)
         parts, firsts = [], list(range(0, starts.size, per_window))
         for lo in firsts:
@@ -247,20 +235,6 @@ class _Writer:
             stop = start + len(list(run))
             self.shards.write(shard, frame_ids[start:stop], frames.nucleotides[start:stop], frames.proteins[start:stop])
             start = stop
-        self.frames_table.write(
-            b"".join(
-                [
-                    b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row
-                    for row in zip(
-                        frame_ids,
-                        records,
-                        numbers,
-                        (starts[chunk] + 1).tolist(),
-                        ends[chunk].tolist(),
-                        names,
-                        map(len, frames.proteins),
-                        shards,
-                    )
-                ]
-            )
-        )
+        coordinates = (starts[chunk] + 1).tolist(), ends[chunk].tolist()  # 1-based, inclusive
+        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, frames.proteins), shards)
+        self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row for row in rows]))

@@ -1,19 +1,13 @@
-"""The run's plan: every sample's shards, from the shards tables that prepare writes, packed into
-pooled shards (PLAN columns), written by the workflow's one checkpoint once every sample is
-prepared. A pool is what one tokenize, embed (per model) and score job work on: consecutive shards,
-in the sheet's order, of at most `shard_tokens` ESM-2 tokens together, so that many small samples
-share their GPU jobs while a large sample's shards (each near `shard_tokens`) stay pools of their
-own. A shard lies at `offset` rows into its pool, whose files keep the frames of its shards in
-plan order: record IDs may repeat across samples, so rows are found by position, never by ID.
+"""The run's plan: every sample's shards packed into pooled shards (PLAN columns), written by the
+workflow's one checkpoint once every sample is prepared. A pool is what one tokenize, embed and
+score job work on: consecutive shards, in the sheet's order, of at most `shard_tokens` ESM-2 tokens
+together, so that small samples share their GPU jobs. A shard lies at `offset` rows into its pool:
+record IDs may repeat across samples, so rows are found by position, never by ID.
 
-The samples are planned in generations: those of the run that first plans them together, and
-each sample appended to a finished run in the next generation, with pooled shards and a
-checkpoint of its own (`results/plan/shards_{generation}.tsv`), so that adding samples leaves the
-earlier samples' pooled shards and jobs alone (generations). The rules read a plan once (cached
-per version of the file) to know each sample's shards and each pool's; a checkpoint per sample
-would cost Snakemake time quadratic in the samples. Whether the plan on disk is still the one it
-would write (plan_is_current) decides how it waits for the model check
-RunPlan.check in workflow_lib/workflow/run_plan.py)."""
+Samples are planned in generations: those a run first plans together, then each sample appended
+to a finished run in the next, with a plan of its own (`results/plan/shards_{generation}.tsv`),
+so that adding samples leaves the earlier pools and jobs alone. One checkpoint, not one per
+sample, whose cost to Snakemake is quadratic in the samples."""
 
 import functools
 import os
@@ -31,11 +25,16 @@ PLAN = ("sample", *SHARDS, "pool", "offset")
 PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
 
 
+def _plans(plan_dir: str | Path) -> dict[int, Path]:
+    """The plans in `plan_dir`, by generation, in generation order."""
+    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    return dict(sorted(found.items()))
+
+
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
-    """Each sample's generation: that of the plan in `plan_dir` that lists it, or, for a sample no
-    plan lists, the generation after the latest."""
-    plans = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
-    listed = {sample: g for g, path in sorted(plans.items()) for sample in _listed(path)}
+    """Each sample's generation: that of the plan that lists it, else the one after the latest."""
+    plans = _plans(plan_dir)
+    listed = {sample: g for g, path in plans.items() for sample in _listed(path)}
     new = max(plans, default=-1) + 1
     return {sample: listed.get(sample, new) for sample in sheet}
 
@@ -48,9 +47,8 @@ def _listed(path: Path) -> list[str]:
 
 
 def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
-    """PLAN rows of the (sample, its shards) pairs: each shard, in order, joins the latest pool
-    while their tokens stay within `shard_tokens`, else starts the next (a shard is never cut).
-    Pools are named `{generation}-{n}`."""
+    """PLAN rows of the (sample, its shards) pairs: each shard joins the latest pool while their
+    tokens stay within `shard_tokens`, else starts the next. Pools are named `{generation}-{n}`."""
     rows, pool, tokens, offset = [], 0, 0, 0
     for sample, shards in shard_tables:
         for shard in shards:
@@ -74,8 +72,7 @@ def write_plan(
 
 
 def read_plan(path: str | Path) -> dict[str, list[dict]]:
-    """Each sample's shards (SHARDS fields, pool and offset), in shard order; read once per version
-    of the file."""
+    """Each sample's shards (SHARDS fields, pool and offset); read once per version of the file."""
     return _read_plan(*_version(path))[0]
 
 
@@ -85,20 +82,17 @@ def read_pools(path: str | Path) -> dict[str, list[dict]]:
 
 
 def read_plans(plan_dir: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
-    """Every generation's plan in `plan_dir`, in generation order: each sample's shards (read_plan)
-    and each pool's (read_pools)."""
-    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
+    """Every generation's plan in `plan_dir`: each sample's shards and each pool's."""
     samples, pools = {}, {}
-    for _, path in sorted(found.items()):
+    for path in _plans(plan_dir).values():
         samples |= read_plan(path)
         pools |= read_pools(path)
     return samples, pools
 
 
 def plan_is_current(path: str | Path, shard_tables: list[tuple[str, str | Path]]) -> bool:
-    """Whether the plan at `path` is the one write_plan would make now of the (sample, shards table)
-    pairs: it lists these samples, in this order, and each shards table written after it holds the
-    shards it lists (one not newer is one it was made from). Reads only the plan and those tables."""
+    """Whether the plan at `path` is the one write_plan would make now: it lists these samples in this
+    order, and each shards table written after it holds the shards it lists."""
     try:
         made = os.stat(path).st_mtime_ns
         plan = read_plan(path)

@@ -1,9 +1,7 @@
-"""Counts reconciled after the prepare stage: what was written is read back from disk.
-
-Every frame the prepare stage kept must be in the frames table once and in its shard's two FASTA
-files once, in the same order, and every input record in the sequences table once. The writer keeps
-a digest of each shard's frame IDs; the files are read back in blocks and digested the same way,
-so the check needs no memory per frame. Only when digests differ are IDs collected, to name them.
+"""Counts reconciled after the prepare stage: every kept frame must be in the frames table once and
+in its shard's two FASTA files once, in the same order, and every input record in the sequences
+table once. The files are read back in blocks and digested as the writer digested them, so the check
+needs no memory per frame; only when digests differ are IDs collected, to name them.
 """
 
 import hashlib
@@ -45,8 +43,7 @@ def fasta_ids(path: Path) -> Iterator[list[bytes]]:
 
 
 def check_prepared(files, written: list[IDDigest], records: int) -> None:
-    """Fail, naming the file and the frames or records that differ, unless the outputs on disk
-    (prepare.PreparedFiles) hold exactly what the writer wrote."""
+    """Fail, naming the file and what differs, unless the outputs on disk hold what the writer wrote."""
     frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shard_pairs(len(written))
     in_table = [IDDigest() for _ in written]
     for chunk in read_chunks(frames_path, ["frame_id", "shard"]):

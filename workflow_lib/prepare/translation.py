@@ -9,10 +9,8 @@ Reproduces VirNucPro (units.py `translate_dna` and `identify_seq`), quirks inclu
   than its codons (cut at the chunk end), and shorter than its span when codons were dropped.
 - A frame whose protein is empty is not kept (VirNucPro's prediction writes no such frame).
 
-Vectorised over a whole batch of chunks: buffer position p gets the index of the forward codon
-starting at p and of the reverse-strand codon covering p..p+2. A frame is a stride-3 slice of
-these; stop codons are found for all frames at once with one reduction per strand, and only the
-kept frames are translated to amino acids.
+Vectorised over a batch of chunks: position p gets the index of the forward codon starting at p
+and of the reverse-strand codon covering p..p+2; a frame is a stride-3 slice of these.
 """
 
 from dataclasses import dataclass
@@ -27,8 +25,7 @@ _COMPLEMENT = bytes.maketrans(b"ACGT", b"TGCA")
 
 def base_codes(buf: bytes) -> tuple[np.ndarray, bool]:
     """2-bit codes of an upper-case buffer, (byte >> 1) & 3: A=0, C=1, T=2, G=3, so that the
-    complement is code ^ 2; any other byte gets 4. Also returns whether any byte was not ACGT.
-    Plain numpy comparisons here are several times faster than bytes.translate."""
+    complement is code ^ 2; any other byte gets 4. Also returns whether any byte was not ACGT."""
     x = np.frombuffer(buf, dtype=np.uint8)
     codes = (x >> 1) & 3
     acgt = (x == 65) | (x == 67) | (x == 71) | (x == 84)
@@ -102,8 +99,7 @@ def six_frames(
     ambiguous: str = "drop",
     codes: tuple[np.ndarray, bool] | None = None,
 ) -> Frames:
-    """Translate the chunks buf[starts[i]:ends[i]] (upper case) in six frames; keep stop-free ones.
-    `codes` is base_codes(buf), when the caller has it already."""
+    """Translate the chunks buf[starts[i]:ends[i]] in six frames; keep stop-free ones (`codes`: base_codes')."""
     forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -151,9 +147,8 @@ def six_frames(
 
 
 def _cut(buf: bytes, strands, reverse: np.ndarray, protein_span, nucleotide_span) -> tuple[list, list]:
-    """Each kept frame's protein (its strand's codon indices p_from:p_to, stride 3, translated by
-    that strand's table; `strands`: (codons, table) forward, then reverse) and nucleotides
-    (buf[n_from:n_to], reversed and complemented on the reverse strand)."""
+    """Each kept frame's protein (its strand's codon indices, stride 3, translated by that strand's
+    table) and nucleotides (reversed and complemented on the reverse strand)."""
     (fwd, forward_table), (rev, reverse_table) = strands
     (p_from, p_to), (n_from, n_to) = protein_span, nucleotide_span
     proteins, nucleotides = [], []

@@ -19,8 +19,8 @@ MAX_REPEATED = 100_000
 
 
 class IDHashes:
-    """The hashes of record IDs as they are read: held up to HELD, then appended to temporary bucket
-    files (in `directory`), each sorted on its own at the end. Use as a context manager."""
+    """The hashes of record IDs: held up to HELD, then spread over temporary bucket files in
+    `directory`, each sorted on its own at the end. Use as a context manager."""
 
     def __init__(self, directory: str | Path):
         self.directory = directory
@@ -66,8 +66,7 @@ class IDHashes:
 
 
 def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
-    """Fail on duplicate record IDs (a paired sample's: fragment IDs), given the hashes of IDs that
-    repeat (IDHashes.repeated)."""
+    """Fail on duplicate record IDs, given the hashes that repeat (IDHashes.repeated)."""
     if not repeated:
         return
     seen: dict[bytes, tuple[str, int]] = {}
@@ -97,8 +96,7 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
 
 
 def _numbered_ids(reads: SampleReads) -> Iterator[tuple[bytes, int, Path, int]]:
-    """Each record's ID (a fragment's, once), its number in its file (a fragment's: its mate 1's), the
-    file, and its number in the sample."""
+    """Each record's ID (a fragment's once), its number in its file, the file, its number in the sample."""
     running = 0
     for i, path in enumerate(reads.paths):
         one_file = SampleReads((path,), reads.mates[i : i + 1], reads.interleaved)

@@ -1,17 +1,6 @@
 """What a cluster run tells its console that Snakemake would not: each failed job's one-line
-reason, jobs that SLURM killed for memory, and jobs that SLURM will never start.
-
-- A job's error line goes to its log (scripts/run_logged.sh prints it on stderr, which on a
-  cluster is the job's SLURM log): after a failed run, failed_job_reasons reads it from each failed
-  job's log, as Snakemake's own log names them.
-- A job that SLURM kills for memory says nothing of its own (run_logged.sh, or Snakemake in the
-  job, is killed with it) and Snakemake only that it failed: SLURM's line in the job's SLURM log
-  tells, and failed_job_reasons makes it one line with the rule or group, the memory the job asked
-  for and what to raise.
-- A job that asks for more than its partition allows (CPUs, memory, GPUs, time) pends for ever
-  with a reason such as PartitionConfig, and Snakemake waits without a word: PendingWatch cancels
-  it with one line saying why, so that the run fails instead of hanging.
-"""
+reason (the last line of its log, or for a job SLURM killed for memory, the rule or group and what
+to raise), and pending jobs that SLURM will never start (PendingWatch cancels them, saying why)."""
 
 import os
 import re
@@ -59,8 +48,7 @@ _FIX = (
 
 @dataclass(frozen=True)
 class FailedJob:
-    """A failed job as Snakemake's log reports it: a rule's, or a job group's (`group`), the rules
-    of its jobs, and its logs (a cluster job's SLURM log among them)."""
+    """A failed job as Snakemake's log reports it: a rule's or a group's, its rules and its logs."""
 
     group: str | None
     rules: tuple[str, ...]
@@ -87,9 +75,7 @@ def failed_jobs(text: str) -> list[FailedJob]:
 
 
 def failed_job_reasons(snakemake_logs: list[str]) -> list[str]:
-    """One line for each failed job's log that Snakemake's logs name, once each: for the SLURM log
-    of a job that SLURM killed for memory, which rule or group it was and what to raise; else
-    `log: reason`, the log's last line, the job's one-line error."""
+    """One line for each failed job's log that Snakemake's logs name, once each."""
     text = "".join(Path(path).read_text(errors="replace") for path in snakemake_logs if os.path.isfile(path))
     reasons: dict[str, str] = {}
     for job in failed_jobs(text):
@@ -105,16 +91,13 @@ def failed_job_reasons(snakemake_logs: list[str]) -> list[str]:
 
 
 def slurm_memory_kill(log_tail: str) -> str | None:
-    """The SLURM job that SLURM killed for memory, by its line in the end of the job's SLURM log;
-    None for a job that ended otherwise."""
+    """The SLURM job that SLURM killed for memory, by its line in the job's SLURM log."""
     killed = _MEMORY_KILL.search(log_tail)
     return (killed["job"] or killed["cgroup_job"]) if killed else None
 
 
 def memory_kill_line(job: FailedJob, slurm_job: str, mem_mb: int | None) -> str:
-    """The line for `job`, SLURM job `slurm_job`, killed by SLURM for memory; it asked for
-    `mem_mb` (None: SLURM no longer knows). A job group asks for what its jobs that run side by
-    side ask together, so its rules' mem_mb is what to raise."""
+    """The line for `job` killed by SLURM for memory; it asked for `mem_mb` (None: unknown)."""
     if not job.group:
         asked = f"; it asked for mem_mb={mem_mb}" if mem_mb else ""
         return (
@@ -130,8 +113,7 @@ def memory_kill_line(job: FailedJob, slurm_job: str, mem_mb: int | None) -> str:
 
 
 def slurm_memory_mb(slurm_job: str) -> int | None:
-    """The memory in MB that SLURM gave `slurm_job`, by its record: squeue's while slurmctld holds
-    it (MinJobAge), else sacct's where there is accounting; None where neither has it."""
+    """The memory in MB that SLURM gave `slurm_job`: squeue's while slurmctld holds the job, else sacct's."""
     for command in (
         ["squeue", "-h", "-t", "all", "-j", slurm_job, "-o", "%m"],
         ["sacct", "-n", "-X", "-j", slurm_job, "-o", "ReqMem"],
@@ -154,8 +136,7 @@ def _tail(path: str) -> str:
 
 
 def never_runs(squeue: str, workdir: str) -> list[tuple[str, str, str]]:
-    """(job id, Snakemake's job comment, reason) of the pending jobs of `workdir` that will never
-    start, from `squeue -h -t PENDING -o %i|%Z|%k|%r` output."""
+    """(job id, comment, reason) of `workdir`'s pending jobs that will never start, from squeue's output."""
     found = []
     for line in squeue.splitlines():
         parts = line.strip().split("|")
@@ -173,8 +154,8 @@ def job_name(comment: str, groups: tuple[str, ...] = ()) -> str:
 
 
 class PendingWatch:
-    """Every `interval` seconds, in a daemon thread of the Snakemake process: this run's pending
-    jobs that will never start are cancelled (scancel), each with one line on the console."""
+    """Every `interval` seconds, in a daemon thread: this run's pending jobs that will never start are
+    cancelled, each with one line on the console."""
 
     def __init__(self, interval: float, groups: tuple[str, ...] = (), workdir: str | None = None):
         self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(workdir or os.getcwd())

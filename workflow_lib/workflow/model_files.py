@@ -10,8 +10,7 @@ from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local,
 
 
 def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
-    """The local checkpoints (files or directories) of the configured models (or of `model`), as
-    inputs: the workflow can build them."""
+    """The local checkpoints of the configured models (or of `model`), as inputs."""
     checkpoints = (e.checkpoint for e in embedders(config) if model in (None, e.name))
     return [c for c in checkpoints if is_local(c)]
 
@@ -29,13 +28,12 @@ def classifier_file(config: dict) -> str:
 
 def trains_here(config: dict, labelled: bool) -> bool:
     """This run trains the classifier it uses: models.classifier is the train target's output and
-    the samples sheet labels samples to learn from (`labelled`; else that file is used as it is)."""
+    the samples sheet labels samples."""
     return classifier_file(config) == config["train"]["classifier"] and labelled
 
 
 def classifier_to_check(config: dict, trains: bool) -> list[str]:
-    """The classifier, checked before embedding unless this run trains it (`trains`: then it fits by
-    construction)."""
+    """The classifier, checked before embedding unless this run trains it."""
     return [] if trains else [classifier_file(config)]
 
 
@@ -55,8 +53,7 @@ def fetched_manifest(config: dict) -> str:
 
 
 def fetched(config: dict) -> list[str]:
-    """fetch_models' manifest when a model is remote (a fair-esm name, a Hugging Face id, a
-    classifier URL): the model check, on the submit host, waits for it; jobs then run offline."""
+    """fetch_models' manifest when a model is remote: the model check waits for it."""
     models = config["models"]
     remote = is_url(models["classifier"]) or not all(is_local(e.checkpoint) for e in embedders(config))
     return [fetched_manifest(config)] if remote else []
@@ -67,9 +64,8 @@ def fetched_classifier(config: dict) -> list[str]:
 
 
 def model_env(config: dict, compiles: bool = False) -> str:
-    """A resource: the environment of jobs that load models (NAME=value words): no network, named
-    models from cache_dir; with `compiles`, the compile caches too, shared and outliving the run, so
-    that one job's compile serves the rest. None changes a result: Snakemake compares no resource."""
+    """A resource: the environment of jobs that load models: no network, named models from cache_dir;
+    with `compiles`, the compile caches, shared across jobs and runs."""
     env = cli_env(HF_HUB_OFFLINE=1, TORCH_HOME=f"{config['models']['cache_dir']}/torch")
     if not compiles:
         return env

@@ -9,24 +9,19 @@ from snakemake.io import expand, report, temp
 
 def temp_unless_kept(config: dict, path: str):
     """`path`, embeddings or the shard FASTA they come from: temporary unless
-    outputs.keep_embeddings. Embedding a shard again needs its FASTA only when its embeddings are
-    kept: an embed job run again (a checkpoint change, a lost shard) must find its shard, since a
-    new prepare would make every later job of the sample anew. Without, each FASTA pair goes once
-    its shard is scored (spent_shard_fasta), and anything that embeds a shard again runs prepare
-    again too, which costs little beside embedding (about 40 MB/s of reads)."""
+    outputs.keep_embeddings (an embed job run again must then find its shard; without, embedding a
+    shard again runs prepare again too)."""
     return path if config["outputs"]["keep_embeddings"] else temp(path)
 
 
 def page(path: str, caption: str, category: str, item: str, subcategory: str | None = None):
-    """`path` as a page of Snakemake's report: its caption (a file in report/), its category (and
-    subcategory), labelled `item`."""
+    """`path` as a page of Snakemake's report, labelled `item`."""
     where = {"subcategory": subcategory} if subcategory else {}
     return report(path, caption=f"../report/{caption}", category=category, labels={"item": item}, **where)
 
 
 def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
-    """Per name of `pages`, its (file in results/{sample}/report/, caption in report/, category,
-    label), as an output flagged for the sample's part of the report."""
+    """Per name of `pages`, its (file in results/{sample}/report/, caption, category, label) as a report page."""
     return {
         name: page(f"results/{{sample}}/report/{file}", caption, category, label, "{sample}")
         for name, (file, caption, category, label) in pages.items()
@@ -34,11 +29,9 @@ def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
 
 
 def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, item: str):
-    """The table `tables[name]` as a report attachment of the sample's predictions (its caption
-    report/<name>.rst, labelled `item`), only while the `tables` of every sample of the `sheet`
-    together hold at most report.max_attached_mb: `snakemake --report` reads the rules again once
-    the results exist, and embedded tables grow the HTML by 4/3 of their size (GBs at 10^8 reads);
-    else the report names the tables' paths (captions) and shows their top rows."""
+    """The table `tables[name]` as a report attachment, only while the `tables` of every sample of
+    the `sheet` together hold at most report.max_attached_mb (embedded tables grow the HTML by 4/3
+    of their size); else the report names the tables' paths."""
     found = [f for f in expand(list(tables.values()), sample=sheet) if os.path.isfile(f)]
     if sum(map(os.path.getsize, found)) > config["report"]["max_attached_mb"] * 1024**2:
         return tables[name]

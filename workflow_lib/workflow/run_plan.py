@@ -15,9 +15,7 @@ from workflow_lib.workflow import job_resources
 
 
 class RunPlan:
-    """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules
-    exist), its samples, its embedding models by name, its config, whether it trains here and the
-    path of its model check."""
+    """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules exist)."""
 
     def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check):
         self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
@@ -25,9 +23,8 @@ class RunPlan:
 
     def check(self, wildcards):
         """A generation's plan's input of the model check: ancient while the plan on disk is current
-        (a classifier swap reruns the check, not the plan), else plain: Snakemake marks the jobs after
-        a due one along plain inputs only, and does not test them on their own, so a plan out of date
-        (a new sample, a newer shards table) would not run, nor the new sample's prepare."""
+        (a classifier swap reruns the check, not the plan), else plain, so that a plan out of date
+        runs (Snakemake does not test a job behind a due one on its own)."""
         members = self.samples.of_generation(wildcards.generation)
         tables = expand(self.rules.prepare.output.shard_table, sample=members)
         plan = expand(self.rules.plan.output.plan, generation=wildcards.generation)[0]
@@ -35,8 +32,7 @@ class RunPlan:
         return ancient(self.model_check) if current else self.model_check
 
     def shards(self, sample: str) -> list[dict]:
-        """A sample's shards (plan rows: shard, frames, tokens, and the pool and offset where they
-        lie). A plan lacking the sample predates it: not made yet (check), not a KeyError."""
+        """A sample's shards (plan rows); a plan lacking the sample predates it: not made yet."""
         plan_file = self.checkpoints.plan.get(generation=self.samples.generation[sample]).output.plan
         plan = read_plan(plan_file)
         if sample not in plan:
@@ -44,8 +40,7 @@ class RunPlan:
         return plan[sample]
 
     def shard_outputs(self, output, sample: str, **wildcards) -> list[str]:
-        """An output (`rules.<rule>.output.<name>`) of the pooled shard of each of a sample's shards,
-        in shard order (a pooled shard of several of its shards comes as often)."""
+        """An output of the pooled shard of each of a sample's shards, in shard order."""
         return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
 
     def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
@@ -53,9 +48,9 @@ class RunPlan:
         return list(dict.fromkeys(self.shard_outputs(output, sample, **wildcards)))
 
     def plan(self, wildcards):
-        """The plan of a pooled shard's generation, which its jobs read (their params): in cluster jobs
-        Snakemake evaluates params that read a checkpoint only with its output among the inputs;
-        ancient: a plan made again does not make the pooled shards it leaves alone again."""
+        """The plan of a pooled shard's generation, as an input: cluster jobs evaluate params that read
+        a checkpoint only with its output among the inputs; ancient: a plan made again does not make
+        the pooled shards it leaves alone again."""
         generation = wildcards.pool.split("-")[0]
         return ancient(expand(self.rules.plan.output.plan, generation=generation)[0])
 
@@ -65,9 +60,8 @@ class RunPlan:
         return read_pools(self.checkpoints.plan.get(generation=generation).output.plan)[pool]
 
     def work(self, wildcards) -> dict:
-        """A pooled shard's frames and ESM-2 tokens, from the plan: a resource that reads the job's
-        input waits for all of it, and a stored-tokens embed job's tokens are not there before its
-        tokenize job (a dry run would show <TBD>)."""
+        """A pooled shard's frames and ESM-2 tokens, from the plan (not the job's input, which a
+        dry run may not have)."""
         pieces = self.pieces(wildcards.pool)
         return {key: sum(p[key] for p in pieces) for key in ("frames", "tokens")}
 
@@ -94,15 +88,13 @@ class RunPlan:
         try:
             pooled = {p["sample"] for p in self.pieces(wildcards.pool)}
         except IncompleteCheckpointException:
-            # an embed job asked for by its file before the plan exists: Snakemake makes the job
-            # again, with its samples known, once the plan is done (a priority function may not raise)
+            # asked for before the plan exists: made again once it is (a priority function may not raise)
             return job_resources.embed_priority(wildcards.pool, False)
         labelled = (self.samples.table.loc[list(pooled), "label"] != "").any()
         return job_resources.embed_priority(wildcards.pool, self.trains_here and labelled)
 
     def fasta_pair(self, wildcards) -> list[str]:
-        """What a pooled shard's jobs read: prepare's shards directory of its one sample's shard, or
-        the FASTA pair that pool_shard makes of several."""
+        """What a pooled shard's jobs read: prepare's shards directory, or pool_shard's FASTA pair."""
         pieces = self.pieces(wildcards.pool)
         if len(pieces) == 1:
             return expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])
@@ -121,8 +113,7 @@ class RunPlan:
         return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
 
     def spent_fasta(self, wildcards) -> tuple[str, str]:
-        """The score job's --shard-fasta: what it removes once the shard is scored, unless the
-        embeddings are kept."""
+        """The score job's --shard-fasta: removed once scored unless the embeddings are kept."""
         return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
@@ -141,8 +132,7 @@ class RunPlan:
         return cli(piece=[(p["sample"], p["shard"], p["frames"]) for p in self.pieces(wildcards.pool)])
 
     def stored_tokens(self, wildcards) -> list[str]:
-        """The embed job's tokens, made by the tokenize job where its architecture stores them
-        (DNABERT-S); none for another (ESM-2)."""
+        """The embed job's tokens, where its architecture stores them (DNABERT-S)."""
         if self.embedders[wildcards.model].declared.stored_tokens:
             return expand(self.rules.tokenize.output.tokens, **wildcards)
         return []

@@ -1,60 +1,20 @@
-"""Four mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED,
-as requirements.txt and envs/ pin it), each a no-op where its target is missing; `mend_all` applies
-them and says in one line what another Snakemake does without them. PATCHED fingerprints the
-Snakemake code they replace or rely on, which a test compares with the pinned Snakemake's.
+"""Four mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED),
+each a no-op where its target is missing; `mend_all` applies them and says in one line what another
+Snakemake does without them. PATCHED fingerprints the Snakemake code they replace or rely on, which
+tests/test_scheduler.py compares with the pinned Snakemake's. docs/development.md writes up each
+mend: what it changes, why, and the measurement.
 
-One pending re-evaluation timer per delay. Snakemake 9 always has a job rate limiter
-(`--max-jobs-per-timespan`, 100/1s by default), and at the end of every scheduling pass that saw
-ready jobs it starts a new `threading.Timer(timespan)` whose only act is to start another pass
-(`scheduling/job_scheduler.py`, `JobScheduler.schedule` and `_schedule_reevalutation`). That pass
-arms another timer, and every finished job starts another such chain, so while jobs wait the
-passes grow with the jobs finished, each pass sizing the inputs of every ready job: Snakemake's own
-CPU grows with the square of the samples (67 s against 12 s at 30 samples of the real workflow,
-docs/performance.md). The timers are not daemon threads either, so a long timespan keeps the
-process alive after the run.
-
-`keep_one_timer` makes a timer that is due while another of the same delay is pending a no-op.
-Safe because a timer only starts a pass: every event that can make a job runnable (a job done or
-failed, an executor error, a signal) releases the scheduler itself, and while a pass asks for a
-re-evaluation one still comes within `delay` seconds (the pending timer fires no later than the new
-one would, and its flag is cleared before it releases, so the pass it starts can arm the next).
-SLURM jobs are polled by the executor's own thread and reported through the same release.
-
-Passes that weigh a bounded number of jobs. Every scheduling pass sizes the inputs of every ready
-job (their files stat'ed) and hands them all to the job selector (an ILP over every ready job, or
-the greedy one); a pass comes after every finished job, so with 1,000 samples, whose 5,000 small
-jobs are ready together, the run's own CPU grows with the square of the samples (0.298 s a sample
-at 500 samples, 0.556 s at 1,000; two thirds of it in these passes, profiled). `bound_passes` hands
-the selector at most RULE_JOBS_A_PASS jobs of each rule (or group), those of highest priority:
-every kind of job is still weighed in every pass (the CPU jobs while the GPU jobs wait for a GPU,
-say), and none waits for ever, as the jobs before it run. Snakemake's own `--scheduler-subsample`
-takes a random sample of the ready jobs instead, which can leave out the one embed job that could
-start.
-
-Group components merged once. `group-components NAME=n` puts n connected components of a job group
-into one cluster job, but `DAG._update_group_components` merges them by growing the GroupJob objects
-that the DAG's group factory caches, and the DAG is post-processed more than once (at start-up,
-again after every checkpoint): each pass finds the grown groups and merges them again, so the
-cluster jobs hold n, then n^2 ... components (snakemake#1217, #1628; 6 samples' prepare in one job
-where 3 were asked, measured on the SLURM test bed). `mend_job_groups` merges each chunk into a
-group of its own from the same factory, leaving the components as they were: every pass makes the
-same chunks, and the same GroupJob objects, from the same components.
-
-Groups checked once each. `DAG._check_groups` (no path may leave a group and enter it again) walks
-everything upstream of a group's job once for each job of each group, and again for every job
-that maps to the same group: with 50 samples' predict, call, summarize and plot_sample to a group,
-183 s of a 205 s profiled dry run at 300 samples (146 M steps), and 8 min 22 s of the 1,000-sample
-dry run unprofiled. `mend_job_groups` walks upstream once per group, from the jobs just outside it: the same
-check, linear in the DAG for each group.
-
-Jobs behind an ancient input tested on their own. `DAG.update_needrun` tests each job's own
-reasons (missing or older output, changed params) in topological order, but skips every job
-downstream of one found to need a run ("masked": the BFS after it would mark them anyway); that
-BFS does not cross an input marked `ancient()`, but the mask does. So a job that reads a due job's
-output only through `ancient()` is neither tested nor marked: with the model check due (a
-classifier swap) and `embedding.storage` changed with it, no embed job ran and the old embeddings
-were kept. `mend_needrun_mask` masks along plain inputs only; a job past an ancient one is tested
-as if the due job were not there, which is what `ancient()` means.
+- `keep_one_timer`: one pending re-evaluation timer per delay (each pass armed another, so passes
+  grew with the jobs finished); a timer only starts a pass, and every event that makes a job
+  runnable releases the scheduler itself, so no pass is lost.
+- `bound_passes`: a pass weighs at most RULE_JOBS_A_PASS ready jobs of each rule or group, those of
+  highest priority (not `--scheduler-subsample`'s random sample, which can leave out the one embed
+  job that could start).
+- `mend_job_groups`: group components merged once per pass from the DAG's factory (Snakemake
+  merges the already grown groups again after every checkpoint: snakemake#1217, #1628), and groups
+  checked for cycles once each, linear in the DAG.
+- `mend_needrun_mask`: needrun's mask follows plain inputs only, so a job that reads a due job's
+  output through `ancient()` is still tested on its own reasons.
 """
 
 import ast
@@ -264,8 +224,7 @@ def source_fingerprint(target: str) -> str | None:
 
 
 def mend_all() -> str | None:
-    """Apply every mend; None on the Snakemake they were tested with, else one line naming the
-    version, the mends that found nothing to patch and what each costs."""
+    """Apply every mend; None on the Snakemake they were tested with, else a one-line warning."""
     missing = [cost for mend, cost in MENDS.items() if not mend()]
     if snakemake.__version__ == TESTED:
         return None

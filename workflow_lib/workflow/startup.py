@@ -1,7 +1,6 @@
 """The workflow's start-up, one call from rules/common.smk: Snakemake's scheduling mended, the
 config and the samples sheets checked (a problem ends the run with its lines alone), and the run's
-settings and samples as the rules read them. What it reads of Snakemake's internals is here:
-`workflow.config_settings`, the config files, whether this is the main process."""
+settings and samples as the rules read them."""
 
 import dataclasses
 import logging
@@ -31,8 +30,7 @@ from workflow_lib.workflow.config_check import (
 
 @dataclasses.dataclass(frozen=True)
 class Samples:
-    """The run's samples: the samples sheet's, then the calibrate target's (calibration.samples),
-    which only that target reads."""
+    """The run's samples: the samples sheet's, then the calibrate target's (calibration.samples)."""
 
     table: pd.DataFrame  # by sample: reads (io.reads.SampleReads: its files) and label ('' for none)
     sheet: list[str]  # the samples sheet's
@@ -52,15 +50,13 @@ class Samples:
 
 
 def refuse(error: InputError) -> NoReturn:
-    """A config or sheet error: its lines alone (Snakemake would dress them as a crash of the
-    workflow: a WorkflowError and a frame)."""
+    """A config or sheet error: its lines alone, not dressed as a crash of the workflow."""
     print(error, file=sys.stderr)
     sys.exit(1)
 
 
 def readable_yaml(path: str) -> str:
-    """`path`, a config file Snakemake can read; else the run ends naming its line (Snakemake would
-    not name the file or the line of a syntax error)."""
+    """`path`, a config file Snakemake can read; else the run ends naming the file and the line."""
     try:
         check_yaml(path)
     except InputError as error:
@@ -73,10 +69,6 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> tu
     config differs from the settings that made the results (`recorded`): the run's settings
     (config_check.run_settings: every key, `config` left as it is) and its samples. `root`: the
     checkout, whose config/ holds the defaults and the schemas; `plan_dir`: where the plans are."""
-    # Snakemake's own CPU would grow with the square of the samples, its grouped cluster jobs would
-    # hold far more samples than group-components asks, a job behind an ancient input would go
-    # untested while the job before it is due, and the Snakemake in a cluster job would retry its
-    # rule as well as the main one (snakemake_patches.py).
     unmended = snakemake_patches.mend_all()
     # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
     # ---"); the console still gets every message, and onerror says the disk is full.
