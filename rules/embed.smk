@@ -57,7 +57,7 @@ rule tokenize:
 # A shard's embeddings by one model: the one job retried (a preemption, a lost node; the profiles
 # say how often, as preemptible-retries), for it resumes from its last commit; any other job's
 # failure would only repeat. Memory: the model, built in place, each checkpoint tensor's file pages
-# handed back once it is converted (its peak: docs/performance.md, benchmarks/model_load.py; a GPU
+# handed back once it is converted (its peak: docs/performance.md; a GPU
 # job's weights go to the GPU), the loader workers' batches, and one shard's counters (bounded by
 # shard_tokens). gpu: a whole GPU (profiles/local sets it to 0 for jobs that share GPUs);
 # gpu_mem_mb: the share of a GPU's memory such a job claims, from its model and token budget

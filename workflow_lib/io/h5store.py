@@ -18,7 +18,7 @@ REQUIRED_ATTRS = ("model", "checkpoint", "layer", "dim", "precision", "pooling",
 STORAGE = {"float32": np.float32, "float16": np.float16}
 CHUNK_ROWS = 1024  # rows per HDF5 chunk: each chunk is compressed (and written by embed) whole
 # lzf rather than gzip, both after the byte shuffle: faster to write and read for a few per cent
-# more bytes (benchmarks/storage.py, docs/performance.md)
+# more bytes (decided by benchmarks/storage.py as of 2009c51, removed since)
 COMPRESSION = {"compression": "lzf", "shuffle": True}
 BLOCK_ROWS = 65536  # rows a block reader holds
 BUFFER_BYTES = 256 << 20  # finished rows a writer holds before it writes them

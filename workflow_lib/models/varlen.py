@@ -12,7 +12,7 @@ One kernel per device, precision and model, chosen by measurement (docs/gpu-chec
   back, L the longest sequence of the batch. Its additive mask is B x 1 x 1 x L without ALiBi and
   B x H x L x L with it; never T x T for the whole row. It needs no compile.
 `varlen_attn` failing on a batch (a GPU it has no kernel for) gives way to the padded path for
-the rest of the job. Another candidate is measured beside these by benchmarks/attention_kernels.py.
+the rest of the job.
 """
 
 import importlib.util
