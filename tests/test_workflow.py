@@ -127,6 +127,8 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
     (only embed jobs are retried), also under a profile (profiles/local)."""
     write_inputs(tmp_path)
+    sheet = tmp_path / "samples.tsv"  # one sample: the check fails while its prepare job runs
+    sheet.write_text("".join(sheet.read_text().splitlines(keepends=True)[:2]))
     torch.manual_seed(0)
     # DNABERT-S 768 + ESM-2 3B 2560
     classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt", chunk_length=300)
@@ -379,22 +381,23 @@ def planned_embed_jobs(directory: Path, config: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
+def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     """A sample with no frame (its one record is too short) gets one empty shard, pooled with the
     next sample's: their embed jobs ask for a GPU; a pooled shard of empty shards only asks for
-    none (the resource is decided once the plan is made)."""
+    none (the resource is decided once the plan is made). A run with such a sample (pooled_run's
+    `none`) goes to the end and calls its record no_coding_frame."""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
     (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    asked, configs = {}, {}
+    asked = {}
     for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
         (tmp_path / run).mkdir()
         rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
         (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
         config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
-        configs[run], jobs = config, planned_embed_jobs(tmp_path / run, config)
+        jobs = planned_embed_jobs(tmp_path / run, config)
         assert len(jobs) == 2
         for job in jobs:
             assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
@@ -403,62 +406,9 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
             assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
             asked[run] = asked.get(run, set()) | {int(re.search(r"\bgpu=(\d+)", job).group(1))}
     assert asked == {"pooled": {1}, "empty": {0}}
-    command = SNAKEMAKE + ["--directory", str(tmp_path / "pooled"), "--configfile", str(configs["pooled"])]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert read_tsv(tmp_path / "pooled" / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
-
-
-def test_the_workflow_runs_from_any_directory(tmp_path):
-    """From a directory with no copy of config/: the defaults are found beside the Snakefile."""
-    write_inputs(tmp_path)
-    torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "500_model.pth", chunk_length=500)
-    command = [*SNAKEMAKE[:5], "-n", "--cores", "1", "--config", f"samples={tmp_path / 'samples.tsv'}"]
-    command += [f"models={{classifier: {tmp_path / '500_model.pth'}}}"]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"Config file {ROOT / 'config' / 'config.yaml'} is extended" in result.stdout
-
-
-@pytest.mark.slow
-def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
-    """The overview records what made the results; a config that names other values says so (a
-    report made now describes the results as they are)."""
-    workdir, config = workflow_run
-    output, _ = snakemake_dry_run(workdir, config, tmp_path, chunk_length=500)
-    assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
-    output, _ = snakemake_dry_run(workdir, config, tmp_path)
-    assert "Warning" not in output
-
-
-@pytest.mark.slow
-def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
-    """outputs.keep_embeddings: false: each embedding and shard FASTA goes once its shard is
-    scored and train (a labelled sample) has read it; the run summary and the figures need
-    neither, and a second run has nothing to do."""
-    write_inputs(tmp_path)
-    sheet = tmp_path / "samples.tsv"
-    sheet.write_text("".join(line for line in sheet.read_text().splitlines(True) if not line.startswith("gamma")))
-    config = write_config(tmp_path, outputs={"keep_embeddings": False})  # the default
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    results = tmp_path / "results"
-    assert (results / "train" / "classifier.pt").is_file()
-    assert not list(results.glob("shards/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
-    assert not list(results.glob("shards/*.f?a"))
-    samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
-    plan = read_plans(results / "plan")[0]
-    assert len(plan["reads"]) > 1
-    figures = {p.relative_to(results / "shards" / "embeddings") for p in results.glob("shards/embeddings/*/*")}
-    pools = {s["pool"] for sample in samples for s in plan[sample]}
-    assert figures == {Path(m) / f"shard_{pool}.json" for m in ("esm", "dnabert") for pool in pools}
-    for sample in samples:
-        for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
-            assert (results / sample / made).stat().st_size > 0
-    dry = subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV)
-    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+    (none,) = read_plans(pooled_run / "results" / "plan")[0]["none"]
+    assert none["frames"] == 0 and none["pool"] == "0-0"
+    assert read_tsv(pooled_run / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -490,30 +440,25 @@ def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.nda
 
 
 @pytest.mark.slow
-def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
+def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
     """The same samples and classifier in shards of 4,000 tokens (up to 4 a sample, some pooled
-    with other samples') and all in one pooled shard: the same frames, embeddings and frame and
-    chunk scores equal but for float32 rounding (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE),
-    and the same calls: a sample's calls do not depend on which samples share its shards."""
-    workdir, _ = workflow_run
+    with other samples') and all in one pooled shard (conftest's pooled_run, where two more samples
+    share it): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
+    (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls: a sample's calls do not
+    depend on which samples share its shards."""
+    workdir, pooled = workflow_run[0], pooled_run
     plan = read_plans(workdir / "results" / "plan")[0]
     assert max(map(len, plan.values())) >= 3
-    write_inputs(tmp_path)
-    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), shard_tokens=10**9)
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert all(len(shards) == 1 for shards in read_plans(tmp_path / "results" / "plan")[0].values())
-    assert list(read_plans(tmp_path / "results" / "plan")[1]) == ["0-0"]  # every sample in one
+    assert all(len(shards) == 1 for shards in read_plans(pooled / "results" / "plan")[0].values())
+    assert list(read_plans(pooled / "results" / "plan")[1]) == ["0-0"]  # every sample in one
     for sample in SAMPLES:
-        sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, pooled))
         assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
         for model in ("esm", "dnabert"):
-            sharded, whole = (frame_embeddings(d, sample, model) for d in (workdir, tmp_path))
+            sharded, whole = (frame_embeddings(d, sample, model) for d in (workdir, pooled))
             assert sharded.keys() == whole.keys()
             assert max(np.abs(sharded[f] - whole[f]).max() for f in sharded) <= EMBEDDING_TOLERANCE
-        sharded, whole = (frame_scores(d, sample) for d in (workdir, tmp_path))
+        sharded, whole = (frame_scores(d, sample) for d in (workdir, pooled))
         assert sharded.keys() == whole.keys()
         assert max(abs(sharded[f] - whole[f]) for f in sharded) <= SCORE_TOLERANCE
         chunks = {f[:-2] for f in sharded}  # VirNucPro's chunk key
@@ -521,9 +466,9 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
             for chunk in chunks:
                 scores[chunk] = max(scores[f"{chunk}{frame}"] for frame in FRAMES if f"{chunk}{frame}" in scores)
         assert max(abs(sharded[c] - whole[c]) for c in chunks) <= SCORE_TOLERANCE
-        sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, pooled))
         assert [c["is_virus"] for c in sharded] == [c["is_virus"] for c in whole]
-        sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, pooled))
         assert [s["call"] for s in sharded] == [s["call"] for s in whole]
 
 
