@@ -49,7 +49,7 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
     (workdir / "inputs" / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
     found = lanes(workdir / "inputs")
     sheet = workdir / "samples.tsv"
-    header, *rows = sheet.read_text().splitlines(keepends=True)
+    _, *rows = sheet.read_text().splitlines(keepends=True)
     sheet.write_text(
         "sample\tpath\tpath2\tlabel\n"
         + f"none\t{workdir / 'inputs' / 'none.fa'}\t\t\n"
