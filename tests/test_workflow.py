@@ -411,6 +411,29 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     assert read_tsv(pooled_run / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 
+def test_the_workflow_runs_from_any_directory(tmp_path):
+    """From a directory with no copy of config/: the defaults are found beside the Snakefile."""
+    write_inputs(tmp_path)
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(768 + 2560), tmp_path / "500_model.pth", chunk_length=500)
+    command = [*SNAKEMAKE[:5], "-n", "--cores", "1", "--config", f"samples={tmp_path / 'samples.tsv'}"]
+    command += [f"models={{classifier: {tmp_path / '500_model.pth'}}}"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Config file {ROOT / 'config' / 'config.yaml'} is extended" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
+    """The overview records what made the results; a config that names other values says so (a
+    report made now describes the results as they are)."""
+    workdir, config = workflow_run
+    output, _ = snakemake_dry_run(workdir, config, tmp_path, chunk_length=500)
+    assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
+    output, _ = snakemake_dry_run(workdir, config, tmp_path)
+    assert "Warning" not in output
+
+
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
 
 
