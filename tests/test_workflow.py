@@ -127,8 +127,8 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
     (only embed jobs are retried), also under a profile (profiles/local)."""
     write_inputs(tmp_path)
-    sheet = tmp_path / "samples.tsv"  # one sample: the check fails while its prepare job runs
-    sheet.write_text("".join(sheet.read_text().splitlines(keepends=True)[:2]))
+    # one sample: the check fails while its prepare job runs
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'inputs' / 'phix.fa'}\n")
     torch.manual_seed(0)
     # DNABERT-S 768 + ESM-2 3B 2560
     classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt", chunk_length=300)
