@@ -273,11 +273,22 @@ def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp
     assert "rule check_models" in reused.stdout and "rule train" not in reused.stdout
 
 
+def new_genome(tmp_path: Path) -> Path:
+    """A genome for a sample added to a finished run: lambda's first 10 kb (one pooled shard), in a
+    file dated as lambda's bundled genome, older than the run (as a file kept on disk is)."""
+    lam = GENOMES / "lambda_NC_001416.fasta"
+    ((record_id, _, bases),) = read_records(lam)
+    path = tmp_path / "lambda.fa"
+    path.write_bytes(b">" + record_id.encode() + b" first 10 kb\n" + bases[:10_000] + b"\n")
+    os.utime(path, ns=(lam.stat().st_atime_ns, lam.stat().st_mtime_ns))
+    return path
+
+
 def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list[str], **changes) -> str:
     """A second run in a copy of a finished run, with a new samples sheet: the samples `keep`,
-    unlabelled, and a new one (lambda, from a genome older than the run, as a file kept on disk is)
-    and the config's `changes` (as in snakemake_dry_run). It runs to the end and plans every sample
-    of the sheet from its shards table, and the new sample has a call per record. Returns its output."""
+    unlabelled, and a new one (lambda, new_genome's) and the config's `changes` (as in
+    snakemake_dry_run). It runs to the end and plans every sample of the sheet from its shards
+    table, and the new sample has a call per record. Returns its output."""
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
     old = {row["sample"]: row["path"] for row in read_tsv(workdir / "samples.tsv")}
@@ -285,7 +296,7 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
     sheet.write_text(
         "sample\tpath\n"
         + "".join(f"{sample}\t{old[sample]}\n" for sample in keep)
-        + f"lambda\t{GENOMES / 'lambda_NC_001416.fasta'}\n"
+        + f"lambda\t{new_genome(tmp_path)}\n"
     )
     settings = yaml.safe_load(config.read_text()) | {"samples": str(sheet)}
     for key, value in changes.items():
@@ -302,7 +313,7 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
         shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
         planned = [{column: shard[column] for column in SHARDS} for shard in plan[sample]]
         assert planned == [{column: int(value) for column, value in shard.items()} for shard in shards]
-    records = [record_id for record_id, _, _ in read_records(GENOMES / "lambda_NC_001416.fasta")]
+    records = [record_id for record_id, _, _ in read_records(tmp_path / "lambda.fa")]
     assert [row["sequence_id"] for row in read_tsv(copy / "results" / "lambda" / "sequences.tsv")] == records
     return output
 
@@ -537,7 +548,7 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     columns = sheet.read_text().splitlines()[0].count("\t") + 1
     with open(sheet, "a") as handle:
-        handle.write("\t".join(["lambda", str(GENOMES / "lambda_NC_001416.fasta")] + [""] * (columns - 2)) + "\n")
+        handle.write("\t".join(["lambda", str(new_genome(tmp_path))] + [""] * (columns - 2)) + "\n")
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
