@@ -66,7 +66,7 @@ def test_two_test_beds_run_side_by_side(cluster, tmp_path):
 
 
 LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
-TINY = ("tiny1", "tiny2", "tiny3", "tiny4")  # two mitochondrial reads each, unlabelled
+TINY = ("tiny1", "tiny2")  # two mitochondrial reads each, unlabelled
 SAMPLES = LABELLED + TINY
 # samples a grouped job of the shipped profile holds (group-components)
 GROUPED = dict(g.split("=") for g in yaml.safe_load(SHIPPED.read_text())["group-components"])
@@ -75,7 +75,7 @@ GROUPS = ("small_prepare", "small_samples", "sample_report")
 
 def configured(workdir):
     """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
-    pooled shard (two pooled shards: embed jobs side by side), and four tiny samples that share the
+    pooled shard (two pooled shards: embed jobs side by side), and two tiny samples that share the
     second (the test stays short)."""
     write_inputs(workdir)
     sheet = workdir / "samples.tsv"

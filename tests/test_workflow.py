@@ -595,7 +595,8 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
-        "results/phix/frames.tsv",
+        "results/shards/embeddings/esm/shard_0-0.h5",
+        "results/shards/embeddings/dnabert/shard_0-0.h5",
         "--profile",
         str(ROOT / "profiles" / "local"),
         "--cores",
