@@ -51,7 +51,8 @@ def snakemake(workdir: Path) -> subprocess.CompletedProcess:
 
 
 def kill_embed_job_once(workdir: Path, after_parts: int, killed: list) -> threading.Thread:
-    """SIGKILL the embed job writing KILLED once it has committed `after_parts` batches."""
+    """SIGKILL the embed job writing KILLED in `workdir` once it has committed `after_parts` batches
+    (only that run's: another run's job, a test beside this one, works in another directory)."""
     parts = workdir / Path(KILLED).with_name(f".{Path(KILLED).name}.parts")
 
     def watch():
@@ -61,6 +62,8 @@ def kill_embed_job_once(workdir: Path, after_parts: int, killed: list) -> thread
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 argv = (proc / "cmdline").read_bytes().decode().split("\0")
+                if Path(os.readlink(proc / "cwd")) != workdir.resolve():
+                    continue
             except OSError:
                 continue
             if len(argv) > 1 and argv[1].endswith("scripts/embed.py") and KILLED in argv:
