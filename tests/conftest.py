@@ -1,11 +1,14 @@
 """Fixtures shared by the tests; the plain helpers they use are in helpers.py."""
 
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, write_config, write_inputs
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, write_config, write_inputs
+
+from workflow_lib.io.seqio import read_records
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +35,35 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir, config
+
+
+@pytest.fixture(scope="session")
+def pooled_run(workflow_run, tmp_path_factory) -> Path:
+    """One more whole run, for three tests: workflow_run's samples with its trained classifier, all
+    in one pooled shard (shard_tokens without bound), and two samples beside them: first `none`, a
+    record of 90 bp (shorter than input.min_length: no frame, an empty shard), and last `mixed`, a
+    paired sample of two lanes of gzipped mate files (helpers.lanes). Returns its work directory."""
+    workdir = tmp_path_factory.mktemp("pooled")
+    write_inputs(workdir)
+    ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
+    (workdir / "inputs" / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
+    found = lanes(workdir / "inputs")
+    sheet = workdir / "samples.tsv"
+    _, *rows = sheet.read_text().splitlines(keepends=True)
+    sheet.write_text(
+        "sample\tpath\tpath2\tlabel\n"
+        + f"none\t{workdir / 'inputs' / 'none.fa'}\t\t\n"
+        + "".join("{}\t{}\t\t{}".format(*row.split("\t")) for row in rows)
+        + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
+    )
+    shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")
+    config = write_config(
+        workdir, classifier=str(workdir / "classifier.pt"), shard_tokens=10**9, input={"min_length": 100}
+    )
+    command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return workdir
 
 
 # The files whose tests use workflow_run (a whole run, minutes): `bash run.sh test` runs them on one

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from workflow_lib.harness.simulate import simulate_pairs, write_fastq_pair
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models import varlen
 
@@ -176,6 +177,25 @@ def write_inputs(workdir: Path) -> None:
         "sample\tpath\tlabel\n"
         + "".join(f"{name}\t{inputs / paths[name]}\t{label}\n" for name, label in SAMPLES.items())
     )
+
+
+def lane_pairs(n: int = 40) -> list[list[tuple[bytes, bytes, bytes]]]:
+    """Two lanes of paired fragments (ID, mate 1, mate 2), each of `n` phage and `n` bacterial ones."""
+    phix, ecoli = GENOMES / "phiX174.fasta", GENOMES / "ecoli_536_NC_008253_first200kb.fasta"
+    return [
+        simulate_pairs(phix, n, lane, f"phix_L{lane}") + simulate_pairs(ecoli, n, lane, f"ecoli_L{lane}")
+        for lane in (1, 2)
+    ]
+
+
+def lanes(directory: Path, n: int = 40) -> list[tuple[Path, Path, list]]:
+    """lane_pairs as two lanes of gzipped mate files: (R1, R2, fragments) of each."""
+    found = []
+    for lane, pairs in enumerate(lane_pairs(n), 1):
+        r1, r2 = directory / f"mixed_L00{lane}_R1.fastq.gz", directory / f"mixed_L00{lane}_R2.fastq.gz"
+        write_fastq_pair(pairs, r1, r2)
+        found.append((r1, r2, pairs))
+    return found
 
 
 def write_config(workdir: Path, classifier: str = "results/train/classifier.pt", **settings) -> Path:

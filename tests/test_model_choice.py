@@ -160,7 +160,6 @@ def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path):
     genomes = {
         "phix": ("phiX174.fasta", "virus"),
         "plasmid": ("yersinia_pestis_plasmid_pPCP1_NC_005816.fasta", "other"),
-        "mito": ("human_mtDNA.fasta", "other"),
     }
     sheet = "".join(f"{name}\t{GENOMES / file}\t{label}\n" for name, (file, label) in genomes.items())
     (tmp_path / "samples.tsv").write_text("sample\tpath\tlabel\n" + sheet)

@@ -1,6 +1,7 @@
 """This workflow used as a Snakemake module by a host workflow in another folder, as docs/module.md shows:
 the demo's config and two of its genomes run through it, with a chimera record of the two whose
-inserted phage must come out as a viral region."""
+inserted phage must come out as a viral region; the run, with the default outputs.keep_embeddings,
+keeps no embedding or shard FASTA."""
 
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from helpers import ENV, GENOMES, ROOT, read_tsv
 from workflow_lib.classify.regions import REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
 from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.io.seqio import read_records
+from workflow_lib.prepare.plan import read_plans
 
 # the chimera's two parts, labelled: the classifier is trained on them in the run
 DEMO_SAMPLES = {
@@ -23,6 +25,7 @@ DEMO_SAMPLES = {
     "ecoli": ("ecoli_536_NC_008253_first200kb.fasta", "other"),
 }
 INSERT_AT = 100_000  # where phage lambda goes into the E. coli piece
+HOST_SNAKEMAKE = [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=2"]  # in the host folder
 
 
 def sequence(name: str) -> str:
@@ -36,27 +39,51 @@ def overlaps_the_insert(start: int, end: int, insert: tuple[int, int]) -> bool:
     return overlap >= 0.9 * min(end - start + 1, insert[1] - insert[0] + 1)
 
 
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory) -> tuple[Path, str, tuple[int, int]]:
+    """The host workflow run to its end: host_workflow's folder, chimera and insert."""
+    host, chimera, insert = host_workflow(tmp_path_factory.mktemp("module") / "host")
+    run = subprocess.run(HOST_SNAKEMAKE, cwd=host, capture_output=True, text=True, env=ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return host, chimera, insert
+
+
 @pytest.mark.slow
-def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(tmp_path):
+def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(host_run):
     """The host folder holds its Snakefile, config and samples only; the module is this checkout, by
-    path. The classifier is trained in the run on lambda and E. coli, the chimera's parts (with the
-    demo's three other genomes too the test took 124 s alone, not 79 s, and asserted the same). With
+    path. The classifier is trained in the run on lambda and E. coli, the chimera's parts (the demo's
+    three other genomes too would lengthen the run and assert nothing more). With
     the tiny random models it separates the chunks it was trained on, not shifted ones: in the
     chimera, whose E. coli chunks after the insert are cut at other places, it called a 6 kb run of
     E. coli viral (measured with the demo's five genomes). So the run is asserted on its plumbing and
     on finding the insert; that no region falls on the bacterial parts is asserted on the chimera's
     own chunks (the run's coordinates) with known scores: viral inside the insert, every third
     missed, two stray viral chunks in E. coli."""
-    host, chimera, insert = host_workflow(tmp_path / "host")
-    run = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=2"],
-        cwd=host,
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    host, chimera, insert = host_run
     assert_regions(host / "results", chimera, insert)
+
+
+@pytest.mark.slow
+def test_without_keeping_embeddings_no_embedding_or_shard_stays(host_run):
+    """outputs.keep_embeddings: false (the default, as the demo's config leaves it): each embedding
+    and shard FASTA goes once its shard is scored and train (the labelled samples) has read it; the
+    run summary and the figures need neither, and a second run has nothing to do."""
+    host = host_run[0]
+    results = host / "results"
+    assert (results / "train" / "classifier.pt").is_file()
+    assert not list(results.glob("shards/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
+    assert not list(results.glob("shards/*.f?a"))
+    samples = [line.split("\t")[0] for line in (host / "config" / "samples.tsv").read_text().splitlines()[1:]]
+    plan = read_plans(results / "plan")[0]
+    assert len(plan["chimera"]) > 1
+    figures = {p.relative_to(results / "shards" / "embeddings") for p in results.glob("shards/embeddings/*/*")}
+    pools = {s["pool"] for sample in samples for s in plan[sample]}
+    assert figures == {Path(m) / f"shard_{pool}.json" for m in ("esm", "dnabert") for pool in pools}
+    for sample in samples:
+        for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
+            assert (results / sample / made).stat().st_size > 0
+    dry = subprocess.run(HOST_SNAKEMAKE + ["-n"], cwd=host, capture_output=True, text=True, env=ENV)
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
 
 
 def host_workflow(host: Path) -> tuple[Path, str, tuple[int, int]]:

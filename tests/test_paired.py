@@ -5,33 +5,21 @@ import argparse
 import gzip
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ENV, GENOMES, SNAKEMAKE, read_fasta, read_tsv, write_config
+from helpers import GENOMES, lane_pairs, lanes, read_fasta, read_tsv
 from test_bad_input import dry_run, run_prepare
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.simulate import simulate_pairs, write_fastq_pair
+from workflow_lib.harness.simulate import simulate_pairs
 from workflow_lib.harness.stages import prepare_into
 from workflow_lib.io.reads import SampleReads
 from workflow_lib.io.tables import read_table
 from workflow_lib.report.data import record_word
 from workflow_lib.workflow.job_commands import reads_options
 
-PHIX, ECOLI = GENOMES / "phiX174.fasta", GENOMES / "ecoli_536_NC_008253_first200kb.fasta"
-
-
-def lanes(directory: Path, n: int = 40) -> list[tuple[Path, Path, list]]:
-    """Two lanes of gzipped mate files, each of phage and bacterial fragments: (R1, R2, fragments)."""
-    found = []
-    for lane in (1, 2):
-        pairs = simulate_pairs(PHIX, n, lane, f"phix_L{lane}") + simulate_pairs(ECOLI, n, lane, f"ecoli_L{lane}")
-        r1, r2 = directory / f"mixed_L00{lane}_R1.fastq.gz", directory / f"mixed_L00{lane}_R2.fastq.gz"
-        write_fastq_pair(pairs, r1, r2)
-        found.append((r1, r2, pairs))
-    return found
+PHIX = GENOMES / "phiX174.fasta"
 
 
 def write_fastq(path: Path, records: list[tuple[bytes, bytes]]) -> None:
@@ -152,25 +140,13 @@ def test_a_jobs_command_line_gives_the_script_the_samples_reads(reads):
 
 
 @pytest.mark.slow
-def test_a_paired_two_lane_sample_runs_end_to_end(workflow_run, tmp_path):
-    """A sheet a user would paste (two lanes of gzipped mate files), run by Snakemake with the trained
-    demo classifier: a row per fragment in sequences.tsv, its call VirNucPro's record rule over both
-    mates' chunks (a row per mate's chunk in chunks.tsv), and both mates of each viral fragment, in
-    turn, in viral.fasta."""
-    workdir, _ = workflow_run
-    inputs = tmp_path / "inputs"
-    inputs.mkdir()
-    found = lanes(inputs)
-    (tmp_path / "samples.tsv").write_text(
-        "sample\tpath\tpath2\n" + "".join(f"mixed\t{r1}\t{r2}\n" for r1, r2, _ in found)
-    )
-    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
-    config = write_config(tmp_path, str(tmp_path / "classifier.pt"))
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    results = tmp_path / "results" / "mixed"
-    pairs = [p for _, _, lane in found for p in lane]
+def test_a_paired_two_lane_sample_runs_end_to_end(pooled_run):
+    """A sheet a user would paste (two lanes of gzipped mate files; conftest's pooled_run, beside
+    single-end samples), run by Snakemake with the trained demo classifier: a row per fragment in
+    sequences.tsv, its call VirNucPro's record rule over both mates' chunks (a row per mate's chunk
+    in chunks.tsv), and both mates of each viral fragment, in turn, in viral.fasta."""
+    results = pooled_run / "results" / "mixed"
+    pairs = [p for lane in lane_pairs() for p in lane]
     calls = read_tsv(results / "sequences.tsv")
     assert [c["sequence_id"] for c in calls] == [p[0].decode() for p in pairs]
     assert all((c["length"], c["length1"], c["length2"]) == ("300", "150", "150") for c in calls)

@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -39,31 +40,33 @@ def cluster(tmp_path_factory):
         yield env
 
 
-def test_two_test_beds_run_side_by_side(tmp_path):
-    """Two clusters at once, each on its own ports: `srun` without SLURM_CONF (as in a job step)
-    reaches its own cluster through the shim, each cluster records only its own job, and stopping
-    both leaves no daemon (slurm_cluster checks)."""
-    with slurm_cluster(tmp_path / "a") as a, slurm_cluster(tmp_path / "b") as b:
+def test_two_test_beds_run_side_by_side(cluster, tmp_path):
+    """Two clusters at once (the module's and one more), each on its own ports: `srun` without
+    SLURM_CONF (as in a job step) reaches its own cluster through the shim, each cluster records
+    only its own job, and stopping a bed leaves no daemon (slurm_cluster checks: the second's here,
+    the module's when its tests end)."""
+    with slurm_cluster(tmp_path / "b") as b:
+        beds = {"a": cluster, "b": b}
         ports = []
-        for env in (a, b):
+        for env in beds.values():
             conf = Path(env["SLURM_CONF"]).read_text()
             ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
             state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
             assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
         assert len(ports) == len(set(ports)) == 4
-        for name, env in (("a", a), ("b", b)):
+        for name, env in beds.items():
             step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
             ran = subprocess.run(
                 ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
             )
             assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
-        for name, env in (("a", a), ("b", b)):
+        for name, env in beds.items():  # the module's bed may hold other tests' jobs
             jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
-            assert jobs.stdout.split() == [f"bed_{name}"], jobs.stdout + jobs.stderr
+            assert [job for job in jobs.stdout.split() if job.startswith("bed_")] == [f"bed_{name}"], jobs.stdout
 
 
 LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
-TINY = ("tiny1", "tiny2", "tiny3", "tiny4")  # two mitochondrial reads each, unlabelled
+TINY = ("tiny1", "tiny2")  # two mitochondrial reads each, unlabelled
 SAMPLES = LABELLED + TINY
 # samples a grouped job of the shipped profile holds (group-components)
 GROUPED = dict(g.split("=") for g in yaml.safe_load(SHIPPED.read_text())["group-components"])
@@ -72,7 +75,7 @@ GROUPS = ("small_prepare", "small_samples", "sample_report")
 
 def configured(workdir):
     """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
-    pooled shard (two pooled shards: embed jobs side by side), and four tiny samples that share the
+    pooled shard (two pooled shards: embed jobs side by side), and two tiny samples that share the
     second (the test stays short)."""
     write_inputs(workdir)
     sheet = workdir / "samples.tsv"
@@ -156,35 +159,59 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
             ).read_bytes()
 
 
-def test_failures_reach_the_console(cluster, tmp_path):
-    """A failing job's one-line error reaches the console, not only its log; a job that no
-    partition can run (runtime beyond the partition's MaxTime) is cancelled with its reason
-    instead of pending for ever."""
-    profile = ["--profile", str(shipped_profile(tmp_path / "profile")), *TEST_OPTIONS]
-    failing = tmp_path / "failing"
+@pytest.fixture(scope="module")
+def failed_runs(cluster, tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
+    """The runs that fail on purpose, started together (each mostly waits on SLURM; they share
+    nothing but the test bed): their work directory, exit status and console output, by name."""
+    base = tmp_path_factory.mktemp("failing")
+    profile = shipped_profile(base / "profile")
+    commands = {}
+    # a sample that is no DNA: its prepare job fails with a one-line error
+    failing = base / "failing"
     failing.mkdir()
     (failing / "protein.fa").write_text(">p\nMKVLAAGIVGLLLAAQPAMAQWERTYIPSDFGHKLCVNM\n")
     (failing / "samples.tsv").write_text(f"sample\tpath\nbad\t{failing / 'protein.fa'}\n")
-    config = write_config(failing, classifier="classifier.pt", pending_check_seconds=2)
-    classifier_file(failing / "classifier.pt")
-    command = SNAKEMAKE[:5] + ["--directory", str(failing), "--configfile", str(config)] + profile
-    ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
-    output = ran.stdout + ran.stderr
+    commands["failing"] = sheet_run(failing, profile, pending_check_seconds=2)
+    # prepare sent to the partition `short`: 1 minute at most, and prepare asks for 10 or more
+    commands["pending"] = phix_run(base / "pending", profile, pending_check_seconds=2)
+    commands["pending"] += ["--set-resources", "prepare:slurm_partition=short"]
+    commands["memory"] = phix_run(base / "memory", profile) + ["--set-resources", "prepare:mem_mb=100"]
+    # ESM-2's embed job asked for by its file; at 250 MB, Snakemake in the batch step (about 140 MB)
+    # stays under it, the job's step (Snakemake and the embed job importing torch) goes over it within
+    # seconds
+    retries = phix_run(base / "retries", profile)
+    retries[5:5] = ["results/shards/embeddings/esm/shard_0-0.h5"]
+    commands["retries"] = retries + ["--set-resources", "embed:mem_mb=250"]
+    runs = {}
+    try:
+        for name, command in commands.items():
+            with open(base / f"{name}.out", "w") as out, open(base / f"{name}.err", "w") as err:
+                runs[name] = subprocess.Popen(
+                    command, stdout=out, stderr=err, text=True, env=cluster, start_new_session=True
+                )
+        for run in runs.values():
+            run.wait(timeout=600)
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)  # Snakemake, a run that hangs
+    return {
+        name: (base / name, run.returncode, (base / f"{name}.out").read_text() + (base / f"{name}.err").read_text())
+        for name, run in runs.items()
+    }
+
+
+def test_failures_reach_the_console(cluster, failed_runs):
+    """A failing job's one-line error reaches the console, not only its log; a job that no
+    partition can run (runtime beyond the partition's MaxTime) is cancelled with its reason
+    instead of pending for ever."""
+    failing, returncode, output = failed_runs["failing"]
     reason = (failing / "logs" / "prepare" / "bad.log").read_text().splitlines()[-1]
-    assert ran.returncode != 0 and reason.startswith("error: ") and "protein" in reason, output[-3000:]
+    assert returncode != 0 and reason.startswith("error: ") and "protein" in reason, output[-3000:]
     assert f"failed: logs/prepare/bad.log: {reason}" in output.splitlines()
 
-    pending = tmp_path / "pending"
-    pending.mkdir()
-    write_inputs(pending)
-    (pending / "samples.tsv").write_text(f"sample\tpath\nphix\t{next((pending / 'inputs').glob('phix.*'))}\n")
-    config = write_config(pending, classifier="classifier.pt", pending_check_seconds=2)
-    classifier_file(pending / "classifier.pt")
-    command = SNAKEMAKE[:5] + ["--directory", str(pending), "--configfile", str(config)] + profile
-    command += ["--set-resources", "prepare:slurm_partition=short"]  # 1 minute at most; prepare asks for 10 or more
-    ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
-    output = ran.stdout + ran.stderr
-    assert ran.returncode != 0, output[-3000:]
+    pending, returncode, output = failed_runs["pending"]
+    assert returncode != 0, output[-3000:]
     assert re.search(
         # the reason SLURM gives varies: the time limit, or the partition's configuration at large
         r"^SLURM job \d+ \(group small_prepare\) cannot start: (PartitionTimeLimit: its runtime is longer than the "
@@ -196,15 +223,11 @@ def test_failures_reach_the_console(cluster, tmp_path):
     assert str(pending) not in left.stdout
 
 
-def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
+def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, failed_runs):
     """A job that SLURM kills for memory (the test bed's OverMemoryKill) says nothing of its own:
     the console names the job's group, its rules and the mem_mb SLURM gave it. At 100 MB,
     Snakemake itself in the job (about 140 MB) is over it within seconds of starting."""
-    command = phix_run(tmp_path / "memory", tmp_path / "profile")
-    ran = subprocess.run(
-        command + ["--set-resources", "prepare:mem_mb=100"], capture_output=True, text=True, env=cluster, timeout=600
-    )
-    output = ran.stdout + ran.stderr
+    _, returncode, output = failed_runs["memory"]
     killed = re.search(
         r"^failed: group small_prepare \(SLURM job (\d+), rules prepare\) was killed for memory by SLURM; it asked "
         r"for mem_mb=100, what its jobs that run side by side ask together: raise its rules' mem_mb in the profile "
@@ -212,7 +235,7 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
         output,
         re.M,
     )
-    assert ran.returncode != 0 and killed, output[-3000:]
+    assert returncode != 0 and killed, output[-3000:]
     # SLURM's own record of the job: the group's, 100 MB
     record = ["squeue", "-h", "-t", "all", "-j", killed[1], "-o", "%k %m"]
     assert subprocess.run(record, capture_output=True, text=True, env=cluster).stdout.split() == [
@@ -221,28 +244,14 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, tmp_path):
     ]
 
 
-def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, tmp_path):
+def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, failed_runs):
     """An embed job is tried 1 + the profile's retries times, each try one SLURM job that runs the
     job's command once, a memory kill like any other failure: Snakemake's log, SLURM's record and
     the SLURM logs count 3 SLURM jobs and 3 runs of the command for ESM-2's job (DNABERT-S's is
     the same rule). Before, the Snakemake in each SLURM job retried the rule as well (6 runs in 3
     SLURM jobs). The job is asked for by its file, before the plan that names its pooled shard
     exists (its priority once failed the DAG then)."""
-    workdir = tmp_path / "retries"
-    command = phix_run(workdir, tmp_path / "profile")
-    # 250 MB: Snakemake in the batch step (about 140 MB) stays under it, the job's step (Snakemake
-    # and the embed job importing torch) goes over it within seconds
-    ran = subprocess.run(
-        command[:5]
-        + ["results/shards/embeddings/esm/shard_0-0.h5"]
-        + command[5:]
-        + ["--set-resources", "embed:mem_mb=250"],
-        capture_output=True,
-        text=True,
-        env=cluster,
-        timeout=600,
-    )
-    output = ran.stdout + ran.stderr
+    workdir, returncode, output = failed_runs["retries"]
     profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["preemptible-rules"] == ["embed"] and "retries:" not in (ROOT / "rules" / "embed.smk").read_text()
     retries = profile["preemptible-retries"]
@@ -251,7 +260,7 @@ def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, tmp_path):
         output,
         re.M,
     )
-    assert ran.returncode != 0 and [model for *_, model in submitted] == ["esm"] * (1 + retries), output[-3000:]
+    assert returncode != 0 and [model for *_, model in submitted] == ["esm"] * (1 + retries), output[-3000:]
     jobs = {job for job, *_ in submitted}
     killed = re.findall(r"^failed: rule embed \(SLURM job (\d+)\) was killed for memory by SLURM", output, re.M)
     assert sorted(killed) == sorted(jobs), output[-3000:]
@@ -266,15 +275,20 @@ def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, tmp_path):
         assert text.count("localrule embed:") == 1 and set(re.findall(r"StepId=(\d+\.\w+)", text)) == {f"{job}.0"}, text
 
 
-def phix_run(workdir: Path, profile: Path) -> list[str]:
-    """The command of a run of one sample (phix, one pooled shard) with a given classifier through
-    the shipped profile, in `workdir`, made and filled with the inputs."""
+def phix_run(workdir: Path, profile: Path, **settings) -> list[str]:
+    """sheet_run of one sample, phix (one pooled shard), in `workdir`, made and filled with the inputs."""
     workdir.mkdir()
     write_inputs(workdir)
     (workdir / "samples.tsv").write_text(f"sample\tpath\nphix\t{workdir / 'inputs' / 'phix.fa'}\n")
-    config = write_config(workdir, classifier="classifier.pt")
+    return sheet_run(workdir, profile, **settings)
+
+
+def sheet_run(workdir: Path, profile: Path, **settings) -> list[str]:
+    """The command of a run of `workdir`'s samples.tsv with a given classifier and the config's
+    `settings` (helpers.write_config) through the shipped profile (filled in, in `profile`)."""
+    config = write_config(workdir, classifier="classifier.pt", **settings)
     classifier_file(workdir / "classifier.pt")
-    options = ["--profile", str(shipped_profile(profile)), *TEST_OPTIONS]
+    options = ["--profile", str(profile), *TEST_OPTIONS]
     return SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + options
 
 

@@ -127,6 +127,8 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
     (only embed jobs are retried), also under a profile (profiles/local)."""
     write_inputs(tmp_path)
+    # one sample: the check fails while its prepare job runs
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'inputs' / 'phix.fa'}\n")
     torch.manual_seed(0)
     # DNABERT-S 768 + ESM-2 3B 2560
     classifier.save(classifier.MLPClassifier(3328), tmp_path / "virnucpro_sized.pt", chunk_length=300)
@@ -275,11 +277,22 @@ def test_a_trained_classifier_is_reused_for_unlabelled_samples(workflow_run, tmp
     assert "rule check_models" in reused.stdout and "rule train" not in reused.stdout
 
 
+def new_genome(tmp_path: Path) -> Path:
+    """A genome for a sample added to a finished run: lambda's first 10 kb (one pooled shard), in a
+    file dated as lambda's bundled genome, older than the run (as a file kept on disk is)."""
+    lam = GENOMES / "lambda_NC_001416.fasta"
+    ((record_id, _, bases),) = read_records(lam)
+    path = tmp_path / "lambda.fa"
+    path.write_bytes(b">" + record_id.encode() + b" first 10 kb\n" + bases[:10_000] + b"\n")
+    os.utime(path, ns=(lam.stat().st_atime_ns, lam.stat().st_mtime_ns))
+    return path
+
+
 def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list[str], **changes) -> str:
     """A second run in a copy of a finished run, with a new samples sheet: the samples `keep`,
-    unlabelled, and a new one (lambda, from a genome older than the run, as a file kept on disk is)
-    and the config's `changes` (as in snakemake_dry_run). It runs to the end and plans every sample
-    of the sheet from its shards table, and the new sample has a call per record. Returns its output."""
+    unlabelled, and a new one (lambda, new_genome's) and the config's `changes` (as in
+    snakemake_dry_run). It runs to the end and plans every sample of the sheet from its shards
+    table, and the new sample has a call per record. Returns its output."""
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
     old = {row["sample"]: row["path"] for row in read_tsv(workdir / "samples.tsv")}
@@ -287,7 +300,7 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
     sheet.write_text(
         "sample\tpath\n"
         + "".join(f"{sample}\t{old[sample]}\n" for sample in keep)
-        + f"lambda\t{GENOMES / 'lambda_NC_001416.fasta'}\n"
+        + f"lambda\t{new_genome(tmp_path)}\n"
     )
     settings = yaml.safe_load(config.read_text()) | {"samples": str(sheet)}
     for key, value in changes.items():
@@ -304,7 +317,7 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
         shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
         planned = [{column: shard[column] for column in SHARDS} for shard in plan[sample]]
         assert planned == [{column: int(value) for column, value in shard.items()} for shard in shards]
-    records = [record_id for record_id, _, _ in read_records(GENOMES / "lambda_NC_001416.fasta")]
+    records = [record_id for record_id, _, _ in read_records(tmp_path / "lambda.fa")]
     assert [row["sequence_id"] for row in read_tsv(copy / "results" / "lambda" / "sequences.tsv")] == records
     return output
 
@@ -383,22 +396,23 @@ def planned_embed_jobs(directory: Path, config: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
+def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     """A sample with no frame (its one record is too short) gets one empty shard, pooled with the
     next sample's: their embed jobs ask for a GPU; a pooled shard of empty shards only asks for
-    none (the resource is decided once the plan is made)."""
+    none (the resource is decided once the plan is made). A run with such a sample (pooled_run's
+    `none`) goes to the end and calls its record no_coding_frame."""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
     (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    asked, configs = {}, {}
+    asked = {}
     for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
         (tmp_path / run).mkdir()
         rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
         (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
         config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
-        configs[run], jobs = config, planned_embed_jobs(tmp_path / run, config)
+        jobs = planned_embed_jobs(tmp_path / run, config)
         assert len(jobs) == 2
         for job in jobs:
             assert "threads: 3" in job and "--threads 3 " in job, job  # embedding.num_workers auto + 1
@@ -407,10 +421,9 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(tmp_path):
             assert re.search(r"mem_mb=16000, .*runtime=\d+, .*gpu=[01]\b", job), job
             asked[run] = asked.get(run, set()) | {int(re.search(r"\bgpu=(\d+)", job).group(1))}
     assert asked == {"pooled": {1}, "empty": {0}}
-    command = SNAKEMAKE + ["--directory", str(tmp_path / "pooled"), "--configfile", str(configs["pooled"])]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert read_tsv(tmp_path / "pooled" / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
+    (none,) = read_plans(pooled_run / "results" / "plan")[0]["none"]
+    assert none["frames"] == 0 and none["pool"] == "0-0"
+    assert read_tsv(pooled_run / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
 
 
 def test_the_workflow_runs_from_any_directory(tmp_path):
@@ -434,35 +447,6 @@ def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_pa
     assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
     output, _ = snakemake_dry_run(workdir, config, tmp_path)
     assert "Warning" not in output
-
-
-@pytest.mark.slow
-def test_without_keeping_embeddings_no_embedding_or_shard_stays(tmp_path):
-    """outputs.keep_embeddings: false: each embedding and shard FASTA goes once its shard is
-    scored and train (a labelled sample) has read it; the run summary and the figures need
-    neither, and a second run has nothing to do."""
-    write_inputs(tmp_path)
-    sheet = tmp_path / "samples.tsv"
-    sheet.write_text("".join(line for line in sheet.read_text().splitlines(True) if not line.startswith("gamma")))
-    config = write_config(tmp_path, outputs={"keep_embeddings": False})  # the default
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    results = tmp_path / "results"
-    assert (results / "train" / "classifier.pt").is_file()
-    assert not list(results.glob("shards/embeddings/*/*.h5")) and not list(results.glob("*/prepare/shards"))
-    assert not list(results.glob("shards/*.f?a"))
-    samples = [line.split("\t")[0] for line in sheet.read_text().splitlines()[1:]]
-    plan = read_plans(results / "plan")[0]
-    assert len(plan["reads"]) > 1
-    figures = {p.relative_to(results / "shards" / "embeddings") for p in results.glob("shards/embeddings/*/*")}
-    pools = {s["pool"] for sample in samples for s in plan[sample]}
-    assert figures == {Path(m) / f"shard_{pool}.json" for m in ("esm", "dnabert") for pool in pools}
-    for sample in samples:
-        for made in ("run_summary.json", "report/top_sequences.png", "sequences.tsv"):
-            assert (results / sample / made).stat().st_size > 0
-    dry = subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV)
-    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
 
 
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -494,30 +478,25 @@ def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.nda
 
 
 @pytest.mark.slow
-def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
+def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
     """The same samples and classifier in shards of 4,000 tokens (up to 4 a sample, some pooled
-    with other samples') and all in one pooled shard: the same frames, embeddings and frame and
-    chunk scores equal but for float32 rounding (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE),
-    and the same calls: a sample's calls do not depend on which samples share its shards."""
-    workdir, _ = workflow_run
+    with other samples') and all in one pooled shard (conftest's pooled_run, where two more samples
+    share it): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
+    (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls: a sample's calls do not
+    depend on which samples share its shards."""
+    workdir, pooled = workflow_run[0], pooled_run
     plan = read_plans(workdir / "results" / "plan")[0]
     assert max(map(len, plan.values())) >= 3
-    write_inputs(tmp_path)
-    shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), shard_tokens=10**9)
-    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert all(len(shards) == 1 for shards in read_plans(tmp_path / "results" / "plan")[0].values())
-    assert list(read_plans(tmp_path / "results" / "plan")[1]) == ["0-0"]  # every sample in one
+    assert all(len(shards) == 1 for shards in read_plans(pooled / "results" / "plan")[0].values())
+    assert list(read_plans(pooled / "results" / "plan")[1]) == ["0-0"]  # every sample in one
     for sample in SAMPLES:
-        sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "frames.tsv") for d in (workdir, pooled))
         assert [f["frame_id"] for f in sharded] == [f["frame_id"] for f in whole]
         for model in ("esm", "dnabert"):
-            sharded, whole = (frame_embeddings(d, sample, model) for d in (workdir, tmp_path))
+            sharded, whole = (frame_embeddings(d, sample, model) for d in (workdir, pooled))
             assert sharded.keys() == whole.keys()
             assert max(np.abs(sharded[f] - whole[f]).max() for f in sharded) <= EMBEDDING_TOLERANCE
-        sharded, whole = (frame_scores(d, sample) for d in (workdir, tmp_path))
+        sharded, whole = (frame_scores(d, sample) for d in (workdir, pooled))
         assert sharded.keys() == whole.keys()
         assert max(abs(sharded[f] - whole[f]) for f in sharded) <= SCORE_TOLERANCE
         chunks = {f[:-2] for f in sharded}  # VirNucPro's chunk key
@@ -525,9 +504,9 @@ def test_results_do_not_depend_on_sharding(workflow_run, tmp_path):
             for chunk in chunks:
                 scores[chunk] = max(scores[f"{chunk}{frame}"] for frame in FRAMES if f"{chunk}{frame}" in scores)
         assert max(abs(sharded[c] - whole[c]) for c in chunks) <= SCORE_TOLERANCE
-        sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "chunks.tsv") for d in (workdir, pooled))
         assert [c["is_virus"] for c in sharded] == [c["is_virus"] for c in whole]
-        sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, tmp_path))
+        sharded, whole = (read_tsv(d / "results" / sample / "sequences.tsv") for d in (workdir, pooled))
         assert [s["call"] for s in sharded] == [s["call"] for s in whole]
 
 
@@ -573,7 +552,7 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     columns = sheet.read_text().splitlines()[0].count("\t") + 1
     with open(sheet, "a") as handle:
-        handle.write("\t".join(["lambda", str(GENOMES / "lambda_NC_001416.fasta")] + [""] * (columns - 2)) + "\n")
+        handle.write("\t".join(["lambda", str(new_genome(tmp_path))] + [""] * (columns - 2)) + "\n")
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
@@ -619,7 +598,8 @@ def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_pat
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
-        "results/phix/frames.tsv",
+        "results/shards/embeddings/esm/shard_0-0.h5",
+        "results/shards/embeddings/dnabert/shard_0-0.h5",
         "--profile",
         str(ROOT / "profiles" / "local"),
         "--cores",
