@@ -41,7 +41,8 @@ def synthetic_scores(shard: Path, output: Path, rng: np.random.Generator) -> Non
         output,
         scores=np.column_stack([1 - virus, virus]),
         atypicality=rng.gamma(4, 0.25, len(ids)).astype(np.float32),
-        ids_blake2b=digest.hash.hexdigest(),
+        pieces=np.array([len(ids)], dtype=np.int64),  # one sample's shard, as a score job writes it
+        ids_blake2b=np.array([digest.hash.hexdigest()]),
         checkpoints=json.dumps(checkpoints),
     )
 

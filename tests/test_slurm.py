@@ -89,7 +89,7 @@ def configured(workdir):
     path = write_config(workdir)
     config = yaml.safe_load(path.read_text())
     config["shard_tokens"] = 2500  # one shard a sample (about 1,600 tokens each), each pooled alone
-    config["embedding"]["num_workers"] = 1  # embed jobs of two CPUs: two side by side on the node
+    config["embedding"] = {"num_workers": 1}  # embed jobs of two CPUs: two side by side on the node
     path.write_text(yaml.safe_dump(config))
     return path
 
