@@ -3,6 +3,10 @@
 #   bash run.sh demo [snakemake args]   the whole workflow on bundled genomes and tiny demo models
 #   bash run.sh test [pytest args]      the test suite (all of it; the fast lane, a minute or two:
 #                                       bash run.sh test -m "not slow")
+#   bash run.sh setup                   only the set-up (on a GPU node, before a run)
+# TORCH_INDEX_URL: an index of torch builds, passed to pip (--extra-index-url): its build of the
+# pinned torch is taken, e.g. https://download.pytorch.org/whl/cpu (no CUDA libraries) or
+# .../whl/cu130 (README.md: GPU nodes). Without it pip takes PyPI's build: CUDA on Linux x86_64.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -10,7 +14,8 @@ setup() {
     # Reinstall only when requirements.txt changed since the last set-up.
     if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/installed-requirements.txt; then
         python3 -m venv .venv
-        .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
+        .venv/bin/pip install --disable-pip-version-check -q ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+            -r requirements.txt
         .venv/bin/pip install --disable-pip-version-check -q --no-deps -e .
         cp requirements.txt .venv/installed-requirements.txt
     fi
@@ -18,6 +23,10 @@ setup() {
 }
 
 case "${1:-}" in
+    setup)
+        setup
+        python -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU:", torch.cuda.is_available())'
+        ;;
     demo)
         setup
         shift
@@ -51,7 +60,7 @@ case "${1:-}" in
         python -m pytest -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder "$@"
         ;;
     *)
-        echo "usage: bash run.sh demo|test [args]" >&2
+        echo "usage: bash run.sh demo|test|setup [args]" >&2
         exit 2
         ;;
 esac

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import yaml
-from helpers import ROOT
+from helpers import ENV, ROOT, write_config, write_inputs
 
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"esm": "fair-esm", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}
@@ -113,3 +113,44 @@ def test_jobs_without_models_do_not_import_torch():
         assert result.returncode == 0, result.stderr[-2000:]
         assert json.loads(result.stdout) == [], f"scripts/{name}.py imports {result.stdout.strip()}"
     assert {rule for rule, _, _ in rules_envs_scripts()} >= set(TORCH_FREE)
+
+
+CONDA_LINE = "software-deployment-method: conda"
+
+
+def test_conda_is_optional_and_one_line_of_the_slurm_profile_switches_it_on(tmp_path):
+    """The catalog file, the README and profiles/slurm say the same: conda is supported, not
+    mandatory, and the profile's one commented line turns it on. Uncommented, Snakemake takes it:
+    on this machine, without conda, it stops asking for conda (a real dry run)."""
+    catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
+    assert catalog["usage"]["software-stack-deployment"]["conda"] is True
+    assert "--sdm" not in str(catalog["usage"].get("mandatory-flags", ""))
+    profile = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
+    assert f"\n# {CONDA_LINE}\n" in profile
+    assert CONDA_LINE in (ROOT / "README.md").read_text()
+
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "config.yaml").write_text(profile.replace(f"# {CONDA_LINE}", CONDA_LINE))
+    write_inputs(tmp_path)
+    config = write_config(tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(config),
+            "--profile",
+            str(tmp_path / "slurm"),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Error running conda info" in output, output[-2000:]
