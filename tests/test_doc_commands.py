@@ -44,16 +44,23 @@ class Command:
 
     @property
     def cluster(self) -> bool:
-        return "profiles/slurm" in self.words or "--executor" in self.words
+        words = self.words
+        profiles = [given for option, given in zip(words, words[1:]) if option == "--profile"]
+        return any("slurm" in profile for profile in profiles) or "--executor" in words
+
+    @property
+    def given_dry(self) -> bool:
+        """Whether the docs give it as a dry run (-n, -np, --dry-run)."""
+        return any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*|--dry-?run", word) for word in self.words)
 
     @property
     def dry(self) -> bool:
-        return self.cluster or any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*|--dry-?run", w) for w in self.words)
+        return self.cluster or self.given_dry
 
     @property
     def run_as(self) -> str:
         """The line as it runs: a cluster's command as a dry run (-n after `snakemake`)."""
-        if self.cluster and not any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*|--dry-?run", w) for w in self.words):
+        if self.cluster and not self.given_dry:
             return "snakemake -n" + self.line.removeprefix("snakemake")
         return self.line
 
@@ -86,6 +93,8 @@ def code_lines(page: Path) -> list[tuple[int, str]]:
     for number, line in enumerate(page.read_text().splitlines(), 1):
         if line.strip().startswith("```"):
             fenced = not fenced
+        elif found and found[-1][1].endswith("\\"):  # a command continued on this line
+            found[-1] = (found[-1][0], found[-1][1].removesuffix("\\") + line.strip())
         elif line.strip() and (fenced or re.match(r" {4,}\S", line)):
             found.append((number, line.strip()))
     return found
@@ -165,9 +174,9 @@ def test_every_command_in_the_docs_runs_as_written(tmp_path):
             failures.append(f"{command}\n  exit {result.returncode}: {(stopped or output.splitlines()[-5:])}")
         elif command.dry and "Job stats:" not in output:
             failures.append(f"{command}\n  the dry run shows no job: {output.splitlines()[-3:]}")
-        elif (
-            "--report" in command.words and not (checkout / command.words[command.words.index("--report") + 1]).exists()
-        ):
-            failures.append(f"{command}\n  wrote no report")
+        elif (report := dict(zip(command.words, command.words[1:])).get("--report")) and not (
+            checkout / report
+        ).exists():
+            failures.append(f"{command}\n  wrote no report {report}")
     found = "\n".join(f"  {c}" for c in ordered)
     assert not failures, "\n".join(failures) + f"\n\nthe commands found, in the order run:\n{found}"
