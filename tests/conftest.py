@@ -85,6 +85,7 @@ LONGEST = (
     "test_module.py",
     "test_embed.py",
     "test_gpu_check.py",
+    "test_doc_commands.py",
 )
 
 
