@@ -88,6 +88,7 @@ rule embed:
         runtime=PLAN.embed_runtime,
         tuning=tuning_of(EmbedSettings),
         planned_frames=PLAN.planned_frames,
+        planned_tokens=PLAN.planned_tokens,
         env=model_files.model_env(SETTINGS, compiles=True),
     params:
         files=named_files,
@@ -96,6 +97,7 @@ rule embed:
         script_job(
             "embed",
             "--model {wildcards.model} {resources.tuning} --planned-frames {resources.planned_frames} "
+            "--planned-tokens {resources.planned_tokens} "
             "--threads {threads} --gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{resources.env}",
         )
