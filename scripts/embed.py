@@ -40,7 +40,15 @@ def main() -> None:
     # the claim ends with this process, which frees its GPU memory only then
     key = rates.model_key(read_json(args.model_check)[args.model], settings.precision)
     embed_shard(
-        args.input, args.embeddings, args.figures, settings, args.tokens, args.planned_frames, share, True, key,
+        args.input,
+        args.embeddings,
+        args.figures,
+        settings,
+        args.tokens,
+        args.planned_frames,
+        share,
+        True,
+        key,
         args.planned_tokens,
     )
 

@@ -262,7 +262,7 @@ def embed_shard(
     log.info("wrote %s and %s", output_path, figures_path)
     if rate_key and planned_tokens and meter.steady_from is not None:  # a shard of one batch has no steady rate
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        rates.record(settings.cache_dir, rate_key, name, meter.rate() * planned_tokens / stats["n_tokens"])
+        rates.record(settings.cache_dir, rate_key, name, stats["tokens_per_s"] * planned_tokens / stats["n_tokens"])
     return {**stats, "storage": settings.storage}
 
 

@@ -55,7 +55,7 @@ ARCHITECTURES = {
     # Activations: rounded up from the growth per token of the peaks the GPU check measured
     # (docs/gpu-check/model.json; tests/test_rule_helpers.py holds them to it). The values in the
     # order of the fields.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 10**5, 200),
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 19_000, 200),
     "dnabert_s": Architecture(
         "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, 230_000, 5000
     ),

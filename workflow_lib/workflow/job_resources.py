@@ -118,7 +118,9 @@ def embed_rate(model: str, model_check: str, config: dict, gpu_model: str | None
     if on_cpu:
         return recorded.get("cpu", default)
     named = (gpu_model or "").lower()
-    return min((rate for device, rate in recorded.items() if device != "cpu" and named in device.lower()), default=default)
+    return min(
+        (rate for device, rate in recorded.items() if device != "cpu" and named in device.lower()), default=default
+    )
 
 
 def profile_gpu_model(overwrite_resources) -> str | None:

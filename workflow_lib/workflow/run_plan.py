@@ -17,7 +17,9 @@ from workflow_lib.workflow import job_resources
 class RunPlan:
     """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules exist)."""
 
-    def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check, gpu_model):
+    def __init__(
+        self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check, gpu_model
+    ):
         self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
         self.embedders, self.config, self.trains_here, self.model_check = embedders, config, trains_here, model_check
         self.gpu_model = gpu_model  # the profile's for embed jobs (job_resources.profile_gpu_model)
