@@ -22,9 +22,9 @@ from workflow_lib import __version__
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
+from workflow_lib.embed import rates
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader
-from workflow_lib.embed import rates
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.resume import Commits, fingerprint
 from workflow_lib.embed.rows import ShardRows
@@ -200,8 +200,9 @@ def embed_shard(
     the run summary. `tokens_path`: the shard's stored tokens (stored_tokens.py), read instead of
     tokenising. `planned_frames`: the frames the plan gives the shard. `gpu_mem_mb`,
     `claim_until_exit`: claimed_device's. `rate_key` (rates.model_key) and `planned_tokens` (the
-    shard's ESM-2 tokens): the job's steady rate is recorded in models.cache_dir. A SIGTERM before every frame is committed ends the job
-    through its normal exits; after, the job finishes (stopping.sigterm_exits)."""
+    shard's ESM-2 tokens): its steady rate is recorded in models.cache_dir (rates.py). A SIGTERM
+    before every frame is committed ends the job through its normal exits; after, the job finishes
+    (stopping.sigterm_exits)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
