@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import EmbedSettings, PrepareSettings
 from workflow_lib.embed import rates
 from workflow_lib.embed.job import embed_shard
@@ -55,10 +56,18 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
         for settings in models:
             check = read_json(model_check)[settings.model]
             found = _embed(settings, rates.model_key(check, settings.precision), fna, frames, tokens, Path(tmp))
-            report["models"][settings.model] = found | _shard(found["tokens_per_s"], prepare_settings.shard_tokens)
+            found |= _shard(found["tokens_per_s"], prepare_settings.shard_tokens)
             log.info(
-                "%s: %s", settings.model, ", ".join(f"{k} {v}" for k, v in report["models"][settings.model].items())
+                "%s: %s shard tokens/s on %s; a shard of %s tokens takes %s min, its embed job asks for %d; memory: %s",
+                settings.model,
+                f"{found['tokens_per_s']:,}",
+                found["device"],
+                f"{found['shard_tokens']:,}",
+                found["shard_minutes"],
+                found["shard_runtime_request_minutes"],
+                found["memory"],
             )
+            report["models"][settings.model] = found
     write_json(report, output)
     return report
 
@@ -89,30 +98,21 @@ def _embed(settings: EmbedSettings, key: str, fna: Path, frames: int, tokens: in
         tokenize_shard(
             settings.architecture, settings.checkpoint, settings.cache_dir, settings.known_checksums, fasta, stored
         )
+    output = tmp / settings.model
     stats = embed_shard(
-        fasta,
-        tmp / f"{settings.model}.h5",
-        tmp / f"{settings.model}.json",
-        settings,
-        stored,
-        frames,
-        None,
-        False,
-        key,
-        tokens,
+        fasta, f"{output}.h5", f"{output}.json", settings, stored, frames, rate_key=key, planned_tokens=tokens
     )
     found = {"model_key": key, "device": stats["device"], "precision": stats["precision"], "batches": stats["batches"]}
     if stats["batches"] < 2:
-        raise ValueError(f"{settings.model}: {frames} frames made one batch, no steady rate; lower its token_budget")
+        raise InputError(
+            f"{settings.model}: {frames} frames made one batch, which has no steady rate; lower its token_budget"
+        )
     found["tokens_per_s"] = round(stats["tokens_per_s"] * tokens / stats["n_tokens"])
     if stats["device"] == "cpu":
         return found | {"memory": "not applicable on the CPU"}
     total = torch.cuda.get_device_properties(torch.device(stats["device"])).total_memory
-    fits = (
-        "fits"
-        if not stats["oom_splits"]
-        else f"does not fit ({stats['oom_splits']} batches halved): lower token_budget"
-    )
+    halved = stats["oom_splits"]
+    fits = f"does not fit ({halved} batches halved): lower it" if halved else "fits"
     return found | {
         "peak_memory_gib": round(stats["peak_memory_bytes"] / 2**30, 2),
         "device_memory_gib": round(total / 2**30, 2),
