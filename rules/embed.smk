@@ -106,12 +106,11 @@ rule embed:
 # Before a run, once on a GPU node of the partition the embed jobs will use (docs/cluster.md), with
 # an embed job's resources: torch sees the GPU, each model loads from the cache, and each embeds
 # frames of a bundled phage's reads; its rate is recorded in models.cache_dir, where later runs'
-# embed jobs take their runtime requests from.
+# embed jobs take their runtime requests from. Minutes: the profile's default runtime.
 rule preflight:
     input:
-        model_files.local_checkpoints(SETTINGS),
         genome=f"{ROOT}/resources/genomes/phage_T4_NC_000866.fasta",
-        model_check=ancient(MODEL_CHECK),
+        model_check=ancient(MODEL_CHECK),  # after the models it checks, fetched or built
     output:
         report="results/preflight.json",
     log:
@@ -122,7 +121,6 @@ rule preflight:
     resources:
         gpu=1,
         mem_mb=16000,
-        runtime=30,
         tuning=tuning_of(PrepareSettings),
         env=model_files.model_env(SETTINGS, compiles=True),
     params:
