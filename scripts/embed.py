@@ -38,7 +38,8 @@ def main() -> None:
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
     share = None if args.gpus else args.gpu_mem_mb
     # the claim ends with this process, which frees its GPU memory only then
-    key = rates.model_key(read_json(args.model_check)[args.model], settings.precision)
+    # the rate is recorded where the plan gives the shard's tokens
+    key = rates.model_key(read_json(args.model_check)[args.model], settings.precision) if args.planned_tokens else None
     embed_shard(
         args.input,
         args.embeddings,
