@@ -280,9 +280,13 @@ def _cell(value, unit: str) -> str | None:
 
 
 def _amount(value: int, unit: str) -> str:
+    """Minutes, or MB as the table writes them: whole GB (of 1,000 or 1,024 MB) as GB."""
     if unit == "min":
         return f"{value} min"
-    return f"{value // 1000} GB" if value % 1000 == 0 else f"{value // 1024} GB" if value % 1024 == 0 else f"{value} MB"
+    for gb in (1000, 1024):
+        if value % gb == 0:
+            return f"{value // gb} GB"
+    return f"{value} MB"
 
 
 def test_the_resource_table_of_docs_cluster_is_what_the_rules_declare(tmp_path):

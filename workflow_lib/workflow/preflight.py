@@ -40,7 +40,7 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
     if on_gpu:
         gpu = torch.cuda.get_device_properties(0)
         log.info(
-            "torch %s sees %d GPU(s), the first %s (%d MiB)",
+            "torch %s sees %d GPU(s): %s, %d MiB",
             torch.__version__,
             torch.cuda.device_count(),
             gpu.name,
@@ -49,7 +49,7 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
     else:
         why = "embedding.device is cpu" if models[0].device == "cpu" else "torch sees no GPU on this node"
         log.warning("%s (torch %s, CUDA %s): the preflight runs on the CPU", why, torch.__version__, torch.version.cuda)
-    report = {"device": torch.cuda.get_device_name(0) if on_gpu else "cpu", "torch": torch.__version__, "models": {}}
+    report = {"device": gpu.name if on_gpu else "cpu", "torch": torch.__version__, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         fna, frames, tokens = _frames(genome, prepare_settings, Path(tmp), FRAMES["cuda" if on_gpu else "cpu"])
         log.info("%d frames (%d ESM-2 tokens) of %s", frames, tokens, genome)
