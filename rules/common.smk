@@ -104,7 +104,8 @@ page, optional_files = rule_outputs.page, rule_outputs.optional_files
 REPORT_TABLES = {table: f"results/{{sample}}/{table}.tsv" for table in ("chunks", "sequences")}
 attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, SETTINGS)
 # each sample's shards and pooled shards: what their jobs read, and what they ask for
-PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, SETTINGS, TRAINS_HERE, MODEL_CHECK)
+GPU_MODEL = job_resources.profile_gpu_model(workflow.resource_settings.overwrite_resources)
+PLAN = RunPlan(rules, checkpoints, SAMPLES, EMBEDDERS, SETTINGS, TRAINS_HERE, MODEL_CHECK, GPU_MODEL)
 
 
 def sample_pools_of(output, **wildcards):

@@ -88,6 +88,7 @@ rule embed:
         runtime=PLAN.embed_runtime,
         tuning=tuning_of(EmbedSettings),
         planned_frames=PLAN.planned_frames,
+        planned_tokens=PLAN.planned_tokens,
         env=model_files.model_env(SETTINGS, compiles=True),
     params:
         files=named_files,
@@ -96,6 +97,34 @@ rule embed:
         script_job(
             "embed",
             "--model {wildcards.model} {resources.tuning} --planned-frames {resources.planned_frames} "
+            "--planned-tokens {resources.planned_tokens} "
             "--threads {threads} --gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{resources.env}",
         )
+
+
+# Before a run, once on a GPU node of the partition the embed jobs will use (docs/cluster.md), with
+# an embed job's resources: torch sees the GPU, each model loads from the cache, and each embeds
+# frames of a bundled phage's reads; its rate is recorded in models.cache_dir, where later runs'
+# embed jobs take their runtime requests from. Minutes: the profile's default runtime.
+rule preflight:
+    input:
+        genome=f"{ROOT}/resources/genomes/phage_T4_NC_000866.fasta",
+        model_check=ancient(MODEL_CHECK),  # after the models it checks, fetched or built
+    output:
+        report="results/preflight.json",
+    log:
+        "logs/preflight.log",
+    conda:
+        "../envs/embed.yaml"
+    threads: job_resources.embed_threads(SETTINGS["embedding"])
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        tuning=tuning_of(PrepareSettings),
+        env=model_files.model_env(SETTINGS, compiles=True),
+    params:
+        files=named_files,
+        args=job_args(job_commands.model_settings(EmbedSettings, SETTINGS), settings=PrepareSettings),
+    shell:
+        script_job("preflight", "{resources.tuning} --threads {threads}", env="{resources.env}")

@@ -6,7 +6,9 @@ from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import EmbedSettings, add_arguments, from_arguments
 from workflow_lib.cli.threads import use_threads
+from workflow_lib.embed import rates
 from workflow_lib.embed.job import embed_shard
+from workflow_lib.io.tables import read_json
 from workflow_lib.models.check_models import known_checksums
 
 
@@ -17,6 +19,9 @@ def main() -> None:
         "--tokens", help="the shard's tokens from the tokenize job, for a model that stores them (else tokenised here)"
     )
     parser.add_argument("--planned-frames", type=int, help="the frames the plan gives the shard (checked)")
+    parser.add_argument(
+        "--planned-tokens", type=int, help="the shard's ESM-2 tokens by the plan: the unit of the rate it records"
+    )
     parser.add_argument("--embeddings", required=True, help="HDF5 file to write")
     parser.add_argument("--figures", required=True, help="JSON to write the job's figures to (HDF5 attributes, frames)")
     parser.add_argument("--model-check", required=True, help="the run's model check (JSON): checksums to reuse")
@@ -33,7 +38,20 @@ def main() -> None:
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
     share = None if args.gpus else args.gpu_mem_mb
     # the claim ends with this process, which frees its GPU memory only then
-    embed_shard(args.input, args.embeddings, args.figures, settings, args.tokens, args.planned_frames, share, True)
+    # the rate is recorded where the plan gives the shard's tokens
+    key = rates.model_key(read_json(args.model_check)[args.model], settings.precision) if args.planned_tokens else None
+    embed_shard(
+        args.input,
+        args.embeddings,
+        args.figures,
+        settings,
+        args.tokens,
+        args.planned_frames,
+        share,
+        True,
+        key,
+        args.planned_tokens,
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ SITE_LINES = {
     "  # slurm_partition: cpu": "  slurm_partition: main",
     "# set-resources:": "set-resources:",
     "#   embed:": "  embed:",
+    "#   preflight:": "  preflight:",
     "#     slurm_partition: gpu": "    slurm_partition: gpu",
 }
 # not in the profile: the plugin's first status check after 5 s, not 40 (the tests stay short)

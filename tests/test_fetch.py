@@ -29,8 +29,10 @@ from workflow_lib.models.fetch_models import fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
 ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"
-AGAIN = "run `snakemake fetch_models` again"
-FETCH_FIRST = "run `snakemake fetch_models` on a machine with internet (then copy cache_dir if needed)"
+AGAIN = "run `snakemake --profile profiles/local fetch_models` again"
+FETCH_FIRST = (
+    "run `snakemake --profile profiles/local fetch_models` on a machine with internet (then copy cache_dir if needed)"
+)
 
 
 def sha256(data: bytes) -> str:

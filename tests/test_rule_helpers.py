@@ -4,11 +4,13 @@ priority, the model files a config names, the shell commands and the outputs' fl
 import copy
 import json
 import os
+import re
 import shlex
+import subprocess
 
 import pandas as pd
 import pytest
-from helpers import ROOT
+from helpers import ROOT, SNAKEMAKE, write_config, write_inputs
 from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
@@ -231,3 +233,90 @@ def test_samples_by_generation_and_the_training_ones():
     samples = Samples(table, ["a", "b", "c"], table.loc[["cal"]], {"a": 0, "b": 1, "c": 0, "cal": 1}, True)
     assert samples.of_generation("0") == ["a", "c"] and samples.of_generation(1) == ["b", "cal"]
     assert samples.training() == ["a", "c"]  # the sheet's labelled samples: not the calibration sample
+
+
+# A Snakefile that loads the workflow and writes what each rule declares (declared.json), the SLURM
+# profile's defaults filled in: whether it runs on the submit host, its threads, and its mem_mb,
+# runtime and gpu: a number, [floor, per GB] for one that grows with its input
+# (job_resources.by_input), null for one the plan decides.
+DECLARED = """
+import json
+
+
+include: {snakefile!r}
+
+
+class _Input(list):
+    def __getattr__(self, name):
+        return list(self)
+
+
+def _declared(resource):
+    if not resource.is_evaluable():
+        return resource.value
+    try:
+        at = [resource.evaluate(None, input=_Input(files)).value for files in ([], [{gib!r}])]
+    except AttributeError:
+        return None
+    return [at[0], at[1] - at[0]]
+
+
+kept = ("mem_mb", "runtime", "gpu")
+with open("declared.json", "w") as out:
+    json.dump({{
+        r.name: {{"local": r.name in workflow._localrules, "threads": r.resources["_cores"].value}}
+        | {{k: _declared(v) for k, v in r.resources.items() if k in kept}}
+        for r in workflow.rules
+    }}, out)
+"""
+
+
+def _cell(value, unit: str) -> str | None:
+    """The table's words for a declared resource (None: decided by the plan, not checked)."""
+    if value is None or isinstance(value, int):
+        return value if value is None else _amount(value, unit)
+    floor, per_gb = value
+    return _amount(floor, unit) + (f" + {_amount(per_gb, unit)}/GB" if per_gb else "")
+
+
+def _amount(value: int, unit: str) -> str:
+    """Minutes, or MB as the table writes them: whole GB (of 1,000 or 1,024 MB) as GB."""
+    if unit == "min":
+        return f"{value} min"
+    for gb in (1000, 1024):
+        if value % gb == 0:
+            return f"{value // gb} GB"
+    return f"{value} MB"
+
+
+def test_the_resource_table_of_docs_cluster_is_what_the_rules_declare(tmp_path):
+    """Every rule that runs as a cluster job has its row, whose threads, memory, runtime and GPU
+    are those its rule declares (a cell naming a config key is checked for its number only where
+    it gives one); what a rule leaves to the profile, the profile's default."""
+    write_inputs(tmp_path)
+    (tmp_path / "calibration.tsv").write_text(
+        "sample\tpath\tlabel\n" + f"cal\t{tmp_path / 'inputs' / 'phix.fa'}\tvirus\n"
+    )
+    config = write_config(tmp_path, calibration={"samples": str(tmp_path / "calibration.tsv")})
+    with open(tmp_path / "gib", "wb") as handle:
+        handle.truncate(1 << 30)
+    (tmp_path / "declared.smk").write_text(
+        DECLARED.format(snakefile=str(ROOT / "Snakefile"), gib=str(tmp_path / "gib"))
+    )
+    command = [*SNAKEMAKE[:3], "--snakefile", str(tmp_path / "declared.smk"), "--directory", str(tmp_path), "-n"]
+    command += ["--configfile", str(config), "--profile", str(ROOT / "profiles" / "slurm")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    declared = json.loads((tmp_path / "declared.json").read_text())
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    rows = re.findall(r"^\| `(\w+)`[^|]*\|([^|]*)\|([^|]*)\|([^|]*)\|([^|]*)\|$", text, re.M)
+    assert sorted(name for name, *_ in rows) == sorted(r for r, d in declared.items() if not d["local"] and r != "all")
+    for name, threads, memory, runtime, gpu in rows:
+        rule = declared[name]
+        assert re.search(rf"\b{rule['threads']}\b", threads), (name, threads)
+        for key, cell, unit in (("mem_mb", memory, "MB"), ("runtime", runtime, "min")):
+            expected = _cell(rule[key], unit)
+            if expected is not None and "`" not in cell:
+                assert cell.strip().startswith(expected), (name, cell, expected)
+        if rule.get("gpu", 0) is not None:
+            assert gpu.strip() == str(rule.get("gpu", "")), (name, gpu)

@@ -124,10 +124,12 @@ def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
 def test_a_jobs_request_follows_its_shard_not_its_sample():
     embedding = DEFAULTS["embedding"]
     on_cpu = DEFAULTS | {"embedding": embedding | {"device": "cpu"}}
-    # the default shard, 180 M tokens, at ESM-2's assumed 100,000 tokens/s on a GPU: 30 min, 1.5 times, +10
-    assert job_resources.embed_minutes(180_000_000, 1_070_000, "esm", DEFAULTS) == 55
-    assert job_resources.embed_minutes(1_000_000, 10, "esm", on_cpu) == 135  # 200 tokens/s
-    assert job_resources.embed_minutes(0, 0, "esm", DEFAULTS) == 10  # an empty shard: no GPU, the start only
+    # with no rate recorded (no model check yet), the defaults: ESM-2's 19,000 tokens/s on a GPU, 200 on the CPU
+    assert job_resources.embed_rate("esm", "no_check.json", DEFAULTS) == 19_000
+    assert job_resources.embed_rate("esm", "no_check.json", on_cpu) == 200
+    # the default shard, 180 M tokens, at 100,000 tokens/s: 30 min, 1.5 times, +10
+    assert job_resources.embed_minutes(180_000_000, 100_000) == 55
+    assert job_resources.embed_minutes(0, 200) == 10  # an empty shard: the start only
     assert (job_resources.embed_gpus(0), job_resources.embed_gpus(5)) == (0, 1)
     assert job_resources.embed_threads(embedding) == 3  # auto: 2 loader workers and the main process
     assert job_resources.embed_threads(embedding | {"num_workers": 5}) == 6
@@ -148,7 +150,7 @@ def test_the_settings_are_the_defaults_under_the_config_and_the_config_is_left_a
         "display_name": "ESM-2 (small)",
         "layer": None,
         "token_budget": 16384,
-        "assumed_tokens_per_s": {"cuda": 100000, "cpu": 200},
+        "assumed_tokens_per_s": {"cuda": 19000, "cpu": 200},
     }
     assert settings["chunk_length"] == DEFAULTS["chunk_length"] and settings["samples"] == "s.tsv"
 

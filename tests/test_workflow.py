@@ -1,5 +1,6 @@
 """The whole workflow run for real by Snakemake: prepare, model check, embed, train, predict."""
 
+import json
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from helpers import (
     write_inputs,
 )
 
+from workflow_lib.embed import rates
 from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import SHARDS
@@ -120,6 +122,17 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
         env=ENV,
     )
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+
+
+@pytest.mark.slow
+def test_the_embed_jobs_record_their_rates(workflow_run):
+    """Each model's embed jobs recorded their steady rates in models.cache_dir (on the CPU here),
+    where the next plan's embed runtimes come from (tests/test_preflight.py)."""
+    cache = workflow_run[0] / "models" / "cache" / "rates"
+    found = {path.parent.name: json.loads(path.read_text()) for path in cache.glob("*/cpu.json")}
+    assert sorted(found) == ["dnabert_s-2x48-fp16", "esm2-2x64-fp16"]  # the demo models' shapes, fp16 configured
+    for recorded in found.values():
+        assert recorded["device"] == "cpu" and 0 < len(recorded["rates"]) <= rates.KEPT and min(recorded["rates"]) > 0
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from workflow_lib import __version__
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
+from workflow_lib.embed import rates
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader
 from workflow_lib.embed.packing import PackedBatch
@@ -192,12 +193,16 @@ def embed_shard(
     planned_frames: int | None = None,
     gpu_mem_mb: int | None = None,
     claim_until_exit: bool = False,
+    rate_key: str | None = None,
+    planned_tokens: int | None = None,
 ) -> dict:
     """Embed one shard into `output_path` (HDF5); its figures also go to `figures_path` (JSON), for
     the run summary. `tokens_path`: the shard's stored tokens (stored_tokens.py), read instead of
     tokenising. `planned_frames`: the frames the plan gives the shard. `gpu_mem_mb`,
-    `claim_until_exit`: claimed_device's. A SIGTERM before every frame is committed ends the job
-    through its normal exits; after, the job finishes (stopping.sigterm_exits)."""
+    `claim_until_exit`: claimed_device's. `rate_key` (rates.model_key) and `planned_tokens` (the
+    shard's ESM-2 tokens): its steady rate is recorded in models.cache_dir (rates.py). A SIGTERM
+    before every frame is committed ends the job through its normal exits; after, the job finishes
+    (stopping.sigterm_exits)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
@@ -256,6 +261,9 @@ def embed_shard(
         write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
         commits.remove()
     log.info("wrote %s and %s", output_path, figures_path)
+    if rate_key and planned_tokens and meter.steady_from is not None:  # a shard of one batch has no steady rate
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        rates.record(settings.cache_dir, rate_key, name, stats["tokens_per_s"] * planned_tokens / stats["n_tokens"])
     return {**stats, "storage": settings.storage}
 
 

@@ -41,7 +41,8 @@ class Architecture:
     activations_per_token: int
     # the defaults of an entry models.<name> of this architecture that does not give them (model_entry)
     token_budget: int  # tokens per packed batch
-    cuda_tokens_per_s: int  # rates of its embed job (models.<name>.assumed_tokens_per_s)
+    # its embed job's rates with none recorded (models.<name>.assumed_tokens_per_s; docs/cluster.md)
+    cuda_tokens_per_s: int
     cpu_tokens_per_s: int
 
     @property
@@ -54,9 +55,9 @@ ARCHITECTURES = {
     # Activations: rounded up from the growth per token of the peaks the GPU check measured
     # (docs/gpu-check/model.json; tests/test_rule_helpers.py holds them to it). The values in the
     # order of the fields.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 10**5, 200),
+    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 19_000, 200),
     "dnabert_s": Architecture(
-        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, 10**6, 5000
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, 230_000, 5000
     ),
 }
 

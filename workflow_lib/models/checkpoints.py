@@ -64,8 +64,8 @@ def classifier_path(classifier: str, cache_dir: str) -> str:
 def not_fetched(key: str, checkpoint: str, cache_dir: str | Path) -> InputError:
     """The error of a job that finds a named model missing from the cache (jobs never download)."""
     return InputError(
-        f"{key}: '{checkpoint}' is not in the model cache {cache_dir}; run `snakemake fetch_models` on a machine "
-        "with internet (then copy cache_dir if needed)"
+        f"{key}: '{checkpoint}' is not in the model cache {cache_dir}; run `snakemake --profile profiles/local "
+        "fetch_models` on a machine with internet (then copy cache_dir if needed)"
     )
 
 

@@ -32,7 +32,7 @@ from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local,
 log = logging.getLogger("workflow")
 _BLOCK = 1 << 20
 _TIMEOUT_S = 60
-_AGAIN = "run `snakemake fetch_models` again"
+_AGAIN = "run `snakemake --profile profiles/local fetch_models` again"
 
 
 def fetch_models(

@@ -6,7 +6,7 @@ import copy
 import functools
 import shlex
 
-from workflow_lib.cli.settings import cli, options, tuning_keys
+from workflow_lib.cli.settings import cli, config_values, options, tuning_keys
 from workflow_lib.io.reads import SampleReads
 
 # Settings that cannot change any result (a change reruns nothing), left out of the run summary's
@@ -49,6 +49,13 @@ def job_args(config: dict, /, *words, settings=None, **named):
         return " ".join(w for w in found if w)
 
     return args
+
+
+def model_settings(declaration, config: dict) -> str:
+    """--settings per configured model, in input order: every setting of the declaration for it
+    (its --model among them), as one word of its options (scripts/preflight.py)."""
+    models = config["models"]["embedders"]
+    return cli(settings=[cli(model=m, **config_values(declaration, config, model=m)) for m in models])
 
 
 def reads_options(reads: SampleReads) -> str:

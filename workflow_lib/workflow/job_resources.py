@@ -5,13 +5,14 @@ shard's work, whatever the sample's size) or its input files, and its priority. 
 import functools
 import os
 
+from workflow_lib.embed import rates
 from workflow_lib.io.tables import read_json
 from workflow_lib.models import ARCHITECTURES
 
 # a margin below one core's rate (docs/performance.md: the host side of the embed job)
 TOKENIZE_TOKENS_PER_S = 500_000
 EMBED_START_MINUTES = 10  # model load, worker start-up, a kernel compile
-EMBED_MARGIN = 1.5  # on the assumed rate
+EMBED_MARGIN = 1.5  # on the planned rate (embed_rate)
 
 
 # A sample of at most this much input (about 2 M reads of 500 bp) is small: its CPU jobs take
@@ -102,11 +103,35 @@ def embed_gpu_mem_mb(model: str, model_check: str, config: dict) -> int:
     return int(GPU_CONTEXT_MB + max(loading, loaded + activations) / 2**20 + 0.999)
 
 
-def embed_minutes(tokens: int, frames: int, model: str, config: dict) -> int:
-    """The start, plus EMBED_MARGIN times the shard's ESM-2 tokens at the assumed rate of this
-    model on this device (models.<model>.assumed_tokens_per_s, embedding.device)."""
-    on_cpu = config["embedding"]["device"] == "cpu" or not frames
-    rate = config["models"][model]["assumed_tokens_per_s"]["cpu" if on_cpu else "cuda"]
+def embed_rate(model: str, model_check: str, config: dict, gpu_model: str | None = None) -> float:
+    """The shard tokens/s an embed job of `model` is planned at: the rate recorded for its model
+    (embed/rates.py, by its shape in the model check `model_check` and its precision) on the CPU
+    with embedding.device cpu, else on the slowest GPU recorded, or the slowest whose name holds
+    `gpu_model` (the profile's, any case: "h100" in "NVIDIA H100 80GB HBM3"); with none recorded,
+    models.<model>.assumed_tokens_per_s."""
+    on_cpu = config["embedding"]["device"] == "cpu"
+    default = config["models"][model]["assumed_tokens_per_s"]["cpu" if on_cpu else "cuda"]
+    if not os.path.isfile(model_check):  # not made yet: no embed job is planned either
+        return default
+    key = rates.model_key(read_json(model_check)[model], config["embedding"]["precision"])
+    recorded = rates.recorded(config["models"]["cache_dir"], key)
+    if on_cpu:
+        return recorded.get("cpu", default)
+    named = (gpu_model or "").lower()
+    return min(
+        (rate for device, rate in recorded.items() if device != "cpu" and named in device.lower()), default=default
+    )
+
+
+def profile_gpu_model(overwrite_resources) -> str | None:
+    """The GPU model that the profile's set-resources give embed jobs (the SLURM plugin's gpu_model),
+    from Snakemake's workflow.resource_settings.overwrite_resources: the text as written."""
+    found = overwrite_resources.get("embed", {}).get("gpu_model")
+    return None if found is None else str(getattr(found, "raw", found)).strip("'\"")
+
+
+def embed_minutes(tokens: int, rate: float) -> int:
+    """The start, plus EMBED_MARGIN times the shard's ESM-2 tokens at `rate` (embed_rate)."""
     return _minutes(EMBED_START_MINUTES + EMBED_MARGIN * tokens / rate / 60)
 
 

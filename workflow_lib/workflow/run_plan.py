@@ -17,9 +17,12 @@ from workflow_lib.workflow import job_resources
 class RunPlan:
     """Bound to the workflow's `rules` and `checkpoints` (looked up when a job asks, once the rules exist)."""
 
-    def __init__(self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check):
+    def __init__(
+        self, rules, checkpoints, samples, embedders: dict, config: dict, trains_here: bool, model_check, gpu_model
+    ):
         self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
         self.embedders, self.config, self.trains_here, self.model_check = embedders, config, trains_here, model_check
+        self.gpu_model = gpu_model  # the profile's for embed jobs (job_resources.profile_gpu_model)
 
     def check(self, wildcards):
         """A generation's plan's input of the model check: ancient while the plan on disk is current
@@ -76,13 +79,17 @@ class RunPlan:
         return job_resources.embed_gpu_mem_mb(wildcards.model, input.model_check, self.config)
 
     def embed_runtime(self, wildcards) -> int:
-        work = self.work(wildcards)
-        return job_resources.embed_minutes(work["tokens"], work["frames"], wildcards.model, self.config)
+        rate = job_resources.embed_rate(wildcards.model, self.model_check, self.config, self.gpu_model)
+        return job_resources.embed_minutes(self.work(wildcards)["tokens"], rate)
 
     def planned_frames(self, wildcards) -> int:
         """The pooled shard's frames by the plan, which its embed job checks the FASTA against (one
         cut short by a crash is refused): a resource, never compared."""
         return self.work(wildcards)["frames"]
+
+    def planned_tokens(self, wildcards) -> int:
+        """The pooled shard's ESM-2 tokens by the plan: the unit of the rate its embed job records."""
+        return self.work(wildcards)["tokens"]
 
     def embed_priority(self, wildcards) -> int:
         try:
