@@ -37,6 +37,9 @@ onsuccess:
     # each weighed sample's composition, whether the calibration fits it, and what that means for its q-values
     for line in composition_lines({s: rules.call.output.manifest.format(sample=s) for s in SAMPLES.sheet}):
         print(line, file=sys.stderr)
+    # the preflight's figures, when this run made them (its job's log is on the node under SLURM)
+    for line in rates.preflight_lines(rules.preflight.output.report, STARTED):
+        print(line, file=sys.stderr)
 
 
 onerror:

@@ -3,6 +3,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from snakemake import __version__ as snakemake_version
@@ -30,6 +31,7 @@ from workflow_lib.cli.settings import (
     cli,
 )
 from workflow_lib.classify.weighing import composition_lines
+from workflow_lib.embed import rates
 from workflow_lib.models import embedders
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
 from workflow_lib.workflow.cluster_watch import PendingWatch, failed_job_reasons
@@ -42,6 +44,7 @@ from workflow_lib.workflow.startup import readable_yaml, start
 configfile: readable_yaml(f"{ROOT}/config/config.yaml")
 
 
+STARTED = time.time()  # the run's start, in the main process (onsuccess: what this run wrote)
 MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results

@@ -30,6 +30,10 @@ def preflighted(tmp_path_factory) -> Path:
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "the preflight runs on the CPU" in result.stderr  # its warning, on the console
+    for model in ("esm", "dnabert"):  # and its figures, at the run's end
+        assert re.search(
+            rf"^preflight: {model}: [0-9,]+ shard tokens/s on cpu; .* asks for \d+ min", result.stderr, re.M
+        )
     return workdir
 
 

@@ -7,6 +7,7 @@ renamed into place: many jobs may record at once, and a reader never sees half a
 
 import functools
 import logging
+import os
 import re
 import statistics
 from pathlib import Path
@@ -56,3 +57,19 @@ def recorded(cache_dir: str, key: str) -> dict[str, float]:
 def _read(directory: str, mtime_ns: int) -> dict[str, float]:
     found = map(read_json, Path(directory).glob("*.json"))
     return {entry["device"]: statistics.median(entry["rates"]) for entry in found}
+
+
+def preflight_line(model: str, found: dict) -> str:
+    """A model's line of the preflight's report (workflow/preflight.py)."""
+    return (
+        f"preflight: {model}: {found['tokens_per_s']:,} shard tokens/s on {found['device']}; a shard of "
+        f"{found['shard_tokens']:,} tokens takes {found['shard_minutes']} min, its embed job asks for "
+        f"{found['shard_runtime_request_minutes']} min; memory: {found['memory']}"
+    )
+
+
+def preflight_lines(report: str, since: float) -> list[str]:
+    """The lines of the preflight's report `report` when it was written after `since` (a time)."""
+    if not os.path.isfile(report) or os.path.getmtime(report) < since:
+        return []
+    return [preflight_line(model, found) for model, found in read_json(report)["models"].items()]

@@ -57,16 +57,7 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
             check = read_json(model_check)[settings.model]
             found = _embed(settings, rates.model_key(check, settings.precision), fna, frames, tokens, Path(tmp))
             found |= _shard(found["tokens_per_s"], prepare_settings.shard_tokens)
-            log.info(
-                "%s: %s shard tokens/s on %s; a shard of %s tokens takes %s min, its embed job asks for %d; memory: %s",
-                settings.model,
-                f"{found['tokens_per_s']:,}",
-                found["device"],
-                f"{found['shard_tokens']:,}",
-                found["shard_minutes"],
-                found["shard_runtime_request_minutes"],
-                found["memory"],
-            )
+            log.info(rates.preflight_line(settings.model, found))
             report["models"][settings.model] = found
     write_json(report, output)
     return report
