@@ -42,6 +42,7 @@ from workflow_lib.embed.job import PRECISIONS, set_allocator_conf
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.harness.measure import header, print_figures, snakemake
 from workflow_lib.harness.stages import GENOMES, ROOT, prepared_reads, write_reads
+from workflow_lib.io.tables import read_json
 from workflow_lib.models import classifier, demo_models, dnabert, dnabert_loading, esm, varlen
 from workflow_lib.models.tokens import ESMTokens
 
@@ -393,6 +394,16 @@ def workflow(args, shapes: dict, workdir: Path, device, result: dict, record) ->
         result["shared_over_whole"] = {
             key: round(shared[key] / whole[key], 3) for key in ("seconds", "embed_seconds") if whole[key]
         }
+    with record.step("snakemake, preflight"):  # the GPU node's check, as docs/cluster.md runs it
+        folder = workdir / "preflight"
+        folder.mkdir()
+        write_reads(folder / "reads.fa", 10, 500, seed=2)  # a sample, for the start-up checks: not read
+        (folder / "samples.tsv").write_text(f"sample\tpath\nreads\t{folder / 'reads.fa'}\n")
+        config = yaml.safe_load((workdir / "config.yaml").read_text()) | {"samples": str(folder / "samples.tsv")}
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        options = ("--configfile", folder / "config.yaml", "--cores", len(os.sched_getaffinity(0)))
+        run, _ = snakemake(folder, "preflight", *options, "--resources", "gpu=1", log=kept / "preflight.log")
+        result["preflight"] = {"seconds": run["seconds"], **read_json(folder / "results" / "preflight.json")}
 
 
 def workflow_setup(args, shapes: dict, workdir: Path) -> None:
