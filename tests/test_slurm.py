@@ -40,29 +40,28 @@ def cluster(tmp_path_factory):
         yield env
 
 
-def test_two_test_beds_run_side_by_side(cluster, tmp_path):
-    """Two clusters at once (the module's and one more), each on its own ports: `srun` without
-    SLURM_CONF (as in a job step) reaches its own cluster through the shim, each cluster records
-    only its own job, and stopping a bed leaves no daemon (slurm_cluster checks: the second's here,
-    the module's when its tests end)."""
-    with slurm_cluster(tmp_path / "b") as b:
-        beds = {"a": cluster, "b": b}
-        ports = []
-        for env in beds.values():
-            conf = Path(env["SLURM_CONF"]).read_text()
-            ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
-            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
-            assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
-        assert len(ports) == len(set(ports)) == 4
-        for name, env in beds.items():
-            step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
-            ran = subprocess.run(
-                ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
-            )
-            assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
-        for name, env in beds.items():  # the module's bed may hold other tests' jobs
-            jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
-            assert [job for job in jobs.stdout.split() if job.startswith("bed_")] == [f"bed_{name}"], jobs.stdout
+def test_two_test_beds_run_side_by_side(cluster, failing_bed):
+    """Two clusters at once (the module's two: the workflow's and the failing runs'), each on its
+    own ports: `srun` without SLURM_CONF (as in a job step) reaches its own cluster through the shim,
+    each cluster records only its own job, and stopping a bed leaves no daemon (slurm_cluster checks
+    when the module's tests end)."""
+    beds = {"a": cluster, "b": failing_bed}
+    ports = []
+    for env in beds.values():
+        conf = Path(env["SLURM_CONF"]).read_text()
+        ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
+        state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
+        assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
+    assert len(ports) == len(set(ports)) == 4
+    for name, env in beds.items():
+        step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
+        ran = subprocess.run(
+            ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
+        )
+        assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
+    for name, env in beds.items():  # the module's bed may hold other tests' jobs
+        jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
+        assert [job for job in jobs.stdout.split() if job.startswith("bed_")] == [f"bed_{name}"], jobs.stdout
 
 
 LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
