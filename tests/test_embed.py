@@ -73,10 +73,11 @@ def read_frames(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def few_read_frames(tmp_path_factory):
-    """As read_frames, of 1,000 reads: for the tests that embed a shard a batch and a commit at a
-    time, several times over (a few hundred batches)."""
+    """As read_frames, of 500 reads (about 200 frames): for the tests that embed a shard a batch and
+    a commit at a time, several times over (about a hundred batches), or a block of a few dozen
+    frames at a time."""
     outdir = tmp_path_factory.mktemp("few_reads")
-    write_reads(outdir / "reads.fa", 1000, 500, seed=3)
+    write_reads(outdir / "reads.fa", 500, 500, seed=3)
     assert prepare_into(outdir / "reads.fa", outdir, chunk_length=500)["shards"] == 1
     return outdir / "shards"
 
@@ -121,7 +122,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
 def test_workers_give_every_frame_exactly_once(few_read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
     """Two spawn workers over many small blocks give what the main process alone gives."""
-    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 37)  # read by the main process only: workers get its blocks
+    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 23)  # read by the main process only: workers get its blocks
     path = few_read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=2)
