@@ -82,9 +82,9 @@ LONGEST = (
     "workflow_run",
     "test_slurm.py",
     "test_reliability.py",
-    "test_module.py",
-    "test_embed.py",
     "test_gpu_check.py",
+    "test_embed.py",
+    "test_module.py",
     "test_doc_commands.py",
 )
 

@@ -73,10 +73,11 @@ def read_frames(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def few_read_frames(tmp_path_factory):
-    """As read_frames, of 1,000 reads: for the tests that embed a shard a batch and a commit at a
-    time, several times over (a few hundred batches)."""
+    """As read_frames, of 500 reads (about 200 frames): for the tests that embed a shard a batch and
+    a commit at a time, several times over (about a hundred batches), or a block of a few dozen
+    frames at a time."""
     outdir = tmp_path_factory.mktemp("few_reads")
-    write_reads(outdir / "reads.fa", 1000, 500, seed=3)
+    write_reads(outdir / "reads.fa", 500, 500, seed=3)
     assert prepare_into(outdir / "reads.fa", outdir, chunk_length=500)["shards"] == 1
     return outdir / "shards"
 
@@ -119,16 +120,16 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
-def test_workers_give_every_frame_exactly_once(read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
-    """Three spawn workers over many small blocks give what the main process alone gives."""
-    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 97)  # read by the main process only: workers get its blocks
-    path = read_frames / f"shard_0.{suffix}"
+def test_workers_give_every_frame_exactly_once(few_read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
+    """Two spawn workers over many small blocks give what the main process alone gives."""
+    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 23)  # read by the main process only: workers get its blocks
+    path = few_read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
-    workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=3)
+    workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=2)
     assert len(ShardIndex.read(path).blocks) > 6
     assert workers[0] == alone[0] == list(ShardIndex.read(path).ids)
     assert np.array_equal(workers[1], alone[1])
-    assert workers[2]["num_workers"] == 3 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
+    assert workers[2]["num_workers"] == 2 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
 
 
 def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_models, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from gpu_check import LEVER_PLANS  # noqa: E402
 from gpu_table import table  # noqa: E402
 
 SMALL = {
-    "equivalence": ["--reads", "300", "--equivalence-frames", "30", "--budget", "2048"],
+    "equivalence": ["--reads", "300", "--equivalence-frames", "10", "--budget", "2048"],
     "model": ["--reads", "300", "--frames", "100", "--sweep", "1024", "4096"],
     "workflow": ["--workflow-reads", "200", "--cold-reads", "100", "--budget", "2048", "--dnabert-budget", "2048"],
 }
@@ -58,9 +58,9 @@ def test_all_parts_in_one_command(tmp_path):
     and with a whole one each) and equivalence, each part's JSON beside
     all.json. No cold run: on the CPU nothing is compiled or copied, so it would be the warm one
     again (the deadline test names it)."""
-    options = ["--reads", "300", "--frames", "30", "--sweep", "1024", "--lever-frames", "10", "--budget", "2048"]
-    options += ["--dnabert-budget", "2048", "--workflow-reads", "200", "--cold-reads", "0"]  # the CPU's runs alike
-    options += ["--equivalence-frames", "30", "--out", str(tmp_path / "all.json")]
+    options = ["--reads", "300", "--frames", "12", "--sweep", "1024", "--lever-frames", "6", "--budget", "2048"]
+    options += ["--dnabert-budget", "2048", "--workflow-reads", "100", "--cold-reads", "0"]  # the CPU's runs alike
+    options += ["--equivalence-frames", "10", "--out", str(tmp_path / "all.json")]
     result = subprocess.run(gpu_check("all", tmp_path) + options, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     parts = json.loads((tmp_path / "all.json").read_text())["parts"]
@@ -68,7 +68,7 @@ def test_all_parts_in_one_command(tmp_path):
     figures = {part: json.loads((tmp_path / f"{part}.json").read_text())[part] for part in parts}
 
     levers = figures["model"]["levers"]
-    assert levers["frames"] == 30 and levers["cosine_frames"] == 10 and levers["compiled"] is False  # eager on a CPU
+    assert levers["frames"] == 12 and levers["cosine_frames"] == 6 and levers["compiled"] is False  # eager on a CPU
     runs = levers["runs"]
     assert list(runs) == list(LEVER_PLANS)
     for name, run in runs.items():
@@ -84,15 +84,15 @@ def test_all_parts_in_one_command(tmp_path):
     assert runs["fp8, fast accumulation"]["fast_accum"] and not runs["fp8"]["fast_accum"]
 
     workflow = figures["workflow"]
-    assert list(workflow["runs"]) == ["warm_200", "warm_200_whole"]
+    assert list(workflow["runs"]) == ["warm_100", "warm_100_whole"]
     for run in workflow["runs"].values():
-        assert run["reads"] == 200 and run["reads_per_hour"] > 0
+        assert run["reads"] == 100 and run["reads_per_hour"] > 0
         assert run["embed_jobs"] == 2 and run["gpu_sm_busy_share"] is None and run["model_check_s"] >= 0
         assert {job.split("_shard")[0] for job in run["embed_job"]} == {"esm", "dnabert"}
         assert all(job["startup_s"] > 0 and job["load_seconds"] > 0 for job in run["embed_job"].values())
-    assert "embed:gpu=0" in workflow["runs"]["warm_200"]["snakemake_options"]
-    assert "embed:gpu=1" in workflow["runs"]["warm_200_whole"]["snakemake_options"]
-    assert workflow["runs"]["warm_200_whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
+    assert "embed:gpu=0" in workflow["runs"]["warm_100"]["snakemake_options"]
+    assert "embed:gpu=1" in workflow["runs"]["warm_100_whole"]["snakemake_options"]
+    assert workflow["runs"]["warm_100_whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
     assert set(workflow["shared_over_whole"]) == {"seconds", "embed_seconds"}
 
     equivalence = figures["equivalence"]

@@ -1,7 +1,7 @@
 """This workflow used as a Snakemake module by a host workflow in another folder, as docs/module.md shows:
-the demo's config and two of its genomes run through it, with a chimera record of the two whose
-inserted phage must come out as a viral region; the run, with the default outputs.keep_embeddings,
-keeps no embedding or shard FASTA."""
+the demo's config (its shards larger) and two of its genomes run through it, with a chimera record of
+the two whose inserted phage must come out as a viral region; the run, with the default
+outputs.keep_embeddings, keeps no embedding or shard FASTA."""
 
 import subprocess
 import sys
@@ -112,7 +112,9 @@ def host_workflow(host: Path) -> tuple[Path, str, tuple[int, int]]:
     rows = [f"{name}\t{GENOMES / path}\t{label}\n" for name, (path, label) in DEMO_SAMPLES.items()]
     (host / "config" / "samples.tsv").write_text("sample\tpath\tlabel\n" + "".join(rows) + "chimera\tchimera.fa\t\n")
     config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
-    (host / "config" / "config.yaml").write_text(yaml.safe_dump(config | {"samples": "config/samples.tsv"}))
+    # shards of 40,000 tokens, not the demo's 10,000: 8 embed jobs, not 20 (the chimera still in two)
+    config |= {"samples": "config/samples.tsv", "shard_tokens": 40_000}
+    (host / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     return host, chimera, insert
 
 

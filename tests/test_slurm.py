@@ -40,29 +40,28 @@ def cluster(tmp_path_factory):
         yield env
 
 
-def test_two_test_beds_run_side_by_side(cluster, tmp_path):
-    """Two clusters at once (the module's and one more), each on its own ports: `srun` without
-    SLURM_CONF (as in a job step) reaches its own cluster through the shim, each cluster records
-    only its own job, and stopping a bed leaves no daemon (slurm_cluster checks: the second's here,
-    the module's when its tests end)."""
-    with slurm_cluster(tmp_path / "b") as b:
-        beds = {"a": cluster, "b": b}
-        ports = []
-        for env in beds.values():
-            conf = Path(env["SLURM_CONF"]).read_text()
-            ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
-            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
-            assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
-        assert len(ports) == len(set(ports)) == 4
-        for name, env in beds.items():
-            step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
-            ran = subprocess.run(
-                ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
-            )
-            assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
-        for name, env in beds.items():  # the module's bed may hold other tests' jobs
-            jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
-            assert [job for job in jobs.stdout.split() if job.startswith("bed_")] == [f"bed_{name}"], jobs.stdout
+def test_two_test_beds_run_side_by_side(cluster, failing_bed):
+    """Two clusters at once (the module's two: the workflow's and the failing runs'), each on its
+    own ports: `srun` without SLURM_CONF (as in a job step) reaches its own cluster through the shim,
+    each cluster records only its own job, and stopping a bed leaves no daemon (slurm_cluster checks
+    when the module's tests end)."""
+    beds = {"a": cluster, "b": failing_bed}
+    ports = []
+    for env in beds.values():
+        conf = Path(env["SLURM_CONF"]).read_text()
+        ports += re.findall(r"^Slurm(?:ctld|d)Port=(\d+)$", conf, re.M)
+        state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=env)
+        assert state.stdout.split() == ["idle"] * 3, state.stdout + state.stderr  # partitions main, gpu, short
+    assert len(ports) == len(set(ports)) == 4
+    for name, env in beds.items():
+        step = {key: value for key, value in env.items() if key != "SLURM_CONF"}
+        ran = subprocess.run(
+            ["srun", "-J", f"bed_{name}", "-n1", "printenv", "SLURM_CONF"], capture_output=True, text=True, env=step
+        )
+        assert ran.returncode == 0 and ran.stdout.strip() == env["SLURM_CONF"], ran.stdout + ran.stderr
+    for name, env in beds.items():  # the module's bed may hold other tests' jobs
+        jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, env=env)
+        assert [job for job in jobs.stdout.split() if job.startswith("bed_")] == [f"bed_{name}"], jobs.stdout
 
 
 LABELLED = ("phix", "plasmid")  # a virus and another, enough to train on
@@ -94,7 +93,8 @@ def configured(workdir):
     return path
 
 
-def test_workflow_runs_through_slurm(cluster, tmp_path):
+def test_workflow_runs_through_slurm(cluster, failing_started, tmp_path):
+    # failing_started: the runs that fail on purpose go on meanwhile, on their test bed
     local, slurm = tmp_path / "local", tmp_path / "slurm"
     local.mkdir()
     slurm.mkdir()
@@ -162,9 +162,18 @@ def test_workflow_runs_through_slurm(cluster, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def failed_runs(cluster, tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
-    """The runs that fail on purpose, started together (each mostly waits on SLURM; they share
-    nothing but the test bed): their work directory, exit status and console output, by name."""
+def failing_bed(tmp_path_factory):
+    """A test bed of its own for the runs that fail on purpose: they run beside
+    test_workflow_runs_through_slurm (all of them mostly wait on SLURM) and hold none of its GPUs."""
+    with slurm_cluster(tmp_path_factory.mktemp("slurm_failing")) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def failing_started(failing_bed, tmp_path_factory):
+    """The runs that fail on purpose, started together (they share nothing but their test bed) and
+    left running: their work directory and process, by name. Whatever still runs when the module's
+    tests end is killed."""
     base = tmp_path_factory.mktemp("failing")
     profile = shipped_profile(base / "profile")
     commands = {}
@@ -189,21 +198,28 @@ def failed_runs(cluster, tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
         for name, command in commands.items():
             with open(base / f"{name}.out", "w") as out, open(base / f"{name}.err", "w") as err:
                 runs[name] = subprocess.Popen(
-                    command, stdout=out, stderr=err, text=True, env=cluster, start_new_session=True
+                    command, stdout=out, stderr=err, text=True, env=failing_bed, start_new_session=True
                 )
-        for run in runs.values():
-            run.wait(timeout=600)
+        yield {name: (base / name, run) for name, run in runs.items()}
     finally:
         for run in runs.values():
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)  # Snakemake, a run that hangs
-    return {
-        name: (base / name, run.returncode, (base / f"{name}.out").read_text() + (base / f"{name}.err").read_text())
-        for name, run in runs.items()
-    }
+            run.wait()
 
 
-def test_failures_reach_the_console(cluster, failed_runs):
+@pytest.fixture(scope="module")
+def failed_runs(failing_started) -> dict[str, tuple[Path, int, str]]:
+    """The runs of failing_started, ended: their work directory, exit status and console output, by name."""
+    ended = {}
+    for name, (workdir, run) in failing_started.items():
+        run.wait(timeout=600)
+        output = workdir.with_name(f"{name}.out").read_text() + workdir.with_name(f"{name}.err").read_text()
+        ended[name] = (workdir, run.returncode, output)
+    return ended
+
+
+def test_failures_reach_the_console(failing_bed, failed_runs):
     """A failing job's one-line error reaches the console, not only its log; a job that no
     partition can run (runtime beyond the partition's MaxTime) is cancelled with its reason
     instead of pending for ever."""
@@ -221,11 +237,13 @@ def test_failures_reach_the_console(cluster, failed_runs):
         output,
         re.M,
     ), output[-3000:]
-    left = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%Z"], capture_output=True, text=True, env=cluster)
+    left = subprocess.run(
+        ["squeue", "-h", "-t", "PENDING", "-o", "%Z"], capture_output=True, text=True, env=failing_bed
+    )
     assert str(pending) not in left.stdout
 
 
-def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, failed_runs):
+def test_a_job_killed_for_memory_is_named_with_its_mem_mb(failing_bed, failed_runs):
     """A job that SLURM kills for memory (the test bed's OverMemoryKill) says nothing of its own:
     the console names the job's group, its rules and the mem_mb SLURM gave it. At 100 MB,
     Snakemake itself in the job (about 140 MB) is over it within seconds of starting."""
@@ -240,13 +258,13 @@ def test_a_job_killed_for_memory_is_named_with_its_mem_mb(cluster, failed_runs):
     assert returncode != 0 and killed, output[-3000:]
     # SLURM's own record of the job: the group's, 100 MB
     record = ["squeue", "-h", "-t", "all", "-j", killed[1], "-o", "%k %m"]
-    assert subprocess.run(record, capture_output=True, text=True, env=cluster).stdout.split() == [
+    assert subprocess.run(record, capture_output=True, text=True, env=failing_bed).stdout.split() == [
         "rule_small_prepare_prepare",
         "100M",
     ]
 
 
-def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, failed_runs):
+def test_an_embed_job_is_tried_as_often_as_its_profile_says(failing_bed, failed_runs):
     """An embed job is tried 1 + the profile's retries times, each try one SLURM job that runs the
     job's command once, a memory kill like any other failure: Snakemake's log, SLURM's record and
     the SLURM logs count 3 SLURM jobs and 3 runs of the command for ESM-2's job (DNABERT-S's is
@@ -268,7 +286,7 @@ def test_an_embed_job_is_tried_as_often_as_its_profile_says(cluster, failed_runs
     assert sorted(killed) == sorted(jobs), output[-3000:]
     # SLURM's record: the run's embed jobs are those Snakemake submitted (none resubmitted by SLURM)
     record = ["squeue", "-h", "-t", "all", "-o", "%i %Z %k"]  # the job, its directory, its name
-    listed = subprocess.run(record, capture_output=True, text=True, env=cluster).stdout
+    listed = subprocess.run(record, capture_output=True, text=True, env=failing_bed).stdout
     ran_here = [line.split() for line in listed.splitlines() if f" {workdir} " in line]
     assert {job for job, _, name in ran_here if name.startswith("rule_embed_")} == jobs, listed
     # each SLURM job ran the command once: one step (J.0, killed), one run announced by Snakemake in it
