@@ -94,6 +94,9 @@ def test_all_parts_in_one_command(tmp_path):
     assert "embed:gpu=1" in workflow["runs"]["warm_100_whole"]["snakemake_options"]
     assert workflow["runs"]["warm_100_whole"]["embed_jobs_overlap_seconds"] <= 1  # log times are to the second
     assert set(workflow["shared_over_whole"]) == {"seconds", "embed_seconds"}
+    preflight = workflow["preflight"]  # the preflight target, as a user runs it on a GPU node
+    assert preflight["device"] == "cpu" and set(preflight["models"]) == {"esm", "dnabert"}
+    assert all(model["tokens_per_s"] > 0 and model["batches"] > 1 for model in preflight["models"].values())
 
     equivalence = figures["equivalence"]
     for shape in ("t2", "t3"):
