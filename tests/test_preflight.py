@@ -148,3 +148,15 @@ def test_a_job_is_planned_at_the_slowest_gpu_or_the_named_one(tmp_path):
     assert job_resources.embed_rate("esm", str(check), on_cpu) == 300
     in_bf16 = config | {"embedding": {"device": "auto", "precision": "bf16"}}
     assert job_resources.embed_rate("esm", str(check), in_bf16) == 19000  # another model key
+
+
+def test_a_broken_rate_file_fails_neither_the_plan_nor_the_job(tmp_path):
+    """A file edited by hand (not JSON, or a zero rate) counts for nothing when planning, and the
+    next job's record replaces it."""
+    directory = tmp_path / "rates" / "esm2-2x64-fp16"
+    directory.mkdir(parents=True)
+    (directory / "cpu.json").write_text("{not json")
+    (directory / "NVIDIA_H100.json").write_text(json.dumps({"device": "NVIDIA H100", "rates": [0]}))
+    assert rates.recorded(str(tmp_path), "esm2-2x64-fp16") == {}
+    rates.record(str(tmp_path), "esm2-2x64-fp16", "cpu", 100)
+    assert rates.recorded(str(tmp_path), "esm2-2x64-fp16") == {"cpu": 100}

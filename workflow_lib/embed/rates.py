@@ -36,7 +36,7 @@ def record(cache_dir: str, key: str, device: str, rate: float) -> None:
     path = _directory(cache_dir, key) / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', device)}.json"
     try:
         with locks.exclusive(path.with_suffix(".lock")):
-            kept = read_json(path)["rates"] if path.exists() else []
+            kept = _load(path)[1] if path.exists() else []
             write_json({"model": key, "device": device, "rates": [*kept, round(rate)][-KEPT:]}, path)
     except (OSError, InputError) as error:
         log.warning("the rate of %s on %s is not recorded in %s: %s", key, device, path.parent, error)
@@ -55,8 +55,18 @@ def recorded(cache_dir: str, key: str) -> dict[str, float]:
 
 @functools.cache
 def _read(directory: str, mtime_ns: int) -> dict[str, float]:
-    found = map(read_json, Path(directory).glob("*.json"))
-    return {entry["device"]: statistics.median(entry["rates"]) for entry in found}
+    found = map(_load, Path(directory).glob("*.json"))
+    return {device: statistics.median(kept) for device, kept in found if kept}
+
+
+def _load(path: Path) -> tuple[str, list[float]]:
+    """A rate file's device and rates; none from a file that is not one (edited by hand, say): a
+    bad file must fail neither the plan nor a job that has done its GPU work."""
+    try:
+        entry = read_json(path)
+        return str(entry["device"]), [float(rate) for rate in entry["rates"] if rate > 0]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "", []
 
 
 def preflight_line(model: str, found: dict) -> str:
