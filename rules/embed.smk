@@ -31,7 +31,6 @@ rule tokenize:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         lambda wildcards: model_files.local_checkpoints(SETTINGS, wildcards.model),
-        model_check=ancient(MODEL_CHECK),
     output:
         tokens=temp("results/shards/tokens/{model}/shard_{pool}.h5"),
     log:
@@ -51,7 +50,7 @@ rule tokenize:
         files=named_files,
         args=job_args(input=PLAN.model_fasta, settings=TokenizeSettings),
     shell:
-        script_job("tokenize_shard", "--model {wildcards.model}", env="{resources.env}")
+        script_job("tokenize_shard", f"--model {{wildcards.model}} --model-check {MODEL_CHECK}", env="{resources.env}")
 
 
 # A shard's embeddings by one model: the one job retried (a preemption, a lost node; the profiles
@@ -62,13 +61,14 @@ rule tokenize:
 # shard_tokens). gpu: a whole GPU (profiles/local sets it to 0 for jobs that share GPUs);
 # gpu_mem_mb: the share of a GPU's memory such a job claims, from its model and token budget
 # (workflow_lib/workflow/job_resources.py). The compile caches outlive the run: one job's compile
-# serves the rest.
+# serves the rest. It (and tokenize) reads the model check (--model-check) without naming it as an
+# input: the plan waits for the check, so every pooled shard's jobs come after it, and a classifier
+# swap, which reruns the check, reruns the plan and the scores, not the embeddings.
 rule embed:
     input:
         PLAN.fasta_pair,  # the job reads its model's FASTA of the pair (its --input)
         PLAN.plan,
         model_files.local_checkpoints(SETTINGS),
-        model_check=ancient(MODEL_CHECK),  # a classifier swap reruns the check, not the embeddings
         tokens=PLAN.stored_tokens,
     output:
         embeddings=temp_unless_kept("results/shards/embeddings/{model}/shard_{pool}.h5"),
@@ -96,7 +96,8 @@ rule embed:
     shell:
         script_job(
             "embed",
-            "--model {wildcards.model} {resources.tuning} --planned-frames {resources.planned_frames} "
+            f"--model {{wildcards.model}} --model-check {MODEL_CHECK} {{resources.tuning}} "
+            "--planned-frames {resources.planned_frames} "
             "--planned-tokens {resources.planned_tokens} "
             "--threads {threads} --gpus {resources.gpu} --gpu-mem-mb {resources.gpu_mem_mb}",
             env="{resources.env}",
@@ -110,7 +111,7 @@ rule embed:
 rule preflight:
     input:
         genome=f"{ROOT}/resources/genomes/phage_T4_NC_000866.fasta",
-        model_check=ancient(MODEL_CHECK),  # after the models it checks, fetched or built
+        model_check=MODEL_CHECK,  # after the models it checks, fetched or built
     output:
         report="results/preflight.json",
     log:

@@ -37,7 +37,7 @@ rule prepare:
 # concatenates small tables.
 checkpoint plan:
     input:
-        PLAN.check,  # ancient while the plan is current: a classifier swap reruns the check
+        MODEL_CHECK,  # a wrong classifier stops the run before any embedding
         shard_tables=lambda wildcards: expand(rules.prepare.output.shard_table, sample=generation_samples(wildcards)),
     output:
         plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",

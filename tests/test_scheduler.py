@@ -1,6 +1,5 @@
 """Snakemake's scheduling mended (workflow_lib/workflow/snakemake_patches.py): one pending re-evaluation timer per
-delay, passes that weigh a bounded number of jobs, group components merged once, jobs behind an
-ancient input tested on their own."""
+delay, passes that weigh a bounded number of jobs, group components merged once."""
 
 import os
 import subprocess
@@ -18,7 +17,6 @@ from workflow_lib.workflow.snakemake_patches import (
     bound_passes,
     keep_one_timer,
     mend_job_groups,
-    mend_needrun_mask,
     weighed_in_a_pass,
 )
 
@@ -170,44 +168,6 @@ def test_a_group_that_leaves_and_enters_itself_again_is_refused():
             assert not refused
 
 
-BEHIND_ANCIENT = """
-from workflow_lib.workflow.snakemake_patches import mend_needrun_mask
-if config["mend"]:
-    mend_needrun_mask()
-rule embed:
-    input: ancient("check.txt")
-    output: "embeddings.txt"
-    params: storage=config["storage"]
-    shell: "echo {params.storage} > {output}"
-rule check:
-    output: "check.txt"
-    params: classifier=config["classifier"]
-    shell: "echo {params.classifier} > {output}"
-"""
-
-
-def test_a_job_behind_an_ancient_input_is_tested_on_its_own(tmp_path):
-    """A classifier swap makes the check due; the embed job reads the check through ancient() and
-    its own params changed too: it runs again, as it would with the check not due. Snakemake alone
-    skips it (the bug the mend is for)."""
-    assert mend_needrun_mask() and mend_needrun_mask()
-    (tmp_path / "Snakefile").write_text(BEHIND_ANCIENT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-
-    def snakemake(*args: str, **config) -> str:
-        settings = [f"{key}={value}" for key, value in config.items()]
-        command = [sys.executable, "-m", "snakemake", "--snakefile", str(tmp_path / "Snakefile")]
-        command += ["--directory", str(tmp_path), "--cores", "1", *args]
-        result = subprocess.run([*command, "--config", *settings], capture_output=True, text=True, env=env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout + result.stderr
-
-    snakemake(mend=1, storage="float32", classifier="a")
-    for mend in (1, 0):
-        planned = snakemake("-n", mend=mend, storage="float16", classifier="b")
-        assert "rule check:" in planned and ("rule embed:" in planned) == bool(mend), mend
-
-
 def test_another_snakemake_is_told_in_one_line_what_its_mends_are_tested_with(monkeypatch):
     """The mends are tested with the Snakemake that requirements.txt pins; on that one the start-up
     says nothing, on another it names both versions and how to install the tested one."""
@@ -222,7 +182,7 @@ def test_another_snakemake_is_told_in_one_line_what_its_mends_are_tested_with(mo
     monkeypatch.setattr(snakemake, "__version__", "9.99.0")
     line = snakemake_patches.mend_all()
     assert line.startswith("Snakemake 9.99.0: ") and "\n" not in line
-    assert "tested with 9.27.1 (all 4 applied" in line
+    assert "tested with 9.27.1 (all 3 applied" in line
     assert line.endswith("install snakemake==9.27.1 (requirements.txt) to be sure")
 
 

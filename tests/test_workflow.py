@@ -34,7 +34,7 @@ from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import SHARDS
 from workflow_lib.models import classifier
-from workflow_lib.prepare.plan import pack, plan_is_current, read_plans, write_plan
+from workflow_lib.prepare.plan import pack, read_plans
 from workflow_lib.workflow import job_resources
 
 
@@ -161,15 +161,18 @@ def test_wrong_classifier_stops_before_any_embedding(tmp_path):
     assert not list(tmp_path.glob("results/*/embeddings/*/*.h5"))
 
 
-def snakemake_dry_run(workdir: Path, config: Path, tmp_path: Path, **changes) -> tuple[str, dict[str, int]]:
-    """`snakemake -n` with the run's config changed: (its output, jobs per rule)."""
+def snakemake_dry_run(
+    workdir: Path, config: Path, tmp_path: Path, *options: str, **changes
+) -> tuple[str, dict[str, int]]:
+    """`snakemake -n` with the run's config changed: (its output, jobs per rule); with `options`
+    (`--until`, a target) instead of -n, a real run."""
     settings = yaml.safe_load(config.read_text())
     for key, value in changes.items():
         settings[key] = {**settings.get(key, {}), **value} if isinstance(value, dict) else value
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(settings))
     result = subprocess.run(
-        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(changed), "-n"],
+        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(changed), *(options or ["-n"])],
         capture_output=True,
         text=True,
         env=ENV,
@@ -208,17 +211,26 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
         gone, config, tmp_path, predict={"min_viral_fraction": 0.9}, outputs={"keep_embeddings": False}
     )
     assert jobs["call"] == len(SAMPLES) and not {"embed", "predict"} & jobs.keys()
-    other = tmp_path / "other_classifier.pt"  # a classifier swap: the same weights under another path
+    # a classifier swap (the same weights under another path) reruns the check and the plans that
+    # wait for it; once they ran, the scores and tables, and no embedding
+    other = tmp_path / "other_classifier.pt"
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
-    _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier": str(other)})
-    pools = len(read_plans(workdir / "results" / "plan")[1])
-    assert jobs["check_models"] == 1 and jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
-    assert not {"embed", "prepare", "plan", "train"} & jobs.keys()
-    # with a setting that changes the embeddings too, every embed job runs again (none ran once)
-    _, jobs = snakemake_dry_run(
-        workdir, config, tmp_path, models={"classifier": str(other)}, embedding={"storage": "float16"}
+    swap = {"models": {"classifier": str(other)}}
+    generations, pools = (
+        len(list(workdir.glob("results/plan/shards_*.tsv"))),
+        len(read_plans(workdir / "results" / "plan")[1]),
     )
-    assert jobs["check_models"] == 1 and jobs["embed"] == 2 * pools and jobs["score"] == pools
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, **swap)
+    assert jobs["check_models"] == 1 and jobs["plan"] == generations and not {"embed", "score"} & jobs.keys()
+    swapped = tmp_path / "swapped"
+    shutil.copytree(workdir, swapped, symlinks=True)
+    snakemake_dry_run(swapped, config, tmp_path, "--until", "plan", **swap)
+    _, jobs = snakemake_dry_run(swapped, config, tmp_path, **swap)
+    assert jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
+    assert not {"embed", "prepare", "plan", "train", "check_models"} & jobs.keys()
+    # with a setting that changes the embeddings too, every embed job runs again
+    _, jobs = snakemake_dry_run(swapped, config, tmp_path, embedding={"storage": "float16"}, **swap)
+    assert jobs["embed"] == 2 * pools and jobs["score"] == pools
 
 
 @pytest.mark.slow
@@ -371,30 +383,6 @@ def test_new_samples_with_another_chunk_length(workflow_run, tmp_path):
         workdir, config, tmp_path, [], chunk_length=500, models={"classifier": str(tmp_path / "classifier_500.pt")}
     )
     assert embedded_samples(output, tmp_path / "run") == {"lambda"}
-
-
-def test_a_plan_is_current_only_for_the_shards_tables_it_was_made_from(tmp_path):
-    """plan_is_current, which keeps the plan's wait for the model check ancient (rules/common.smk,
-    RunPlan.check): no plan, a sample added, dropped or moved, or a shards table written after the
-    plan with other shards make it out of date; a table written again with the same shards does not."""
-    tables = {}
-    for sample, frames in (("a", [5, 7]), ("b", [3])):
-        tables[sample] = tmp_path / f"{sample}.tsv"
-        rows = "".join(f"{shard}\t{n}\t{10 * n}\n" for shard, n in enumerate(frames))
-        tables[sample].write_text("shard\tframes\ttokens\n" + rows)
-    pairs = list(tables.items())
-    plan = tmp_path / "plan.tsv"
-    assert not plan_is_current(plan, pairs)
-    write_plan(pairs, 100, plan)
-    assert plan_is_current(plan, pairs)
-    assert not plan_is_current(plan, [*pairs, ("c", tmp_path / "c.tsv")])
-    assert not plan_is_current(plan, pairs[:1]) and not plan_is_current(plan, pairs[::-1])
-    later = plan.stat().st_mtime_ns + 10**9
-    os.utime(tables["b"], ns=(later, later))
-    assert plan_is_current(plan, pairs)
-    tables["b"].write_text("shard\tframes\ttokens\n0\t2\t20\n1\t1\t10\n")
-    os.utime(tables["b"], ns=(later, later))
-    assert not plan_is_current(plan, pairs)
 
 
 def planned_embed_jobs(directory: Path, config: Path) -> list[str]:

@@ -90,26 +90,6 @@ def read_plans(plan_dir: str | Path) -> tuple[dict[str, list[dict]], dict[str, l
     return samples, pools
 
 
-def plan_is_current(path: str | Path, shard_tables: list[tuple[str, str | Path]]) -> bool:
-    """Whether the plan at `path` is the one write_plan would make now: it lists these samples in this
-    order, and each shards table written after it holds the shards it lists."""
-    try:
-        made = os.stat(path).st_mtime_ns
-        plan = read_plan(path)
-    except (FileNotFoundError, ValueError):  # no plan yet, or not one (pandas' errors are ValueErrors)
-        return False
-    if list(plan) != [sample for sample, _ in shard_tables]:
-        return False
-    for sample, table in shard_tables:
-        try:
-            newer = os.stat(table).st_mtime_ns > made
-        except FileNotFoundError:
-            return False
-        if newer and read_shards(table) != [{c: row[c] for c in SHARDS} for row in plan[sample]]:
-            return False
-    return True
-
-
 def _version(path: str | Path) -> tuple[str, int, int]:
     stat = os.stat(path)
     return str(path), stat.st_mtime_ns, stat.st_size

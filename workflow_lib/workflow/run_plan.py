@@ -10,7 +10,7 @@ from snakemake.io import ancient, expand
 
 from workflow_lib.cli.settings import cli
 from workflow_lib.io import sharding
-from workflow_lib.prepare.plan import plan_is_current, read_plan, read_pools
+from workflow_lib.prepare.plan import read_plan, read_pools
 from workflow_lib.workflow import job_resources
 
 
@@ -23,16 +23,6 @@ class RunPlan:
         self.rules, self.checkpoints, self.samples = rules, checkpoints, samples
         self.embedders, self.config, self.trains_here, self.model_check = embedders, config, trains_here, model_check
         self.gpu_model = gpu_model  # the profile's for embed jobs (job_resources.profile_gpu_model)
-
-    def check(self, wildcards):
-        """A generation's plan's input of the model check: ancient while the plan on disk is current
-        (a classifier swap reruns the check, not the plan), else plain, so that a plan out of date
-        runs (Snakemake does not test a job behind a due one on its own)."""
-        members = self.samples.of_generation(wildcards.generation)
-        tables = expand(self.rules.prepare.output.shard_table, sample=members)
-        plan = expand(self.rules.plan.output.plan, generation=wildcards.generation)[0]
-        current = plan_is_current(plan, list(zip(members, tables)))
-        return ancient(self.model_check) if current else self.model_check
 
     def shards(self, sample: str) -> list[dict]:
         """A sample's shards (plan rows); a plan lacking the sample predates it: not made yet."""
@@ -75,8 +65,8 @@ class RunPlan:
         return job_resources.embed_gpus(self.work(wildcards)["frames"])
 
     def embed_gpu_mem(self, wildcards, input) -> int:
-        """Known once the job's input exists, the model check among it (a dry run shows <TBD>)."""
-        return job_resources.embed_gpu_mem_mb(wildcards.model, input.model_check, self.config)
+        """Known once the job's input exists (a dry run shows <TBD>), and so the model check before it."""
+        return job_resources.embed_gpu_mem_mb(wildcards.model, self.model_check, self.config)
 
     def embed_runtime(self, wildcards) -> int:
         rate = job_resources.embed_rate(wildcards.model, self.model_check, self.config, self.gpu_model)

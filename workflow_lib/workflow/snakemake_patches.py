@@ -1,4 +1,4 @@
-"""Four mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED),
+"""Three mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED),
 each a no-op where its target is missing; `mend_all` applies them and says in one line what another
 Snakemake does without them. PATCHED fingerprints the Snakemake code they replace or rely on, which
 tests/test_scheduler.py compares with the pinned Snakemake's. docs/development.md writes up each
@@ -13,8 +13,6 @@ mend: what it changes, why, and the measurement.
 - `mend_job_groups`: group components merged once per pass from the DAG's factory (Snakemake
   merges the already grown groups again after every checkpoint: snakemake#1217, #1628), and groups
   checked for cycles once each, linear in the DAG.
-- `mend_needrun_mask`: needrun's mask follows plain inputs only, so a job that reads a due job's
-  output through `ancient()` is still tested on its own reasons.
 """
 
 import ast
@@ -23,7 +21,6 @@ import heapq
 import importlib.util
 import threading
 from collections import defaultdict
-from functools import partial
 from pathlib import Path
 
 import snakemake
@@ -149,48 +146,11 @@ def _check_groups(self) -> None:
                     outside.append(dep)
 
 
-def mend_needrun_mask() -> bool:
-    """Patch DAG (once per process); whether this Snakemake has the needrun code to mend."""
-    if DAG is None or not all(hasattr(DAG, name) for name in ("update_needrun", "bfs")):
-        return False
-    if getattr(DAG, "_needrun_mask_mended", False):
-        return True
-    update_needrun = DAG.update_needrun
-
-    async def mended(self, *args, **kwargs):
-        self.bfs = partial(_masking_bfs, self)  # for this pass only: the mask is its one BFS downstream
-        try:
-            return await update_needrun(self, *args, **kwargs)
-        finally:
-            del self.bfs
-
-    DAG.update_needrun = mended
-    DAG._needrun_mask_mended = True
-    return True
-
-
-class _PlainEdges:
-    """The DAG's `depending` map without the edges whose files are all read through ancient()."""
-
-    def __init__(self, depending):
-        self.depending = depending
-
-    def __getitem__(self, job) -> dict:
-        return {job_: files for job_, files in self.depending[job].items() if not all(f.is_ancient for f in files)}
-
-
-def _masking_bfs(dag, direction, *jobs, stop=lambda job: False):
-    if direction is dag.depending:
-        direction = _PlainEdges(direction)
-    return DAG.bfs(dag, direction, *jobs, stop=stop)
-
-
 # Each mend, and what a run does without it.
 MENDS = {
     keep_one_timer: "Snakemake's own CPU grows with the square of the samples",
     bound_passes: "each scheduling pass weighs every ready job",
     mend_job_groups: "grouped cluster jobs can hold far more samples than group-components asks",
-    mend_needrun_mask: "a job behind an ancient() input can go untested while the job before it is due",
 }
 
 
@@ -203,8 +163,6 @@ PATCHED = {
     "snakemake.scheduling.job_scheduler:JobScheduler.job_selector": "80c6e52e3dabebdd",
     "snakemake.dag:DAG._update_group_components": "d6a0ea1266307cfe",
     "snakemake.dag:DAG._check_groups": "24f9376fd7119b09",
-    "snakemake.dag:DAG.update_needrun": "1a9557752f560ad8",
-    "snakemake.dag:DAG.bfs": "95b93c3009fc0e6a",
     "snakemake.common:group_into_chunks": "e74dae2a65735371",
 }
 
