@@ -14,12 +14,11 @@ import functools
 import shlex
 import types
 import typing
+from dataclasses import MISSING
 from typing import Literal
 
-NO_DEFAULT = dataclasses.MISSING
 
-
-def setting(key: str | None = None, *, help: str | None = None, results: bool = True, check=None, default=NO_DEFAULT):
+def setting(key: str | None = None, *, help: str | None = None, results: bool = True, check=None, default=MISSING):
     """A declared setting. key: where the config holds it, dotted, `{model}` standing for the job's
     model (config/schema.yaml describes it); None: the rule passes it (threads, a wildcard, a value
     it derives), described by `help`. results=False: it cannot change any result, so the rule
@@ -103,8 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser, declaration) -> None:
     for field in declared(declaration):
         kind, check, help = kinds[field.name], field.metadata["check"], field.metadata["help"]
         parse = _checked(_parser(kind), check) if check else _parser(kind)
-        optional = _is_optional(kind) or field.default is not NO_DEFAULT
-        default = None if field.default is NO_DEFAULT else field.default
+        optional = _is_optional(kind) or field.default is not MISSING
+        default = None if field.default is MISSING else field.default
         name = f"--{field.name.replace('_', '-')}"
         if typing.get_origin(kind) is dict:  # the option once per item: NAME=VALUE
             parser.add_argument(name, type=_item, action="append", default=[], metavar="NAME=VALUE", help=help)
@@ -148,9 +147,8 @@ def config_value(config: dict, key: str, optional: bool = False):
 def config_values(declaration, config: dict, *, model: str | None = None, results: bool | None = None) -> dict:
     """{name: value} of the declaration's settings that `config` holds, for `model` where a key
     names it; `results`: only those that can (True) or cannot (False) change results."""
-    kinds = _kinds(declaration)
     return {
-        f.name: config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
+        f.name: config_value(config, f.metadata["key"].format(model=model))
         for f in declared(declaration)
         if f.metadata["key"] and results in (None, f.metadata["results"])
     }
@@ -164,13 +162,6 @@ def from_config(declaration, config: dict, *, model: str | None = None, **others
     if "model" in _kinds(declaration):
         values["model"] = model
     return declaration(**values | others)
-
-
-def options(declaration, config: dict, *, results: bool, model: str | None = None) -> str:
-    """The command-line options of the declaration's settings that the config holds and that can
-    (results=True) or cannot (False) change the results, with their values in `config` (for
-    `model`, where a key names it)."""
-    return cli(**config_values(declaration, config, model=model, results=results))
 
 
 def cli(**options) -> str:
