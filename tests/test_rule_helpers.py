@@ -218,9 +218,8 @@ def test_embeddings_and_their_shards_are_temporary_unless_kept():
 
 
 def test_a_samples_pages_are_flagged_for_its_part_of_the_report():
-    pages = rule_outputs.sample_pages({"calls": ("calls.png", "calls.rst", "Predictions", "calls")})
-    (name, page), *_ = pages.items()
-    assert (name, str(page)) == ("calls", "results/{sample}/report/calls.png")
+    page = rule_outputs.sample_page("calls.png", "calls.rst", "Predictions", "calls")
+    assert str(page) == "results/{sample}/report/calls.png"
     report = page.flags["report"]
     assert (report.caption, report.category, report.subcategory) == ("../report/calls.rst", "Predictions", "{sample}")
 
