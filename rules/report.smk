@@ -22,7 +22,7 @@ rule summarize:
         "../envs/cpu.yaml"
     resources:
         mem_mb=1000,
-        runtime=by_input(10, 2, ["prepared_sequences"]),
+        runtime=by_input(10, 2, "prepared_sequences"),
     params:
         files=named_files,
         args=job_args(
@@ -136,7 +136,7 @@ rule plot_calibration:
         "../envs/cpu.yaml"
     resources:
         mem_mb=1000,
-        runtime=by_input(10, 2, ["sequences"]),
+        runtime=by_input(10, 2, "sequences"),
     params:
         files=named_files,
         args=job_args(sample=SAMPLES.sheet),

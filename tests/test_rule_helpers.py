@@ -34,8 +34,8 @@ def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
     inputs._set_name("dnabert", 1, end=3)
     # floor + per_gb for each GB, rounded up: 4 MB at 1024 a GB is 4
     assert job_resources.by_input(10, 1024)(None, inputs) == 14
-    assert job_resources.by_input(10, 1024, ["esm"])(None, inputs) == 13
-    assert job_resources.by_input(10, 1024, ["plan"])(None, inputs) == 10  # an input the rule lacks
+    assert job_resources.by_input(10, 1024, "esm")(None, inputs) == 13
+    assert job_resources.by_input(10, 1024, "plan")(None, inputs) == 10  # an input the rule lacks
 
 
 def test_an_embed_jobs_gpu_memory_covers_the_peaks_measured_on_a_gpu(tmp_path):
