@@ -98,9 +98,8 @@ def declared(declaration) -> list[dataclasses.Field]:
 def add_arguments(parser: argparse.ArgumentParser, declaration) -> None:
     """An option per declared setting: --name-with-dashes, of the field's type, required unless it
     may be None or has a default."""
-    kinds = _kinds(declaration)
     for field in declared(declaration):
-        kind, check, help = kinds[field.name], field.metadata["check"], field.metadata["help"]
+        kind, check, help = field.type, field.metadata["check"], field.metadata["help"]
         parse = _checked(_parser(kind), check) if check else _parser(kind)
         optional = _is_optional(kind) or field.default is not MISSING
         default = None if field.default is MISSING else field.default
@@ -122,16 +121,11 @@ def _item(text: str) -> tuple[str, str]:
 
 def from_arguments(declaration, args: argparse.Namespace, **others):
     """The declaration from parsed arguments; `others`: its fields that are not settings."""
-    kinds = _kinds(declaration)
-    values = {f.name: getattr(args, f.name) for f in declared(declaration)}
-    values = {k: dict(v) if typing.get_origin(kinds[k]) is dict else v for k, v in values.items()}
+    values = {}
+    for field in declared(declaration):
+        value = getattr(args, field.name)
+        values[field.name] = dict(value) if typing.get_origin(field.type) is dict else value
     return declaration(**values | others)
-
-
-@functools.cache
-def _kinds(declaration) -> dict:
-    """The declaration's field types: read once (rules ask for each job's options)."""
-    return typing.get_type_hints(declaration)
 
 
 def config_value(config: dict, key: str, optional: bool = False):
@@ -159,7 +153,7 @@ def from_config(declaration, config: dict, *, model: str | None = None, **others
     `model` when it has one); `others`: its fields that the config does not hold, or values to use
     instead."""
     values = config_values(declaration, config, model=model)
-    if "model" in _kinds(declaration):
+    if "model" in declaration.__dataclass_fields__:
         values["model"] = model
     return declaration(**values | others)
 
