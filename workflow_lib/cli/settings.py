@@ -3,7 +3,7 @@
 A stage's settings are a frozen dataclass whose fields, made by `setting`, say their type (the
 annotation), a help line, the config key that holds them and whether they can change results.
 The stage's script makes its parser from the declaration (`add_arguments`, `from_arguments`) and
-its rule makes the command line from it and the config (`options`), so a new setting is written
+its rule makes the command line from it and the config (`config_values`, `cli`), so a new setting is written
 in the schema, config.yaml and its declaration, and then used; config/README.md is generated from
 the schema. Light on purpose: the Snakefile imports it.
 """
