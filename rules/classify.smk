@@ -20,7 +20,7 @@ rule score:
         "../envs/cpu.yaml"
     resources:
         mem_mb=2000,
-        runtime=by_input(10, 2, ["embeddings"]),
+        runtime=by_input(10, 2, "embeddings"),
         tuning=tuning_of(ScoreSettings),
         remove_shard_fasta=str(not SETTINGS["outputs"]["keep_embeddings"]),
     params:

@@ -102,7 +102,7 @@ def sample_reads(wildcards):
 
 
 temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, SETTINGS)
-page, optional_files = rule_outputs.page, rule_outputs.optional_files
+page, sample_page, optional_files = rule_outputs.page, rule_outputs.sample_page, rule_outputs.optional_files
 # the tables the report attaches while those of all samples are small
 REPORT_TABLES = {table: f"results/{{sample}}/{table}.tsv" for table in ("chunks", "sequences")}
 attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, SETTINGS)

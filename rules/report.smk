@@ -22,7 +22,7 @@ rule summarize:
         "../envs/cpu.yaml"
     resources:
         mem_mb=1000,
-        runtime=by_input(10, 2, ["prepared_sequences"]),
+        runtime=by_input(10, 2, "prepared_sequences"),
     params:
         files=named_files,
         args=job_args(
@@ -32,44 +32,6 @@ rule summarize:
         ),
     shell:
         script_job("summarize", "--sample {wildcards.sample:q}")
-
-
-# plot_sample's outputs, the figures' names with _page: (file in results/{sample}/report/, caption in
-# report/, category, label) of the sample's pages of the report
-SAMPLE_PAGES = {
-    "scores_page": (
-        "scores.png",
-        "scores.rst",
-        "Predictions",
-        "virus score distributions",
-    ),
-    "calls_page": ("calls.png", "calls.rst", "Predictions", "calls"),
-    "top_sequences_page": (
-        "top_sequences.png",
-        "top_sequences.rst",
-        "Predictions",
-        "top sequences along their length",
-    ),
-    "top_regions_page": (
-        "top_regions.png",
-        "top_regions.rst",
-        "Predictions",
-        "strongest viral regions along their records",
-    ),
-    "table_page": (
-        "sequences.html",
-        "sequences_table.rst",
-        "Predictions",
-        "top sequences table",
-    ),
-    "input_page": ("input.png", "input.rst", "Input", "input statistics"),
-    "throughput_page": (
-        "throughput.png",
-        "throughput.rst",
-        "Embedding",
-        "throughput per shard",
-    ),
-}
 
 
 # A sample's pages of the report. Every table is read in blocks of the columns drawn (memory
@@ -85,7 +47,17 @@ rule plot_sample:
         prepared_sequences=rules.prepare.output.sequences,
         summary=rules.summarize.output.summary,
     output:
-        **rule_outputs.sample_pages(SAMPLE_PAGES),
+        scores_page=sample_page("scores.png", "scores.rst", "Predictions", "virus score distributions"),
+        calls_page=sample_page("calls.png", "calls.rst", "Predictions", "calls"),
+        top_sequences_page=sample_page(
+            "top_sequences.png", "top_sequences.rst", "Predictions", "top sequences along their length"
+        ),
+        top_regions_page=sample_page(
+            "top_regions.png", "top_regions.rst", "Predictions", "strongest viral regions along their records"
+        ),
+        table_page=sample_page("sequences.html", "sequences_table.rst", "Predictions", "top sequences table"),
+        input_page=sample_page("input.png", "input.rst", "Input", "input statistics"),
+        throughput_page=sample_page("throughput.png", "throughput.rst", "Embedding", "throughput per shard"),
     log:
         "logs/plot_sample/{sample}.log",
     group:
@@ -164,7 +136,7 @@ rule plot_calibration:
         "../envs/cpu.yaml"
     resources:
         mem_mb=1000,
-        runtime=by_input(10, 2, ["sequences"]),
+        runtime=by_input(10, 2, "sequences"),
     params:
         files=named_files,
         args=job_args(sample=SAMPLES.sheet),

@@ -34,8 +34,8 @@ def test_a_resource_grows_with_the_named_inputs_that_exist(tmp_path):
     inputs._set_name("dnabert", 1, end=3)
     # floor + per_gb for each GB, rounded up: 4 MB at 1024 a GB is 4
     assert job_resources.by_input(10, 1024)(None, inputs) == 14
-    assert job_resources.by_input(10, 1024, ["esm"])(None, inputs) == 13
-    assert job_resources.by_input(10, 1024, ["plan"])(None, inputs) == 10  # an input the rule lacks
+    assert job_resources.by_input(10, 1024, "esm")(None, inputs) == 13
+    assert job_resources.by_input(10, 1024, "plan")(None, inputs) == 10  # an input the rule lacks
 
 
 def test_an_embed_jobs_gpu_memory_covers_the_peaks_measured_on_a_gpu(tmp_path):
@@ -218,9 +218,8 @@ def test_embeddings_and_their_shards_are_temporary_unless_kept():
 
 
 def test_a_samples_pages_are_flagged_for_its_part_of_the_report():
-    pages = rule_outputs.sample_pages({"calls": ("calls.png", "calls.rst", "Predictions", "calls")})
-    (name, page), *_ = pages.items()
-    assert (name, str(page)) == ("calls", "results/{sample}/report/calls.png")
+    page = rule_outputs.sample_page("calls.png", "calls.rst", "Predictions", "calls")
+    assert str(page) == "results/{sample}/report/calls.png"
     report = page.flags["report"]
     assert (report.caption, report.category, report.subcategory) == ("../report/calls.rst", "Predictions", "{sample}")
 

@@ -18,17 +18,23 @@ from workflow_lib.cli.settings import (
     declared,
     from_arguments,
     from_config,
-    options,
     tuning_keys,
 )
 from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.models import embedders
-from workflow_lib.workflow import job_resources
+from workflow_lib.workflow import job_commands, job_resources
 from workflow_lib.workflow.config_check import run_settings
 from workflow_lib.workflow.config_reference import rows
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
 PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}
+
+
+def options(declaration, *, results: bool, model: str | None = None) -> str:
+    """The options a rule gives its job from the config: in params.args (results) or resources.tuning."""
+    if results:
+        return job_commands.job_args(DEFAULTS, settings=declaration)({"model": model})
+    return job_commands.tuning_of(declaration, DEFAULTS)({"model": model})
 
 
 def parser_for(declaration) -> argparse.ArgumentParser:
@@ -47,8 +53,8 @@ def models_of(declaration) -> tuple:
 @pytest.mark.parametrize("declaration", STAGES, ids=lambda d: d.__name__)
 def test_a_script_parses_back_the_command_line_its_rule_builds(declaration):
     for model in models_of(declaration):
-        words = options(declaration, DEFAULTS, results=True, model=model).split()
-        words += options(declaration, DEFAULTS, results=False, model=model).split()
+        words = options(declaration, results=True, model=model).split()
+        words += options(declaration, results=False, model=model).split()
         passed = {f.name: PASSED_BY_RULES[f.name] for f in declared(declaration) if f.name in PASSED_BY_RULES}
         words += [w for name, value in passed.items() for w in (f"--{name.replace('_', '-')}", str(value).lower())]
         words += ["--model", model] if model else []
@@ -77,8 +83,8 @@ def test_settings_that_cannot_change_results_are_the_tuning():
         "embedding.expandable_segments",
         "embedding.commit_seconds",
     }
-    assert "--commit-seconds" in options(EmbedSettings, DEFAULTS, results=False, model="esm")
-    assert "--commit-seconds" not in options(EmbedSettings, DEFAULTS, results=True, model="esm")
+    assert "--commit-seconds" in options(EmbedSettings, results=False, model="esm")
+    assert "--commit-seconds" not in options(EmbedSettings, results=True, model="esm")
 
 
 @pytest.mark.parametrize(

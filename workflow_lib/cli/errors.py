@@ -59,15 +59,11 @@ def full_disk_here(directory: str | os.PathLike = ".", room: int = 1 << 20) -> s
 def _say(line: str) -> None:
     """The line to stderr (the job's log, which may be on the full disk) and, under
     scripts/run_logged.sh, to the console through the descriptor it names."""
-    for write in (lambda: print(line, file=sys.stderr, flush=True), lambda: _to_console(line)):
-        with contextlib.suppress(OSError):  # the log on a full disk: the console still gets the line
-            write()
-
-
-def _to_console(line: str) -> None:
-    fd = os.environ.get("WORKFLOW_REASON_FD")
-    if fd:
-        os.write(int(fd), f"{line}\n".encode())
+    with contextlib.suppress(OSError):  # the log on a full disk: the console still gets the line
+        print(line, file=sys.stderr, flush=True)
+    if fd := os.environ.get("WORKFLOW_REASON_FD"):
+        with contextlib.suppress(OSError):
+            os.write(int(fd), f"{line}\n".encode())
 
 
 def run_cli(main: Callable[[], None]) -> None:

@@ -3,7 +3,7 @@
 A stage's settings are a frozen dataclass whose fields, made by `setting`, say their type (the
 annotation), a help line, the config key that holds them and whether they can change results.
 The stage's script makes its parser from the declaration (`add_arguments`, `from_arguments`) and
-its rule makes the command line from it and the config (`options`), so a new setting is written
+its rule makes the command line from it and the config (`config_values`, `cli`), so a new setting is written
 in the schema, config.yaml and its declaration, and then used; config/README.md is generated from
 the schema. Light on purpose: the Snakefile imports it.
 """
@@ -14,12 +14,11 @@ import functools
 import shlex
 import types
 import typing
+from dataclasses import MISSING
 from typing import Literal
 
-NO_DEFAULT = dataclasses.MISSING
 
-
-def setting(key: str | None = None, *, help: str | None = None, results: bool = True, check=None, default=NO_DEFAULT):
+def setting(key: str | None = None, *, help: str | None = None, results: bool = True, check=None, default=MISSING):
     """A declared setting. key: where the config holds it, dotted, `{model}` standing for the job's
     model (config/schema.yaml describes it); None: the rule passes it (threads, a wildcard, a value
     it derives), described by `help`. results=False: it cannot change any result, so the rule
@@ -99,12 +98,11 @@ def declared(declaration) -> list[dataclasses.Field]:
 def add_arguments(parser: argparse.ArgumentParser, declaration) -> None:
     """An option per declared setting: --name-with-dashes, of the field's type, required unless it
     may be None or has a default."""
-    kinds = _kinds(declaration)
     for field in declared(declaration):
-        kind, check, help = kinds[field.name], field.metadata["check"], field.metadata["help"]
+        kind, check, help = field.type, field.metadata["check"], field.metadata["help"]
         parse = _checked(_parser(kind), check) if check else _parser(kind)
-        optional = _is_optional(kind) or field.default is not NO_DEFAULT
-        default = None if field.default is NO_DEFAULT else field.default
+        optional = _is_optional(kind) or field.default is not MISSING
+        default = None if field.default is MISSING else field.default
         name = f"--{field.name.replace('_', '-')}"
         if typing.get_origin(kind) is dict:  # the option once per item: NAME=VALUE
             parser.add_argument(name, type=_item, action="append", default=[], metavar="NAME=VALUE", help=help)
@@ -123,16 +121,11 @@ def _item(text: str) -> tuple[str, str]:
 
 def from_arguments(declaration, args: argparse.Namespace, **others):
     """The declaration from parsed arguments; `others`: its fields that are not settings."""
-    kinds = _kinds(declaration)
-    values = {f.name: getattr(args, f.name) for f in declared(declaration)}
-    values = {k: dict(v) if typing.get_origin(kinds[k]) is dict else v for k, v in values.items()}
+    values = {}
+    for field in declared(declaration):
+        value = getattr(args, field.name)
+        values[field.name] = dict(value) if typing.get_origin(field.type) is dict else value
     return declaration(**values | others)
-
-
-@functools.cache
-def _kinds(declaration) -> dict:
-    """The declaration's field types: read once (rules ask for each job's options)."""
-    return typing.get_type_hints(declaration)
 
 
 def config_value(config: dict, key: str, optional: bool = False):
@@ -148,9 +141,8 @@ def config_value(config: dict, key: str, optional: bool = False):
 def config_values(declaration, config: dict, *, model: str | None = None, results: bool | None = None) -> dict:
     """{name: value} of the declaration's settings that `config` holds, for `model` where a key
     names it; `results`: only those that can (True) or cannot (False) change results."""
-    kinds = _kinds(declaration)
     return {
-        f.name: config_value(config, f.metadata["key"].format(model=model), _is_optional(kinds[f.name]))
+        f.name: config_value(config, f.metadata["key"].format(model=model))
         for f in declared(declaration)
         if f.metadata["key"] and results in (None, f.metadata["results"])
     }
@@ -161,16 +153,9 @@ def from_config(declaration, config: dict, *, model: str | None = None, **others
     `model` when it has one); `others`: its fields that the config does not hold, or values to use
     instead."""
     values = config_values(declaration, config, model=model)
-    if "model" in _kinds(declaration):
+    if "model" in declaration.__dataclass_fields__:
         values["model"] = model
     return declaration(**values | others)
-
-
-def options(declaration, config: dict, *, results: bool, model: str | None = None) -> str:
-    """The command-line options of the declaration's settings that the config holds and that can
-    (results=True) or cannot (False) change the results, with their values in `config` (for
-    `model`, where a key names it)."""
-    return cli(**config_values(declaration, config, model=model, results=results))
 
 
 def cli(**options) -> str:

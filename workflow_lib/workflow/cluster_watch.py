@@ -40,10 +40,6 @@ NEVER_RUNS = {
     "AssocMaxCpuPerJobLimit": "it asks for more CPUs than its account allows",
     "AssocMaxWallDurationPerJobLimit": "its runtime is longer than its account allows",
 }
-_FIX = (
-    "lower its rule's resources in the profile (set-resources, set-threads; for a group, "
-    "group-components and resources) or choose another partition (slurm_partition)"
-)
 
 
 @dataclass(frozen=True)
@@ -157,8 +153,8 @@ class PendingWatch:
     """Every `interval` seconds, in a daemon thread: this run's pending jobs that will never start are
     cancelled, each with one line on the console."""
 
-    def __init__(self, interval: float, groups: tuple[str, ...] = (), workdir: str | None = None):
-        self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(workdir or os.getcwd())
+    def __init__(self, interval: float, groups: tuple[str, ...] = ()):
+        self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(os.getcwd())
         self.cancelled: set[str] = set()
 
     def start(self) -> "PendingWatch":
@@ -170,22 +166,22 @@ class PendingWatch:
             time.sleep(self.interval)
             self.check()
 
-    def check(self) -> list[str]:
-        """One look at the queue; the lines printed."""
+    def check(self) -> None:
+        """One look at the queue."""
         command = ["squeue", "--me", "-h", "-t", "PENDING", "-o", "%i|%Z|%k|%r"]
         try:
             squeue = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
-            return []  # the queue cannot be read now; the next look may
-        lines = []
+            return  # the queue cannot be read now; the next look may
         for job, comment, reason in never_runs(squeue, self.workdir):
             if job in self.cancelled:
                 continue
             self.cancelled.add(job)
             subprocess.run(["scancel", job], capture_output=True)
-            name = job_name(comment, self.groups)
-            lines.append(
-                f"SLURM job {job} ({name}) cannot start: {reason}: {NEVER_RUNS[reason]}; cancelled. To run it, {_FIX}"
+            print(
+                f"SLURM job {job} ({job_name(comment, self.groups)}) cannot start: {reason}: {NEVER_RUNS[reason]}; "
+                "cancelled. To run it, lower its rule's resources in the profile (set-resources, set-threads; for "
+                "a group, group-components and resources) or choose another partition (slurm_partition)",
+                file=sys.stderr,
+                flush=True,
             )
-            print(lines[-1], file=sys.stderr, flush=True)
-        return lines

@@ -29,18 +29,6 @@ from workflow_lib.models.classifier_chunks import (
 )
 
 
-def check_yaml(path: str | Path) -> None:
-    """A config file that YAML can read; else one line with the file, the line and the column."""
-    try:
-        yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        tab = " (indent with spaces: YAML allows no tabs)" if "\t" in str(error) else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it") from None
-
-
 def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
     """The run's settings, a new dict (`config`, as Snakemake loaded it, is left as it is): the
     defaults of config_dir/config.yaml under `config` (a module's host config holds only its

@@ -6,19 +6,12 @@ import copy
 import functools
 import shlex
 
-from workflow_lib.cli.settings import cli, config_values, options, tuning_keys
+from workflow_lib.cli.settings import cli, config_values, tuning_keys
 from workflow_lib.io.reads import SampleReads
 
-# Settings that cannot change any result (a change reruns nothing), left out of the run summary's
-# config: the stages' declared tuning (runtime_settings), and what only the rules read.
+# Settings that only the rules read and that cannot change any result: left out of the run
+# summary's config (result_config) with the stages' declared tuning.
 RULE_SETTINGS = {"pending_check_seconds", "embedding.compile_cache_dir"}
-
-
-def runtime_settings(config: dict) -> set[str]:
-    """The config's keys that cannot change any result, dotted: RULE_SETTINGS, the stages' tuning,
-    and each configured model's assumed rates (its embed jobs' runtime)."""
-    models = config["models"]["embedders"]
-    return RULE_SETTINGS | tuning_keys(models) | {f"models.{m}.assumed_tokens_per_s" for m in models}
 
 
 def script_job(root: str, name: str, arguments: str = "", env: str | None = None) -> str:
@@ -45,7 +38,7 @@ def job_args(config: dict, /, *words, settings=None, **named):
         values = {k: v(wildcards) if callable(v) else v for k, v in named.items()}
         found = [*given, cli(**values)]
         if settings is not None:
-            found.append(options(settings, config, results=True, model=wildcards.get("model")))
+            found.append(cli(**config_values(settings, config, model=wildcards.get("model"), results=True)))
         return " ".join(w for w in found if w)
 
     return args
@@ -67,7 +60,7 @@ def reads_options(reads: SampleReads) -> str:
 def tuning_of(declaration, config: dict):
     """A resource: the stage's declared settings that cannot change its results, as options from
     the config. Snakemake never compares resources: a change reruns nothing."""
-    return lambda wildcards: options(declaration, config, results=False, model=wildcards.get("model"))
+    return lambda wildcards: cli(**config_values(declaration, config, model=wildcards.get("model"), results=False))
 
 
 def named_files(wildcards, input, output) -> str:
@@ -87,9 +80,11 @@ def named_files(wildcards, input, output) -> str:
 
 
 def result_config(config: dict) -> dict:
-    """The config less runtime_settings: every setting the results depend on."""
+    """Every setting the results depend on: the config less RULE_SETTINGS, the stages' tuning and
+    each configured model's assumed rates (its embed jobs' runtime)."""
+    models = config["models"]["embedders"]
     kept = copy.deepcopy(config)
-    for key in runtime_settings(config):
+    for key in RULE_SETTINGS | tuning_keys(models) | {f"models.{m}.assumed_tokens_per_s" for m in models}:
         *sections, name = key.split(".")
         functools.reduce(dict.get, sections, kept).pop(name, None)
     return kept

@@ -39,27 +39,21 @@ def embed_priority(pool: str, trains: bool) -> int:
     return max(1, EMBED_PRIORITY // (1 if trains else 2) - int(pool.split("-")[1]))
 
 
-def by_input(floor: int, per_gb: float, names=None):
+def by_input(floor: int, per_gb: float, name: str | None = None):
     """A resource (mem_mb, or runtime in minutes) that grows with a job's input: `floor`, plus
-    `per_gb` for every GB of the input files `names` (input names; every input when None). Known
-    once those files exist: Snakemake evaluates it again then, before it submits the job."""
+    `per_gb` for every GB of its input `name` (every input when None). Known once those files
+    exist: Snakemake evaluates it again then, before it submits the job."""
 
     def resource(wildcards, input) -> int:
         # sizes read here, not by input.size_mb: that is a coroutine which `snakemake --report`
         # never awaits (a RuntimeWarning per job); an input not known yet (behind the plan
         # checkpoint) counts as none until it is
-        if names is None:
-            files = list(input)
-        else:
-            files = [f for name in names for f in _as_list(getattr(input, name, []))]
+        files = input if name is None else getattr(input, name, [])
+        files = [files] if isinstance(files, str) else files
         size_mb = sum(os.path.getsize(f) for f in files if os.path.isfile(f)) / 1024**2
         return int(floor + per_gb * size_mb / 1024 + 0.999)
 
     return resource
-
-
-def _as_list(value) -> list:
-    return [value] if isinstance(value, str) else list(value)
 
 
 def tokenize_minutes(tokens: int) -> int:

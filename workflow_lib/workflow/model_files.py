@@ -66,12 +66,9 @@ def fetched_classifier(config: dict) -> list[str]:
 def model_env(config: dict, compiles: bool = False) -> str:
     """A resource: the environment of jobs that load models: no network, named models from cache_dir;
     with `compiles`, the compile caches, shared across jobs and runs."""
-    env = cli_env(HF_HUB_OFFLINE=1, TORCH_HOME=f"{config['models']['cache_dir']}/torch")
-    if not compiles:
-        return env
-    kernels = config["embedding"]["compile_cache_dir"] or f"{config['models']['cache_dir']}/compile"
-    return f"{env} {cli_env(TORCHINDUCTOR_CACHE_DIR=kernels, TRITON_CACHE_DIR=f'{kernels}/triton')}"
-
-
-def cli_env(**variables) -> str:
-    return " ".join(f"{name}={shlex.quote(str(value))}" for name, value in variables.items())
+    cache = config["models"]["cache_dir"]
+    env = {"HF_HUB_OFFLINE": 1, "TORCH_HOME": f"{cache}/torch"}
+    if compiles:
+        kernels = config["embedding"]["compile_cache_dir"] or f"{cache}/compile"
+        env |= {"TORCHINDUCTOR_CACHE_DIR": kernels, "TRITON_CACHE_DIR": f"{kernels}/triton"}
+    return " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())

@@ -56,7 +56,11 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
         for settings in models:
             check = read_json(model_check)[settings.model]
             found = _embed(settings, rates.model_key(check, settings.precision), fna, frames, tokens, Path(tmp))
-            found |= _shard(found["tokens_per_s"], prepare_settings.shard_tokens)
+            # what a shard of shard_tokens takes at that rate, and what its embed job asks for
+            shard_tokens, rate = prepare_settings.shard_tokens, found["tokens_per_s"]
+            found["shard_tokens"] = shard_tokens
+            found["shard_minutes"] = round(shard_tokens / rate / 60, 1)
+            found["shard_runtime_request_minutes"] = job_resources.embed_minutes(shard_tokens, rate)
             log.info(rates.preflight_line(settings.model, found))
             report["models"][settings.model] = found
     write_json(report, output)
@@ -108,13 +112,4 @@ def _embed(settings: EmbedSettings, key: str, fna: Path, frames: int, tokens: in
         "peak_memory_gib": round(stats["peak_memory_bytes"] / 2**30, 2),
         "device_memory_gib": round(total / 2**30, 2),
         "memory": f"token_budget {settings.token_budget} {fits}",
-    }
-
-
-def _shard(rate: float, shard_tokens: int) -> dict:
-    """What a shard of `shard_tokens` takes at `rate` and what its embed job asks for."""
-    return {
-        "shard_tokens": shard_tokens,
-        "shard_minutes": round(shard_tokens / rate / 60, 1),
-        "shard_runtime_request_minutes": job_resources.embed_minutes(shard_tokens, rate),
     }

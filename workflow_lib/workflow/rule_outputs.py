@@ -20,12 +20,9 @@ def page(path: str, caption: str, category: str, item: str, subcategory: str | N
     return report(path, caption=f"../report/{caption}", category=category, labels={"item": item}, **where)
 
 
-def sample_pages(pages: dict[str, tuple[str, str, str, str]]) -> dict:
-    """Per name of `pages`, its (file in results/{sample}/report/, caption, category, label) as a report page."""
-    return {
-        name: page(f"results/{{sample}}/report/{file}", caption, category, label, "{sample}")
-        for name, (file, caption, category, label) in pages.items()
-    }
+def sample_page(file: str, caption: str, category: str, item: str):
+    """results/{sample}/report/`file` as a page of the sample's part of the report."""
+    return page(f"results/{{sample}}/report/{file}", caption, category, item, "{sample}")
 
 
 def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name: str, item: str):

@@ -19,7 +19,6 @@ from workflow_lib.workflow.config_check import (
     check_classifier_file,
     check_first_mates,
     check_training_labels,
-    check_yaml,
     read_calibration_samples,
     read_samples,
     recorded_differences,
@@ -56,11 +55,15 @@ def refuse(error: InputError) -> NoReturn:
 
 
 def readable_yaml(path: str) -> str:
-    """`path`, a config file Snakemake can read; else the run ends naming the file and the line."""
+    """`path`, a config file Snakemake can read; else the run ends naming the file, the line and the column."""
     try:
-        check_yaml(path)
-    except InputError as error:
-        refuse(error)
+        yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        tab = " (indent with spaces: YAML allows no tabs)" if "\t" in str(error) else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        refuse(InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it"))
     return path
 
 
