@@ -214,7 +214,11 @@ def call(
     (its probability and q-value); with `max_qvalue` too, those passing it go to FASTA of their own.
     Returns the count of each call."""
     scoring = read_json(scoring_path)
-    weighing = _record_weighing(calibration, scoring, scoring_path)
+    weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None
+    if weighing:
+        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
+        if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
+            log.info(line)
     blocks = sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration)
     with tempfile.TemporaryDirectory(dir=outputs.regions.parent) as scratch:
         # with a calibration the regions go to a scratch table first: their q-values need them all
@@ -255,17 +259,6 @@ def call(
     calls = tables.counts
     log.info("%d records: %s", tables.totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(calls.items())))
     return dict(calls)
-
-
-def _record_weighing(calibration: Calibration | None, scoring: dict, scoring_path) -> RecordWeighing | None:
-    """With a calibration, how the sample's records are weighed (its composition logged)."""
-    if not calibration:
-        return None
-    weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path))
-    log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
-    if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
-        log.info(line)
-    return weighing
 
 
 class CallTables:
