@@ -132,11 +132,11 @@ class Calibration:
 # Fitting
 
 
-def _logistic(features: np.ndarray, y: np.ndarray, weight: np.ndarray, iterations: int = 50) -> np.ndarray:
+def _logistic(features: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Weighted logistic regression by Newton's method (features include a column of ones); a small
     ridge keeps separable data finite."""
     beta = np.zeros(features.shape[1])
-    for _ in range(iterations):
+    for _ in range(50):
         p = expit(features @ beta)
         gradient = features.T @ (weight * (y - p)) - 1e-6 * beta
         hessian = (features * (weight * p * (1 - p))[:, None]).T @ features + 1e-6 * np.eye(features.shape[1])
@@ -180,13 +180,13 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 METHODS = {"platt": _platt, "isotonic": _isotonic}
 
 
-def _folds(records: np.ndarray, y: np.ndarray, seed: int = 0) -> np.ndarray:
+def _folds(records: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Fold 0 or 1 of each row: by record (a record's chunks never straddle folds) when each class
     has MIN_RECORDS_PER_CLASS records, else by chunk, so that each fold sees both classes."""
     per_class = [np.unique(records[y == label]).size for label in (0, 1)]
     groups = records if min(per_class) >= MIN_RECORDS_PER_CLASS else np.arange(records.size)
     unique, inverse = np.unique(groups, return_inverse=True)
-    return np.random.default_rng(seed).integers(0, 2, unique.size)[inverse]
+    return np.random.default_rng(0).integers(0, 2, unique.size)[inverse]
 
 
 def _cross_validated(method, x, y, folds) -> np.ndarray:
@@ -247,10 +247,10 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     return min((fitted(r) for r in np.unique(fine)), key=lambda f: f[-1])
 
 
-def _binned(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per equal-width bin of probability: rows, summed probability and summed labels."""
-    which = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
-    return np.bincount(which, minlength=bins), np.bincount(which, p, bins), np.bincount(which, y, bins)
+def _binned(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tenth of probability: rows, summed probability and summed labels."""
+    which = np.minimum((np.asarray(p) * 10).astype(int), 9)
+    return np.bincount(which, minlength=10), np.bincount(which, p, 10), np.bincount(which, y, 10)
 
 
 def calibration_error(y: np.ndarray, p: np.ndarray) -> float:
