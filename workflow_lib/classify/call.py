@@ -207,11 +207,9 @@ def call(
     calibration: Calibration | None = None,
     max_qvalue: float | None = None,
 ) -> dict:
-    """A call per input record from its scored chunks (predict's chunks table and scoring JSON), and
-    the viral regions inside records; write the sequences and regions tables, the viral and regions
-    FASTA and the manifest, block by block. With a calibration, each record and region is weighed
-    (its probability and q-value); with `max_qvalue` too, those passing it go to FASTA of their own.
-    Returns the count of each call."""
+    """Write `outputs` block by block; with a calibration each record and region is weighed (its
+    probability and q-value), and with `max_qvalue` those passing it go to FASTA of their own. Returns
+    the count of each call."""
     scoring = read_json(scoring_path)
     weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None
     if weighing:
@@ -261,9 +259,7 @@ def call(
 
 
 class CallTables:
-    """The call's tables and FASTA, written block by block (`write` the sequences table's rows,
-    `write_regions` the regions', `fasta` the viral, regions and passing FASTA handles), each block
-    weighed first where there is a calibration, and what the manifest counts."""
+    """The call's tables and FASTA handles (viral, regions, passing), and what the manifest counts."""
 
     def __init__(self, write, write_regions, fasta: list, weighing: RecordWeighing | None, max_qvalue: float | None):
         self.write, self.write_regions, self.fasta = write, write_regions, fasta

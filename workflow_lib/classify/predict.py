@@ -312,10 +312,9 @@ def write_tables(
     calibration: Calibration | None = None,
     sample: str = "",
 ) -> dict:
-    """Every frame of prepare's frames table (checked against its sequences table) with its score from
-    the shards' (pooled) scores files, in shard order, where they hold `sample`'s shards; write
-    `outputs` block by block, in frames-table order. With a `calibration`, the chunks table gains
-    each chunk's probability of being viral."""
+    """Write `outputs` block by block from prepare's tables and the (pooled) scores files of
+    `sample`'s shards, in shard order; with a `calibration`, the chunks table gains each chunk's
+    probability of being viral."""
     shards = ShardScores(score_files, sample)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
