@@ -179,7 +179,7 @@ def test_a_samples_viral_fraction_of_records_comes_from_its_chunks(share):
 
 
 def composition_of(cal: Calibration, sample: dict, scratch) -> dict:
-    """What predict finds of the sample's composition (sample_composition), its chunks counted as
+    """What predict finds of the sample's composition (ChunkWeighing.composition), its chunks counted as
     predict counts them."""
     weighing = ChunkWeighing(cal, scratch)
     chunks = pd.DataFrame(

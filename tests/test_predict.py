@@ -296,7 +296,7 @@ def test_tables_do_not_depend_on_the_block_size(many, tmp_path, monkeypatch):
         if blocks == "small":
             monkeypatch.setattr(workflow_lib.classify.score, "SCORE_ROWS", 5)
             monkeypatch.setattr(workflow_lib.classify.predict, "TABLE_ROWS", 5)
-            monkeypatch.setattr(workflow_lib.classify.predict.VirNucProTables, "RUN_ROWS", 3)
+            monkeypatch.setattr(workflow_lib.classify.predict, "RUN_ROWS", 3)
             monkeypatch.setattr(workflow_lib.classify.call, "BLOCK_ROWS", 4)
         score_into(
             root / "prepare", list(zip(files["dnabert"], files["esm"])), root / "classifier.pt", tmp_path / blocks

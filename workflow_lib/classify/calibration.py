@@ -15,7 +15,6 @@ import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -133,11 +132,11 @@ class Calibration:
 # Fitting
 
 
-def _logistic(features: np.ndarray, y: np.ndarray, weight: np.ndarray, iterations: int = 50) -> np.ndarray:
+def _logistic(features: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Weighted logistic regression by Newton's method (features include a column of ones); a small
     ridge keeps separable data finite."""
     beta = np.zeros(features.shape[1])
-    for _ in range(iterations):
+    for _ in range(50):
         p = expit(features @ beta)
         gradient = features.T @ (weight * (y - p)) - 1e-6 * beta
         hessian = (features * (weight * p * (1 - p))[:, None]).T @ features + 1e-6 * np.eye(features.shape[1])
@@ -181,13 +180,13 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 METHODS = {"platt": _platt, "isotonic": _isotonic}
 
 
-def _folds(records: np.ndarray, y: np.ndarray, seed: int = 0) -> np.ndarray:
+def _folds(records: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Fold 0 or 1 of each row: by record (a record's chunks never straddle folds) when each class
     has MIN_RECORDS_PER_CLASS records, else by chunk, so that each fold sees both classes."""
     per_class = [np.unique(records[y == label]).size for label in (0, 1)]
     groups = records if min(per_class) >= MIN_RECORDS_PER_CLASS else np.arange(records.size)
     unique, inverse = np.unique(groups, return_inverse=True)
-    return np.random.default_rng(seed).integers(0, 2, unique.size)[inverse]
+    return np.random.default_rng(0).integers(0, 2, unique.size)[inverse]
 
 
 def _cross_validated(method, x, y, folds) -> np.ndarray:
@@ -248,10 +247,10 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     return min((fitted(r) for r in np.unique(fine)), key=lambda f: f[-1])
 
 
-def _binned(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per equal-width bin of probability: rows, summed probability and summed labels."""
-    which = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
-    return np.bincount(which, minlength=bins), np.bincount(which, p, bins), np.bincount(which, y, bins)
+def _binned(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tenth of probability: rows, summed probability and summed labels."""
+    which = np.minimum((np.asarray(p) * 10).astype(int), 9)
+    return np.bincount(which, minlength=10), np.bincount(which, p, 10), np.bincount(which, y, 10)
 
 
 def calibration_error(y: np.ndarray, p: np.ndarray) -> float:
@@ -518,9 +517,7 @@ def _band_gaps(counts, replicates, share: float, shares, tails) -> tuple[np.ndar
     return z, observed, v
 
 
-def composition_fit(
-    counts: np.ndarray, replicates: np.ndarray, share: float, shares: np.ndarray, cal, typical=None
-) -> dict:
+def composition_fit(counts: np.ndarray, replicates: np.ndarray, share: float, shares: np.ndarray, cal, typical) -> dict:
     """Whether the calibration's classes mixed at the sample's viral fraction of chunks (`share`)
     fit the sample's chunk LLRs (`counts`) and, where both have them, its chunks' atypicality
     (`typical`: (counts, replicates) in atypicality_bin's bins): label shift assumes each class looks
@@ -531,7 +528,7 @@ def composition_fit(
     classes = [cal.class_llrs[name] for name in ("virus", "other")]
     z, observed, v = _band_gaps(counts, replicates, share, shares, _class_tails(classes, N_BINS))
     statistics = {"scores": float(z.max())}
-    if typical is not None and typical[0].sum() and all("atypicality" in c for c in classes):
+    if typical[0].sum() and all("atypicality" in c for c in classes):
         tails = _class_tails([c["atypicality"] for c in classes], N_ATYPICALITY_BINS)
         statistics["atypicality"] = float(_band_gaps(*typical, share, shares, tails)[0].max())
     statistic = max(statistics.values())
@@ -567,29 +564,19 @@ def mixture_priors(observed: np.ndarray, virus: np.ndarray, other: np.ndarray) -
     return _bisect(rising, low, high, 60)
 
 
-class GroupCounts(NamedTuple):
-    """What a sample's records counted, per bootstrap group (rows): their chunks' LLRs (histogram
-    bins), the same each weighing 1 / its record's chunks, the records, and their chunks'
-    atypicality (atypicality_bin's bins; None where not counted)."""
-
-    chunks: np.ndarray
-    weighted: np.ndarray
-    records: np.ndarray
-    typical: np.ndarray | None = None
-
-
-def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
+def composition_intervals(chunks, weighted, records, typical, record_llrs: np.ndarray, cal: Calibration) -> dict:
     """The sample's viral fraction of chunks and of records, each with its interval, and the fit
-    (composition_fit), from what its bootstrap groups `counted` and the records' LLRs counted
-    (`record_llrs`). The bootstrap resamples both what the estimate rests on: the sample's records
-    (its groups) and the calibration's chunks of each class (as many as they are worth independent
-    ones), whose share moves the estimate as much as the sample's. Each replicate's departure from
-    the data's own estimate, as a mixture in coarse bins of LLR (mixture_priors), moves the estimate.
-    The records' interval is for this sample's records: each replicate adds the spread of their
-    labels about their probabilities (variance sum p (1 - p) / n^2), which the bootstrap misses where
-    the classes barely separate. Where the fit is poor, non-viral sequences may score like viral
-    ones: the interval then runs from 0 to the most the sample's chunks allow."""
-    chunks, weighted, records, typical = counted
+    (composition_fit), from what its records counted per bootstrap group (rows): their chunks' LLRs
+    (histogram bins), the same each weighing 1 / its record's chunks, the records, and their chunks'
+    atypicality (atypicality_bin's bins); and the records' LLRs counted (`record_llrs`). The
+    bootstrap resamples both what the estimate rests on: the sample's records (its groups) and the
+    calibration's chunks of each class (as many as they are worth independent ones), whose share
+    moves the estimate as much as the sample's. Each replicate's departure from the data's own
+    estimate, as a mixture in coarse bins of LLR (mixture_priors), moves the estimate. The records'
+    interval is for this sample's records: each replicate adds the spread of their labels about
+    their probabilities (variance sum p (1 - p) / n^2), which the bootstrap misses where the classes
+    barely separate. Where the fit is poor, non-viral sequences may score like viral ones: the
+    interval then runs from 0 to the most the sample's chunks allow."""
     counts, total = chunks.sum(axis=0), records.sum()
     groups = records.size
     rng = np.random.default_rng(0)
@@ -602,8 +589,7 @@ def composition_intervals(counted: GroupCounts, record_llrs: np.ndarray, cal: Ca
     replicates = np.zeros((BOOTSTRAP_REPLICATES, N_BINS))
     replicates[:, window] = resampled @ chunks[:, window].astype(np.float64)
     share = estimate_prior(counts)
-    if typical is not None:
-        typical = (typical.sum(axis=0), resampled @ typical.astype(np.float64))
+    typical = (typical.sum(axis=0), resampled @ typical.astype(np.float64))
     fit = composition_fit(counts, replicates, share, estimate_priors(replicates, steps=30), cal, typical)
     shares = _replicated_chunk_shares(counts, replicates, share, cal, rng)
     record_share_of = functools.partial(record_share, weighted.sum(axis=0), total)

@@ -75,12 +75,12 @@ PER_SEQUENCE = {
 
 
 def scored_sequences(
-    chunks_path: str | Path, rows: int, regions: RegionSettings, calibration: Calibration | None = None
+    chunks_path: str | Path, regions: RegionSettings, calibration: Calibration | None
 ) -> Iterator[tuple]:
     """predict's chunks table summed per record (indexed by sequence_id) and the records' regions,
     in blocks, in its order; with a calibration, the sum of each one's chunk LLRs too (sum_llr)."""
     columns = list(CHUNKS) + (["atypicality"] if calibration else [])  # not the chunks' probabilities
-    for chunks in whole_groups(read_chunks(chunks_path, columns, rows=rows), ["sequence_id"]):
+    for chunks in whole_groups(read_chunks(chunks_path, columns, rows=BLOCK_ROWS), ["sequence_id"]):
         summed = PER_SEQUENCE
         if calibration:
             chunks["llr"] = calibration.chunk_llrs(chunks["max_score_virus"].to_numpy())
@@ -96,13 +96,12 @@ def sequence_tables(
     chunks_path: str | Path,
     min_viral_fraction: float,
     regions: RegionSettings,
-    rows: int,
-    calibration: Calibration | None = None,
+    calibration: Calibration | None,
 ) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
     """The sequences table in blocks of prepare's, with the regions of each block's records: predict
     scored the records in prepare's order, so each block's scored records come next in the chunks
     table. With a calibration, each record and region has the sum of its chunks' LLRs (sum_llr)."""
-    scored = scored_sequences(chunks_path, rows, regions, calibration)
+    scored = scored_sequences(chunks_path, regions, calibration)
     # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
     # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
     columns = ["n_chunks_scored", "n_viral_chunks", "max_score_virus", "mean_score_virus", "n_regions"]
@@ -110,7 +109,7 @@ def sequence_tables(
     waiting = pd.DataFrame({c: [] for c in columns}, index=pd.Index([], dtype=object, name="sequence_id"))
     waiting = waiting.astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64", "n_regions": "int64"})
     found = pd.DataFrame(columns=[*REGIONS, *EVIDENCE])
-    for sequences in read_chunks(prepared_sequences, rows=rows):
+    for sequences in read_chunks(prepared_sequences, rows=BLOCK_ROWS):
         listed = pd.Index(sequences["sequence_id"])
         while waiting.empty or waiting.index[-1] in listed:  # read on until past this block
             more = next(scored, None)
@@ -208,14 +207,16 @@ def call(
     calibration: Calibration | None = None,
     max_qvalue: float | None = None,
 ) -> dict:
-    """A call per input record from its scored chunks (predict's chunks table and scoring JSON), and
-    the viral regions inside records; write the sequences and regions tables, the viral and regions
-    FASTA and the manifest, block by block. With a calibration, each record and region is weighed
-    (its probability and q-value); with `max_qvalue` too, those passing it go to FASTA of their own.
-    Returns the count of each call."""
+    """Write `outputs` block by block; with a calibration each record and region is weighed (its
+    probability and q-value), and with `max_qvalue` those passing it go to FASTA of their own. Returns
+    the count of each call."""
     scoring = read_json(scoring_path)
-    weighing = _record_weighing(calibration, scoring, scoring_path)
-    blocks = sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, BLOCK_ROWS, calibration)
+    weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None
+    if weighing:
+        log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
+        if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
+            log.info(line)
+    blocks = sequence_tables(prepared_sequences, chunks_path, min_viral_fraction, regions, calibration)
     with tempfile.TemporaryDirectory(dir=outputs.regions.parent) as scratch:
         # with a calibration the regions go to a scratch table first: their q-values need them all
         regions_path = Path(scratch, "regions.tsv") if weighing else outputs.regions
@@ -233,12 +234,13 @@ def call(
                 weighing,
                 max_qvalue,
             )
-            write_pieces(reads, record_pieces(blocks, tables))
+            write_pieces(reads, tables.pieces(blocks))
         if weighing:
             passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
             if passing is not None:
                 copy_passing_regions(outputs.regions_fasta, passing, outputs.passing[1])
     files = reads.files()
+    calls = {call: int(n) for call, n in sorted(tables.counts.items())}
     manifest = {
         "workflow_version": __version__,
         # its file (its files, a list, where it has several) and bytes
@@ -247,75 +249,51 @@ def call(
             "bytes": sum(f.stat().st_size for f in files),
         },
         "checkpoints": scoring["checkpoints"],
-        "counts": tables.manifest_counts(scoring["frames"]),
+        "counts": {key: tables.totals[key] for key in COUNTED} | {"frames": scoring["frames"], "calls": calls},
     }
     if weighing:
         manifest["weighing"] = weighing.summary(scoring, max_qvalue)
     write_json(manifest, outputs.manifest)
-    calls = tables.counts
-    log.info("%d records: %s", tables.totals["records"], ", ".join(f"{n} {c}" for c, n in sorted(calls.items())))
-    return dict(calls)
-
-
-def _record_weighing(calibration: Calibration | None, scoring: dict, scoring_path) -> RecordWeighing | None:
-    """With a calibration, how the sample's records are weighed (its composition logged)."""
-    if not calibration:
-        return None
-    weighing = RecordWeighing.of(calibration, scoring, Path(scoring_path))
-    log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
-    if line := fit_line("this sample", weighing.found, scoring["composition_fit"]):
-        log.info(line)
-    return weighing
+    log.info("%d records: %s", tables.totals["records"], ", ".join(f"{n} {c}" for c, n in calls.items()))
+    return calls
 
 
 class CallTables:
-    """The call's tables and FASTA, written block by block (`write` the sequences table's rows,
-    `write_regions` the regions', `fasta` the viral, regions and passing FASTA handles), each block
-    weighed first where there is a calibration, and what the manifest counts."""
+    """The call's tables and FASTA handles (viral, regions, passing), and what the manifest counts."""
 
     def __init__(self, write, write_regions, fasta: list, weighing: RecordWeighing | None, max_qvalue: float | None):
         self.write, self.write_regions, self.fasta = write, write_regions, fasta
         self.weighing, self.max_qvalue = weighing, max_qvalue
         self.counts, self.totals = Counter(), Counter()
 
-    def add(self, table: pd.DataFrame, found: pd.DataFrame) -> dict:
-        """Weigh, write and count a block's rows and regions; {record: its pieces to write to FASTA}."""
-        passing = None  # the records within max_qvalue
-        if self.weighing:
-            passing = self.weighing.weigh_records(table, self.max_qvalue)
-            self.weighing.weigh_regions(found)
-        self.write(table)
-        self.write_regions(found)
-        viral = table[table["call"] == "virus"]
-        self.counts.update(table["call"].value_counts().to_dict())
-        self.totals.update(
-            records=len(table),
-            chunks=int(table["n_chunks"].sum()),
-            chunks_scored=int(table["n_chunks_scored"].sum()),
-            viral_chunks=int(table["n_viral_chunks"].sum()),
-            viral_bases=int(viral["length"].sum()),  # of the records called virus
-            regions=len(found),
-            region_bases=int(found["length"].sum()),
-        )
-        by_record = fasta_pieces(viral, found, *self.fasta[:2])
-        if passing is not None:
-            for sid, more in fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items():
-                by_record.setdefault(sid, []).extend(more)
-        return by_record
-
-    def manifest_counts(self, frames: int) -> dict:
-        calls = {call: int(n) for call, n in sorted(self.counts.items())}
-        return {**{key: self.totals[key] for key in COUNTED}, "frames": frames, "calls": calls}
-
-
-def record_pieces(blocks, tables: CallTables) -> Iterator[tuple[bytes, list[Piece]]]:
-    """Each record's pieces to write, in input order, as `tables` takes the block that holds it (the
-    FASTA are written while the input is read alongside: write_pieces)."""
-    for table, found in blocks:
-        by_record = tables.add(table, found)
-        listed = table["sequence_id"]
-        for sid in listed[listed.isin(by_record.keys())]:  # input order
-            yield sid.encode(), by_record[sid]
+    def pieces(self, blocks) -> Iterator[tuple[bytes, list[Piece]]]:
+        """Weigh, write and count each block's rows and regions; yield each record's pieces to write
+        to FASTA, in input order (the FASTA are written while the input is read alongside: write_pieces)."""
+        for table, found in blocks:
+            passing = None  # the records within max_qvalue
+            if self.weighing:
+                passing = self.weighing.weigh_records(table, self.max_qvalue)
+                self.weighing.weigh_regions(found)
+            self.write(table)
+            self.write_regions(found)
+            viral = table[table["call"] == "virus"]
+            self.counts.update(table["call"].value_counts().to_dict())
+            self.totals.update(
+                records=len(table),
+                chunks=int(table["n_chunks"].sum()),
+                chunks_scored=int(table["n_chunks_scored"].sum()),
+                viral_chunks=int(table["n_viral_chunks"].sum()),
+                viral_bases=int(viral["length"].sum()),  # of the records called virus
+                regions=len(found),
+                region_bases=int(found["length"].sum()),
+            )
+            by_record = fasta_pieces(viral, found, *self.fasta[:2])
+            if passing is not None:
+                for sid, more in fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items():
+                    by_record.setdefault(sid, []).extend(more)
+            listed = table["sequence_id"]
+            for sid in listed[listed.isin(by_record.keys())]:  # input order
+                yield sid.encode(), by_record[sid]
 
 
 def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Path) -> None:

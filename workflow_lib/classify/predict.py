@@ -123,9 +123,11 @@ class ShardScores:
         self.shard, self.next_row, self.loaded = -1, 0, None
         self.scores = np.empty((0, 3), dtype=np.float32)  # this shard's: others, virus, atypicality
         self.checkpoints: dict | None = None  # every shard's must be the first's
-        self.pieces = {path: _pieces(path) for path in dict.fromkeys(self.paths)}  # a pooled file's, read once
+        # a pooled file's pieces, read once: the frames and frame-ID digest of each sample's shard in it
+        pieces = ("pieces", "ids_blake2b", "piece_samples", "piece_shards")
+        self.pieces = {path: _read(path, *pieces) for path in dict.fromkeys(self.paths)}
         self.frames = sum(
-            int(self.pieces[path]["frames"][self._piece(self.pieces[path], shard)])
+            int(self.pieces[path]["pieces"][self._piece(self.pieces[path], shard)])
             for shard, path in enumerate(self.paths)
         )
 
@@ -153,27 +155,27 @@ class ShardScores:
         self.shard += 1
         path = self.paths[self.shard]
         if self.loaded is None or self.loaded[0] != path:
-            self.loaded = (path, *_load(path))
-        _, scores, checkpoints = self.loaded
-        pieces = self.pieces[path]
+            self.loaded = (path, _read(path, "scores", "atypicality", "checkpoints"))
+        data, pieces = self.loaded[1], self.pieces[path]
         piece = self._piece(pieces, self.shard)
-        start = int(pieces["frames"][:piece].sum())
-        self.scores = scores[start : start + pieces["frames"][piece]]
+        start = int(pieces["pieces"][:piece].sum())
+        stop = start + pieces["pieces"][piece]
+        self.scores = np.column_stack([data["scores"][start:stop], data["atypicality"][start:stop]])
         self.expected = str(pieces["ids_blake2b"][piece])
         if self.checkpoints is None:
-            self.checkpoints = checkpoints
-        elif checkpoints != self.checkpoints:
+            self.checkpoints = data["checkpoints"]
+        elif data["checkpoints"] != self.checkpoints:
             raise InputError(
-                f"{path}: made with {checkpoints} but {self.paths[0]} with {self.checkpoints}; delete the "
+                f"{path}: made with {data['checkpoints']} but {self.paths[0]} with {self.checkpoints}; delete the "
                 "sample's embeddings and scores and run again"
             )
         self.next_row, self.digest = 0, IDDigest()
 
     def _piece(self, pieces: dict, shard: int) -> int:
-        """Where in its scores file (`pieces`: _pieces) the sample's shard is."""
-        if "samples" not in pieces:  # a file of one sample's shard (score.py without pieces)
+        """Where in its scores file the sample's shard is."""
+        if "piece_samples" not in pieces:  # a file of one sample's shard (score.py without pieces)
             return 0
-        found = np.flatnonzero((pieces["samples"] == self.sample) & (pieces["shards"] == shard))
+        found = np.flatnonzero((pieces["piece_samples"] == self.sample) & (pieces["piece_shards"] == shard))
         if not found.size:
             self._disagree(f"holds no frames of sample '{self.sample}' shard {shard}, where the plan puts them")
         return int(found[0])
@@ -191,25 +193,15 @@ class ShardScores:
         )
 
 
-def _load(path: Path) -> tuple[np.ndarray, dict]:
-    """A scores file's scores and atypicality (one array) and its checkpoints."""
+def _read(path: Path, *keys: str) -> dict:
+    """The arrays `keys` of a scores file, without its others (piece_* only where it pools several
+    samples' shards); its checkpoints decoded."""
     try:
         with np.load(path) as data:
-            scores, atypicality = data["scores"], data["atypicality"]
-            checkpoints = json.loads(str(data["checkpoints"]))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
-    return np.column_stack([scores, atypicality]).astype(np.float32), checkpoints
-
-
-def _pieces(path: Path) -> dict[str, np.ndarray]:
-    """The samples' shards a scores file holds, in order: `frames` and `ids_blake2b` of each, and
-    `samples` and `shards` where it pools several; read without its scores."""
-    try:
-        with np.load(path) as data:
-            names = {"pieces": "frames", "ids_blake2b": "ids_blake2b"}
-            names |= {"piece_samples": "samples", "piece_shards": "shards"} if "piece_samples" in data else {}
-            return {name: data[key] for key, name in names.items()}
+            found = {key: data[key] for key in keys if key in data or not key.startswith("piece_")}
+            if "checkpoints" in found:
+                found["checkpoints"] = json.loads(str(found["checkpoints"]))
+            return found
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
@@ -265,52 +257,46 @@ def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
     return table[[*CHUNKS, "atypicality"]]
 
 
-class VirNucProTables:
-    """VirNucPro's prediction_results.txt and prediction_results_highestscore.csv as it writes them:
-    scores printed as str() of float32, and chunks (the frame ID less its last two characters)
-    sorted by ID, as its pandas groupby does. The chunk rows are sorted in runs of RUN_ROWS kept in
-    temporary files, then merged: memory holds one run."""
+# Chunk rows of VirNucPro's per-chunk table sorted in memory at a time (virnucpro_tables)
+RUN_ROWS = 1 << 20
 
-    RUN_ROWS = 1 << 20
 
-    def __init__(self, per_frame, runs_dir: Path):
-        self.per_frame, self.runs_dir = per_frame, runs_dir
-        self.runs: list[Path] = []
-        self.held: list[str] = []
+@contextlib.contextmanager
+def virnucpro_tables(paths: tuple[Path, Path]) -> Iterator:
+    """Yield a function that writes VirNucPro's prediction_results.txt and
+    prediction_results_highestscore.csv as it does, from frames in frames-table order (a chunk's
+    frames in one call); in place when the block succeeds. Scores are printed as str() of float32,
+    and chunks (the frame ID less its last two characters) sorted by ID, as its pandas groupby does:
+    in runs of RUN_ROWS kept in temporary files, then merged, so that memory holds one run."""
+    runs, held = [], []
+    with atomic_open(paths[0]) as per_frame, tempfile.TemporaryDirectory(dir=paths[1].parent) as runs_dir:
         per_frame.write("Sequence_ID\tPrediction\tscore1\tscore2\n")
 
-    @classmethod
-    @contextlib.contextmanager
-    def writing(cls, paths: tuple[Path, Path]) -> Iterator["VirNucProTables"]:
-        """Yield the tables being written to `paths`; in place when the block succeeds."""
-        with atomic_open(paths[0]) as per_frame, tempfile.TemporaryDirectory(dir=paths[1].parent) as runs_dir:
-            tables = cls(per_frame, Path(runs_dir))
-            yield tables
-            with contextlib.ExitStack() as runs, atomic_open(paths[1]) as per_chunk:
-                merged = [sorted(tables.held, key=_chunk_id)] + [runs.enter_context(open(r)) for r in tables.runs]
-                per_chunk.write("Modified_ID\tIs_Virus\n")
-                per_chunk.writelines(heapq.merge(*merged, key=_chunk_id))
-
-    def write(self, frames: pd.DataFrame) -> None:
-        """Frames in frames-table order, each chunk's frames in one call."""
-        self.per_frame.write(
-            "".join(
-                f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
-                for fid, prediction, other, virus in zip(
-                    frames["frame_id"],
-                    np.where(frames["prediction"] == "virus", "virus", "others"),  # VirNucPro's word
-                    frames["score_other"].to_numpy(np.float32),
-                    frames["score_virus"].to_numpy(np.float32),
+        def write(frames: pd.DataFrame) -> None:
+            per_frame.write(
+                "".join(
+                    f"{fid}\t{prediction}\t{other!s}\t{virus!s}\n"  # str(np.float32), as VirNucPro
+                    for fid, prediction, other, virus in zip(
+                        frames["frame_id"],
+                        np.where(frames["prediction"] == "virus", "virus", "others"),  # VirNucPro's word
+                        frames["score_other"].to_numpy(np.float32),
+                        frames["score_virus"].to_numpy(np.float32),
+                    )
                 )
             )
-        )
-        grouped = frames.groupby(frames["frame_id"].str[:-2], sort=False)
-        is_virus = grouped["score_virus"].max() >= grouped["score_other"].max()
-        self.held += [f"{chunk}\t{value}\n" for chunk, value in is_virus.items()]
-        if len(self.held) >= self.RUN_ROWS:
-            self.runs.append(self.runs_dir / f"{len(self.runs)}.tsv")
-            self.runs[-1].write_text("".join(sorted(self.held, key=_chunk_id)))
-            self.held = []
+            grouped = frames.groupby(frames["frame_id"].str[:-2], sort=False)
+            is_virus = grouped["score_virus"].max() >= grouped["score_other"].max()
+            held.extend(f"{chunk}\t{value}\n" for chunk, value in is_virus.items())
+            if len(held) >= RUN_ROWS:
+                runs.append(Path(runs_dir, f"{len(runs)}.tsv"))
+                runs[-1].write_text("".join(sorted(held, key=_chunk_id)))
+                held.clear()
+
+        yield write
+        with contextlib.ExitStack() as opened, atomic_open(paths[1]) as per_chunk:
+            merged = [sorted(held, key=_chunk_id)] + [opened.enter_context(open(run)) for run in runs]
+            per_chunk.write("Modified_ID\tIs_Virus\n")
+            per_chunk.writelines(heapq.merge(*merged, key=_chunk_id))
 
 
 def _chunk_id(line: str) -> str:
@@ -326,10 +312,9 @@ def write_tables(
     calibration: Calibration | None = None,
     sample: str = "",
 ) -> dict:
-    """Every frame of prepare's frames table (checked against its sequences table) with its score from
-    the shards' (pooled) scores files, in shard order, where they hold `sample`'s shards; write
-    `outputs` block by block, in frames-table order. With a `calibration`, the chunks table gains
-    each chunk's probability of being viral."""
+    """Write `outputs` block by block from prepare's tables and the (pooled) scores files of
+    `sample`'s shards, in shard order; with a `calibration`, the chunks table gains each chunk's
+    probability of being viral."""
     shards = ShardScores(score_files, sample)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     listed = ListedFrames(frames_path, sequences_path)
@@ -341,7 +326,7 @@ def write_tables(
         with contextlib.ExitStack() as stack:
             write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
             write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
-            virnucpro = stack.enter_context(VirNucProTables.writing(outputs.virnucpro)) if outputs.virnucpro else None
+            virnucpro = stack.enter_context(virnucpro_tables(outputs.virnucpro)) if outputs.virnucpro else None
             for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
                 write_frames(frames)  # a chunk's frames in one block
                 chunks = chunk_table(frames)
@@ -349,7 +334,7 @@ def write_tables(
                 if weighed:
                     weighed.count(chunks)
                 if virnucpro:
-                    virnucpro.write(frames)
+                    virnucpro(frames)
             listed.finish()
             log.info(progress.line(listed.rows))
         scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}

@@ -3,10 +3,8 @@ record and region is viral at the sample's own estimated viral fraction, and q-v
 are read and written in blocks; what must see the whole sample first (its viral fraction, the
 q-values) is taken from histograms of LLRs, so that memory does not grow with the sample."""
 
-import functools
 import itertools
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,34 +31,6 @@ def probability_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
 
 def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
     return decimal_text(values, 3, limit=10.0, encoded=encoded)  # typical ones about 1
-
-
-def sample_composition(counted: calibration.GroupCounts, record_llrs: np.ndarray, cal: Calibration) -> dict:
-    """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
-    of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
-    where too few were counted for an estimate) and `composition_fit` (None without an estimate of
-    the records'), from what ChunkWeighing's bootstrap groups counted and the records' LLRs counted."""
-    n_chunks, n_records = int(counted.chunks.sum()), int(counted.records.sum())
-    own = {"source": "sample"}
-    if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
-        found = calibration.composition_intervals(counted, record_llrs, cal)
-        return {
-            "chunk_composition": found["chunks"] | own | {"counted": n_chunks},
-            "record_composition": found["records"] | own | {"counted": n_records},
-            "composition_fit": found["fit"],
-        }
-    counts = counted.chunks.sum(axis=0)
-    if n_chunks >= calibration.MIN_RECORDS_FOR_ESTIMATE:
-        chunk = {"viral_fraction_estimate": calibration.estimate_prior(counts)} | own
-    else:
-        chunk = {"viral_fraction_estimate": cal.chunk_prior, "source": "calibration"}
-    record = {"viral_fraction_estimate": cal.record_prior, "source": "calibration"}
-    # with so few records no interval is worth its name
-    return {
-        "chunk_composition": chunk | {"interval": None, "counted": n_chunks},
-        "record_composition": record | {"interval": None, "counted": n_records},
-        "composition_fit": None,
-    }
 
 
 class ChunkWeighing:
@@ -141,14 +111,37 @@ class ChunkWeighing:
         self.flush()
 
     def composition(self) -> dict:
-        """The sample's compositions (sample_composition), once every chunk has come."""
+        """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
+        of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
+        where too few were counted for an estimate) and `composition_fit` (None without an estimate of
+        the records'), once every chunk has come."""
         self.finish()
-        counted = calibration.GroupCounts(self.chunks, self.record_chunks, self.group_records, self.typical[:, :-1])
-        return sample_composition(counted, self.records, self.cal)
+        n_chunks, n_records = int(self.chunks.sum()), int(self.group_records.sum())
+        own = {"source": "sample"}
+        if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
+            found = calibration.composition_intervals(
+                self.chunks, self.record_chunks, self.group_records, self.typical[:, :-1], self.records, self.cal
+            )
+            return {
+                "chunk_composition": found["chunks"] | own | {"counted": n_chunks},
+                "record_composition": found["records"] | own | {"counted": n_records},
+                "composition_fit": found["fit"],
+            }
+        if n_chunks >= calibration.MIN_RECORDS_FOR_ESTIMATE:
+            chunk = {"viral_fraction_estimate": calibration.estimate_prior(self.chunks.sum(axis=0))} | own
+        else:
+            chunk = {"viral_fraction_estimate": self.cal.chunk_prior, "source": "calibration"}
+        record = {"viral_fraction_estimate": self.cal.record_prior, "source": "calibration"}
+        # with so few records no interval is worth its name
+        return {
+            "chunk_composition": chunk | {"interval": None, "counted": n_chunks},
+            "record_composition": record | {"interval": None, "counted": n_records},
+            "composition_fit": None,
+        }
 
     def write(self, unweighed: Path, output: Path) -> dict:
         """The chunks table at `unweighed` (CHUNKS' columns, the chunks counted, in order) with
-        CHUNK_COLUMNS, to `output`; scoring.json's entries: the compositions (sample_composition) and
+        CHUNK_COLUMNS, to `output`; scoring.json's entries: the compositions (composition) and
         the records' LLRs (a sparse histogram)."""
         self.evidence.close()
         found = self.composition()
@@ -168,7 +161,6 @@ class ChunkWeighing:
         return found | {"record_llrs": calibration.sparse(self.records)}
 
 
-@dataclass
 class RecordWeighing:
     """call's records and regions: each one's probability at the sample's viral fraction of records,
     and its q-value, at the lower end of that fraction's interval (calibration.qvalue_share). The
@@ -176,26 +168,21 @@ class RecordWeighing:
     (scoring.json); the regions' q-values need every region, so call adds them at the end
     (weigh_region_table)."""
 
-    cal: Calibration
-    found: dict  # the records' composition (predict's, ChunkWeighing.write)
-    record_q: np.ndarray  # the q-value of each histogram bin, of records
-    regions: np.ndarray = field(default_factory=lambda: np.zeros(calibration.N_BINS, np.int64))  # regions' LLRs
-    tallied: Counter = field(default_factory=Counter)  # unreliable records, and those within max_qvalue
-
-    @classmethod
-    def of(cls, cal: Calibration, scoring: dict, scoring_path: Path) -> "RecordWeighing":
+    def __init__(self, cal: Calibration, scoring: dict, scoring_path: Path):
         if "composition_fit" not in scoring:
             raise InputError(
                 f"{scoring_path}: written without the records' composition (no calibration, or an older version); "
                 "delete the sample's predict outputs and run again"
             )
+        self.cal, self.found = cal, scoring["record_composition"]  # predict's (ChunkWeighing.write)
+        self.shift = logit(self.found["viral_fraction_estimate"])
         records = calibration.dense(scoring["record_llrs"], calibration.N_BINS)
-        found = scoring["record_composition"]
-        return cls(cal, found, calibration.qvalues(records, calibration.qvalue_share(found)))
-
-    @property
-    def shift(self) -> float:
-        return logit(self.found["viral_fraction_estimate"])
+        # the q-value of each histogram bin of records, and as the table writes it: formatted once per
+        # bin, not per record
+        self.record_q = calibration.qvalues(records, calibration.qvalue_share(self.found))
+        self.record_q_text = np.array(formatted(self.record_q), dtype=object)
+        self.regions = np.zeros(calibration.N_BINS, np.int64)  # the regions' LLRs, counted
+        self.tallied = Counter()  # unreliable records, and those within max_qvalue
 
     def weigh_records(self, table: pd.DataFrame, max_qvalue: float | None) -> pd.DataFrame | None:
         """probability_virus and qvalue of the sequences table's rows (NA where no chunk is scored),
@@ -216,16 +203,11 @@ class RecordWeighing:
         if max_qvalue is not None:
             passing = table[table["qvalue"] <= max_qvalue]
             self.tallied.update(records_passing=len(passing))
-        # the probabilities and q-values as the table writes them; the q-values formatted once per
-        # histogram bin, not per record
+        # the probabilities and q-values as the table writes them
         table["probability_virus"] = probability_text(table["probability_virus"].to_numpy())
         table["atypicality"] = atypicality_text(atypicality)
         table["qvalue"] = np.where(scored, self.record_q_text[bins], "NA")
         return passing
-
-    @functools.cached_property
-    def record_q_text(self) -> np.ndarray:
-        return np.array(formatted(self.record_q), dtype=object)
 
     def weigh_regions(self, regions: pd.DataFrame) -> None:
         """probability_virus of regions, and the bin of their LLRs (`llr_bin`) for their q-values."""
