@@ -33,10 +33,6 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     SHA-256 of the classifier that scored them all)."""
     tables, classifier = [], None
     for number, sample in enumerate(samples):
-        if sample.label not in LABELS:
-            raise InputError(
-                f"label '{sample.label}' for {sample.frames}: a calibration sample's label must be 'virus' or 'other'"
-            )
         shards = ShardScores(sample.scores, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
         listed = ListedFrames(sample.frames, sample.sequences)
