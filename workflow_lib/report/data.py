@@ -13,9 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings, config_value
 from workflow_lib.io.tables import MATE_LENGTHS, read_chunks, read_json
-from workflow_lib.models.checkpoints import DEMO_FILES
 
 CALL_NAMES = ("virus", "other", "no_coding_frame")
 
@@ -160,20 +158,6 @@ SAMPLE_COUNTS = (
 )  # fmt: skip
 
 
-# with a calibration (models.calibration)
-WEIGHING_COLUMNS = (
-    "viral_fraction_estimate",
-    "viral_fraction_from",
-    "unreliable_records",
-    "records_passing_qvalue",
-    "regions_passing_qvalue",
-    "viral_fraction_low",
-    "viral_fraction_high",
-    "composition_fit",
-    "composition_fit_statistic",
-)
-
-
 def samples_table(runs: list[dict]) -> pd.DataFrame:
     """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
     chunks scored and called viral, the bases of the records called virus, and the viral regions
@@ -201,8 +185,8 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
                 row["viral_fraction_low"], row["viral_fraction_high"] = records["interval"]
                 row |= {"composition_fit": fit["fit"], "composition_fit_statistic": fit["statistic"]}
         rows.append(row)
-    weighed = [c for c in WEIGHING_COLUMNS if any(c in row for row in rows)]
-    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS, *weighed])
+    # the weighing's columns follow the counts, in the order above: the order they first appear in
+    return pd.DataFrame(rows)
 
 
 def made_by(run: dict) -> dict:
@@ -264,78 +248,6 @@ class Tracks(NamedTuple):
     chunks: pd.DataFrame
     positions: pd.DataFrame
     regions: pd.DataFrame
-
-
-class SampleData(NamedTuple):
-    """Everything a sample's figures and table show."""
-
-    frame_scores: Histogram  # score_virus of the frames
-    sequences: SequenceStats
-    strongest: pd.DataFrame  # the records of the strongest regions, strongest first
-    tracks: Tracks
-    inputs: InputStats
-    run: dict  # the run summary: counts, embedding figures per shard
-
-
-def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleData:
-    """One pass over each of a sample's tables (the frames, sequences and regions tables; the
-    chunks and prepare's frames for the plotted sequences only; prepare's sequences twice)."""
-    frame_scores = Histogram(SCORE_BINS)
-    for block in read_chunks(tables.frames, ["score_virus"]):
-        frame_scores.add(block["score_virus"])
-    strongest = strongest_regions(tables.regions, settings.top_regions)
-    sequences = sequence_stats(
-        read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
-    )
-    ids = set(sequences.top["sequence_id"]) | set(strongest)
-    tracks = Tracks(
-        rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        # prepare's frames table has a row per frame: one of each chunk's
-        rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
-            ["sequence_id", "chunk"]
-        ),
-        rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
-    )
-    records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
-    prepared = tables.prepared_sequences
-    inputs = input_stats(lambda: read_chunks(prepared, PREPARED_COLUMNS), record_word(prepared))
-    return SampleData(frame_scores, sequences, records, tracks, inputs, read_json(tables.summary))
-
-
-class OverviewData(NamedTuple):
-    """The all-samples overview: counts per sample, what made the results, the demo models if any."""
-
-    counts: pd.DataFrame  # samples_table
-    made_with: pd.DataFrame  # per model and setting, each value and the samples made with it
-    demo: list[str]  # the demo model files that made samples
-    recorded: dict  # recorded_settings: the values the samples were made with
-    samples: int
-
-
-def overview_data(summaries: list[str | Path]) -> OverviewData:
-    runs = [read_json(p) for p in summaries]
-    made_with = {}
-    for run in runs:
-        for key, value in made_by(run).items():
-            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
-    table = pd.DataFrame(
-        [
-            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
-            for key, values in made_with.items()
-            for value, names in values.items()
-        ]
-    )
-    demo = sorted(
-        {
-            checkpoints[model]["checkpoint"]
-            for checkpoints in (run["checkpoints"] for run in runs)
-            for model in checkpoints
-            if model != "classifier" and Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
-        }
-    )
-    keys = dict.fromkeys(key for run in runs for key in recorded_settings(run["config"]))
-    recorded = {key: sorted({config_value(run["config"], key, optional=True) for run in runs}) for key in keys}
-    return OverviewData(samples_table(runs), table, demo, recorded, len(runs))
 
 
 QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])

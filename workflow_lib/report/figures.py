@@ -17,20 +17,29 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings
+from workflow_lib.cli.settings import PlotSampleSettings, config_value
 from workflow_lib.io.outputs import atomic_path
-from workflow_lib.io.tables import read_json, write_json, write_tsv
+from workflow_lib.io.tables import read_chunks, read_json, write_json, write_tsv
+from workflow_lib.models.checkpoints import DEMO_FILES
 from workflow_lib.report.data import (
     CALL_NAMES,
+    PREPARED_COLUMNS,
     QVALUE_CUTOFFS,
+    SCORE_BINS,
     Histogram,
     InputStats,
     SampleTables,
     Tracks,
     display_name,
     flatten,
-    overview_data,
-    sample_data,
+    input_stats,
+    made_by,
+    record_word,
+    recorded_settings,
+    rows_of,
+    samples_table,
+    sequence_stats,
+    strongest_regions,
     weighed_calls,
 )
 
@@ -208,42 +217,81 @@ def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> 
 def overview(summaries: list[str | Path], path: str | Path, table: str | Path, recorded: str | Path) -> None:
     """One page across all samples, from their run summaries (what made the results, not the
     config at hand): a banner when the demo models made them, a row per sample (also written as the
-    TSV `table`), and per model and setting the values the samples were made with. `recorded`: the
-    recorded settings of the results (JSON, data.recorded_settings), for later runs to compare."""
-    data = overview_data(summaries)
-    write_tsv(data.counts, table)
+    TSV `table`, data.samples_table), and per model and setting the values the samples were made
+    with. `recorded`: the recorded settings of the results (JSON, data.recorded_settings), for later
+    runs to compare."""
+    runs = [read_json(p) for p in summaries]
+    counts = samples_table(runs)
+    write_tsv(counts, table)
+    made_with = {}
+    for run in runs:
+        for key, value in made_by(run).items():
+            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
+    made_with = pd.DataFrame(
+        [
+            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
+            for key, values in made_with.items()
+            for value, names in values.items()
+        ]
+    )
+    demo = sorted(
+        {
+            made["checkpoint"]
+            for run in runs
+            for model, made in run["checkpoints"].items()
+            if model != "classifier" and Path(made["checkpoint"]).name in DEMO_FILES
+        }
+    )
     weighed = [
         c
         for c in ("viral_fraction_estimate", "composition_fit", "unreliable_records", "records_passing_qvalue")
-        if c in data.counts
+        if c in counts
     ]
-    rows = data.counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
-        **{"viral fraction": data.counts["virus"] / data.counts["records"].clip(lower=1)}
+    rows = counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
+        **{"viral fraction": counts["virus"] / counts["records"].clip(lower=1)}
     )
-    rows = rows.join(data.counts[weighed])  # with a calibration: the sample's own estimate, and more
+    rows = rows.join(counts[weighed])  # with a calibration: the sample's own estimate, and more
     banner = (
         '<p style="background:#c0392b;color:white;padding:8px;font-weight:bold">Demo models: calls carry no '
-        f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(data.demo))}).</p>\n"
-        if data.demo
+        f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(demo))}).</p>\n"
+        if demo
         else ""
     )
     body = (
-        f"{banner}<p>From the run summaries of {data.samples} samples: what made these results.</p>\n"
-        f"{_table(rows)}\n<h4>Models, settings and versions</h4>\n{_table(data.made_with)}"
+        f"{banner}<p>From the run summaries of {len(runs)} samples: what made these results.</p>\n"
+        f"{_table(rows)}\n<h4>Models, settings and versions</h4>\n{_table(made_with)}"
     )
     html_page("Overview", body, path)
-    write_json(data.recorded, recorded)
+    keys = dict.fromkeys(key for run in runs for key in recorded_settings(run["config"]))
+    values = {key: sorted({config_value(run["config"], key, optional=True) for run in runs}) for key in keys}
+    write_json(values, recorded)
 
 
 def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, settings: PlotSampleSettings) -> None:
-    """All figures of a sample: the top sequences and the records of the strongest regions plotted
-    chunk by chunk, the top rows in the HTML table."""
-    data = sample_data(tables, settings)
-    plot_scores(data.frame_scores, data.sequences.scores, figures.scores)
-    plot_calls(data.sequences.calls, figures.calls)
-    plot_top_sequences(data.sequences.top, data.tracks, figures.top_sequences)
-    plot_top_sequences(data.strongest, data.tracks, figures.top_regions, "no viral region inside a record")
-    shown, total = data.sequences.shown, data.sequences.total
+    """All figures of a sample, from one pass over each of its tables (the frames, sequences and
+    regions tables; the chunks and prepare's frames for the plotted sequences only; prepare's
+    sequences twice): the top sequences and the records of the strongest regions plotted chunk by
+    chunk, the top rows in the HTML table."""
+    frame_scores = Histogram(SCORE_BINS)
+    for block in read_chunks(tables.frames, ["score_virus"]):
+        frame_scores.add(block["score_virus"])
+    strongest = strongest_regions(tables.regions, settings.top_regions)
+    stats = sequence_stats(read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest))
+    ids = set(stats.top["sequence_id"]) | set(strongest)
+    tracks = Tracks(
+        rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
+        # prepare's frames table has a row per frame: one of each chunk's
+        rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
+            ["sequence_id", "chunk"]
+        ),
+        rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    )
+    plot_scores(frame_scores, stats.scores, figures.scores)
+    plot_calls(stats.calls, figures.calls)
+    plot_top_sequences(stats.top, tracks, figures.top_sequences)
+    records = stats.picked.set_index("sequence_id").loc[strongest].reset_index()  # strongest first
+    plot_top_sequences(records, tracks, figures.top_regions, "no viral region inside a record")
+    shown, total = stats.shown, stats.total
     html_table(
         shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
         f"{sample}: sequences with the highest virus scores",
@@ -251,10 +299,12 @@ def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, set
         f"the whole table is {Path(tables.sequences).name}.",
         figures.table,
     )
-    plot_input(data.inputs, data.run["counts"], figures.input)
-    shards = data.run["embedding_shards"]
-    names = {s["model"]: display_name(data.run["config"], s["model"]) for s in shards}
-    plot_throughput(shards, figures.throughput, names)
+    prepared = tables.prepared_sequences
+    inputs = input_stats(lambda: read_chunks(prepared, PREPARED_COLUMNS), record_word(prepared))
+    run = read_json(tables.summary)
+    plot_input(inputs, run["counts"], figures.input)
+    names = {s["model"]: display_name(run["config"], s["model"]) for s in run["embedding_shards"]}
+    plot_throughput(run["embedding_shards"], figures.throughput, names)
 
 
 def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: str | Path) -> None:
