@@ -1,9 +1,7 @@
-"""What the report shows, computed apart from its drawing (report.py): the numbers of each figure
-and table, from a sample's tables or the samples' run summaries.
-
-A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
-bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
-bounded whatever the number of reads."""
+"""What the report shows, computed apart from its drawing (figures.py). A sample's tables are read
+block by block, only the columns a figure needs: histograms over fixed bins, counts and the
+top-scoring sequences are accumulated as the blocks go by, so that memory stays bounded whatever
+the number of reads."""
 
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -19,8 +17,6 @@ CALL_NAMES = ("virus", "other", "no_coding_frame")
 
 
 class SampleTables(NamedTuple):
-    """What a sample's figures are drawn from."""
-
     frames: Path  # predict's frames table
     chunks: Path  # predict's chunks table
     sequences: Path  # call's sequences table
@@ -77,7 +73,6 @@ class SequenceStats(NamedTuple):
 
 
 def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> SequenceStats:
-    """`ids`: sequences whose rows to keep as well (`picked`)."""
     scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
     empty, picked = None, []
     for block in blocks:
@@ -92,14 +87,12 @@ def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set
 
 
 def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
-    """The rows of a table of this workflow for the sequences `ids`, in table order, read in slices
-    (a table holding only its header gives one empty block)."""
+    """The rows of the sequences `ids`, in table order (a table holding only its header gives one empty block)."""
     return pd.concat(part[part["sequence_id"].isin(ids)] for part in read_chunks(table, columns))
 
 
 def strongest_regions(regions: str | Path, n: int) -> list[str]:
-    """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
-    read block by block."""
+    """The records of the n strongest regions (highest mean_score_virus, then longest), best first."""
     best = TopRows(n, ("mean_score_virus", "length"))
     for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
         best.add(block)
@@ -112,8 +105,6 @@ def top_sequences(sequences: pd.DataFrame, n: int, by: tuple[str, ...] = ("max_s
 
 
 class InputStats(NamedTuple):
-    """Histograms of prepare's sequences table: record lengths, frames per record, ambiguous fraction."""
-
     lengths: Histogram
     length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
     frames: Histogram
@@ -159,13 +150,10 @@ SAMPLE_COUNTS = (
 
 
 def samples_table(runs: list[dict]) -> pd.DataFrame:
-    """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
-    chunks scored and called viral, the bases of the records called virus, and the viral regions
-    inside records and their bases.
-    With a calibration, each sample's estimated viral fraction of records (and whether it comes
-    from the sample or, with too few scored records, the calibration), the records and regions
-    within call.max_qvalue, the estimate's interval and whether the calibration fits the sample
-    (empty where the calibration's fraction stood in)."""
+    """Per sample (run summaries): SAMPLE_COUNTS; with a calibration, its estimated viral fraction
+    of records (and whether it comes from the sample or, with too few scored records, the
+    calibration), the records and regions within call.max_qvalue, the estimate's interval and
+    whether the calibration fits the sample (empty where the calibration's fraction stood in)."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
@@ -190,16 +178,18 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
 
 
 def made_by(run: dict) -> dict:
-    """{what: its value} of what made a sample's results, from its run summary: models, classifier,
-    precision and device, settings and versions."""
+    """{what: its value} of what made a sample's results, from its run summary."""
     checkpoints, config, shards = run["checkpoints"], run["config"], run["embedding_shards"]
     versions = {
         f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
         for v in run["versions"]["embed"].values()
     }
     return {
+        # a model's checkpoint, and its layer where one was chosen (the embeddings' attribute: -1 or the layer)
         **{
-            display_name(config, model): _checkpoint(made)
+            display_name(config, model): made["checkpoint"]
+            if made["layer"] < 0
+            else f"{made['checkpoint']}, layer {made['layer']}"
             for model, made in checkpoints.items()
             if model != "classifier"
         },
@@ -215,13 +205,7 @@ def made_by(run: dict) -> dict:
 
 
 def display_name(config: dict, model: str) -> str:
-    """A model's name in the report: its display name in the run's config, else the model's name."""
     return config["models"][model].get("display_name", model)
-
-
-def _checkpoint(made: dict) -> str:
-    """A model's checkpoint, and its layer where one was chosen (the embeddings' attribute: -1 or the layer)."""
-    return made["checkpoint"] if made["layer"] < 0 else f"{made['checkpoint']}, layer {made['layer']}"
 
 
 def recorded_settings(config: dict) -> tuple[str, ...]:
@@ -243,7 +227,7 @@ def flatten(values: dict, prefix: str = "") -> dict:
 
 
 class Tracks(NamedTuple):
-    """The chunks, their positions and the regions of the sequences whose scores are plotted along them."""
+    """Of the sequences whose scores are plotted along them."""
 
     chunks: pd.DataFrame
     positions: pd.DataFrame
@@ -255,8 +239,7 @@ QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]
 
 def weighed_calls(sequences: str | Path, manifest: str | Path) -> dict:
     """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus, its
-    estimated viral fraction with its interval and fit (None where the calibration's stood in), the
-    sequences table read in blocks."""
+    estimated viral fraction with its interval and fit (None where the calibration's stood in)."""
     passing, virnucpro = np.zeros(QVALUE_CUTOFFS.size, dtype=np.int64), 0
     for block in read_chunks(sequences, ["call", "qvalue"]):
         q = pd.to_numeric(block["qvalue"], errors="coerce").to_numpy()
