@@ -38,16 +38,8 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
         listed = ListedFrames(sample.frames, sample.sequences)
         for frames in whole_groups(scored_blocks(sample.frames, listed, shards, progress), ["sequence_id", "chunk"]):
             chunks = chunk_table(frames)
-            tables.append(
-                pd.DataFrame(
-                    {
-                        "record": str(number) + "\t" + chunks["sequence_id"],
-                        "max_score_virus": chunks["max_score_virus"],
-                        "atypicality": chunks["atypicality"],
-                        "label": LABELS[sample.label],
-                    }
-                )
-            )
+            record = str(number) + "\t" + chunks["sequence_id"]
+            tables.append(chunks[["max_score_virus", "atypicality"]].assign(record=record, label=LABELS[sample.label]))
         listed.finish()
         sha = shards.checkpoints["classifier"]["sha256"] if shards.checkpoints else None
         if None not in (classifier, sha) and sha != classifier:
