@@ -31,7 +31,7 @@ SCORE_BINS = np.linspace(0, 1, 41)
 
 class Histogram:
     """Counts of values in fixed bins, added block by block: drawn, the same bars as `ax.hist` of
-    all the values at once (a value outside the bins, or NA, is counted in `n` only; report.draw)."""
+    all the values at once (a value outside the bins, or NA, is counted in `n` only; figures.draw)."""
 
     def __init__(self, edges):
         self.edges = np.asarray(edges, dtype=float)
