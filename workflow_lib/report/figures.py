@@ -196,14 +196,14 @@ def overview(summaries: list[str | Path], path: str | Path, table: str | Path, r
     runs = [read_json(p) for p in summaries]
     counts = data.samples_table(runs)
     write_tsv(counts, table)
-    made_with = {}
+    samples_of = {}  # {what: {its value: the samples made with it}}
     for run in runs:
         for key, value in data.made_by(run).items():
-            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
+            samples_of.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
     made_with = pd.DataFrame(
         [
             {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
-            for key, values in made_with.items()
+            for key, values in samples_of.items()
             for value, names in values.items()
         ]
     )
