@@ -5,7 +5,8 @@ from pathlib import Path
 
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.settings import PlotSampleSettings, add_arguments, from_arguments
-from workflow_lib.report.figures import SampleFigures, SampleTables, sample_report
+from workflow_lib.report.data import SampleTables
+from workflow_lib.report.figures import SampleFigures, sample_report
 
 
 def main() -> None:

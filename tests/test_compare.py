@@ -49,3 +49,15 @@ def test_missing_table_is_one_line(tmp_path):
         f"error: {tmp_path / 'frames.tsv'}: no such file; give the directory that holds VirNucPro's "
         "(or this workflow's) tables\n"
     )
+
+
+def test_a_sample_without_frames_compares_as_empty(tmp_path):
+    """A sample whose records have no coding frame: both runs' tables hold their headers only."""
+    (tmp_path / "frames.tsv").write_text("frame_id\tsequence_id\tchunk\tframe\tscore_other\tscore_virus\tprediction\n")
+    (tmp_path / "prediction_results.txt").write_text("Sequence_ID\tPrediction\tscore1\tscore2\n")
+    (tmp_path / "prediction_results_highestscore.csv").write_text("Modified_ID\tIs_Virus\n")
+    result = compare(tmp_path, tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["frames"] == {"ours": 0, "virnucpro": 0, "both": 0, "only_ours": [], "only_virnucpro": []}
+    assert found["chunks"] == {"ours": 0, "virnucpro": 0, "agree": 0, "differ": 0, "differ_examples": []}

@@ -75,21 +75,17 @@ def run_python(code: str, *args, output: Path, env: dict | None = None) -> tuple
         try:
             status = child.wait()
         except BaseException:
-            _end_group(child)
+            # SIGTERM to its process group (Snakemake cancels its jobs, an embed job commits), then
+            # after at most 10 s SIGKILL to whatever of the group is left
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
             raise
         return status, written.read_text() if written.exists() else ""
-
-
-def _end_group(child: subprocess.Popen, grace_s: float = 10) -> None:
-    """SIGTERM to the child's process group (Snakemake cancels its jobs, an embed job commits), then
-    after at most `grace_s` SIGKILL to whatever of the group is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
 
 
 def measured(command: list) -> dict:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GENOMES = ROOT / "resources" / "genomes"
 
 
-def config_defaults() -> dict:
+def _defaults() -> dict:
     """The settings of a run whose config sets only its samples sheet: config/config.yaml's, each
     listed model's entry complete (workflow.config_check.run_settings)."""
     from workflow_lib.workflow.config_check import run_settings
@@ -22,15 +22,8 @@ def config_defaults() -> dict:
     return run_settings({"samples": "samples.tsv"}, ROOT / "config", [])[0]
 
 
-DEFAULTS = config_defaults()
+DEFAULTS = _defaults()
 ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
-
-
-def prepare_settings(**settings):
-    """PrepareSettings with the config's defaults unless `settings` give others."""
-    from workflow_lib.cli.settings import PrepareSettings, from_config
-
-    return from_config(PrepareSettings, DEFAULTS, **settings)
 
 
 def prepared_files(outdir: Path):
@@ -42,7 +35,7 @@ def prepared_files(outdir: Path):
     )
 
 
-def sample_reads(reads):
+def _sample_reads(reads):
     """`reads`: an input file, or io.reads.SampleReads, as the latter."""
     from workflow_lib.io.reads import SampleReads
 
@@ -52,11 +45,11 @@ def sample_reads(reads):
 def prepare_into(reads, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
     """The prepare stage into `outdir` from `reads` (an input file, or io.reads.SampleReads);
     `settings`: those of PrepareSettings to change."""
+    from workflow_lib.cli.settings import PrepareSettings, from_config
     from workflow_lib.prepare.job import prepare
 
-    reads = sample_reads(reads)
-    tokens = {"shard_tokens": shard_tokens} if shard_tokens else {}
-    return prepare(reads, prepared_files(outdir), prepare_settings(**settings | tokens))
+    settings |= {"shard_tokens": shard_tokens} if shard_tokens else {}
+    return prepare(_sample_reads(reads), prepared_files(outdir), from_config(PrepareSettings, DEFAULTS, **settings))
 
 
 def script_command(script: str, declaration=None, *, model: str | None = None, **options) -> list[str]:
@@ -107,8 +100,8 @@ def embed_settings(model: str, checkpoint, **settings):
 
     values = {"checkpoint": str(checkpoint), "layer": None, "cache_dir": None, "device": "cpu"}
     values |= {"threads": len(os.sched_getaffinity(0))} | settings
-    if "known_checksums" not in settings:  # as a run's model check gives every embed job
-        values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
+    # as a run's model check gives every embed job
+    values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
     return from_config(EmbedSettings, DEFAULTS, model=model, **values)
 
 
@@ -119,13 +112,13 @@ def embed_into(shard: Path, output: Path, settings, tokens: Path | None = None) 
     return embed_shard(shard, output, Path(output).with_suffix(".json"), settings, tokens)
 
 
-def tokenize_into(shard: Path, checkpoint, output: Path, model: str | None = None) -> int:
-    """The tokenize stage of `model` (None: the default config's model whose tokens are stored,
-    DNABERT-S) on one shard, with a model check of its files."""
+def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
+    """The tokenize stage of the default config's model whose tokens are stored (DNABERT-S) on one
+    shard, with a model check of its files."""
     from workflow_lib.embed.stored_tokens import tokenize_shard
     from workflow_lib.models import embedders
 
-    (embedder,) = [e for e in embedders(DEFAULTS) if e.name == model or (model is None and e.declared.stored_tokens)]
+    (embedder,) = [e for e in embedders(DEFAULTS) if e.declared.stored_tokens]
     known = model_check(embedder.name, str(checkpoint))
     return tokenize_shard(embedder.architecture, str(checkpoint), None, known, shard, output)
 
@@ -139,18 +132,19 @@ def train_settings(**settings):
 
 def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) -> list[str]:
     """scripts/embed.py on one shard, with the config's defaults on the CPU (on a GPU, a whole one)
-    unless `options` (the script's options, `_` for `-`) give others. A model check of this model's files is written
-    beside the output, as the check_models job writes it, unless `model_check` names another."""
+    unless `options` (the script's options, `_` for `-`) give others. A model check of this
+    model's files is written beside the output, as the check_models job writes it."""
     from workflow_lib.cli.settings import EmbedSettings
     from workflow_lib.io.tables import write_json
 
     output = Path(output)
+    checked = output.with_name(f"{output.stem}.models.json")
+    if not checked.exists():
+        cache_dir = options.get("cache_dir", DEFAULTS["models"]["cache_dir"])
+        write_json({model: {"files": model_check(model, str(checkpoint), str(cache_dir))}}, checked)
     values = {"checkpoint": checkpoint, "layer": None, "device": "cpu", "input": shard, "gpus": 1, "gpu_mem_mb": 0}
     values |= {"embeddings": output, "figures": output.with_suffix(".json"), "threads": len(os.sched_getaffinity(0))}
-    values |= {"model_check": output.with_name(f"{output.stem}.models.json")} | options
-    if "model_check" not in options and not Path(values["model_check"]).exists():
-        cache_dir = values.get("cache_dir", DEFAULTS["models"]["cache_dir"])
-        write_json({model: {"files": model_check(model, str(checkpoint), str(cache_dir))}}, values["model_check"])
+    values |= {"model_check": checked} | options
     return script_command("embed", EmbedSettings, model=model, **values)
 
 
@@ -192,7 +186,7 @@ def call_into(prepare_dir: Path, reads, outdir: Path) -> dict:
     regions = RegionSettings(**DEFAULTS["regions"], min_viral_fraction=threshold)
     sequences = Path(prepare_dir) / "sequences.tsv.gz"
     scoring = outdir / "scoring.json"
-    return call(sequences, outdir / "chunks.tsv", scoring, sample_reads(reads), outputs, threshold, regions)
+    return call(sequences, outdir / "chunks.tsv", scoring, _sample_reads(reads), outputs, threshold, regions)
 
 
 def write_reads(path: Path, n: int, length: int, seed: int) -> None:

@@ -36,10 +36,10 @@ def compare(ours: str | Path, virnucpro: str | Path) -> dict:
     differ = both[both["prediction"] != both["Prediction"]]
     score_diff = np.abs(both["score_virus"].astype(float) - both["score2"].astype(float))
 
-    chunk_of = frames.assign(Modified_ID=frames["frame_id"].str[:-2])  # VirNucPro's chunk key
-    our_chunks = chunk_of.groupby("Modified_ID").apply(
-        lambda g: g["score_virus"].astype(float).max() >= g["score_other"].astype(float).max(), include_groups=False
-    )
+    # a chunk is viral where its best virus score reaches its best other score; its frames' IDs less
+    # their last two characters are VirNucPro's chunk key
+    best = frames[["score_virus", "score_other"]].astype(float).groupby(frames["frame_id"].str[:-2]).max()
+    our_chunks = best["score_virus"] >= best["score_other"]
     their_chunks = _read(virnucpro / "prediction_results_highestscore.csv", ["Modified_ID", "Is_Virus"])
     chunks = their_chunks.set_index("Modified_ID")["Is_Virus"].eq("True").rename("theirs").to_frame()
     chunks = chunks.join(our_chunks.rename("ours"), how="outer")

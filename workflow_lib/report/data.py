@@ -1,9 +1,7 @@
-"""What the report shows, computed apart from its drawing (report.py): the numbers of each figure
-and table, from a sample's tables or the samples' run summaries.
-
-A sample's tables are read block by block, only the columns a figure needs: histograms over fixed
-bins, counts and the top-scoring sequences are accumulated as the blocks go by, so that memory stays
-bounded whatever the number of reads."""
+"""What the report shows, computed apart from its drawing (figures.py). A sample's tables are read
+block by block, only the columns a figure needs: histograms over fixed bins, counts and the
+top-scoring sequences are accumulated as the blocks go by, so that memory stays bounded whatever
+the number of reads."""
 
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -13,16 +11,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings, config_value
 from workflow_lib.io.tables import MATE_LENGTHS, read_chunks, read_json
-from workflow_lib.models.checkpoints import DEMO_FILES
 
 CALL_NAMES = ("virus", "other", "no_coding_frame")
 
 
 class SampleTables(NamedTuple):
-    """What a sample's figures are drawn from."""
-
     frames: Path  # predict's frames table
     chunks: Path  # predict's chunks table
     sequences: Path  # call's sequences table
@@ -37,7 +31,7 @@ SCORE_BINS = np.linspace(0, 1, 41)
 
 class Histogram:
     """Counts of values in fixed bins, added block by block: drawn, the same bars as `ax.hist` of
-    all the values at once (a value outside the bins, or NA, is counted in `n` only; report.draw)."""
+    all the values at once (a value outside the bins, or NA, is counted in `n` only; figures.draw)."""
 
     def __init__(self, edges):
         self.edges = np.asarray(edges, dtype=float)
@@ -79,7 +73,6 @@ class SequenceStats(NamedTuple):
 
 
 def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> SequenceStats:
-    """`ids`: sequences whose rows to keep as well (`picked`)."""
     scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
     empty, picked = None, []
     for block in blocks:
@@ -94,14 +87,12 @@ def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set
 
 
 def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
-    """The rows of a table of this workflow for the sequences `ids`, in table order, read in slices
-    (a table holding only its header gives one empty block)."""
+    """The rows of the sequences `ids`, in table order (a table holding only its header gives one empty block)."""
     return pd.concat(part[part["sequence_id"].isin(ids)] for part in read_chunks(table, columns))
 
 
 def strongest_regions(regions: str | Path, n: int) -> list[str]:
-    """The records of the n strongest regions (highest mean_score_virus, then longest), best first,
-    read block by block."""
+    """The records of the n strongest regions (highest mean_score_virus, then longest), best first."""
     best = TopRows(n, ("mean_score_virus", "length"))
     for block in read_chunks(regions, ["sequence_id", "length", "mean_score_virus"]):
         best.add(block)
@@ -114,8 +105,6 @@ def top_sequences(sequences: pd.DataFrame, n: int, by: tuple[str, ...] = ("max_s
 
 
 class InputStats(NamedTuple):
-    """Histograms of prepare's sequences table: record lengths, frames per record, ambiguous fraction."""
-
     lengths: Histogram
     length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
     frames: Histogram
@@ -160,28 +149,11 @@ SAMPLE_COUNTS = (
 )  # fmt: skip
 
 
-# with a calibration (models.calibration)
-WEIGHING_COLUMNS = (
-    "viral_fraction_estimate",
-    "viral_fraction_from",
-    "unreliable_records",
-    "records_passing_qvalue",
-    "regions_passing_qvalue",
-    "viral_fraction_low",
-    "viral_fraction_high",
-    "composition_fit",
-    "composition_fit_statistic",
-)
-
-
 def samples_table(runs: list[dict]) -> pd.DataFrame:
-    """Per sample (run summaries): its records and bases, the calls of each kind, its chunks, the
-    chunks scored and called viral, the bases of the records called virus, and the viral regions
-    inside records and their bases.
-    With a calibration, each sample's estimated viral fraction of records (and whether it comes
-    from the sample or, with too few scored records, the calibration), the records and regions
-    within call.max_qvalue, the estimate's interval and whether the calibration fits the sample
-    (empty where the calibration's fraction stood in)."""
+    """Per sample (run summaries): SAMPLE_COUNTS; with a calibration, its estimated viral fraction
+    of records (and whether it comes from the sample or, with too few scored records, the
+    calibration), the records and regions within call.max_qvalue, the estimate's interval and
+    whether the calibration fits the sample (empty where the calibration's fraction stood in)."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
@@ -201,21 +173,23 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
                 row["viral_fraction_low"], row["viral_fraction_high"] = records["interval"]
                 row |= {"composition_fit": fit["fit"], "composition_fit_statistic": fit["statistic"]}
         rows.append(row)
-    weighed = [c for c in WEIGHING_COLUMNS if any(c in row for row in rows)]
-    return pd.DataFrame(rows, columns=["sample", *SAMPLE_COUNTS, *weighed])
+    # the weighing's columns follow the counts, in the order above: the order they first appear in
+    return pd.DataFrame(rows)
 
 
 def made_by(run: dict) -> dict:
-    """{what: its value} of what made a sample's results, from its run summary: models, classifier,
-    precision and device, settings and versions."""
+    """{what: its value} of what made a sample's results, from its run summary."""
     checkpoints, config, shards = run["checkpoints"], run["config"], run["embedding_shards"]
     versions = {
         f"{v.get('torch')}, {v.get('fair-esm')}, CUDA {v.get('cuda')}, {v.get('device_name')}"
         for v in run["versions"]["embed"].values()
     }
     return {
+        # a model's checkpoint, and its layer where one was chosen (the embeddings' attribute: -1 or the layer)
         **{
-            display_name(config, model): _checkpoint(made)
+            display_name(config, model): made["checkpoint"]
+            if made["layer"] < 0
+            else f"{made['checkpoint']}, layer {made['layer']}"
             for model, made in checkpoints.items()
             if model != "classifier"
         },
@@ -231,13 +205,7 @@ def made_by(run: dict) -> dict:
 
 
 def display_name(config: dict, model: str) -> str:
-    """A model's name in the report: its display name in the run's config, else the model's name."""
     return config["models"][model].get("display_name", model)
-
-
-def _checkpoint(made: dict) -> str:
-    """A model's checkpoint, and its layer where one was chosen (the embeddings' attribute: -1 or the layer)."""
-    return made["checkpoint"] if made["layer"] < 0 else f"{made['checkpoint']}, layer {made['layer']}"
 
 
 def recorded_settings(config: dict) -> tuple[str, ...]:
@@ -259,83 +227,11 @@ def flatten(values: dict, prefix: str = "") -> dict:
 
 
 class Tracks(NamedTuple):
-    """The chunks, their positions and the regions of the sequences whose scores are plotted along them."""
+    """Of the sequences whose scores are plotted along them."""
 
     chunks: pd.DataFrame
     positions: pd.DataFrame
     regions: pd.DataFrame
-
-
-class SampleData(NamedTuple):
-    """Everything a sample's figures and table show."""
-
-    frame_scores: Histogram  # score_virus of the frames
-    sequences: SequenceStats
-    strongest: pd.DataFrame  # the records of the strongest regions, strongest first
-    tracks: Tracks
-    inputs: InputStats
-    run: dict  # the run summary: counts, embedding figures per shard
-
-
-def sample_data(tables: SampleTables, settings: PlotSampleSettings) -> SampleData:
-    """One pass over each of a sample's tables (the frames, sequences and regions tables; the
-    chunks and prepare's frames for the plotted sequences only; prepare's sequences twice)."""
-    frame_scores = Histogram(SCORE_BINS)
-    for block in read_chunks(tables.frames, ["score_virus"]):
-        frame_scores.add(block["score_virus"])
-    strongest = strongest_regions(tables.regions, settings.top_regions)
-    sequences = sequence_stats(
-        read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
-    )
-    ids = set(sequences.top["sequence_id"]) | set(strongest)
-    tracks = Tracks(
-        rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        # prepare's frames table has a row per frame: one of each chunk's
-        rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
-            ["sequence_id", "chunk"]
-        ),
-        rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
-    )
-    records = sequences.picked.set_index("sequence_id").loc[strongest].reset_index()
-    prepared = tables.prepared_sequences
-    inputs = input_stats(lambda: read_chunks(prepared, PREPARED_COLUMNS), record_word(prepared))
-    return SampleData(frame_scores, sequences, records, tracks, inputs, read_json(tables.summary))
-
-
-class OverviewData(NamedTuple):
-    """The all-samples overview: counts per sample, what made the results, the demo models if any."""
-
-    counts: pd.DataFrame  # samples_table
-    made_with: pd.DataFrame  # per model and setting, each value and the samples made with it
-    demo: list[str]  # the demo model files that made samples
-    recorded: dict  # recorded_settings: the values the samples were made with
-    samples: int
-
-
-def overview_data(summaries: list[str | Path]) -> OverviewData:
-    runs = [read_json(p) for p in summaries]
-    made_with = {}
-    for run in runs:
-        for key, value in made_by(run).items():
-            made_with.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
-    table = pd.DataFrame(
-        [
-            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
-            for key, values in made_with.items()
-            for value, names in values.items()
-        ]
-    )
-    demo = sorted(
-        {
-            checkpoints[model]["checkpoint"]
-            for checkpoints in (run["checkpoints"] for run in runs)
-            for model in checkpoints
-            if model != "classifier" and Path(checkpoints[model]["checkpoint"]).name in DEMO_FILES
-        }
-    )
-    keys = dict.fromkeys(key for run in runs for key in recorded_settings(run["config"]))
-    recorded = {key: sorted({config_value(run["config"], key, optional=True) for run in runs}) for key in keys}
-    return OverviewData(samples_table(runs), table, demo, recorded, len(runs))
 
 
 QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])
@@ -343,8 +239,7 @@ QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]
 
 def weighed_calls(sequences: str | Path, manifest: str | Path) -> dict:
     """A weighed sample's records within each of QVALUE_CUTOFFS, its records called virus, its
-    estimated viral fraction with its interval and fit (None where the calibration's stood in), the
-    sequences table read in blocks."""
+    estimated viral fraction with its interval and fit (None where the calibration's stood in)."""
     passing, virnucpro = np.zeros(QVALUE_CUTOFFS.size, dtype=np.int64), 0
     for block in read_chunks(sequences, ["call", "qvalue"]):
         q = pd.to_numeric(block["qvalue"], errors="coerce").to_numpy()

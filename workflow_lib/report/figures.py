@@ -1,9 +1,6 @@
-"""The figures and tables of the Snakemake report: an overview of all samples built from their run
-summaries; per sample, virus-score distributions, calls, the top-scoring sequences chunk by
-chunk, the records with the strongest viral regions, input statistics and embedding throughput;
-for the `train` target, the validation ROC curve and metrics. PNGs are deterministic: fixed
-sizes, no timestamps or software names in their metadata. What they show is computed in
-data.py; this module draws it."""
+"""The figures and tables of the Snakemake report (their captions: report/*.rst). PNGs are
+deterministic: fixed sizes, no timestamps or software names in their metadata. What they show is
+computed in data.py; this module draws it."""
 
 import html
 from collections import Counter
@@ -17,22 +14,11 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 import numpy as np
 import pandas as pd
 
-from workflow_lib.cli.settings import PlotSampleSettings
+from workflow_lib.cli.settings import PlotSampleSettings, config_value
 from workflow_lib.io.outputs import atomic_path
-from workflow_lib.io.tables import read_json, write_json, write_tsv
-from workflow_lib.report.data import (
-    CALL_NAMES,
-    QVALUE_CUTOFFS,
-    Histogram,
-    InputStats,
-    SampleTables,
-    Tracks,
-    display_name,
-    flatten,
-    overview_data,
-    sample_data,
-    weighed_calls,
-)
+from workflow_lib.io.tables import read_chunks, read_json, write_json, write_tsv
+from workflow_lib.models.checkpoints import DEMO_FILES
+from workflow_lib.report import data
 
 
 class SampleFigures(NamedTuple):
@@ -46,7 +32,7 @@ class SampleFigures(NamedTuple):
 
 
 WEIGHED_SAMPLES_SHOWN = 30  # samples drawn in the weighing figure
-CALLS = dict(zip(CALL_NAMES, ("#c0392b", "#2e86c1", "#95a5a6")))
+CALLS = dict(zip(data.CALL_NAMES, ("#c0392b", "#2e86c1", "#95a5a6")))
 MODEL_COLORS = ("#16a085", "#8e44ad", "#d35400", "#2c3e50")  # the embedding models', in input order
 TABLE_STYLE = (
     "body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
@@ -61,7 +47,7 @@ def save(figure, path: str | Path) -> None:
     plt.close(figure)
 
 
-def draw(histogram: Histogram, ax, **style) -> None:
+def draw(histogram: data.Histogram, ax, **style) -> None:
     # one value per bin (its left edge) weighted by its count: the bars of the values themselves
     ax.hist(histogram.edges[:-1], bins=histogram.edges, weights=histogram.counts, **style)
 
@@ -71,7 +57,7 @@ def _text(value) -> str:
     return str(value).replace("$", r"\$")
 
 
-def plot_scores(frame_scores: Histogram, sequence_scores: Histogram, path: str | Path) -> None:
+def plot_scores(frame_scores: data.Histogram, sequence_scores: data.Histogram, path: str | Path) -> None:
     """Histograms of the frames' score_virus and the sequences' max_score_virus."""
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     for ax, histogram, what in (
@@ -98,7 +84,7 @@ def plot_calls(calls: Counter, path: str | Path) -> None:
 
 
 def plot_top_sequences(
-    top: pd.DataFrame, tracks: Tracks, path: str | Path, empty: str = "no sequence has a scored chunk"
+    top: pd.DataFrame, tracks: data.Tracks, path: str | Path, empty: str = "no sequence has a scored chunk"
 ) -> None:
     """Per-chunk max_score_virus along each of the `top` sequences, in their order: one segment
     per scored chunk from its start to its end (bp), red when the chunk is called viral, and the
@@ -134,7 +120,7 @@ def plot_top_sequences(
     save(figure, path)
 
 
-def plot_input(stats: InputStats, counts: dict, path: str | Path) -> None:
+def plot_input(stats: data.InputStats, counts: dict, path: str | Path) -> None:
     """Totals of the input, and per record (a paired sample's: per fragment, both mates) its length,
     frames and share of ambiguous bases."""
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
@@ -190,8 +176,9 @@ def _table(table: pd.DataFrame) -> str:
     return table.to_html(index=False, na_rep="NA", float_format=lambda v: f"{v:.4g}", border=0)
 
 
-def html_page(title: str, body: str, path: str | Path) -> None:
-    """A self-contained HTML page (the report shows HTML inline); `body` is HTML."""
+def html_page(title: str, body: str, path: str | Path, note: str = "") -> None:
+    """A self-contained HTML page (the report shows HTML inline); `body` is HTML, after `note` (text)."""
+    body = f"<p>{html.escape(note)}</p>\n{body}" if note else body
     page = (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{TABLE_STYLE}</style></head>\n<body><h3>{html.escape(title)}</h3>\n{body}\n</body></html>\n"
@@ -200,61 +187,99 @@ def html_page(title: str, body: str, path: str | Path) -> None:
         Path(tmp).write_text(page, encoding="utf-8")
 
 
-def html_table(table: pd.DataFrame, title: str, note: str, path: str | Path) -> None:
-    """A page holding one table."""
-    html_page(title, f"<p>{html.escape(note)}</p>\n{_table(table)}", path)
-
-
 def overview(summaries: list[str | Path], path: str | Path, table: str | Path, recorded: str | Path) -> None:
     """One page across all samples, from their run summaries (what made the results, not the
     config at hand): a banner when the demo models made them, a row per sample (also written as the
-    TSV `table`), and per model and setting the values the samples were made with. `recorded`: the
-    recorded settings of the results (JSON, data.recorded_settings), for later runs to compare."""
-    data = overview_data(summaries)
-    write_tsv(data.counts, table)
+    TSV `table`, data.samples_table), and per model and setting the values the samples were made
+    with. `recorded`: the recorded settings of the results (JSON, data.recorded_settings), for later
+    runs to compare."""
+    runs = [read_json(p) for p in summaries]
+    counts = data.samples_table(runs)
+    write_tsv(counts, table)
+    samples_of = {}  # {what: {its value: the samples made with it}}
+    for run in runs:
+        for key, value in data.made_by(run).items():
+            samples_of.setdefault(key, {}).setdefault(str(value), []).append(run["sample"])
+    made_with = pd.DataFrame(
+        [
+            {"made with": key, "value": value, "samples": "all" if len(names) == len(runs) else ", ".join(names)}
+            for key, values in samples_of.items()
+            for value, names in values.items()
+        ]
+    )
+    demo = sorted(
+        {
+            made["checkpoint"]
+            for run in runs
+            for model, made in run["checkpoints"].items()
+            if model != "classifier" and Path(made["checkpoint"]).name in DEMO_FILES
+        }
+    )
     weighed = [
         c
         for c in ("viral_fraction_estimate", "composition_fit", "unreliable_records", "records_passing_qvalue")
-        if c in data.counts
+        if c in counts
     ]
-    rows = data.counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
-        **{"viral fraction": data.counts["virus"] / data.counts["records"].clip(lower=1)}
+    rows = counts[["sample", "records", "bases", *CALLS, "regions"]].assign(
+        **{"viral fraction": counts["virus"] / counts["records"].clip(lower=1)}
     )
-    rows = rows.join(data.counts[weighed])  # with a calibration: the sample's own estimate, and more
+    rows = rows.join(counts[weighed])  # with a calibration: the sample's own estimate, and more
     banner = (
         '<p style="background:#c0392b;color:white;padding:8px;font-weight:bold">Demo models: calls carry no '
-        f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(data.demo))}).</p>\n"
-        if data.demo
+        f"meaning. These results were made by the tiny random demo models ({html.escape(', '.join(demo))}).</p>\n"
+        if demo
         else ""
     )
     body = (
-        f"{banner}<p>From the run summaries of {data.samples} samples: what made these results.</p>\n"
-        f"{_table(rows)}\n<h4>Models, settings and versions</h4>\n{_table(data.made_with)}"
+        f"{banner}<p>From the run summaries of {len(runs)} samples: what made these results.</p>\n"
+        f"{_table(rows)}\n<h4>Models, settings and versions</h4>\n{_table(made_with)}"
     )
     html_page("Overview", body, path)
-    write_json(data.recorded, recorded)
+    keys = dict.fromkeys(key for run in runs for key in data.recorded_settings(run["config"]))
+    values = {key: sorted({config_value(run["config"], key, optional=True) for run in runs}) for key in keys}
+    write_json(values, recorded)
 
 
-def sample_report(sample: str, tables: SampleTables, figures: SampleFigures, settings: PlotSampleSettings) -> None:
-    """All figures of a sample: the top sequences and the records of the strongest regions plotted
-    chunk by chunk, the top rows in the HTML table."""
-    data = sample_data(tables, settings)
-    plot_scores(data.frame_scores, data.sequences.scores, figures.scores)
-    plot_calls(data.sequences.calls, figures.calls)
-    plot_top_sequences(data.sequences.top, data.tracks, figures.top_sequences)
-    plot_top_sequences(data.strongest, data.tracks, figures.top_regions, "no viral region inside a record")
-    shown, total = data.sequences.shown, data.sequences.total
-    html_table(
-        shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]],
+def sample_report(sample: str, tables: data.SampleTables, figures: SampleFigures, settings: PlotSampleSettings) -> None:
+    """All figures of a sample, from one pass over each of its tables (the frames, sequences and
+    regions tables; the chunks and prepare's frames for the plotted sequences only; prepare's
+    sequences twice): the top sequences and the records of the strongest regions plotted chunk by
+    chunk, the top rows in the HTML table."""
+    frame_scores = data.Histogram(data.SCORE_BINS)
+    for block in read_chunks(tables.frames, ["score_virus"]):
+        frame_scores.add(block["score_virus"])
+    strongest = data.strongest_regions(tables.regions, settings.top_regions)
+    stats = data.sequence_stats(
+        read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
+    )
+    ids = set(stats.top["sequence_id"]) | set(strongest)
+    tracks = data.Tracks(
+        data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
+        # prepare's frames table has a row per frame: one of each chunk's
+        data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
+            ["sequence_id", "chunk"]
+        ),
+        data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    )
+    plot_scores(frame_scores, stats.scores, figures.scores)
+    plot_calls(stats.calls, figures.calls)
+    plot_top_sequences(stats.top, tracks, figures.top_sequences)
+    records = stats.picked.set_index("sequence_id").loc[strongest].reset_index()  # strongest first
+    plot_top_sequences(records, tracks, figures.top_regions, "no viral region inside a record")
+    shown, total = stats.shown, stats.total
+    html_page(
         f"{sample}: sequences with the highest virus scores",
+        _table(shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]]),
+        figures.table,
         f"{min(settings.table_rows, total):,} of {total:,} sequences, highest max_score_virus first; "
         f"the whole table is {Path(tables.sequences).name}.",
-        figures.table,
     )
-    plot_input(data.inputs, data.run["counts"], figures.input)
-    shards = data.run["embedding_shards"]
-    names = {s["model"]: display_name(data.run["config"], s["model"]) for s in shards}
-    plot_throughput(shards, figures.throughput, names)
+    prepared = tables.prepared_sequences
+    inputs = data.input_stats(lambda: read_chunks(prepared, data.PREPARED_COLUMNS), data.record_word(prepared))
+    run = read_json(tables.summary)
+    plot_input(inputs, run["counts"], figures.input)
+    names = {s["model"]: data.display_name(run["config"], s["model"]) for s in run["embedding_shards"]}
+    plot_throughput(run["embedding_shards"], figures.throughput, names)
 
 
 def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: str | Path) -> None:
@@ -270,11 +295,11 @@ def training_report(metrics_path: str | Path, roc_path: str | Path, table_path: 
         ax.set_title("no ROC curve: the validation split holds one class only")
     ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1), ylim=(0, 1.01), aspect="equal")
     save(figure, roc_path)
-    scalars = flatten(metrics)
+    scalars = data.flatten(metrics)
     table = pd.DataFrame(
         {"metric": list(scalars), "value": [f"{v:.4g}" if isinstance(v, float) else str(v) for v in scalars.values()]}
     )
-    html_table(table, "classifier training", f"from {Path(metrics_path).name}", table_path)
+    html_page("classifier training", _table(table), table_path, f"from {Path(metrics_path).name}")
 
 
 # bars of the samples' viral fractions, by composition_fit
@@ -304,7 +329,7 @@ def calibration_report(calibration_path: str | Path, samples: list[tuple[str, st
     ax.set_title(held_out)
     ax.legend(loc="upper left", fontsize=9)
     shown = samples[:WEIGHED_SAMPLES_SHOWN]
-    weighed = [weighed_calls(sequences, manifest) for _, sequences, manifest in shown]
+    weighed = [data.weighed_calls(sequences, manifest) for _, sequences, manifest in shown]
     names = [_text(name) for name, _, _ in shown]
     fractions = np.array([w["viral_fraction_estimate"] for w in weighed])
     # the interval as error bars; none where the calibration's fraction stood in
@@ -315,7 +340,7 @@ def calibration_report(calibration_path: str | Path, samples: list[tuple[str, st
     axes[1].set(xlabel="estimated viral fraction of records, 95% interval", xlim=(0, 1))
     axes[1].set_title("per sample; orange: the calibration fits poorly\n(q-values at the interval's lower end)")
     for name, w in zip(names, weighed):
-        line = axes[2].plot(QVALUE_CUTOFFS, w["passing"], marker="o", markersize=3, label=name)
+        line = axes[2].plot(data.QVALUE_CUTOFFS, w["passing"], marker="o", markersize=3, label=name)
         axes[2].scatter([0.5], [w["virnucpro"]], marker="x", color=line[0].get_color())
     axes[2].set(xscale="log", xlabel="q-value cutoff", ylabel="records called viral")
     more = f" (first {len(shown)} of {len(samples)})" if len(samples) > len(shown) else ""

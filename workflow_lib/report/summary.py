@@ -45,7 +45,8 @@ def package_versions() -> dict[str, str | None]:
 def benchmark(path: str | Path) -> dict:
     """Wall-clock seconds and peak resident memory (MB) from a Snakemake benchmark file."""
     row = pd.read_csv(path, sep="\t").iloc[-1]  # a repeated benchmark has one row per run: the last
-    return {"seconds": float(row["s"]), "max_rss_mb": _number(row["max_rss"])}
+    rss = pd.to_numeric(row["max_rss"], errors="coerce")  # "-" where it was not measured
+    return {"seconds": float(row["s"]), "max_rss_mb": None if pd.isna(rss) else float(rss)}
 
 
 def shard_jobs(files: list[str | Path]) -> dict:
@@ -58,10 +59,6 @@ def shard_jobs(files: list[str | Path]) -> dict:
         "max_rss_mb": max(rss, default=None),
         "shards": per_shard,
     }
-
-
-def _number(value) -> float | None:
-    return None if value == "-" or pd.isna(value) else float(value)
 
 
 def shard_figures(path: str | Path, shard: int) -> dict:

@@ -33,25 +33,13 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     SHA-256 of the classifier that scored them all)."""
     tables, classifier = [], None
     for number, sample in enumerate(samples):
-        if sample.label not in LABELS:
-            raise InputError(
-                f"label '{sample.label}' for {sample.frames}: a calibration sample's label must be 'virus' or 'other'"
-            )
         shards = ShardScores(sample.scores, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
         listed = ListedFrames(sample.frames, sample.sequences)
         for frames in whole_groups(scored_blocks(sample.frames, listed, shards, progress), ["sequence_id", "chunk"]):
             chunks = chunk_table(frames)
-            tables.append(
-                pd.DataFrame(
-                    {
-                        "record": str(number) + "\t" + chunks["sequence_id"],
-                        "max_score_virus": chunks["max_score_virus"],
-                        "atypicality": chunks["atypicality"],
-                        "label": LABELS[sample.label],
-                    }
-                )
-            )
+            record = str(number) + "\t" + chunks["sequence_id"]
+            tables.append(chunks[["max_score_virus", "atypicality"]].assign(record=record, label=LABELS[sample.label]))
         listed.finish()
         sha = shards.checkpoints["classifier"]["sha256"] if shards.checkpoints else None
         if None not in (classifier, sha) and sha != classifier:

@@ -50,18 +50,27 @@ class Examples:
 
 def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     """Frames from (label, its embeddings HDF5 files (one per model, in input order), the sample's
-    prepare frames table, first row, end row (None: the last)) per sample's shard of a pooled shard;
-    chunks and sequences come from the frames table, joined on frame_id. The features are read once,
-    into one array."""
-    shapes, embedders = _shapes(shards)
+    prepare frames table, first row, end row) per sample's shard of a pooled shard; chunks and
+    sequences come from the frames table, joined on frame_id. The features are read once, into one
+    array, whose size the first pass over the files gives."""
+    shapes, widths = [], []
+    for _, paths, _, first, end in shards:
+        with h5store.FeatureBlocks(*paths) as blocks:
+            shapes.append((end - first, blocks.dim))
+            widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
+        if widths[-1] != widths[0]:
+            described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
+            raise InputError(
+                f"{' and '.join(map(str, paths))}: {blocks.dim} features a frame ({described[0]}) where "
+                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({described[1]}); embed every "
+                "training sample with the same models"
+            )
     x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
     tables: dict[str, pd.DataFrame] = {}
     labels, keys, offset = [], [], 0
     progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
     for done, ((label, paths, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
-            if not Path(frames_path).is_file():
-                raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         with h5store.FeatureBlocks(*paths) as blocks:
             ids = blocks.read_all(x[offset : offset + n], first, end)
@@ -76,33 +85,10 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
         offset += n
         progress.update(done)
     key = pd.concat(keys, ignore_index=True)
-    repeated = key.duplicated(["sample", "frame_id"])
-    if repeated.any():
-        raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
     y = _checked_labels(np.concatenate(labels))
     chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
     sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
-    return Examples(x, y, chunk, sequence, tuple(embedders))
-
-
-def _shapes(shards: list[tuple]) -> tuple[list[tuple[int, int]], list]:
-    """(frames, features) of each shard, once its label and features are checked, and the models'
-    [name, width], in input order."""
-    shapes, widths = [], []
-    for label, paths, _, first, end in shards:
-        if label not in LABELS:
-            raise InputError(f"label '{label}' for {paths[0]}: a training sample's label must be 'virus' or 'other'")
-        with h5store.FeatureBlocks(*paths) as blocks:
-            shapes.append(((blocks.n if end is None else end) - first, blocks.dim))
-            widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
-        if widths[-1] != widths[0]:
-            described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
-            raise InputError(
-                f"{' and '.join(map(str, paths))}: {blocks.dim} features a frame ({described[0]}) where "
-                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({described[1]}); embed every "
-                "training sample with the same models"
-            )
-    return shapes, widths[0]
+    return Examples(x, y, chunk, sequence, tuple(widths[0]))
 
 
 def _checked_labels(y: np.ndarray) -> np.ndarray:
@@ -195,63 +181,42 @@ def roc_curve(y: np.ndarray, score: np.ndarray) -> dict | None:
     }
 
 
-@dataclass
-class Fit:
-    """The outcome of fitting with early stopping: the best weights and when they were reached."""
-
-    best_state: dict
-    best_epoch: int
-    best_loss: float
-    epochs_run: int
-    history: dict
-
-
-def _epoch(model, optimizer, data: tuple[torch.Tensor, torch.Tensor], batches, weight, on_step) -> float:
-    """One epoch of SGD over `batches` (row indices of the features and labels in `data`); its mean
-    training loss. `on_step(share of the epoch done)` after every batch."""
-    (x, y), total, seen = data, 0.0, 0
-    model.train()
-    for step, batch in enumerate(batches, 1):
-        if len(batch) >= 2:  # BatchNorm needs two rows in training mode
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
-            loss.backward()
-            optimizer.step()
-            total, seen = total + loss.item() * len(batch), seen + len(batch)
-        on_step(step / len(batches))
-    return total / max(seen, 1)
-
-
 def fit(
     model: classifier.MLPClassifier,
     training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor] | None,
     weight: torch.Tensor | None,
     settings: TrainSettings,
-) -> Fit:
+) -> dict:
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
     once the validation loss has not improved for `patience` epochs; the best epoch's weights are
-    kept. Without a validation split it runs all `epochs`, watching the training loss."""
-    (x, y, rows) = training
+    loaded into `model`. Without a validation split it runs all `epochs`, watching the training loss.
+    Returns epochs_run, best_epoch, best_validation_loss and the losses' history."""
+    x, y, rows = training
     generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
     best_loss, best_state, best_epoch, stale, epoch, stopped = float("inf"), None, 0, 0, 0, False
     history = {"train_loss": [], "validation_loss": []}
-    # Checked after every batch: the first line comes after one interval even when epochs are long.
     progress = Progress(log, "epochs", total=settings.epochs, interval=settings.progress_seconds)
     status, watched = "epoch 1 running", "training" if validation is None else "validation"
     for epoch in range(1, settings.epochs + 1):
         batches = rows[torch.randperm(len(rows), generator=generator)].split(settings.batch_size)
-
-        def step(done: float, epoch: int = epoch, status: str = status) -> None:
-            progress.update(epoch - 1 + done, status)
-
-        train_loss = _epoch(model, optimizer, (x, y), batches, weight, step)
+        total, seen = 0.0, 0
+        model.train()
+        for step, batch in enumerate(batches, 1):
+            if len(batch) >= 2:  # BatchNorm needs two rows in training mode
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x[batch]), y[batch], weight=weight)
+                loss.backward()
+                optimizer.step()
+                total, seen = total + loss.item() * len(batch), seen + len(batch)
+            # checked after every batch: the first line comes after one interval even when epochs are long
+            progress.update(epoch - 1 + step / len(batches), status)
         scheduler.step()
         model.eval()
-        loss = train_loss
-        history["train_loss"].append(train_loss)
+        loss = total / max(seen, 1)
+        history["train_loss"].append(loss)
         if validation is not None:
             with torch.no_grad():
                 loss = float(F.cross_entropy(model(validation[0]), validation[1], weight=weight))
@@ -271,6 +236,7 @@ def fit(
             "the validation loss is not finite from the first epoch: the embeddings hold NaN or Inf, "
             "or train.learning_rate is far too high"
         )
+    model.load_state_dict(best_state)
     log.info(
         "%d epochs in %.1f s (%s); best %s loss %.4f at epoch %d",
         epoch,
@@ -280,7 +246,7 @@ def fit(
         best_loss,
         best_epoch,
     )
-    return Fit(best_state, best_epoch, best_loss, epoch, history)
+    return {"epochs_run": epoch, "best_epoch": best_epoch, "best_validation_loss": best_loss, "history": history}
 
 
 def virus_scores(
@@ -336,8 +302,7 @@ def cross_fitted_scores(examples: Examples, settings: TrainSettings, epochs: int
         )
         torch.manual_seed(settings.seed + 1 + fold)
         model = classifier.MLPClassifier(examples.x.shape[1])
-        fitted = fit(model, (features, labels, kept), None, class_weight(labels[kept], settings), fold_settings)
-        model.load_state_dict(fitted.best_state)
+        fit(model, (features, labels, kept), None, class_weight(labels[kept], settings), fold_settings)
         scores[held] = virus_scores(model, features, held)[0]
     return scores, folds.max() + 1
 
@@ -365,14 +330,11 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     model = classifier.MLPClassifier(x.shape[1])
     weight = class_weight(labels[training], settings)
     fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
-    model.load_state_dict(fitted.best_state)
-    model.eval()
+    history = fitted.pop("history")
     validation_scores, atypicality = virus_scores(model, features, validation)
     chunks = chunk_table(examples, validation, validation_scores, atypicality)
     result = {
-        "epochs_run": fitted.epochs_run,
-        "best_epoch": fitted.best_epoch,
-        "best_validation_loss": fitted.best_loss,
+        **fitted,
         "split": {
             "unit": unit,
             "train_frames": int(training.size),
@@ -386,7 +348,7 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
         "train": metrics(y[training], virus_scores(model, features, training)[0]),
         "validation": metrics(y[validation], validation_scores),
         "roc_curve": roc_curve(y[validation], validation_scores),
-        "history": fitted.history,
+        "history": history,
         "settings": {k: v for k, v in asdict(settings).items() if k not in NOT_THE_RECIPE},
     }
     return model, result, chunks
