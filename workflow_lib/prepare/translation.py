@@ -13,8 +13,6 @@ Vectorised over a batch of chunks: position p gets the index of the forward codo
 and of the reverse-strand codon covering p..p+2; a frame is a stride-3 slice of these.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 
 FRAME_NAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -63,49 +61,14 @@ def _codon_tables(ambiguous: str) -> tuple[bytes, bytes, list[int], list[int]]:
 _TABLES = {policy: _codon_tables(policy) for policy in ("drop", "X")}
 
 
-def _is_stop(index: np.ndarray, stops: list[int]) -> np.ndarray:
-    mask = index == stops[0]
-    for stop in stops[1:]:
-        mask |= index == stop
-    return mask
-
-
-@dataclass(slots=True)
-class Frames:
-    """The kept frames of a batch of chunks, in VirNucPro's order (chunk, then F1..F3, R1..R3)."""
-
-    chunk: np.ndarray  # index of the chunk in the batch
-    frame: np.ndarray  # 0..5, see FRAME_NAMES
-    proteins: list[bytes]
-    nucleotides: list[bytes]
-
-    @staticmethod
-    def concat(parts: list["Frames"], chunk_offsets: list[int]) -> "Frames":
-        """Frames of consecutive groups of chunks as one; group i's chunks start at chunk_offsets[i]."""
-        if not parts:
-            return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
-        return Frames(
-            np.concatenate([p.chunk + o for p, o in zip(parts, chunk_offsets)]),
-            np.concatenate([p.frame for p in parts]),
-            [x for p in parts for x in p.proteins],
-            [x for p in parts for x in p.nucleotides],
-        )
-
-
-def six_frames(
-    buf: bytes,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    ambiguous: str = "drop",
-    codes: tuple[np.ndarray, bool] | None = None,
-) -> Frames:
-    """Translate the chunks buf[starts[i]:ends[i]] in six frames; keep stop-free ones (`codes`: base_codes')."""
+def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str, codes: tuple[np.ndarray, bool]):
+    """Translate the chunks buf[starts[i]:ends[i]] in six frames (`codes`: base_codes' of `buf`); the
+    stop-free frames, in VirNucPro's order (chunk, then F1..F3, R1..R3): their chunks (index into
+    `starts`), frames (0..5, see FRAME_NAMES), proteins and nucleotides."""
     forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
     if len(buf) < 3 or starts.size == 0:
-        return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
-    b, any_ambiguous = codes or base_codes(buf)
+        return np.empty(0, np.int64), np.empty(0, np.int64), [], []
+    b, any_ambiguous = codes
     pair = b[:-1] * 5 + b[1:]
     fwd = pair[:-1] * 5 + b[2:]  # codon index per position; amino acids only for kept frames
     rev = pair[1:] * 5 + b[:-2]
@@ -119,9 +82,7 @@ def six_frames(
     has_codons = m > 0
     lowest = np.where(has_codons, lowest, 0)
 
-    stops = _reduce_in_frames(
-        np.logical_or, _is_stop(fwd, forward_stops), _is_stop(rev, reverse_stops), lowest, m, bool
-    )
+    stops = _reduce_in_frames(np.logical_or, np.isin(fwd, forward_stops), np.isin(rev, reverse_stops), lowest, m, bool)
     residues = m
     if ambiguous == "drop" and any_ambiguous:
         other = b == 4
@@ -143,7 +104,7 @@ def six_frames(
     proteins, nucleotides = _cut(buf, strands, reverse, (p_from, p_to), (n_from, n_to))
     if ambiguous == "drop" and any_ambiguous:
         proteins = [p.replace(_DROPPED, b"") for p in proteins]
-    return Frames(chunk, frame, proteins, nucleotides)
+    return chunk, frame, proteins, nucleotides
 
 
 def _cut(buf: bytes, strands, reverse: np.ndarray, protein_span, nucleotide_span) -> tuple[list, list]:
