@@ -99,7 +99,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
             split = _split_fasta if first[:1] == b">" else _split_fastq
             pending_bases = 0
             try:  # None after the last piece: the rest is a batch
-                for piece in itertools.chain(split(itertools.chain([first], blocks), path), [None]):
+                for piece in itertools.chain(split(itertools.chain([first], blocks)), [None]):
                     if piece is not None:
                         pending.append(piece)
                         pending_bases += sum(map(len, piece[1]))
@@ -136,41 +136,21 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
-def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+def _split_fasta(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[bytes]]]:
     """Yield (headers, sequences) for the complete records of each block. A record longer than a
-    block is collected block by block and joined once: linear time on chromosome-sized records."""
-    rest = b""  # raw text of the unfinished last record, from its '>'
-    header, pieces = None, []  # a record longer than a block: its header and sequence so far
+    block is held as its blocks and joined once: linear time on chromosome-sized records."""
+    held: list[bytes] = []  # the unfinished last record's text, from its '>'
     for block in blocks:
-        data = rest + block
-        if header is not None:
-            end = data.find(b"\n>")
-            if end < 0:  # the last byte waits: it may be the '\n' of a '\n>' across blocks
-                pieces.append(data[:-1].translate(None, _WHITESPACE))
-                rest = data[-1:]
-                continue
-            pieces.append(data[:end].translate(None, _WHITESPACE))
-            pieces = [b"".join(pieces)]  # the pieces go before the record is used
-            yield [header], pieces
-            header, pieces, data = None, [], data[end + 1 :]
-        found = data.rfind(b"\n>")
-        if found >= 0:
-            yield _fasta_records(data[: found + 1])
-            data = data[found + 1 :]
-        newline = data.find(b"\n")
-        if len(data) > _BLOCK and newline >= 0:
-            header, pieces, rest = (
-                data[1:newline].rstrip(),
-                [data[newline + 1 : -1].translate(None, _WHITESPACE)],
-                data[-1:],
-            )
-        else:
-            rest = data
-    if header is not None:
-        pieces = [b"".join([*pieces, rest.translate(None, _WHITESPACE)])]
-        yield [header], pieces
-    elif rest.strip():
-        yield _fasta_records(rest)
+        if held and held[-1].endswith(b"\n") and block.startswith(b">"):  # a record starts the block
+            yield _fasta_records(b"".join(held))
+            held = []
+        cut = block.rfind(b"\n>") + 1
+        if cut:
+            yield _fasta_records(b"".join([*held, block[:cut]]))
+            held = []
+        held.append(block[cut:])
+    if b"".join(held).strip():
+        yield _fasta_records(b"".join(held))
 
 
 def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
@@ -196,7 +176,7 @@ def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
     return headers, seqs
 
 
-def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+def _split_fastq(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[bytes]]]:
     rest = b""
     for block in blocks:
         data = rest + block
@@ -207,7 +187,7 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
         complete = end // 4 * 4
         rest = b"\n".join(lines[complete:])
         if complete:
-            yield _fastq_records(lines[:complete], path)
+            yield _fastq_records(lines[:complete])
     lines = rest.split(b"\n")
     # Drop blank lines at the end of the file, but not the empty lines of an empty last read.
     while lines and not lines[-1].strip() and (len(lines) % 4 or lines[-4][:1] != b"@"):
@@ -217,10 +197,10 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
             raise _RecordError(
                 len(lines) // 4, f"is incomplete ({len(lines) % 4} of 4 lines); the file is truncated: re-download it"
             )
-        yield _fastq_records(lines, path)
+        yield _fastq_records(lines)
 
 
-def _fastq_records(lines: list[bytes], path: Path) -> tuple[list[bytes], list[bytes]]:
+def _fastq_records(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
     headers, seqs, plus, quals = lines[0::4], lines[1::4], lines[2::4], lines[3::4]
     seqs = [s.rstrip() for s in seqs]
     bad = next((i for i, (h, p) in enumerate(zip(headers, plus)) if h[:1] != b"@" or p[:1] != b"+"), None)
