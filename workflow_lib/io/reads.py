@@ -123,14 +123,13 @@ def _uneven(longer: Path, batch: Batch, index: int, shorter: Path) -> None:
     )
 
 
-def _fragment_ids(ids: list[bytes], suffix: bytes) -> list[bytes]:
-    return [i[:-2] if i.endswith(suffix) else i for i in ids]
-
-
-def _first_unpaired(fragments1: list[bytes], fragments2: list[bytes]) -> int | None:
-    if fragments1 == fragments2:
-        return None
-    return next(i for i, (a, b) in enumerate(zip(fragments1, fragments2)) if a != b)
+def _fragments(mate1: list[bytes], mate2: list[bytes]) -> tuple[list[bytes], int | None]:
+    """The fragments' IDs (mate 1's less a /1 suffix), and the first mate 2 whose ID less /2 is not its
+    fragment's (None: all pair up)."""
+    fragments, others = [i.removesuffix(b"/1") for i in mate1], [i.removesuffix(b"/2") for i in mate2]
+    if fragments == others:
+        return fragments, None
+    return fragments, next(i for i, (a, b) in enumerate(zip(fragments, others)) if a != b)
 
 
 _PAIRING = "(IDs pair up less a /1 and /2 suffix)"
@@ -138,8 +137,7 @@ _PAIRING = "(IDs pair up less a /1 and /2 suffix)"
 
 def _paired(mate1: Batch, mate2: Batch, path1: Path, path2: Path) -> Batch:
     """One batch of the fragments of two batches of as many mates, each mate 1 then mate 2."""
-    fragments = _fragment_ids(mate1.ids, b"/1")
-    i = _first_unpaired(fragments, _fragment_ids(mate2.ids, b"/2"))
+    fragments, i = _fragments(mate1.ids, mate2.ids)
     if i is not None:
         raise InputError(
             f"{path2}: record {mate2.first + i} '{mate2.ids[i].decode()}' is no mate of record {mate1.first + i} "
@@ -175,8 +173,7 @@ def _interleaved(path: Path, batch_bases: int, keep_case: bool) -> Iterator[Batc
 
 
 def _interleaved_batch(batch: Batch, path: Path) -> Batch:
-    fragments = _fragment_ids(batch.ids[0::2], b"/1")
-    i = _first_unpaired(fragments, _fragment_ids(batch.ids[1::2], b"/2"))
+    fragments, i = _fragments(batch.ids[0::2], batch.ids[1::2])
     if i is not None:
         raise InputError(
             f"{path}: record {batch.first + 2 * i + 1} '{batch.ids[2 * i + 1].decode()}' is no mate of record "
