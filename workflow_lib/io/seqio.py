@@ -54,9 +54,8 @@ class Batch:
         return np.concatenate([[0], np.cumsum(self.lengths)])
 
 
-def open_binary(path: str | Path):
-    """Open `path` for reading bytes, decompressed; `raw_file`: the file itself (for the progress)."""
-    path = Path(path)
+def _open(path: Path):
+    """`path` opened for reading bytes, and the same decompressed where its magic bytes say so."""
     try:
         raw = open(path, "rb")
     except FileNotFoundError:
@@ -65,13 +64,9 @@ def open_binary(path: str | Path):
         raise InputError(f"{path}: is a directory; give a FASTA or FASTQ file") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
-    head = raw.read(6)
-    raw.seek(0)
-    compression = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    compression = next((kind for magic, kind in _MAGIC.items() if raw.peek(6).startswith(magic)), None)
     # threads=0: decompressed in this process, reading `raw`, whose position tells the progress
-    stream = xopen(raw, "rb", threads=0, format=compression) if compression else raw
-    stream.raw_file = raw
-    return stream
+    return raw, xopen(raw, "rb", threads=0, format=compression) if compression else raw
 
 
 def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
@@ -81,7 +76,8 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
     pending: list[tuple[list[bytes], list[bytes]]] = []
     last_id = b""
     try:
-        with open_binary(path) as handle, handle.raw_file:
+        raw, handle = _open(path)
+        with raw, handle:
             size = max(path.stat().st_size, 1)
             blocks = iter(lambda: handle.read(_BLOCK), b"")
             first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
@@ -104,7 +100,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                         pending.append(piece)
                         pending_bases += sum(map(len, piece[1]))
                     if pending and (piece is None or pending_bases >= batch_bases):
-                        fraction = 1.0 if piece is None else handle.raw_file.tell() / size
+                        fraction = 1.0 if piece is None else raw.tell() / size
                         batch = _batch(pending, done + 1, path, fraction, keep_case)
                         done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
                         pending, pending_bases = [], 0
