@@ -33,36 +33,29 @@ def base_codes(buf: bytes) -> tuple[np.ndarray, bool]:
     return codes, True
 
 
-def _code(base: str) -> int:
-    return (ord(base) >> 1) & 3
-
-
-def _codon_tables(ambiguous: str) -> tuple[bytes, bytes, list[int], list[int]]:
-    """translate() tables from base-5 codon indices (bases coded as in base_codes) to amino
-    acids, and the indices of the stop codons in each.
+def _codon_tables(ambiguous: str) -> tuple[bytes, bytes]:
+    """translate() tables from base-5 codon indices (bases coded as in base_codes) to amino acids.
 
     Forward: index 25*b0 + 5*b1 + b2 for the bases at p, p+1, p+2.
     Reverse: index 25*b1 + 5*b2 + b0, whose codon on the reverse strand is comp(b2) comp(b1) comp(b0).
     """
     other = _DROPPED if ambiguous == "drop" else b"X"
     forward, reverse = bytearray(other * 256), bytearray(other * 256)
-    bases, forward_stops, reverse_stops = "TCAG", [], []
     for i, amino in enumerate(_AMINO):
-        b0, b1, b2 = (_code(x) for x in (bases[i // 16], bases[i // 4 % 4], bases[i % 4]))
+        b0, b1, b2 = ((ord(x) >> 1) & 3 for x in ("TCAG"[i // 16], "TCAG"[i // 4 % 4], "TCAG"[i % 4]))
         forward[25 * b0 + 5 * b1 + b2] = ord(amino)
         c0, c1, c2 = b2 ^ 2, b1 ^ 2, b0 ^ 2  # the forward-strand bases whose complement reads b0 b1 b2
         reverse[25 * c1 + 5 * c2 + c0] = ord(amino)
-        if amino == "*":
-            forward_stops.append(25 * b0 + 5 * b1 + b2)
-            reverse_stops.append(25 * c1 + 5 * c2 + c0)
-    return bytes(forward), bytes(reverse), forward_stops, reverse_stops
+    return bytes(forward), bytes(reverse)
 
 
 _TABLES = {policy: _codon_tables(policy) for policy in ("drop", "X")}
+# the codon indices, forward and reverse, of the stop codons
+_STOPS = tuple(np.flatnonzero(np.frombuffer(table, np.uint8) == ord("*")).tolist() for table in _TABLES["X"])
 
 
 def _is_stop(index: np.ndarray, stops: list[int]) -> np.ndarray:
-    mask = index == stops[0]  # np.isin is many times slower on these small codes
+    mask = index == stops[0]  # faster than np.isin or a lookup table on these small codes
     for stop in stops[1:]:
         mask |= index == stop
     return mask
@@ -72,7 +65,7 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str,
     """Translate the chunks buf[starts[i]:ends[i]] in six frames (`codes`: base_codes' of `buf`); the
     stop-free frames, in VirNucPro's order (chunk, then F1..F3, R1..R3): their chunks (index into
     `starts`), frames (0..5, see FRAME_NAMES), proteins and nucleotides."""
-    forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
+    forward_table, reverse_table = _TABLES[ambiguous]
     if len(buf) < 3 or starts.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), [], []
     b, any_ambiguous = codes
@@ -89,9 +82,7 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str,
     has_codons = m > 0
     lowest = np.where(has_codons, lowest, 0)
 
-    stops = _reduce_in_frames(
-        np.logical_or, _is_stop(fwd, forward_stops), _is_stop(rev, reverse_stops), lowest, m, bool
-    )
+    stops = _reduce_in_frames(np.logical_or, _is_stop(fwd, _STOPS[0]), _is_stop(rev, _STOPS[1]), lowest, m, bool)
     residues = m
     if ambiguous == "drop" and any_ambiguous:
         other = b == 4
