@@ -11,7 +11,6 @@ sample, whose cost to Snakemake is quadratic in the samples."""
 
 import functools
 import os
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -22,13 +21,10 @@ from workflow_lib.io.sharding import SHARDS, read_shards
 PLAN = ("sample", *SHARDS, "pool", "offset")
 
 
-PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
-
-
 def _plans(plan_dir: str | Path) -> dict[int, Path]:
     """The plans in `plan_dir`, by generation, in generation order."""
-    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
-    return dict(sorted(found.items()))
+    found = {p.stem.removeprefix("shards_"): p for p in Path(plan_dir).glob("shards_*.tsv")}
+    return dict(sorted((int(g), p) for g, p in found.items() if g.isdigit()))
 
 
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
