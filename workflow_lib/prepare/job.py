@@ -48,10 +48,6 @@ class PreparedFiles:
     frames: Path
     sequences: Path
 
-    def shard_pairs(self, n: int) -> list[tuple[Path, Path]]:
-        """The (nucleotide, protein) FASTA pair of each of `n` shards."""
-        return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
-
 
 def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings) -> dict:
     """Run the prepare stage on a sample's reads into `files`; return the counts."""
