@@ -3,7 +3,6 @@ only when hashes repeat is the input read again to tell a real duplicate from a 
 
 import tempfile
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +71,13 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
     seen: dict[bytes, tuple[str, int]] = {}
     duplicates, gaps = [], set()
     several = len(reads.paths) > 1
-    for record_id, number, path, running in _numbered_ids(reads):
+    records = (  # each record's ID (a fragment's once), its number in its file, the file
+        (record_id, number, path)
+        for i, path in enumerate(reads.paths)
+        for batch in read_sample(SampleReads((path,), reads.mates[i : i + 1], reads.interleaved))
+        for number, record_id in enumerate(batch.ids[:: batch.mates], batch.first)
+    )
+    for running, (record_id, number, path) in enumerate(records):
         if hash(record_id) in repeated:
             where = f"{number} of {path}" if several else str(number)
             if record_id in seen:
@@ -93,14 +98,3 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
                 "mate 1 and mate 2 files, and give them as path and path2 in the samples sheet"
             )
         raise InputError(f"{', '.join(map(str, reads.paths))}: duplicate sequence IDs: {shown}; {hint}")
-
-
-def _numbered_ids(reads: SampleReads) -> Iterator[tuple[bytes, int, Path, int]]:
-    """Each record's ID (a fragment's once), its number in its file, the file, its number in the sample."""
-    running = 0
-    for i, path in enumerate(reads.paths):
-        one_file = SampleReads((path,), reads.mates[i : i + 1], reads.interleaved)
-        for batch in read_sample(one_file):
-            for number, record_id in enumerate(batch.ids[:: batch.mates], batch.first):
-                running += 1
-                yield record_id, number, path, running
