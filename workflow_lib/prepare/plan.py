@@ -9,6 +9,7 @@ to a finished run in the next, with a plan of its own (`results/plan/shards_{gen
 so that adding samples leaves the earlier pools and jobs alone. One checkpoint, not one per
 sample, whose cost to Snakemake is quadratic in the samples."""
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -29,17 +30,12 @@ def _plans(plan_dir: str | Path) -> dict[int, Path]:
 
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     """Each sample's generation: that of the plan that lists it, else the one after the latest."""
-    plans = _plans(plan_dir)
-    listed = {sample: g for g, path in plans.items() for sample in _listed(path)}
+    plans, listed = _plans(plan_dir), {}
+    for generation, path in plans.items():
+        with contextlib.suppress(OSError, ValueError):  # a plan cut short: its samples are planned again
+            listed |= dict.fromkeys(read_plan(path), generation)
     new = max(plans, default=-1) + 1
     return {sample: listed.get(sample, new) for sample in sheet}
-
-
-def _listed(path: Path) -> list[str]:
-    try:
-        return list(read_plan(path))
-    except (OSError, ValueError):  # cut short: planned again
-        return []
 
 
 def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
