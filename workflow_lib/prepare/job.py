@@ -151,8 +151,9 @@ class _Writer:
                 self.policy.ambiguous_codons,
                 (codes[0][base:top], codes[1]),
             )
-            self._write_frames(chunk + lo, frame, proteins, nucleotides, chunk_of)
-            n_frames += np.bincount(row_of_chunk[chunk + lo], minlength=len(ids))
+            chunk += lo  # the window's chunks numbered in the batch
+            self._write_frames(chunk, frame, proteins, nucleotides, chunk_of)
+            n_frames += np.bincount(row_of_chunk[chunk], minlength=len(ids))
 
         lengths = batch.lengths.reshape(-1, batch.mates)
         ambiguous = non_acgt.reshape(-1, batch.mates).sum(axis=1) / np.maximum(lengths.sum(axis=1), 1)
