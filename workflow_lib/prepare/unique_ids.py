@@ -1,6 +1,7 @@
 """Duplicate record IDs, found in bounded memory: a 64-bit hash per record, sorted bucket by bucket;
 only when hashes repeat is the input read again to tell a real duplicate from a collision."""
 
+import contextlib
 import tempfile
 from array import array
 from pathlib import Path
@@ -17,21 +18,15 @@ BUCKET_BITS = 6  # 64 buckets by the hashes' top bits: 12.5 MB a bucket at 10^8 
 MAX_REPEATED = 100_000
 
 
-class IDHashes:
+class IDHashes(contextlib.ExitStack):
     """The hashes of record IDs: held up to HELD, then spread over temporary bucket files in
     `directory`, each sorted on its own at the end. Use as a context manager."""
 
     def __init__(self, directory: str | Path):
+        super().__init__()
         self.directory = directory
         self.held = array("q")
-        self.tmp: tempfile.TemporaryDirectory | None = None
-
-    def __enter__(self) -> "IDHashes":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
+        self.tmp: Path | None = None  # the bucket files' directory, once there are any
 
     def add(self, ids: list[bytes]) -> None:
         self.held.extend(map(hash, ids))
@@ -40,13 +35,13 @@ class IDHashes:
 
     def _spill(self) -> None:
         if self.tmp is None:
-            self.tmp = tempfile.TemporaryDirectory(dir=self.directory, prefix=".id_hashes")
+            self.tmp = Path(self.enter_context(tempfile.TemporaryDirectory(dir=self.directory, prefix=".id_hashes")))
         values = np.frombuffer(self.held, dtype=np.int64)
         bucket = values.view(np.uint64) >> np.uint64(64 - BUCKET_BITS)
         order = np.argsort(bucket, kind="stable")
         cuts = np.searchsorted(bucket[order], np.arange(1, 1 << BUCKET_BITS))
         for number, part in enumerate(np.split(values[order], cuts)):
-            with open(Path(self.tmp.name) / str(number), "ab") as handle:
+            with open(self.tmp / str(number), "ab") as handle:
                 part.tofile(handle)
         self.held = array("q")
 
@@ -56,7 +51,7 @@ class IDHashes:
             buckets = [np.frombuffer(self.held, dtype=np.int64).copy()]
         else:
             self._spill()
-            buckets = (np.fromfile(path, dtype=np.int64) for path in sorted(Path(self.tmp.name).iterdir()))
+            buckets = (np.fromfile(path, dtype=np.int64) for path in sorted(self.tmp.iterdir()))
         repeated: set[int] = set()
         for values in buckets:
             values.sort()
