@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.sharding import SHARDS, read_shards
+from workflow_lib.io.tables import write_tsv
 
 PLAN = ("sample", *SHARDS, "pool", "offset")
 
@@ -57,9 +57,7 @@ def write_plan(
 ) -> dict:
     """The plan of a generation's (sample, shards table) pairs, in that order; return its counts."""
     rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens, generation)
-    with atomic_open(output) as handle:
-        handle.write("\t".join(PLAN) + "\n")
-        handle.writelines("\t".join(str(row[c]) for c in PLAN) + "\n" for row in rows)
+    write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
     return {"shards": len(rows), "pools": len({row["pool"] for row in rows})}
 
 
