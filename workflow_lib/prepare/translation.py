@@ -100,29 +100,20 @@ def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str,
     n_from = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
     n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
-    strands = ((fwd, forward_table), (rev, reverse_table))
-    proteins, nucleotides = _cut(buf, strands, reverse, (p_from, p_to), (n_from, n_to))
-    if ambiguous == "drop" and any_ambiguous:
-        proteins = [p.replace(_DROPPED, b"") for p in proteins]
-    return chunk, frame, proteins, nucleotides
-
-
-def _cut(buf: bytes, strands, reverse: np.ndarray, protein_span, nucleotide_span) -> tuple[list, list]:
-    """Each kept frame's protein (its strand's codon indices, stride 3, translated by that strand's
-    table) and nucleotides (reversed and complemented on the reverse strand)."""
-    (fwd, forward_table), (rev, reverse_table) = strands
-    (p_from, p_to), (n_from, n_to) = protein_span, nucleotide_span
+    # Each kept frame's protein (its strand's codon indices, stride 3, translated by that strand's
+    # table) and nucleotides (reversed and complemented on the reverse strand).
     proteins, nucleotides = [], []
-    for is_reverse, p0, p1, n0, n1 in zip(
-        reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist()
-    ):
+    spans = zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist())
+    for is_reverse, p0, p1, n0, n1 in spans:
         if is_reverse:
             proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].tobytes().translate(reverse_table))
             nucleotides.append(buf[n0:n1][::-1].translate(_COMPLEMENT))
         else:
             proteins.append(fwd[p0:p1:3].tobytes().translate(forward_table))
             nucleotides.append(buf[n0:n1])
-    return proteins, nucleotides
+    if ambiguous == "drop" and any_ambiguous:
+        proteins = [p.replace(_DROPPED, b"") for p in proteins]
+    return chunk, frame, proteins, nucleotides
 
 
 def _reduce_in_frames(
