@@ -145,8 +145,9 @@ def _split_fasta(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[by
             yield _fasta_records(b"".join([*held, block[:cut]]))
             held = []
         held.append(block[cut:])
-    if b"".join(held).strip():
-        yield _fasta_records(b"".join(held))
+    text = b"".join(held)
+    if text and not text.isspace():
+        yield _fasta_records(text)
 
 
 def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
