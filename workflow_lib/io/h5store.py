@@ -38,16 +38,12 @@ def _open(path: str | Path) -> h5py.File:
         ) from None
 
 
-def _ids(values) -> list[str]:
-    return [i.decode() if isinstance(i, bytes) else i for i in values]
-
-
 class Writer:
     """An open embeddings file being filled: rows come in any order (`put`), are held up to
     BUFFER_BYTES and written (`flush`) chunk by chunk, each chunk in one write."""
 
     def __init__(self, handle: h5py.File, ids: list[str], dim: int, storage: str):
-        self.handle, self.storage, self.dtype = handle, storage, np.dtype(STORAGE[storage])
+        self.storage, self.dtype = storage, np.dtype(STORAGE[storage])
         n = len(ids)
         names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
         blocks = iter(ids)
@@ -129,19 +125,23 @@ def write(path: str | Path, ids: list[str], embeddings: np.ndarray, attrs: dict,
 def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
     """A whole file, embeddings as float32 (for tests and small files: readers of shards use FeatureBlocks)."""
     with _open(path) as handle:
-        return _ids(handle["ids"][()]), handle["embeddings"][()].astype(np.float32, copy=False), dict(handle.attrs)
+        return (
+            handle["ids"].asstr()[()].tolist(),
+            handle["embeddings"][()].astype(np.float32, copy=False),
+            dict(handle.attrs),
+        )
 
 
-class FeatureBlocks:
+class FeatureBlocks(contextlib.ExitStack):
     """One shard's classifier input: per frame, the embeddings of its files one after the other, in
     the order given, read in blocks of `rows` rows into one float32 block; the files' IDs are checked
     block by block. Use as a context manager."""
 
     def __init__(self, *paths: str | Path, rows: int = BLOCK_ROWS):
+        super().__init__()
         self.paths = tuple(map(Path, paths))
         self.rows = rows
-        self.stack = contextlib.ExitStack()
-        self.files = [self.stack.enter_context(_open(path)) for path in self.paths]
+        self.files = [self.enter_context(_open(path)) for path in self.paths]
         self.attrs = [dict(f.attrs) for f in self.files]
         shapes = [f["embeddings"].shape for f in self.files]
         counts = {len(f["ids"]) for f in self.files} | {s[0] for s in shapes}
@@ -150,24 +150,12 @@ class FeatureBlocks:
             raise InputError(f"{' and '.join(map(str, paths))} hold different frames; delete them and run again")
         self.n = shapes[0][0]
         self.dims = tuple(s[1] for s in shapes)
+        self.dim = sum(self.dims)
         self.block: np.ndarray | None = None
-
-    @property
-    def dim(self) -> int:
-        return sum(self.dims)
-
-    def __enter__(self) -> "FeatureBlocks":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.stack.close()
 
     def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
         """Rows start:stop of the files into `out` (float32, [stop - start, dim]); their IDs."""
-        ids = [_ids(f["ids"][start:stop]) for f in self.files]
+        ids = [f["ids"].asstr()[start:stop].tolist() for f in self.files]
         for path, other in zip(self.paths[1:], ids[1:]):
             if other != ids[0]:
                 raise InputError(f"{self.paths[0]} and {path} hold different frames; delete both and run again")

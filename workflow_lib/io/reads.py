@@ -8,7 +8,7 @@ own headers. A mate that does not pair up is an InputError naming the file and t
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,124 +65,98 @@ def check_first_fragment(reads: SampleReads) -> None:
     """Fail as prepare would where the first fragment of a file's mates does not pair up (a start-up check)."""
     for i, path in enumerate(reads.paths):
         if reads.mates:
-            mate1, mate2 = (next(read_batches(p, 1)) for p in (path, reads.mates[i]))
-            _paired(_take(mate1, 1)[0], _take(mate2, 1)[0], path, reads.mates[i])
+            mate1, mate2 = (_records(next(read_batches(p, 1))) for p in (path, reads.mates[i]))
+            _paired([r[:1] for r in mate1], [r[:1] for r in mate2], 1, 0.0, path, reads.mates[i])
         elif reads.interleaved:
             next(_interleaved(path, 1, False), None)
 
 
-def _take(batch: Batch, n: int) -> tuple[Batch, Batch]:
-    """The batch's first `n` records and the rest."""
-    cut = int(batch.lengths[:n].sum())
-    head = replace(batch, ids=batch.ids[:n], headers=batch.headers[:n], lengths=batch.lengths[:n], buf=batch.buf[:cut])
-    rest = replace(
-        batch,
-        ids=batch.ids[n:],
-        headers=batch.headers[n:],
-        lengths=batch.lengths[n:],
-        buf=batch.buf[cut:],
-        first=batch.first + n,
-    )
-    return head, rest
-
-
-def _join(first: Batch, second: Batch) -> Batch:
-    """Consecutive records of one file in one batch."""
-    return replace(
-        second,
-        ids=first.ids + second.ids,
-        headers=first.headers + second.headers,
-        lengths=np.concatenate([first.lengths, second.lengths]),
-        buf=first.buf + second.buf,
-        first=first.first,
-    )
+def _records(batch: Batch) -> list[list[bytes]]:
+    """A batch's IDs, headers and sequences."""
+    bounds = batch.offsets().tolist()
+    return [batch.ids, batch.headers, [batch.buf[a:b] for a, b in zip(bounds[:-1], bounds[1:])]]
 
 
 def _pairs(path: Path, mate_path: Path, batch_bases: int, keep_case: bool) -> Iterator[Batch]:
     """The fragments of a pair of mate files, read in lockstep."""
     mates = read_batches(mate_path, batch_bases, keep_case)
-    held = None  # mate 2's records read, not yet paired
+    held: list[list[bytes]] = [[], [], []]  # mate 2's records read, not yet paired
+    paired = 0
     for batch in read_batches(path, batch_bases, keep_case):
-        while held is None or len(held.ids) < len(batch.ids):
+        n = len(batch.ids)
+        while len(held[0]) < n:
             more = next(mates, None)
             if more is None:
-                _uneven(path, batch, len(held.ids) if held else 0, mate_path)
-            held = more if held is None else _join(held, more)
-        mate2, held = _take(held, len(batch.ids))
-        yield _paired(batch, mate2, path, mate_path)
-    left = held if held is not None and held.ids else next(mates, None)
-    if left is not None:
-        _uneven(mate_path, left, 0, path)
+                _uneven(path, batch.first + len(held[0]), batch.ids[len(held[0])], mate_path)
+            held = [h + m for h, m in zip(held, _records(more))]
+        yield _paired(_records(batch), [h[:n] for h in held], batch.first, batch.read_fraction, path, mate_path)
+        held, paired = [h[n:] for h in held], paired + n
+    left = held[0] or next((more.ids for more in mates), [])
+    if left:
+        _uneven(mate_path, paired + 1, left[0], path)
 
 
-def _uneven(longer: Path, batch: Batch, index: int, shorter: Path) -> None:
-    number = batch.first + index
+def _uneven(longer: Path, number: int, record_id: bytes, shorter: Path) -> None:
     raise InputError(
-        f"{longer}: record {number} '{batch.ids[index].decode()}' has no mate: {shorter} ends after record "
+        f"{longer}: record {number} '{record_id.decode()}' has no mate: {shorter} ends after record "
         f"{number - 1}; give the two mates' files whole, with the same reads in the same order"
     )
 
 
-def _fragment_ids(ids: list[bytes], suffix: bytes) -> list[bytes]:
-    return [i[:-2] if i.endswith(suffix) else i for i in ids]
-
-
-def _first_unpaired(fragments1: list[bytes], fragments2: list[bytes]) -> int | None:
-    if fragments1 == fragments2:
-        return None
-    return next(i for i, (a, b) in enumerate(zip(fragments1, fragments2)) if a != b)
+def _fragments(mate1: list[bytes], mate2: list[bytes]) -> tuple[list[bytes], int | None]:
+    """The fragments' IDs (mate 1's less a /1 suffix), and the first mate 2 whose ID less /2 is not its
+    fragment's (None: all pair up)."""
+    fragments, others = [i.removesuffix(b"/1") for i in mate1], [i.removesuffix(b"/2") for i in mate2]
+    if fragments == others:
+        return fragments, None
+    return fragments, next(i for i, (a, b) in enumerate(zip(fragments, others)) if a != b)
 
 
 _PAIRING = "(IDs pair up less a /1 and /2 suffix)"
 
 
-def _paired(mate1: Batch, mate2: Batch, path1: Path, path2: Path) -> Batch:
-    """One batch of the fragments of two batches of as many mates, each mate 1 then mate 2."""
-    fragments = _fragment_ids(mate1.ids, b"/1")
-    i = _first_unpaired(fragments, _fragment_ids(mate2.ids, b"/2"))
+def _paired(mate1: list, mate2: list, first: int, read_fraction: float, path1: Path, path2: Path) -> Batch:
+    """The fragments of as many mates 1 and 2 of two files (_records), numbered from `first`."""
+    fragments, i = _fragments(mate1[0], mate2[0])
     if i is not None:
         raise InputError(
-            f"{path2}: record {mate2.first + i} '{mate2.ids[i].decode()}' is no mate of record {mate1.first + i} "
-            f"'{mate1.ids[i].decode()}' of {path1} {_PAIRING}; give the mates in the same order"
+            f"{path2}: record {first + i} '{mate2[0][i].decode()}' is no mate of record {first + i} "
+            f"'{mate1[0][i].decode()}' of {path1} {_PAIRING}; give the mates in the same order"
         )
-    ids, headers, seqs = ([None] * 2 * len(fragments) for _ in range(3))
-    ids[0::2] = ids[1::2] = fragments
-    headers[0::2], headers[1::2] = mate1.headers, mate2.headers
-    seqs[0::2], seqs[1::2] = _sequences(mate1), _sequences(mate2)
-    lengths = np.empty(2 * len(fragments), dtype=np.int64)
-    lengths[0::2], lengths[1::2] = mate1.lengths, mate2.lengths
-    return Batch(ids, headers, lengths, b"".join(seqs), mate1.first, mate1.read_fraction, mates=2)
-
-
-def _sequences(batch: Batch) -> list[bytes]:
-    bounds = batch.offsets().tolist()
-    return [batch.buf[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return _fragment_batch(fragments, mate1, mate2, first, read_fraction)
 
 
 def _interleaved(path: Path, batch_bases: int, keep_case: bool) -> Iterator[Batch]:
     """The fragments of an interleaved file: records 1 and 2 are mates, 3 and 4, and so on."""
-    held = None  # a mate 1 whose mate 2 is in the next batch
+    held: list[list[bytes]] = [[], [], []]  # a mate 1 whose mate 2 is in the next batch
     for batch in read_batches(path, batch_bases, keep_case):
-        batch = batch if held is None else _join(held, batch)
-        batch, held = _take(batch, len(batch.ids) // 2 * 2)
-        if batch.ids:
-            yield _interleaved_batch(batch, path)
-    if held is not None and held.ids:
+        records = [h + r for h, r in zip(held, _records(batch))]
+        first = batch.first - len(held[0])  # the number of the first of `records` in the file
+        n = len(records[0]) // 2 * 2
+        held = [r[n:] for r in records]
+        if not n:
+            continue
+        fragments, i = _fragments(records[0][0:n:2], records[0][1:n:2])
+        if i is not None:
+            raise InputError(
+                f"{path}: record {first + 2 * i + 1} '{records[0][2 * i + 1].decode()}' is no mate of record "
+                f"{first + 2 * i} '{records[0][2 * i].decode()}' {_PAIRING}; an interleaved file holds mate 1 "
+                "and mate 2 of each fragment one after the other"
+            )
+        mate1, mate2 = [r[0:n:2] for r in records], [r[1:n:2] for r in records]
+        yield _fragment_batch(fragments, mate1, mate2, (first + 1) // 2, batch.read_fraction)
+    if held[0]:
         raise InputError(
-            f"{path}: record {held.first} '{held.ids[0].decode()}' has no mate: the file ends; an interleaved "
+            f"{path}: record {first + n} '{held[0][0].decode()}' has no mate: the file ends; an interleaved "
             "file holds mate 1 and mate 2 of each fragment one after the other"
         )
 
 
-def _interleaved_batch(batch: Batch, path: Path) -> Batch:
-    fragments = _fragment_ids(batch.ids[0::2], b"/1")
-    i = _first_unpaired(fragments, _fragment_ids(batch.ids[1::2], b"/2"))
-    if i is not None:
-        raise InputError(
-            f"{path}: record {batch.first + 2 * i + 1} '{batch.ids[2 * i + 1].decode()}' is no mate of record "
-            f"{batch.first + 2 * i} '{batch.ids[2 * i].decode()}' {_PAIRING}; an interleaved file holds mate 1 "
-            "and mate 2 of each fragment one after the other"
-        )
-    ids = [None] * len(batch.ids)
+def _fragment_batch(fragments: list[bytes], mate1: list, mate2: list, first: int, read_fraction: float) -> Batch:
+    """One batch of the fragments, each mate 1 then mate 2 (_records of each), under the fragment's ID."""
+    ids, headers, seqs = ([None] * 2 * len(fragments) for _ in range(3))
     ids[0::2] = ids[1::2] = fragments
-    return replace(batch, ids=ids, first=(batch.first + 1) // 2, mates=2)
+    headers[0::2], headers[1::2] = mate1[1], mate2[1]
+    seqs[0::2], seqs[1::2] = mate1[2], mate2[2]
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    return Batch(ids, headers, lengths, b"".join(seqs), first, read_fraction, mates=2)

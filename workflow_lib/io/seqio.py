@@ -54,9 +54,8 @@ class Batch:
         return np.concatenate([[0], np.cumsum(self.lengths)])
 
 
-def open_binary(path: str | Path):
-    """Open `path` for reading bytes, decompressed; `raw_file`: the file itself (for the progress)."""
-    path = Path(path)
+def _open(path: Path):
+    """`path` opened for reading bytes, and the same decompressed where its magic bytes say so."""
     try:
         raw = open(path, "rb")
     except FileNotFoundError:
@@ -65,13 +64,9 @@ def open_binary(path: str | Path):
         raise InputError(f"{path}: is a directory; give a FASTA or FASTQ file") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
-    head = raw.read(6)
-    raw.seek(0)
-    compression = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    compression = next((kind for magic, kind in _MAGIC.items() if raw.peek(6).startswith(magic)), None)
     # threads=0: decompressed in this process, reading `raw`, whose position tells the progress
-    stream = xopen(raw, "rb", threads=0, format=compression) if compression else raw
-    stream.raw_file = raw
-    return stream
+    return raw, xopen(raw, "rb", threads=0, format=compression) if compression else raw
 
 
 def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool = False) -> Iterator[Batch]:
@@ -81,7 +76,8 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
     pending: list[tuple[list[bytes], list[bytes]]] = []
     last_id = b""
     try:
-        with open_binary(path) as handle, handle.raw_file:
+        raw, handle = _open(path)
+        with raw, handle:
             size = max(path.stat().st_size, 1)
             blocks = iter(lambda: handle.read(_BLOCK), b"")
             first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
@@ -99,12 +95,12 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
             split = _split_fasta if first[:1] == b">" else _split_fastq
             pending_bases = 0
             try:  # None after the last piece: the rest is a batch
-                for piece in itertools.chain(split(itertools.chain([first], blocks), path), [None]):
+                for piece in itertools.chain(split(itertools.chain([first], blocks)), [None]):
                     if piece is not None:
                         pending.append(piece)
                         pending_bases += sum(map(len, piece[1]))
                     if pending and (piece is None or pending_bases >= batch_bases):
-                        fraction = 1.0 if piece is None else handle.raw_file.tell() / size
+                        fraction = 1.0 if piece is None else raw.tell() / size
                         batch = _batch(pending, done + 1, path, fraction, keep_case)
                         done, bases, last_id = done + len(batch.ids), bases + len(batch.buf), batch.ids[-1]
                         pending, pending_bases = [], 0
@@ -136,41 +132,22 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
-def _split_fasta(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+def _split_fasta(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[bytes]]]:
     """Yield (headers, sequences) for the complete records of each block. A record longer than a
-    block is collected block by block and joined once: linear time on chromosome-sized records."""
-    rest = b""  # raw text of the unfinished last record, from its '>'
-    header, pieces = None, []  # a record longer than a block: its header and sequence so far
+    block is held as its blocks and joined once: linear time on chromosome-sized records."""
+    held: list[bytes] = []  # the unfinished last record's text, from its '>'
     for block in blocks:
-        data = rest + block
-        if header is not None:
-            end = data.find(b"\n>")
-            if end < 0:  # the last byte waits: it may be the '\n' of a '\n>' across blocks
-                pieces.append(data[:-1].translate(None, _WHITESPACE))
-                rest = data[-1:]
-                continue
-            pieces.append(data[:end].translate(None, _WHITESPACE))
-            pieces = [b"".join(pieces)]  # the pieces go before the record is used
-            yield [header], pieces
-            header, pieces, data = None, [], data[end + 1 :]
-        found = data.rfind(b"\n>")
-        if found >= 0:
-            yield _fasta_records(data[: found + 1])
-            data = data[found + 1 :]
-        newline = data.find(b"\n")
-        if len(data) > _BLOCK and newline >= 0:
-            header, pieces, rest = (
-                data[1:newline].rstrip(),
-                [data[newline + 1 : -1].translate(None, _WHITESPACE)],
-                data[-1:],
-            )
-        else:
-            rest = data
-    if header is not None:
-        pieces = [b"".join([*pieces, rest.translate(None, _WHITESPACE)])]
-        yield [header], pieces
-    elif rest.strip():
-        yield _fasta_records(rest)
+        if held and held[-1].endswith(b"\n") and block.startswith(b">"):  # a record starts the block
+            yield _fasta_records(b"".join(held))
+            held = []
+        cut = block.rfind(b"\n>") + 1
+        if cut:
+            yield _fasta_records(b"".join([*held, block[:cut]]))
+            held = []
+        held.append(block[cut:])
+    text = b"".join(held)
+    if text and not text.isspace():
+        yield _fasta_records(text)
 
 
 def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
@@ -196,7 +173,7 @@ def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:
     return headers, seqs
 
 
-def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+def _split_fastq(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[bytes]]]:
     rest = b""
     for block in blocks:
         data = rest + block
@@ -207,7 +184,7 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
         complete = end // 4 * 4
         rest = b"\n".join(lines[complete:])
         if complete:
-            yield _fastq_records(lines[:complete], path)
+            yield _fastq_records(lines[:complete])
     lines = rest.split(b"\n")
     # Drop blank lines at the end of the file, but not the empty lines of an empty last read.
     while lines and not lines[-1].strip() and (len(lines) % 4 or lines[-4][:1] != b"@"):
@@ -217,10 +194,10 @@ def _split_fastq(blocks: Iterator[bytes], path: Path) -> Iterator[tuple[list[byt
             raise _RecordError(
                 len(lines) // 4, f"is incomplete ({len(lines) % 4} of 4 lines); the file is truncated: re-download it"
             )
-        yield _fastq_records(lines, path)
+        yield _fastq_records(lines)
 
 
-def _fastq_records(lines: list[bytes], path: Path) -> tuple[list[bytes], list[bytes]]:
+def _fastq_records(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
     headers, seqs, plus, quals = lines[0::4], lines[1::4], lines[2::4], lines[3::4]
     seqs = [s.rstrip() for s in seqs]
     bad = next((i for i, (h, p) in enumerate(zip(headers, plus)) if h[:1] != b"@" or p[:1] != b"+"), None)

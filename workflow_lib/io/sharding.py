@@ -6,7 +6,6 @@ table (SHARDS columns) lists every shard with its frames and ESM-2 tokens."""
 import shutil
 from pathlib import Path
 
-from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.tables import read_table
 
@@ -17,27 +16,6 @@ SHARDS = ("shard", "frames", "tokens")
 def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
     """A shard's nucleotide (`fna`) or protein (`faa`) FASTA in prepare's shards directory."""
     return Path(directory) / f"shard_{shard}.{suffix}"
-
-
-class ShardFiller:
-    """Assigns frames, in order, to shards of at most `shard_tokens` tokens (a larger frame alone)."""
-
-    def __init__(self, shard_tokens: int):
-        if shard_tokens < 1:
-            raise InputError(f"shard tokens must be a positive number of ESM-2 tokens, got {shard_tokens}")
-        self.limit = shard_tokens
-        self.frames, self.tokens = [0], [0]
-
-    def assign(self, tokens: int) -> int:
-        if self.frames[-1] and self.tokens[-1] + tokens > self.limit:
-            self.frames.append(0)
-            self.tokens.append(0)
-        self.frames[-1] += 1
-        self.tokens[-1] += tokens
-        return len(self.frames) - 1
-
-    def rows(self) -> list[tuple[int, int, int]]:
-        return list(zip(range(len(self.frames)), self.frames, self.tokens))
 
 
 def read_shards(path: str | Path) -> list[dict]:

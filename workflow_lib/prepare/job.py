@@ -22,11 +22,11 @@ from workflow_lib.cli.settings import PrepareSettings
 from workflow_lib.io.outputs import atomic_dir, atomic_open
 from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.seqio import Batch
-from workflow_lib.io.sharding import SHARDS, ShardFiller, shard_fasta
+from workflow_lib.io.sharding import SHARDS, shard_fasta
 from workflow_lib.io.tables import MATE_LENGTHS, PREPARED_FRAMES, PREPARED_SEQUENCES
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.reconcile import IDDigest, check_prepared
-from workflow_lib.prepare.translation import FRAME_NAMES, Frames, base_codes, six_frames
+from workflow_lib.prepare.translation import FRAME_NAMES, base_codes, six_frames
 from workflow_lib.prepare.unique_ids import IDHashes, check_unique_ids
 
 # Record status: only `ok` records are chunked; the others are reported, never silently dropped.
@@ -48,22 +48,11 @@ class PreparedFiles:
     frames: Path
     sequences: Path
 
-    def shard_pairs(self, n: int) -> list[tuple[Path, Path]]:
-        """The (nucleotide, protein) FASTA pair of each of `n` shards."""
-        return [(shard_fasta(self.shards, i, "fna"), shard_fasta(self.shards, i, "faa")) for i in range(n)]
-
 
 def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings) -> dict:
     """Run the prepare stage on a sample's reads into `files`; return the counts."""
     with contextlib.ExitStack() as stack:
-        shards = _ShardFiles(stack.enter_context(atomic_dir(files.shards)), settings.shard_tokens)
-        stack.callback(shards.close)  # before the directory is renamed into place
-        frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
-        sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
-        frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
-        columns = PREPARED_SEQUENCES + (MATE_LENGTHS if reads.paired else ())
-        sequences_table.write(("\t".join(columns) + "\n").encode())
-        writer = _Writer(shards, frames_table, sequences_table, settings, reads.paired)
+        writer = _Writer(stack, files, settings, reads.paired)
         id_hashes = stack.enter_context(IDHashes(files.frames.parent))
         progress = Progress(log, "records", interval=settings.progress_seconds)
         for batch in read_sample(reads, BATCH_BASES):
@@ -71,13 +60,13 @@ def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings)
             writer.write_batch(batch)
             progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
         check_unique_ids(reads, id_hashes.repeated())
-        rows = shards.filler.rows()
+        rows = list(zip(itertools.count(), writer.shard_frames, writer.shard_tokens))
         with atomic_open(files.shard_table) as table:
             table.write("\t".join(SHARDS) + "\n" + "".join("%d\t%d\t%d\n" % row for row in rows))
-        counts = dict(writer.counts, shards=len(rows), shard_tokens=[tokens for _, _, tokens in rows])
+        counts = dict(writer.counts, shards=len(rows), shard_tokens=writer.shard_tokens)
         log.info(progress.line(counts["records"], f"{counts['chunks']:,} chunks, {counts['frames']:,} frames kept"))
     try:
-        check_prepared(files, shards.digests, counts["records"])
+        check_prepared(files, writer.digests, counts["records"])
     except InputError:
         shutil.rmtree(files.shards, ignore_errors=True)
         for path in (files.shard_table, files.frames, files.sequences):
@@ -115,40 +104,23 @@ def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
     )
 
 
-class _ShardFiles:
-    """The shards' FASTA pairs in `directory`, filled in turn, one pair open at a time; a digest of
-    each shard's frame IDs, to reconcile the files."""
-
-    def __init__(self, directory: Path, shard_tokens: int):
-        self.directory, self.filler = directory, ShardFiller(shard_tokens)
-        self.digests: list[IDDigest] = []
-        self.open: tuple = ()
-        self._next()  # a sample without a frame has one shard, empty
-
-    def _next(self) -> None:
-        self.close()
-        shard = len(self.digests)
-        self.open = tuple(open(shard_fasta(self.directory, shard, suffix), "wb") for suffix in ("fna", "faa"))
-        self.digests.append(IDDigest())
-
-    def write(self, shard: int, frame_ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes]) -> None:
-        while shard >= len(self.digests):
-            self._next()
-        fna, faa = self.open
-        fna.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, nucleotides)))
-        faa.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids, proteins)))
-        self.digests[shard].update(frame_ids)
-
-    def close(self) -> None:
-        for handle in self.open:
-            handle.close()
-        self.open = ()
-
-
 class _Writer:
-    def __init__(self, shards: _ShardFiles, frames_table, sequences_table, policy: PrepareSettings, paired: bool):
-        self.shards, self.frames_table, self.sequences_table = shards, frames_table, sequences_table
+    """The outputs being written: the tables, and the shards' FASTA pairs, filled in turn with
+    frames up to `shard_tokens` tokens (a larger frame alone), one pair open at a time, with a
+    digest of each shard's frame IDs to reconcile the files."""
+
+    def __init__(self, stack: contextlib.ExitStack, files: PreparedFiles, policy: PrepareSettings, paired: bool):
+        self.directory = stack.enter_context(atomic_dir(files.shards))
+        stack.callback(self._close_shard)  # before the directory is renamed into place
+        self.frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
+        self.sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
+        self.frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
+        columns = PREPARED_SEQUENCES + (MATE_LENGTHS if paired else ())
+        self.sequences_table.write(("\t".join(columns) + "\n").encode())
         self.policy, self.paired = policy, paired
+        self.shard_frames, self.shard_tokens, self.digests = [0], [0], []
+        self.open_shard: tuple = ()
+        self._next_shard()  # a sample without a frame has one shard, empty
         self.mates_read = 0  # records read: a paired sample's mates one by one
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
         self.short_lengths = np.zeros(policy.chunk_length, dtype=np.int64)  # records by length, below a chunk
@@ -159,18 +131,33 @@ class _Writer:
         usable = np.where(status == STATUS.index(b"ok"), batch.lengths, 0)  # records that are not ok get no chunk
         record_of_chunk, starts, ends = chunk_bounds(usable, self.policy.chunk_length)
         offsets = batch.offsets()
-        frames = self._translate(batch.buf, codes, starts + offsets[record_of_chunk], ends + offsets[record_of_chunk])
         # a fragment's chunks are numbered, and placed, along its mates in turn
         row_of_chunk = record_of_chunk // batch.mates
         along = offsets[record_of_chunk] - offsets[row_of_chunk * batch.mates]
         chunk_number = np.arange(row_of_chunk.size) - np.searchsorted(row_of_chunk, row_of_chunk) + 1
         ids = batch.ids[:: batch.mates]
-        self._write_frames(ids, frames, row_of_chunk, chunk_number, starts + along, ends + along)
+        chunk_of = (ids, row_of_chunk, chunk_number, starts + along, ends + along)
+        starts, ends = starts + offsets[record_of_chunk], ends + offsets[record_of_chunk]
+        n_frames = np.zeros(len(ids), dtype=np.int64)
+        # six_frames over windows of about BATCH_BASES bases of chunks, however long a record is
+        per_window = max(1, BATCH_BASES // self.policy.chunk_length)
+        for lo in range(0, starts.size, per_window):
+            hi = lo + per_window
+            base, top = int(starts[lo]), int(ends[lo:hi].max())
+            chunk, frame, proteins, nucleotides = six_frames(
+                batch.buf[base:top],
+                starts[lo:hi] - base,
+                ends[lo:hi] - base,
+                self.policy.ambiguous_codons,
+                (codes[0][base:top], codes[1]),
+            )
+            chunk += lo  # the window's chunks numbered in the batch
+            self._write_frames(chunk, frame, proteins, nucleotides, chunk_of)
+            n_frames += np.bincount(row_of_chunk[chunk], minlength=len(ids))
 
         lengths = batch.lengths.reshape(-1, batch.mates)
         ambiguous = non_acgt.reshape(-1, batch.mates).sum(axis=1) / np.maximum(lengths.sum(axis=1), 1)
         n_chunks = np.bincount(row_of_chunk, minlength=len(ids))
-        n_frames = np.bincount(row_of_chunk[frames.chunk], minlength=len(ids))
         rows = [ids, lengths.sum(axis=1).tolist(), n_chunks.tolist(), n_frames.tolist(), ambiguous.tolist()]
         rows.append([STATUS[i] for i in status.reshape(-1, batch.mates).min(axis=1).tolist()])  # ok where a mate is
         line = b"%s\t%d\t%d\t%d\t%.6g\t%s"
@@ -184,25 +171,7 @@ class _Writer:
         self.short_lengths += np.bincount(short, minlength=self.policy.chunk_length)
         self.counts["shorter_than_chunk"] += short.size
         self.counts["chunks"] += int(record_of_chunk.size)
-        self.counts["frames"] += len(frames.proteins)
-
-    def _translate(self, buf: bytes, codes: tuple[np.ndarray, bool], starts: np.ndarray, ends: np.ndarray) -> Frames:
-        """six_frames over windows of about BATCH_BASES bases of chunks, however long a record is."""
-        per_window = max(1, BATCH_BASES // self.policy.chunk_length)
-        parts, firsts = [], list(range(0, starts.size, per_window))
-        for lo in firsts:
-            hi = lo + per_window
-            base, top = int(starts[lo]), int(ends[lo:hi].max())
-            parts.append(
-                six_frames(
-                    buf[base:top],
-                    starts[lo:hi] - base,
-                    ends[lo:hi] - base,
-                    self.policy.ambiguous_codons,
-                    (codes[0][base:top], codes[1]),
-                )
-            )
-        return Frames.concat(parts, firsts)
+        self.counts["frames"] += int(n_frames.sum())
 
     def _status(self, batch: Batch, codes: tuple[np.ndarray, bool]) -> tuple[np.ndarray, np.ndarray]:
         """Non-ACGT bases and status (index into STATUS) of each record."""
@@ -222,19 +191,45 @@ class _Writer:
         )
         return non_acgt, status
 
-    def _write_frames(self, ids: list[bytes], frames, record_of_chunk, chunk_number, starts, ends) -> None:
-        """Each kept frame to the shard being filled, and its row to the frames table."""
-        chunk = frames.chunk
-        records = [ids[r] for r in record_of_chunk[chunk].tolist()]
+    def _write_frames(self, chunk: np.ndarray, frame: np.ndarray, proteins, nucleotides, chunk_of) -> None:
+        """Each kept frame to the shard being filled, and its row to the frames table; `chunk_of`: the
+        records' IDs, and each chunk's record, number, start and end (0-based) along its record."""
+        ids, row_of_chunk, chunk_number, starts, ends = chunk_of
+        records = [ids[r] for r in row_of_chunk[chunk].tolist()]
         numbers = chunk_number[chunk].tolist()
-        names = [_FRAME_IDS[f] for f in frames.frame.tolist()]
+        names = [_FRAME_IDS[f] for f in frame.tolist()]
         frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
-        shards = [self.shards.filler.assign(len(protein) + 2) for protein in frames.proteins]  # BOS + EOS
+        shards = [self._assign(len(protein) + 2) for protein in proteins]  # BOS + EOS
         start = 0
         for shard, run in itertools.groupby(shards):  # shard numbers never fall: one run per shard
             stop = start + len(list(run))
-            self.shards.write(shard, frame_ids[start:stop], frames.nucleotides[start:stop], frames.proteins[start:stop])
+            if shard == len(self.digests):
+                self._next_shard()
+            fna, faa = self.open_shard
+            fna.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids[start:stop], nucleotides[start:stop])))
+            faa.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids[start:stop], proteins[start:stop])))
+            self.digests[-1].update(frame_ids[start:stop])
             start = stop
         coordinates = (starts[chunk] + 1).tolist(), ends[chunk].tolist()  # 1-based, inclusive
-        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, frames.proteins), shards)
+        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, proteins), shards)
         self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row for row in rows]))
+
+    def _assign(self, tokens: int) -> int:
+        """The shard of the next frame: the last one while it has room (or no frame), else the next."""
+        if self.shard_frames[-1] and self.shard_tokens[-1] + tokens > self.policy.shard_tokens:
+            self.shard_frames.append(0)
+            self.shard_tokens.append(0)
+        self.shard_frames[-1] += 1
+        self.shard_tokens[-1] += tokens
+        return len(self.shard_frames) - 1
+
+    def _next_shard(self) -> None:
+        self._close_shard()
+        shard = len(self.digests)
+        self.open_shard = tuple(open(shard_fasta(self.directory, shard, s), "wb") for s in ("fna", "faa"))
+        self.digests.append(IDDigest())
+
+    def _close_shard(self) -> None:
+        for handle in self.open_shard:
+            handle.close()
+        self.open_shard = ()

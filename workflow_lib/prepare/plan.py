@@ -9,41 +9,33 @@ to a finished run in the next, with a plan of its own (`results/plan/shards_{gen
 so that adding samples leaves the earlier pools and jobs alone. One checkpoint, not one per
 sample, whose cost to Snakemake is quadratic in the samples."""
 
+import contextlib
 import functools
 import os
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.sharding import SHARDS, read_shards
+from workflow_lib.io.tables import write_tsv
 
 PLAN = ("sample", *SHARDS, "pool", "offset")
 
 
-PLAN_FILE = re.compile(r"shards_(\d+)\.tsv")
-
-
 def _plans(plan_dir: str | Path) -> dict[int, Path]:
     """The plans in `plan_dir`, by generation, in generation order."""
-    found = {int(m.group(1)): p for p in Path(plan_dir).glob("shards_*.tsv") if (m := PLAN_FILE.fullmatch(p.name))}
-    return dict(sorted(found.items()))
+    found = {p.stem.removeprefix("shards_"): p for p in Path(plan_dir).glob("shards_*.tsv")}
+    return dict(sorted((int(g), p) for g, p in found.items() if g.isdigit()))
 
 
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     """Each sample's generation: that of the plan that lists it, else the one after the latest."""
-    plans = _plans(plan_dir)
-    listed = {sample: g for g, path in plans.items() for sample in _listed(path)}
+    plans, listed = _plans(plan_dir), {}
+    for generation, path in plans.items():
+        with contextlib.suppress(OSError, ValueError):  # a plan cut short: its samples are planned again
+            listed |= dict.fromkeys(read_plan(path), generation)
     new = max(plans, default=-1) + 1
     return {sample: listed.get(sample, new) for sample in sheet}
-
-
-def _listed(path: Path) -> list[str]:
-    try:
-        return list(read_plan(path))
-    except (OSError, ValueError):  # cut short: planned again
-        return []
 
 
 def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
@@ -65,9 +57,7 @@ def write_plan(
 ) -> dict:
     """The plan of a generation's (sample, shards table) pairs, in that order; return its counts."""
     rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens, generation)
-    with atomic_open(output) as handle:
-        handle.write("\t".join(PLAN) + "\n")
-        handle.writelines("\t".join(str(row[c]) for c in PLAN) + "\n" for row in rows)
+    write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
     return {"shards": len(rows), "pools": len({row["pool"] for row in rows})}
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from workflow_lib.cli.errors import InputError
+from workflow_lib.io.sharding import shard_fasta
 from workflow_lib.io.tables import read_chunks
 
 _BLOCK = 1 << 22
@@ -44,7 +45,7 @@ def fasta_ids(path: Path) -> Iterator[list[bytes]]:
 
 def check_prepared(files, written: list[IDDigest], records: int) -> None:
     """Fail, naming the file and what differs, unless the outputs on disk hold what the writer wrote."""
-    frames_path, sequences_path, shard_files = files.frames, files.sequences, files.shard_pairs(len(written))
+    frames_path, sequences_path = files.frames, files.sequences
     in_table = [IDDigest() for _ in written]
     for chunk in read_chunks(frames_path, ["frame_id", "shard"]):
         for shard, ids in chunk.groupby("shard", sort=False)["frame_id"]:
@@ -61,7 +62,7 @@ def check_prepared(files, written: list[IDDigest], records: int) -> None:
     for shard, expected in enumerate(written):
         if in_table[shard] != expected:
             raise InputError(f"{frames_path}: shard {shard} lists other frames than were written; run prepare again")
-        for path in shard_files[shard]:
+        for path in (shard_fasta(files.shards, shard, "fna"), shard_fasta(files.shards, shard, "faa")):
             found = IDDigest()
             for ids in fasta_ids(path):
                 found.update(ids)

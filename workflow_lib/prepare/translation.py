@@ -13,8 +13,6 @@ Vectorised over a batch of chunks: position p gets the index of the forward codo
 and of the reverse-strand codon covering p..p+2; a frame is a stride-3 slice of these.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 
 FRAME_NAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -35,77 +33,42 @@ def base_codes(buf: bytes) -> tuple[np.ndarray, bool]:
     return codes, True
 
 
-def _code(base: str) -> int:
-    return (ord(base) >> 1) & 3
-
-
-def _codon_tables(ambiguous: str) -> tuple[bytes, bytes, list[int], list[int]]:
-    """translate() tables from base-5 codon indices (bases coded as in base_codes) to amino
-    acids, and the indices of the stop codons in each.
+def _codon_tables(ambiguous: str) -> tuple[bytes, bytes]:
+    """translate() tables from base-5 codon indices (bases coded as in base_codes) to amino acids.
 
     Forward: index 25*b0 + 5*b1 + b2 for the bases at p, p+1, p+2.
     Reverse: index 25*b1 + 5*b2 + b0, whose codon on the reverse strand is comp(b2) comp(b1) comp(b0).
     """
     other = _DROPPED if ambiguous == "drop" else b"X"
     forward, reverse = bytearray(other * 256), bytearray(other * 256)
-    bases, forward_stops, reverse_stops = "TCAG", [], []
     for i, amino in enumerate(_AMINO):
-        b0, b1, b2 = (_code(x) for x in (bases[i // 16], bases[i // 4 % 4], bases[i % 4]))
+        b0, b1, b2 = ((ord(x) >> 1) & 3 for x in ("TCAG"[i // 16], "TCAG"[i // 4 % 4], "TCAG"[i % 4]))
         forward[25 * b0 + 5 * b1 + b2] = ord(amino)
         c0, c1, c2 = b2 ^ 2, b1 ^ 2, b0 ^ 2  # the forward-strand bases whose complement reads b0 b1 b2
         reverse[25 * c1 + 5 * c2 + c0] = ord(amino)
-        if amino == "*":
-            forward_stops.append(25 * b0 + 5 * b1 + b2)
-            reverse_stops.append(25 * c1 + 5 * c2 + c0)
-    return bytes(forward), bytes(reverse), forward_stops, reverse_stops
+    return bytes(forward), bytes(reverse)
 
 
 _TABLES = {policy: _codon_tables(policy) for policy in ("drop", "X")}
+# the codon indices, forward and reverse, of the stop codons
+_STOPS = tuple(np.flatnonzero(np.frombuffer(table, np.uint8) == ord("*")).tolist() for table in _TABLES["X"])
 
 
 def _is_stop(index: np.ndarray, stops: list[int]) -> np.ndarray:
-    mask = index == stops[0]
+    mask = index == stops[0]  # faster than np.isin or a lookup table on these small codes
     for stop in stops[1:]:
         mask |= index == stop
     return mask
 
 
-@dataclass(slots=True)
-class Frames:
-    """The kept frames of a batch of chunks, in VirNucPro's order (chunk, then F1..F3, R1..R3)."""
-
-    chunk: np.ndarray  # index of the chunk in the batch
-    frame: np.ndarray  # 0..5, see FRAME_NAMES
-    proteins: list[bytes]
-    nucleotides: list[bytes]
-
-    @staticmethod
-    def concat(parts: list["Frames"], chunk_offsets: list[int]) -> "Frames":
-        """Frames of consecutive groups of chunks as one; group i's chunks start at chunk_offsets[i]."""
-        if not parts:
-            return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
-        return Frames(
-            np.concatenate([p.chunk + o for p, o in zip(parts, chunk_offsets)]),
-            np.concatenate([p.frame for p in parts]),
-            [x for p in parts for x in p.proteins],
-            [x for p in parts for x in p.nucleotides],
-        )
-
-
-def six_frames(
-    buf: bytes,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    ambiguous: str = "drop",
-    codes: tuple[np.ndarray, bool] | None = None,
-) -> Frames:
-    """Translate the chunks buf[starts[i]:ends[i]] in six frames; keep stop-free ones (`codes`: base_codes')."""
-    forward_table, reverse_table, forward_stops, reverse_stops = _TABLES[ambiguous]
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
+def six_frames(buf: bytes, starts: np.ndarray, ends: np.ndarray, ambiguous: str, codes: tuple[np.ndarray, bool]):
+    """Translate the chunks buf[starts[i]:ends[i]] in six frames (`codes`: base_codes' of `buf`); the
+    stop-free frames, in VirNucPro's order (chunk, then F1..F3, R1..R3): their chunks (index into
+    `starts`), frames (0..5, see FRAME_NAMES), proteins and nucleotides."""
+    forward_table, reverse_table = _TABLES[ambiguous]
     if len(buf) < 3 or starts.size == 0:
-        return Frames(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
-    b, any_ambiguous = codes or base_codes(buf)
+        return np.empty(0, np.int64), np.empty(0, np.int64), [], []
+    b, any_ambiguous = codes
     pair = b[:-1] * 5 + b[1:]
     fwd = pair[:-1] * 5 + b[2:]  # codon index per position; amino acids only for kept frames
     rev = pair[1:] * 5 + b[:-2]
@@ -119,9 +82,7 @@ def six_frames(
     has_codons = m > 0
     lowest = np.where(has_codons, lowest, 0)
 
-    stops = _reduce_in_frames(
-        np.logical_or, _is_stop(fwd, forward_stops), _is_stop(rev, reverse_stops), lowest, m, bool
-    )
+    stops = _reduce_in_frames(np.logical_or, _is_stop(fwd, _STOPS[0]), _is_stop(rev, _STOPS[1]), lowest, m, bool)
     residues = m
     if ambiguous == "drop" and any_ambiguous:
         other = b == 4
@@ -139,29 +100,20 @@ def six_frames(
     n_from = np.where(reverse, np.maximum(first - 3 * n_res - 1, start), first)
     n_to = np.where(reverse, first, np.minimum(first + 3 * n_res + 1, end))
 
-    strands = ((fwd, forward_table), (rev, reverse_table))
-    proteins, nucleotides = _cut(buf, strands, reverse, (p_from, p_to), (n_from, n_to))
-    if ambiguous == "drop" and any_ambiguous:
-        proteins = [p.replace(_DROPPED, b"") for p in proteins]
-    return Frames(chunk, frame, proteins, nucleotides)
-
-
-def _cut(buf: bytes, strands, reverse: np.ndarray, protein_span, nucleotide_span) -> tuple[list, list]:
-    """Each kept frame's protein (its strand's codon indices, stride 3, translated by that strand's
-    table) and nucleotides (reversed and complemented on the reverse strand)."""
-    (fwd, forward_table), (rev, reverse_table) = strands
-    (p_from, p_to), (n_from, n_to) = protein_span, nucleotide_span
+    # Each kept frame's protein (its strand's codon indices, stride 3, translated by that strand's
+    # table) and nucleotides (reversed and complemented on the reverse strand).
     proteins, nucleotides = [], []
-    for is_reverse, p0, p1, n0, n1 in zip(
-        reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist()
-    ):
+    spans = zip(reverse.tolist(), p_from.tolist(), p_to.tolist(), n_from.tolist(), n_to.tolist())
+    for is_reverse, p0, p1, n0, n1 in spans:
         if is_reverse:
             proteins.append(rev[p0 : (p1 if p1 >= 0 else None) : -3].tobytes().translate(reverse_table))
             nucleotides.append(buf[n0:n1][::-1].translate(_COMPLEMENT))
         else:
             proteins.append(fwd[p0:p1:3].tobytes().translate(forward_table))
             nucleotides.append(buf[n0:n1])
-    return proteins, nucleotides
+    if ambiguous == "drop" and any_ambiguous:
+        proteins = [p.replace(_DROPPED, b"") for p in proteins]
+    return chunk, frame, proteins, nucleotides
 
 
 def _reduce_in_frames(

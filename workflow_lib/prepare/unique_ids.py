@@ -1,9 +1,9 @@
 """Duplicate record IDs, found in bounded memory: a 64-bit hash per record, sorted bucket by bucket;
 only when hashes repeat is the input read again to tell a real duplicate from a collision."""
 
+import contextlib
 import tempfile
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,21 +18,15 @@ BUCKET_BITS = 6  # 64 buckets by the hashes' top bits: 12.5 MB a bucket at 10^8 
 MAX_REPEATED = 100_000
 
 
-class IDHashes:
+class IDHashes(contextlib.ExitStack):
     """The hashes of record IDs: held up to HELD, then spread over temporary bucket files in
     `directory`, each sorted on its own at the end. Use as a context manager."""
 
     def __init__(self, directory: str | Path):
+        super().__init__()
         self.directory = directory
         self.held = array("q")
-        self.tmp: tempfile.TemporaryDirectory | None = None
-
-    def __enter__(self) -> "IDHashes":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
+        self.tmp: Path | None = None  # the bucket files' directory, once there are any
 
     def add(self, ids: list[bytes]) -> None:
         self.held.extend(map(hash, ids))
@@ -41,13 +35,13 @@ class IDHashes:
 
     def _spill(self) -> None:
         if self.tmp is None:
-            self.tmp = tempfile.TemporaryDirectory(dir=self.directory, prefix=".id_hashes")
+            self.tmp = Path(self.enter_context(tempfile.TemporaryDirectory(dir=self.directory, prefix=".id_hashes")))
         values = np.frombuffer(self.held, dtype=np.int64)
         bucket = values.view(np.uint64) >> np.uint64(64 - BUCKET_BITS)
         order = np.argsort(bucket, kind="stable")
         cuts = np.searchsorted(bucket[order], np.arange(1, 1 << BUCKET_BITS))
         for number, part in enumerate(np.split(values[order], cuts)):
-            with open(Path(self.tmp.name) / str(number), "ab") as handle:
+            with open(self.tmp / str(number), "ab") as handle:
                 part.tofile(handle)
         self.held = array("q")
 
@@ -57,7 +51,7 @@ class IDHashes:
             buckets = [np.frombuffer(self.held, dtype=np.int64).copy()]
         else:
             self._spill()
-            buckets = (np.fromfile(path, dtype=np.int64) for path in sorted(Path(self.tmp.name).iterdir()))
+            buckets = (np.fromfile(path, dtype=np.int64) for path in sorted(self.tmp.iterdir()))
         repeated: set[int] = set()
         for values in buckets:
             values.sort()
@@ -72,7 +66,13 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
     seen: dict[bytes, tuple[str, int]] = {}
     duplicates, gaps = [], set()
     several = len(reads.paths) > 1
-    for record_id, number, path, running in _numbered_ids(reads):
+    records = (  # each record's ID (a fragment's once), its number in its file, the file
+        (record_id, number, path)
+        for i, path in enumerate(reads.paths)
+        for batch in read_sample(SampleReads((path,), reads.mates[i : i + 1], reads.interleaved))
+        for number, record_id in enumerate(batch.ids[:: batch.mates], batch.first)
+    )
+    for running, (record_id, number, path) in enumerate(records):
         if hash(record_id) in repeated:
             where = f"{number} of {path}" if several else str(number)
             if record_id in seen:
@@ -93,14 +93,3 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
                 "mate 1 and mate 2 files, and give them as path and path2 in the samples sheet"
             )
         raise InputError(f"{', '.join(map(str, reads.paths))}: duplicate sequence IDs: {shown}; {hint}")
-
-
-def _numbered_ids(reads: SampleReads) -> Iterator[tuple[bytes, int, Path, int]]:
-    """Each record's ID (a fragment's once), its number in its file, the file, its number in the sample."""
-    running = 0
-    for i, path in enumerate(reads.paths):
-        one_file = SampleReads((path,), reads.mates[i : i + 1], reads.interleaved)
-        for batch in read_sample(one_file):
-            for number, record_id in enumerate(batch.ids[:: batch.mates], batch.first):
-                running += 1
-                yield record_id, number, path, running
