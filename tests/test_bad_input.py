@@ -313,9 +313,8 @@ def test_empty_and_short_records_are_reported(tmp_path):
     assert {row["sequence_id"] for row in frames} == {"ok"} and len(frames) == int(rows[2]["n_frames"]) > 0
 
 
-# Measured: 128 MB for this contig, 117 MB without its N gap (273 MB before non-ACGT bases were
-# counted from their positions instead of a per-base running sum). A reader that held a record as
-# Python objects per line or base would need gigabytes.
+# About twice prepare's peak for this contig: a reader that held a record as Python objects per
+# line or base, or a per-base running sum of non-ACGT bases, would need far more.
 PEAK_RSS_BOUND_MB = 250
 
 
