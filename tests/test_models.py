@@ -483,7 +483,7 @@ def test_virnucpro_pickled_classifier(tmp_path):
     model, metadata = classifier.load(tmp_path / "500_model.pth")
     assert metadata == {"format": "virnucpro-pickle", "input_dim": 40}
     io = torch.load(tmp_path / "io.pt", weights_only=True)
-    assert torch.allclose(classifier.scores(model, io["x"]), io["scores"], atol=1e-6)
+    assert torch.allclose(classifier.scores_and_atypicality(model, io["x"])[0], io["scores"], atol=1e-6)
     # its name says nothing: a file that is not one of VirNucPro's published ones must be stated
     with pytest.raises(InputError, match="cannot tell which chunk length .* set models.classifier_chunk_length"):
         classifier.check_fits(tmp_path / "500_model.pth", WIDTHS, 500)
@@ -495,7 +495,7 @@ def test_virnucpro_pickled_classifier(tmp_path):
         classifier.check_fits(tmp_path / "500_model.pth", WIDTHS[::-1], 300, stated=300)
 
 
-def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
+def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path, monkeypatch):
     """VirNucPro's files are recognised by content, as git records them (`git hash-object`)."""
     script = tmp_path / "save.py"
     script.write_text(VIRNUCPRO_SAVE)
@@ -503,16 +503,16 @@ def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
     subprocess.run([sys.executable, str(script), str(published), str(tmp_path / "io.pt")], check=True)
     blob = subprocess.run(["git", "hash-object", str(published)], capture_output=True, text=True, check=True)
     assert classifier_chunks.git_blob_id(published) == blob.stdout.strip()
-    known = {blob.stdout.strip(): 300}  # as VIRNUCPRO_BLOBS holds the published files' ids
+    assert set(classifier_chunks.VIRNUCPRO_BLOBS.values()) == {300, 500}
+    monkeypatch.setitem(classifier_chunks.VIRNUCPRO_BLOBS, blob.stdout.strip(), 300)  # as a published file
     renamed = tmp_path / "500_model.pth"
     published.rename(renamed)
-    assert classifier_chunks.made_for(renamed, known)[0] == 300
+    assert classifier_chunks.made_for(renamed)[0] == 300
     with pytest.raises(InputError, match=r"500_model.pth: this classifier was made for 300 bp chunks \(VirNucPro's"):
-        classifier_chunks.check_chunk_length(renamed, 500, None, known=known)
+        classifier_chunks.check_chunk_length(renamed, 500, None)
     with pytest.raises(InputError, match="models.classifier_chunk_length is 500, but .* made for 300 bp chunks"):
-        classifier_chunks.check_chunk_length(renamed, 500, 500, known=known)
-    classifier_chunks.check_chunk_length(renamed, 300, None, known=known)
-    assert set(classifier_chunks.VIRNUCPRO_BLOBS.values()) == {300, 500}
+        classifier_chunks.check_chunk_length(renamed, 500, 500)
+    classifier_chunks.check_chunk_length(renamed, 300, None)
 
 
 def test_own_classifier_format_round_trip(tmp_path):
@@ -521,7 +521,7 @@ def test_own_classifier_format_round_trip(tmp_path):
     classifier.save(model.eval(), tmp_path / "c.pt", embedders=[["dnabert", 8], ["esm", 12]], chunk_length=500)
     loaded, metadata = classifier.load(tmp_path / "c.pt")
     x = torch.randn(4, 20)
-    assert torch.equal(classifier.scores(model, x), classifier.scores(loaded, x))
+    assert torch.equal(classifier.scores_and_atypicality(model, x)[0], classifier.scores_and_atypicality(loaded, x)[0])
     assert metadata["embedders"] == [["dnabert", 8], ["esm", 12]]
     with pytest.raises(InputError, match=r"trained on 12 features of esm but its checkpoint gives 64; configure"):
         classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 64)], 500)

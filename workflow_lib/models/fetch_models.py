@@ -55,24 +55,19 @@ def fetch_models(
 
 
 def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    """A local checkpoint recorded, a named one downloaded from where its architecture's come from."""
+    """A local checkpoint recorded (the model check checks it), a named one downloaded from where
+    its architecture's come from."""
     checkpoint, loading = embedder.checkpoint, embedder.loading()
-    if embedder.declared.source == "fair-esm":
-        loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
     if is_local(checkpoint):
         return {
             "source": checkpoint,
             "kind": "local",
             "files": checksums.describe(loading.checkpoint_files(checkpoint)),
         }
-    if embedder.declared.source == "fair-esm":
-        return _fair_esm(loading, checkpoint, cache, pinned, progress_seconds)
-    return _hugging_face(embedder, cache, pinned)
-
-
-def _fair_esm(loading, checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
+    if embedder.declared.source == "huggingface":
+        return _hugging_face(embedder, cache, pinned)
     files = {
-        _relative(path, cache): _download(url, path, pinned, progress_seconds)
+        str(path.relative_to(cache)): _download(url, path, pinned, progress_seconds)
         for path, url in loading.hub_files(checkpoint, str(cache)).items()
     }
     return {"source": checkpoint, "kind": "fair-esm", "files": files}
@@ -104,7 +99,7 @@ def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
                 blob.unlink(missing_ok=True)
                 raise InputError(f"{checkpoint}: {sibling.rfilename}: {problem}")
             url = hf_hub_url(checkpoint, sibling.rfilename, revision=folder.name, endpoint=endpoint)
-            files[_relative(path, cache)] = {"url": url, "size": size, "sha256": sha256}
+            files[str(path.relative_to(cache))] = {"url": url, "size": size, "sha256": sha256}
     log.info("%s at %s: %d files verified in %s", checkpoint, folder.name, len(files), folder)
     return {"source": checkpoint, "kind": "huggingface", "revision": folder.name, "files": files}
 
@@ -115,7 +110,7 @@ def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: fl
         return {
             "source": classifier,
             "kind": "url",
-            "files": {_relative(path, cache): _download(classifier, path, pinned, progress_seconds)},
+            "files": {str(path.relative_to(cache)): _download(classifier, path, pinned, progress_seconds)},
         }
     if not Path(classifier).is_file():
         raise InputError(f"{classifier}: classifier file not found; set models.classifier to a path or an http(s) URL")
@@ -174,7 +169,3 @@ def _problem(name: str, size: int, sha256: str, declared_size, declared_sha256, 
     else:
         return ""
     return f"{problem}, so it is deleted; {advice}"
-
-
-def _relative(path: Path, cache: Path) -> str:
-    return str(path.relative_to(cache))
