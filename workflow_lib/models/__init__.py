@@ -68,9 +68,6 @@ class Embedder:
     def declared(self) -> Architecture:
         return ARCHITECTURES[self.architecture]
 
-    def loading(self) -> ModuleType:
-        return loading_module(self.architecture)
-
     def option(self) -> tuple:
         """Its --embedder words (add_embedders_argument)."""
         return self.name, self.architecture, self.checkpoint, "last" if self.layer is None else self.layer

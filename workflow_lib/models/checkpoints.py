@@ -93,7 +93,7 @@ def _refusal(error: Exception) -> str:
 def uninitialised():
     """Modules built inside have their parameters allocated, not initialised: no time on random
     values the checkpoint replaces, and memory never written is not held. Not the meta device:
-    building fair-esm's ESM-2 there imports torch._dynamo (a second in every job)."""
+    building fair-esm's ESM-2 there imports torch._dynamo, which takes seconds in every job."""
     from torch.nn import init
 
     saved = {name: f for name, f in vars(init).items() if name.endswith("_") and not name.startswith("_")}

@@ -26,7 +26,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import write_json
-from workflow_lib.models import Embedder
+from workflow_lib.models import Embedder, loading_module
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 log = logging.getLogger("workflow")
@@ -42,8 +42,8 @@ def fetch_models(
     pinned: dict,
     progress_seconds: float,
 ) -> dict:
-    """Fetch and verify the `embedders`' checkpoints and the classifier where they are not local;
-    write cache_dir/fetched.json and return what it records."""
+    """Fetch the models and the classifier where they are not local; write cache_dir/fetched.json
+    and return what it records."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
         models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
@@ -57,7 +57,7 @@ def fetch_models(
 def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
     """A local checkpoint recorded (the model check checks it), a named one downloaded from where
     its architecture's come from."""
-    checkpoint, loading = embedder.checkpoint, embedder.loading()
+    checkpoint, loading = embedder.checkpoint, loading_module(embedder.architecture)
     if is_local(checkpoint):
         return {
             "source": checkpoint,
@@ -76,8 +76,7 @@ def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: floa
 def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
     from huggingface_hub import HfApi, hf_hub_url, snapshot_download
 
-    checkpoint, hub_files = embedder.checkpoint, embedder.loading().HUB_FILES
-
+    checkpoint, hub_files = embedder.checkpoint, loading_module(embedder.architecture).HUB_FILES
     endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
     try:
         folder = Path(snapshot_download(checkpoint, cache_dir=cache, allow_patterns=hub_files, endpoint=endpoint))
