@@ -29,15 +29,12 @@ FFN_CHUNK = 2048  # tokens: a chunk's 4d-wide activation at the 3B shape fits a 
 E4M3_MAX = 448.0  # float8_e4m3fn's largest value
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, fair-esm's rotate_half form."""
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in_place: bool) -> torch.Tensor:
+    """Rotary embedding, fair-esm's rotate_half form; `in_place`: written into x itself, without
+    the concatenated copy."""
     half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
-def _rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """_rotate written into x itself, without the concatenated copy."""
-    half = x.shape[-1] // 2
+    if not in_place:
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
     x1, x2, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
     x1_sin = x1 * s
     x1.mul_(c).sub_(x2 * s)
@@ -101,8 +98,7 @@ def attention_input(
         x = x + pending
     h = F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
     q, k, v = (F.linear(h, w, b).view(x.shape[0], heads, -1) for w, b in ((q_w, q_b), (k_w, k_b), (v_w, v_b)))
-    rotate = _rotate_in_place if in_place else _rotate
-    return x, rotate(q, cos, sin), rotate(k, cos, sin), v
+    return x, _rotate(q, cos, sin, in_place), _rotate(k, cos, sin, in_place), v
 
 
 def attention_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float):
