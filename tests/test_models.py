@@ -20,6 +20,7 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.io import checksums, locks
 from workflow_lib.models import (
+    Embedder,
     checkpoints,
     classifier,
     classifier_chunks,
@@ -30,6 +31,7 @@ from workflow_lib.models import (
     esm_loading,
     varlen,
 )
+from workflow_lib.models.check_models import check_models
 from workflow_lib.models.checkpoints import is_local
 from workflow_lib.workflow import job_resources
 
@@ -117,8 +119,6 @@ def test_esm_checkpoint_is_fair_esm_format(demo_models):
     assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), ours.state_dict().values()))
     assert esm_loading.read_config(str(demo_models["esm"])) == {"layers": 2, "dim": 64}
     assert esm_loading.read_config("esm2_t36_3B_UR50D") == {"layers": 36, "dim": 2560}
-    with pytest.raises(InputError, match="no fair-esm ESM-2 model"):
-        esm_loading.read_config("esm2_t99_1T")
 
 
 def test_the_embedding_models_share_one_interface(demo_models):
@@ -144,16 +144,13 @@ def test_the_embedding_models_share_one_interface(demo_models):
         assert {p.name for p in model.checkpoint_files(checkpoint, None)} == files
         embedder = model.embedder(checkpoint, None, config["layers"] if name == "esm" else None, CPU, torch.float32)
         assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
-    with pytest.raises(ValueError, match="no embedding architecture 'bert'"):
-        loading_module("bert")
-    with pytest.raises(ValueError, match="DNABERT-S has no FP8 path"):  # the embed job gives it fp16
-        loading_module("dnabert_s").embedder(str(demo_models["dnabert"]), None, None, CPU, torch.float16, fp8=True)
 
 
-def test_esm_layer_out_of_range(demo_models):
-    model, alphabet = esm_loading.load(str(demo_models["esm"]))
-    with pytest.raises(InputError, match="layer: 3 is out of range"):
-        esm.ESMEmbedder(model, alphabet, 3, CPU)
+def test_esm_layer_out_of_range(demo_models, tmp_path):
+    """A local checkpoint's layer is checked by the model check, before any embedding job."""
+    embedders = [Embedder("esm", "esm2", str(demo_models["esm"]), 3)]
+    with pytest.raises(InputError, match=r"models.esm.layer: 3 is out of range for .*esm2_t2_demo.pt \(2 layers\)"):
+        check_models(embedders, None, str(tmp_path), tmp_path / "check.json", 500)
 
 
 @pytest.mark.parametrize("budget", [100_000, 1000, 150])
@@ -486,7 +483,7 @@ def test_virnucpro_pickled_classifier(tmp_path):
     model, metadata = classifier.load(tmp_path / "500_model.pth")
     assert metadata == {"format": "virnucpro-pickle", "input_dim": 40}
     io = torch.load(tmp_path / "io.pt", weights_only=True)
-    assert torch.allclose(classifier.scores(model, io["x"]), io["scores"], atol=1e-6)
+    assert torch.allclose(classifier.scores_and_atypicality(model, io["x"])[0], io["scores"], atol=1e-6)
     # its name says nothing: a file that is not one of VirNucPro's published ones must be stated
     with pytest.raises(InputError, match="cannot tell which chunk length .* set models.classifier_chunk_length"):
         classifier.check_fits(tmp_path / "500_model.pth", WIDTHS, 500)
@@ -498,7 +495,7 @@ def test_virnucpro_pickled_classifier(tmp_path):
         classifier.check_fits(tmp_path / "500_model.pth", WIDTHS[::-1], 300, stated=300)
 
 
-def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
+def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path, monkeypatch):
     """VirNucPro's files are recognised by content, as git records them (`git hash-object`)."""
     script = tmp_path / "save.py"
     script.write_text(VIRNUCPRO_SAVE)
@@ -506,16 +503,16 @@ def test_published_classifiers_are_known_by_their_git_blob_ids(tmp_path):
     subprocess.run([sys.executable, str(script), str(published), str(tmp_path / "io.pt")], check=True)
     blob = subprocess.run(["git", "hash-object", str(published)], capture_output=True, text=True, check=True)
     assert classifier_chunks.git_blob_id(published) == blob.stdout.strip()
-    known = {blob.stdout.strip(): 300}  # as VIRNUCPRO_BLOBS holds the published files' ids
+    assert set(classifier_chunks.VIRNUCPRO_BLOBS.values()) == {300, 500}
+    monkeypatch.setitem(classifier_chunks.VIRNUCPRO_BLOBS, blob.stdout.strip(), 300)  # as a published file
     renamed = tmp_path / "500_model.pth"
     published.rename(renamed)
-    assert classifier_chunks.made_for(renamed, known)[0] == 300
+    assert classifier_chunks.made_for(renamed)[0] == 300
     with pytest.raises(InputError, match=r"500_model.pth: this classifier was made for 300 bp chunks \(VirNucPro's"):
-        classifier_chunks.check_chunk_length(renamed, 500, None, known=known)
+        classifier_chunks.check_chunk_length(renamed, 500, None)
     with pytest.raises(InputError, match="models.classifier_chunk_length is 500, but .* made for 300 bp chunks"):
-        classifier_chunks.check_chunk_length(renamed, 500, 500, known=known)
-    classifier_chunks.check_chunk_length(renamed, 300, None, known=known)
-    assert set(classifier_chunks.VIRNUCPRO_BLOBS.values()) == {300, 500}
+        classifier_chunks.check_chunk_length(renamed, 500, 500)
+    classifier_chunks.check_chunk_length(renamed, 300, None)
 
 
 def test_own_classifier_format_round_trip(tmp_path):
@@ -524,7 +521,7 @@ def test_own_classifier_format_round_trip(tmp_path):
     classifier.save(model.eval(), tmp_path / "c.pt", embedders=[["dnabert", 8], ["esm", 12]], chunk_length=500)
     loaded, metadata = classifier.load(tmp_path / "c.pt")
     x = torch.randn(4, 20)
-    assert torch.equal(classifier.scores(model, x), classifier.scores(loaded, x))
+    assert torch.equal(classifier.scores_and_atypicality(model, x)[0], classifier.scores_and_atypicality(loaded, x)[0])
     assert metadata["embedders"] == [["dnabert", 8], ["esm", 12]]
     with pytest.raises(InputError, match=r"trained on 12 features of esm but its checkpoint gives 64; configure"):
         classifier.check_fits(tmp_path / "c.pt", [("dnabert", 8), ("esm", 64)], 500)
@@ -698,16 +695,6 @@ def test_esm_levers_give_the_plain_forward(demo_models, monkeypatch, levers):
     assert (got - expected).abs().max() < 1e-6
 
 
-def test_esm_levers_by_name(demo_models):
-    model, alphabet = esm_loading.load(str(demo_models["esm"]))
-    with pytest.raises(ValueError, match=r"no ESM-2 lever \['fused_qkv'\]"):
-        esm.ESMEmbedder(model, alphabet, 2, CPU, levers={"fused_qkv"})
-    assert "gelu_epilogue" not in esm.DEFAULT_LEVERS and "ffn_chunks" not in esm.DEFAULT_LEVERS
-    # rotary in float32 for a bf16 model keeps fair-esm's out-of-place form
-    embedder = esm.ESMEmbedder(model, alphabet, 2, CPU, torch.bfloat16, rotary_dtype=torch.float32)
-    assert embedder.levers == {"residual_norm"}
-
-
 def test_esm_gelu_epilogue_in_its_cuda_form_is_not_exact(demo_models, monkeypatch):
     """On CUDA the epilogue computes GELU's tanh form (torch's own decomposition of
     _addmm_activation says so), not ESM-2's erf: emulated here, it moves the demo model's
@@ -726,6 +713,7 @@ def test_esm_gelu_epilogue_in_its_cuda_form_is_not_exact(demo_models, monkeypatc
     got, _ = packed_run(epilogue, encoded, 1100)
     assert 1e-5 < (got - expected).abs().max() < 1e-3
     assert torch.nn.functional.cosine_similarity(got, expected).min() > 0.99999
+    assert "gelu_epilogue" not in esm.DEFAULT_LEVERS and "ffn_chunks" not in esm.DEFAULT_LEVERS
 
 
 def test_fp8_quantisation_per_row():

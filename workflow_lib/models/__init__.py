@@ -2,15 +2,11 @@
 tokenizers, checkpoints and attention over packed rows; the registry of embedding models; and the
 tooling of their files: fetching them into the cache, checking them, building the tiny demo models.
 
-Two levels. An *architecture* is code: its loading module (esm_loading, dnabert_loading; their
-forwards in esm and dnabert) gives resolve, read_config, checkpoint_files, load and embedder, with
-the same arguments (checkpoint: a local path or a name to fetch; cache_dir: where fetch_models put
-it), what fetch_models needs of its source (hub_files for fair-esm, HUB_FILES for Hugging Face)
-and, where its tokens are stored, stored_tokenizer; and its declaration here (ARCHITECTURES: what
-the rules need before torch is imported).
-A *configured model* is data: an entry `models.<name>` of the config listed in `models.embedders`,
-in the order of the classifier's input (VirNucPro's: dnabert, then esm). Nothing outside this
-package names a model or imports a loading module by name.
+An *architecture* is code: a loading module (esm_loading, dnabert_loading) with resolve,
+read_config, checkpoint_files, load and embedder, all with the same arguments, declared in
+ARCHITECTURES. A *configured model* is data: an entry `models.<name>` listed in `models.embedders`,
+in the order of the classifier's input. Nothing outside this package names a model or imports a
+loading module by name.
 
 May import: cli, io.
 """
@@ -25,7 +21,7 @@ from workflow_lib.models.checkpoints import ESM2_MODELS, is_local
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """An embedding architecture, as the rules and the checks see it."""
+    """What the rules and the checks need of an architecture before torch is imported."""
 
     display_name: str
     loading: str  # its loading module in this package
@@ -39,25 +35,21 @@ class Architecture:
     # width squared; activations, this times the token budget times the width
     weights_per_layer: int
     activations_per_token: int
-    # the defaults of an entry models.<name> of this architecture that does not give them (model_entry)
-    token_budget: int  # tokens per packed batch
-    # its embed job's rates with none recorded (models.<name>.assumed_tokens_per_s; docs/cluster.md)
-    cuda_tokens_per_s: int
-    cpu_tokens_per_s: int
-
-    @property
-    def assumed_tokens_per_s(self) -> dict:
-        return {"cuda": self.cuda_tokens_per_s, "cpu": self.cpu_tokens_per_s}
+    # the defaults of an entry models.<name> that does not give them (model_entry): tokens per
+    # packed batch, and its embed job's rates with none recorded (docs/cluster.md)
+    token_budget: int
+    assumed_tokens_per_s: dict
 
 
 ARCHITECTURES = {
     # ESM-2: attention 4 d^2 and feed-forward 8 d^2 a layer; DNABERT-S: its gated feed-forward 12 d^2.
     # Activations: rounded up from the growth per token of the peaks the GPU check measured
-    # (docs/gpu-check/model.json; tests/test_rule_helpers.py holds them to it). The values in the
-    # order of the fields.
-    "esm2": Architecture("ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, 19_000, 200),
+    # (docs/gpu-check/model.json; tests/test_rule_helpers.py holds them to it).
+    "esm2": Architecture(
+        "ESM-2", "esm_loading", "fair-esm", "faa", False, 8, 12, 15, 16384, {"cuda": 19_000, "cpu": 200}
+    ),
     "dnabert_s": Architecture(
-        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, 230_000, 5000
+        "DNABERT-S", "dnabert_loading", "huggingface", "fna", True, 0, 16, 24, 32768, {"cuda": 230_000, "cpu": 5000}
     ),
 }
 
@@ -76,23 +68,18 @@ class Embedder:
     def declared(self) -> Architecture:
         return ARCHITECTURES[self.architecture]
 
-    def loading(self) -> ModuleType:
-        return loading_module(self.architecture)
-
     def option(self) -> tuple:
         """Its --embedder words (add_embedders_argument)."""
         return self.name, self.architecture, self.checkpoint, "last" if self.layer is None else self.layer
 
     @classmethod
     def parse(cls, words: list[str]) -> "Embedder":
-        """The model of --embedder's words."""
         name, architecture, checkpoint, layer = words
         return cls(name, architecture, checkpoint, None if layer == "last" else int(layer))
 
 
 def add_embedders_argument(parser: argparse.ArgumentParser) -> None:
-    """--embedder NAME ARCHITECTURE CHECKPOINT LAYER, once per configured model in input order
-    (`args.embedders`, each one's words: Embedder.parse)."""
+    """--embedder, once per configured model in input order (`args.embedders`: Embedder.parse each)."""
     parser.add_argument(
         "--embedder",
         dest="embedders",
@@ -105,9 +92,7 @@ def add_embedders_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def loading_module(architecture: str) -> ModuleType:
-    """The loading module of an architecture, imported when first asked for (fair-esm and torch take seconds)."""
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"no embedding architecture '{architecture}': one of {', '.join(ARCHITECTURES)}")
+    """Imported when first asked for: fair-esm and torch take seconds."""
     return importlib.import_module(f"{__name__}.{ARCHITECTURES[architecture].loading}")
 
 
@@ -125,20 +110,18 @@ def named_shape(embedder: Embedder) -> tuple[int, int] | None:
 
 
 def embedders(config: dict) -> list[Embedder]:
-    """The configured embedding models, in the classifier's input order, of the run's settings
-    (workflow/config_check.py: each entry a model_entry)."""
+    """The configured embedding models, in the classifier's input order (each entry a model_entry)."""
     entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
     return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
 
 
 def model_entry(name: str, entry: dict) -> dict:
-    """A listed model's entry models.<name> with its architecture's defaults for the keys it lacks
-    (config.yaml gives esm's and dnabert's); a new dict."""
+    """A listed model's entry with its architecture's defaults for the keys it lacks; a new dict."""
     declared = ARCHITECTURES[entry["architecture"]]
     defaults = {
         "display_name": f"{declared.display_name} ({name})",
         "layer": None,
         "token_budget": declared.token_budget,
-        "assumed_tokens_per_s": declared.assumed_tokens_per_s,
+        "assumed_tokens_per_s": dict(declared.assumed_tokens_per_s),
     }
     return entry | {key: value for key, value in defaults.items() if key not in entry}

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from workflow_lib.io import checksums
 from workflow_lib.io.tables import read_json, write_json
-from workflow_lib.models import Embedder, classifier
+from workflow_lib.models import Embedder, classifier, loading_module
 from workflow_lib.models.checkpoints import check_layer
 
 log = logging.getLogger("workflow")
@@ -25,7 +25,7 @@ def check_models(
     cache_dir/CHECKSUMS for the next run."""
     report, store = {}, Path(cache_dir) / CHECKSUMS
     for embedder in embedders:
-        model = embedder.loading()
+        model = loading_module(embedder.architecture)
         config = model.read_config(embedder.checkpoint, cache_dir)
         check_layer(embedder.name, embedder.checkpoint, embedder.layer, config["layers"])
         # A named model is fetched before this check in a run; by hand without it, it has no files here.

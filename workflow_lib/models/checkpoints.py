@@ -3,7 +3,6 @@ and loading pickled checkpoints without running code from them."""
 
 import contextlib
 import ctypes
-import functools
 import json
 import mmap
 import re
@@ -31,12 +30,11 @@ ESM2_MODELS = {
 }
 
 
-def check_layer(model: str | None, checkpoint: str, layer: int | None, layers: int, source: str = "") -> None:
+def check_layer(model: str, checkpoint: str, layer: int | None, layers: int, source: str = "") -> None:
     """The one check of models.<model>.layer: 0 (the embeddings) up to the model's last layer (None)."""
     if layer is not None and not 0 <= layer <= layers:
-        key = f"models.{model}.layer" if model else "layer"
         raise InputError(
-            f"{source + ': ' if source else ''}{key}: {layer} is out of range for {checkpoint} "
+            f"{source + ': ' if source else ''}models.{model}.layer: {layer} is out of range for {checkpoint} "
             f"({layers} layers); set it to {layers} (the last layer, as VirNucPro) or lower"
         )
 
@@ -95,21 +93,17 @@ def _refusal(error: Exception) -> str:
 def uninitialised():
     """Modules built inside have their parameters allocated, not initialised: no time on random
     values the checkpoint replaces, and memory never written is not held. Not the meta device:
-    building fair-esm's ESM-2 there imports torch._dynamo (a second in every job)."""
+    building fair-esm's ESM-2 there imports torch._dynamo, which takes seconds in every job."""
     from torch.nn import init
 
     saved = {name: f for name, f in vars(init).items() if name.endswith("_") and not name.startswith("_")}
     for name in saved:
-        setattr(init, name, _unchanged)
+        setattr(init, name, lambda tensor, *args, **kwargs: tensor)
     try:
         yield
     finally:
         for name, function in saved.items():
             setattr(init, name, function)
-
-
-def _unchanged(tensor, *args, **kwargs):
-    return tensor
 
 
 def converted(state: dict, convert) -> dict:
@@ -132,15 +126,8 @@ MADV_PAGEOUT = 21
 def _page_out(address: int, size: int) -> None:
     start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: the edges may hold other tensors
     end = (address + size) // mmap.PAGESIZE * mmap.PAGESIZE
-    if sys.platform == "linux" and end > start:
-        _madvise()(start, end - start, MADV_PAGEOUT)  # an older kernel answers EINVAL: nothing is released
-
-
-@functools.cache
-def _madvise():
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-    return madvise
+    if sys.platform == "linux" and end > start:  # an older kernel answers EINVAL: nothing is released
+        ctypes.CDLL(None).madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_PAGEOUT)
 
 
 _SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}

@@ -16,9 +16,8 @@ from torch import nn
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models.checkpoints import load_weights
-from workflow_lib.models.classifier_chunks import check_chunk_length, embedders_refusal
+from workflow_lib.models.classifier_chunks import FORMAT, check_chunk_length, embedders_refusal
 
-FORMAT = "virnucpro-mlp/1"
 HIDDEN_DIM = 512
 _PICKLED_CLASSES = (
     "__main__.MLPClassifier",
@@ -56,19 +55,9 @@ class MLPClassifier(nn.Module):
         return self.hidden_layer.in_features
 
 
-class _PickledModule:
-    """Stand-in for a pickled nn.Module: the unpickler fills its __dict__ and nothing else runs."""
-
-
-def _state_of(module: _PickledModule, prefix: str = "") -> dict[str, torch.Tensor]:
-    state = {}
-    for kind in ("_parameters", "_buffers"):
-        for name, tensor in getattr(module, "__dict__", {}).get(kind, {}).items():
-            if tensor is not None:
-                state[prefix + name] = tensor.detach()
-    for name, child in getattr(module, "__dict__", {}).get("_modules", {}).items():
-        state.update(_state_of(child, f"{prefix}{name}."))
-    return state
+class _PickledModule(nn.Module):
+    """Stand-in for each pickled module: nn.Module's __setstate__ fills its __dict__, and nothing
+    of the pickled classes' own code runs; its state_dict() then reads the pickled tensors."""
 
 
 def save(model: MLPClassifier, path: str | Path, **metadata) -> None:
@@ -93,7 +82,7 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
     if isinstance(data, dict) and data.get("format") == FORMAT:
         state, metadata = data["state_dict"], {k: v for k, v in data.items() if k != "state_dict"}
     elif isinstance(data, _PickledModule):
-        state, metadata = _state_of(data), {"format": "virnucpro-pickle"}
+        state, metadata = data.state_dict(), {"format": "virnucpro-pickle"}
     else:
         raise InputError(f"{path}: not a classifier file (expected a VirNucPro .pth or a workflow classifier)")
     try:
@@ -123,16 +112,11 @@ def check_fits(path: str | Path, widths: list[tuple[str, int]], chunk_length: in
 
 
 @torch.inference_mode()
-def scores(model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-    """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts."""
-    return scores_and_atypicality(model, features, batch_size)[0]
-
-
-@torch.inference_mode()
 def scores_and_atypicality(
     model: MLPClassifier, features: torch.Tensor, batch_size: int = 4096
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """scores() and each frame's atypicality [N], from one pass of the hidden layer."""
+    """Softmax probabilities [N, 2] (others, virus), in eval mode as VirNucPro predicts, and each
+    frame's atypicality [N], from one pass of the hidden layer."""
     model.eval()
     probabilities, atypical = [], []
     for i in range(0, features.shape[0], batch_size):

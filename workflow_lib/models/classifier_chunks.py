@@ -10,7 +10,6 @@ without torch, so that the Snakefile checks it at start-up.
 
 import hashlib
 import io
-import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -23,19 +22,15 @@ VIRNUCPRO_BLOBS = {
     "a0b5b85e7c1e44f00cde146d091beb82b2c8e855": 300,
     "fc35d5ef9f1f4564eea7036f34f4f8ec6000d33d": 500,
 }
-_FORMAT = "virnucpro-mlp/1"  # classifier.FORMAT, which imports torch
+FORMAT = "virnucpro-mlp/1"  # of the train target's classifier files (classifier.save)
 # The embedding models of a classifier file that records none (VirNucPro's published files, and the
 # train target's before it recorded them), in the order of its input: VirNucPro's.
 VIRNUCPRO_EMBEDDERS = (("dnabert", None), ("esm", None))
-_BLOCK = 1 << 20
 
 
 def git_blob_id(path: str | Path) -> str:
-    digest = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
-    with open(path, "rb") as handle:
-        while block := handle.read(_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+    data = Path(path).read_bytes()  # a classifier is megabytes
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class _Inert:
@@ -67,7 +62,7 @@ def recorded_metadata(path: str | Path) -> dict:
             data = _MetadataUnpickler(io.BytesIO(archive.read(name))).load() if name else None
     except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
         return {}
-    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         return {}
     return {k: v for k, v in data.items() if isinstance(v, (str, int, float)) or k == "embedders"}
 
@@ -91,23 +86,22 @@ def embedders_refusal(path: str | Path, metadata: dict, given: list[tuple[str, i
     return None
 
 
-def made_for(path: str | Path, known: dict[str, int] = VIRNUCPRO_BLOBS) -> tuple[int | None, str]:
+def made_for(path: str | Path) -> tuple[int | None, str]:
     """(chunk length, how it is known) of a classifier file; (None, "") when the file does not say."""
     recorded = recorded_metadata(path).get("chunk_length")
     if recorded is not None:
         return int(recorded), "recorded in the file by the train target"
     blob = git_blob_id(path)
-    if blob in known:
-        return known[blob], f"VirNucPro's published {known[blob]}_model.pth (git blob {blob[:12]})"
+    if blob in VIRNUCPRO_BLOBS:
+        length = VIRNUCPRO_BLOBS[blob]
+        return length, f"VirNucPro's published {length}_model.pth (git blob {blob[:12]})"
     return None, ""
 
 
-def check_chunk_length(
-    path: str | Path, chunk_length: int, stated: int | None, source: str = "config", known: dict = VIRNUCPRO_BLOBS
-) -> None:
+def check_chunk_length(path: str | Path, chunk_length: int, stated: int | None, source: str = "config") -> None:
     """Refuse, in one line, a classifier made for other chunks than `chunk_length`, or one that does
     not say unless models.classifier_chunk_length (`stated`) does."""
-    length, how = made_for(path, known)
+    length, how = made_for(path)
     if length is None and stated is None:
         raise InputError(
             f"{path}: cannot tell which chunk length this classifier was made for (it is neither written by the "

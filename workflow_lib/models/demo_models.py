@@ -4,14 +4,13 @@ model.safetensors, a BPE tokenizer.json trained on DNA)."""
 
 import argparse
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, processors, trainers
 
-from workflow_lib.io.outputs import atomic_path
+from workflow_lib.io.outputs import atomic_dir, atomic_path
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models.checkpoints import DEMO_DNABERT, DEMO_ESM
 from workflow_lib.models.dnabert import DNABERT
@@ -80,53 +79,42 @@ def build_esm(path: Path, seed: int, config: dict = ESM_CONFIG, dtype: torch.dty
 
 
 def build_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG) -> Path:
-    """A DNABERT-S directory, written under a temporary name and renamed when complete."""
-    directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        _write_dnabert(tmp, genomes, seed, config)
-        shutil.rmtree(directory, ignore_errors=True)
-        os.replace(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return directory
-
-
-def _write_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict) -> None:
-    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
-    trainer = trainers.BpeTrainer(vocab_size=config["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False)
-    pieces = [
-        seq[i : i + 1000].decode()
-        for path in genomes
-        for _, _, seq in read_records(path)
-        for i in range(0, len(seq), 1000)
-    ]
-    tokenizer.train_from_iterator(pieces, trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
-    )
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "cls_token": "[CLS]",
-                "sep_token": "[SEP]",
-                "pad_token": "[PAD]",
-                "unk_token": "[UNK]",
-                "mask_token": "[MASK]",
-            },
-            indent=2,
+    """A DNABERT-S directory (its BPE tokenizer trained on `genomes`), written under a temporary
+    name and renamed when complete."""
+    with atomic_dir(directory) as tmp:
+        tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+        trainer = trainers.BpeTrainer(
+            vocab_size=config["vocab_size"], special_tokens=SPECIAL_TOKENS, show_progress=False
         )
-    )
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    torch.manual_seed(seed)
-    model = DNABERT(config)
-    from safetensors.torch import save_file
-
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors")
+        pieces = [
+            seq[i : i + 1000].decode()
+            for path in genomes
+            for _, _, seq in read_records(path)
+            for i in range(0, len(seq), 1000)
+        ]
+        tokenizer.train_from_iterator(pieces, trainer)
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+        )
+        tokenizer.save(str(tmp / "tokenizer.json"))
+        (tmp / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "cls_token": "[CLS]",
+                    "sep_token": "[SEP]",
+                    "pad_token": "[PAD]",
+                    "unk_token": "[UNK]",
+                    "mask_token": "[MASK]",
+                },
+                indent=2,
+            )
+        )
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        torch.manual_seed(seed)
+        model = DNABERT(config)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
+    return Path(directory)
 
 
 def build(esm_path: str | Path, dnabert_dir: str | Path, genomes: list[Path], seed: int) -> dict[str, Path]:

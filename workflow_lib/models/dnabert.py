@@ -32,74 +32,18 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_two(closest) + alibi_slopes(2 * closest)[0::2][: heads - closest]
 
 
-class _Embeddings(nn.Module):
-    def __init__(self, cfg: dict):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(
-            cfg["vocab_size"], cfg["hidden_size"], padding_idx=cfg.get("pad_token_id", 0)
-        )
-        self.token_type_embeddings = nn.Embedding(cfg.get("type_vocab_size", 2), cfg["hidden_size"])
-        self.LayerNorm = nn.LayerNorm(cfg["hidden_size"], eps=cfg.get("layer_norm_eps", 1e-12))
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.word_embeddings(ids) + self.token_type_embeddings.weight[0])
-
-
-class _SelfAttention(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.Wqkv = nn.Linear(d, 3 * d)
-
-
-class _Output(nn.Module):
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.dense = nn.Linear(d, d)
-        self.LayerNorm = nn.LayerNorm(d, eps=eps)
-
-
-class _Attention(nn.Module):
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.self = _SelfAttention(d)
-        self.output = _Output(d, eps)
-
-
-class _GatedMLP(nn.Module):
-    def __init__(self, d: int, intermediate: int, eps: float):
-        super().__init__()
-        self.gated_layers = nn.Linear(d, 2 * intermediate, bias=False)
-        self.wo = nn.Linear(intermediate, d)
-        self.layernorm = nn.LayerNorm(d, eps=eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gated, linear = self.gated_layers(x).chunk(2, dim=-1)
-        return self.layernorm(self.wo(F.gelu(gated) * linear) + x)  # erf GELU, post-LN
-
-
-class _Layer(nn.Module):
-    def __init__(self, d: int, heads: int, intermediate: int, eps: float):
-        super().__init__()
-        self.heads = heads
-        self.attention = _Attention(d, eps)
-        self.mlp = _GatedMLP(d, intermediate, eps)
-
-    def forward(self, x: torch.Tensor, layout: varlen.Layout, slopes: torch.Tensor) -> torch.Tensor:
-        n, d = x.shape
-        q, k, v = self.attention.self.Wqkv(x).view(n, 3, self.heads, d // self.heads).unbind(1)
-        attended = varlen.attention(q, k, v, layout, slopes).reshape(n, d)  # softmax(qk^T/sqrt(dh) + ALiBi)
-        out = self.attention.output
-        return self.mlp(out.LayerNorm(out.dense(attended) + x))
-
-
-class _Encoder(nn.Module):
-    def __init__(self, cfg: dict):
-        super().__init__()
-        d, eps = cfg["hidden_size"], cfg.get("layer_norm_eps", 1e-12)
-        self.layer = nn.ModuleList(
-            _Layer(d, cfg["num_attention_heads"], cfg["intermediate_size"], eps)
-            for _ in range(cfg["num_hidden_layers"])
-        )
+def _layer(d: int, intermediate: int, eps: float) -> nn.ModuleDict:
+    """One encoder layer's modules, named as the checkpoint's keys."""
+    attention = {
+        "self": nn.ModuleDict({"Wqkv": nn.Linear(d, 3 * d)}),
+        "output": nn.ModuleDict({"dense": nn.Linear(d, d), "LayerNorm": nn.LayerNorm(d, eps=eps)}),
+    }
+    mlp = {
+        "gated_layers": nn.Linear(d, 2 * intermediate, bias=False),
+        "wo": nn.Linear(intermediate, d),
+        "layernorm": nn.LayerNorm(d, eps=eps),
+    }
+    return nn.ModuleDict({"attention": nn.ModuleDict(attention), "mlp": nn.ModuleDict(mlp)})
 
 
 class DNABERT(nn.Module):
@@ -107,19 +51,36 @@ class DNABERT(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
-        self.embeddings = _Embeddings(cfg)
-        self.encoder = _Encoder(cfg)
+        d, eps = cfg["hidden_size"], cfg.get("layer_norm_eps", 1e-12)
+        self.embeddings = nn.ModuleDict(
+            {
+                "word_embeddings": nn.Embedding(cfg["vocab_size"], d, padding_idx=cfg.get("pad_token_id", 0)),
+                "token_type_embeddings": nn.Embedding(cfg.get("type_vocab_size", 2), d),
+                "LayerNorm": nn.LayerNorm(d, eps=eps),
+            }
+        )
+        layers = (_layer(d, cfg["intermediate_size"], eps) for _ in range(cfg["num_hidden_layers"]))
+        self.encoder = nn.ModuleDict({"layer": nn.ModuleList(layers)})
+        self.heads = cfg["num_attention_heads"]
         # not a buffer: model.half() would round slopes such as 2^-0.5
-        self.slopes = torch.tensor(alibi_slopes(cfg["num_attention_heads"]), dtype=torch.float32)
-        self.dim = cfg["hidden_size"]
+        self.slopes = torch.tensor(alibi_slopes(self.heads), dtype=torch.float32)
+        self.dim = d
 
     def forward(self, ids: torch.Tensor, layout: varlen.Layout) -> torch.Tensor:
         """Last hidden state [T, d] of a packed row of token IDs."""
         if self.slopes.device != ids.device:
             self.slopes = self.slopes.to(ids.device)
-        x = self.embeddings(ids)
+        e = self.embeddings
+        x = e.LayerNorm(e.word_embeddings(ids) + e.token_type_embeddings.weight[0])
+        n, d = x.shape
         for layer in self.encoder.layer:
-            x = layer(x, layout, self.slopes)  # ALiBi depends only on |i - j|: exact within each sequence
+            attention, mlp = layer.attention, layer.mlp
+            q, k, v = attention.self.Wqkv(x).view(n, 3, self.heads, d // self.heads).unbind(1)
+            # softmax(qk^T/sqrt(dh) + ALiBi): ALiBi depends only on |i - j|, exact within each sequence
+            attended = varlen.attention(q, k, v, layout, self.slopes).reshape(n, d)
+            x = attention.output.LayerNorm(attention.output.dense(attended) + x)
+            gated, linear = mlp.gated_layers(x).chunk(2, dim=-1)
+            x = mlp.layernorm(mlp.wo(F.gelu(gated) * linear) + x)  # erf GELU
         return x
 
 
@@ -132,7 +93,7 @@ class DNABERTEmbedder:
 
     def __init__(self, model: DNABERT, tokens: DNABERTTokens, device: torch.device, dtype: torch.dtype = torch.float32):
         self.model = model.to(device=device, dtype=dtype)
-        self.tokens, self.device, self.dim = tokens, device, model.dim
+        self.tokens, self.dim = tokens, model.dim
 
     @torch.inference_mode()
     def __call__(self, tokens: torch.Tensor, layout: varlen.Layout) -> torch.Tensor:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models.checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
@@ -39,12 +40,8 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
 
 def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
     """The checkpoint's config.json, with "layers" and "dim" as for ESM-2."""
-    config = _hf_config(resolve(checkpoint, cache_dir))
+    config = json.loads((resolve(checkpoint, cache_dir) / "config.json").read_text())
     return {**config, "layers": config["num_hidden_layers"], "dim": config["hidden_size"]}
-
-
-def _hf_config(directory: Path) -> dict:
-    return json.loads((directory / "config.json").read_text())
 
 
 def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path]:
@@ -55,14 +52,11 @@ def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path
 
 
 def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
-        path = directory / name
-        if path.is_file():
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                return load_file(path)
-            return load_weights(path, "DNABERT-S weights")
+    safetensors, pickled = (directory / name for name in WEIGHT_FILES)
+    if safetensors.is_file():
+        return load_file(safetensors)
+    if pickled.is_file():
+        return load_weights(pickled, "DNABERT-S weights")
     raise InputError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
 
 
@@ -76,9 +70,8 @@ def load(
     """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds
     ESM-2; `digests` (ESM-2's copy's name) go unused: DNABERT-S is not copied."""
     device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
-    config = _hf_config(directory)
     with uninitialised():
-        model = DNABERT(config)
+        model = DNABERT(read_config(str(directory)))
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
     wanted = model.state_dict().keys()
     missing = [k for k in wanted if k not in state]
@@ -104,10 +97,7 @@ def embedder(
     fp8=False,
     digests: dict[str, str] | None = None,
 ) -> "DNABERTEmbedder":
-    """VirNucPro embeds with the last hidden state: `layer` must be None. FP8 GEMMs are ESM-2's only."""
-    if layer is not None:
-        raise ValueError("DNABERT-S embeds with its last hidden state: no layer is chosen")
-    if fp8:
-        raise ValueError("DNABERT-S has no FP8 path: it computes in fp16 where ESM-2 uses fp8")
+    """The embedder of the last hidden state, as VirNucPro's (the config check refuses a `layer`;
+    the embed job asks for no `fp8` of DNABERT-S)."""
     model, tokens = load(checkpoint, cache_dir, device, dtype, digests)
     return DNABERTEmbedder(model, tokens, device, dtype)

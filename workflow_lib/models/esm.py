@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from workflow_lib.cli.errors import InputError, first_line
 from workflow_lib.models import varlen
-from workflow_lib.models.checkpoints import check_layer
 from workflow_lib.models.tokens import ESMTokens
 
 POOLED_RESIDUES = 1024  # VirNucPro's truncation_seq_length: it limits the mean, not the forward
@@ -30,16 +29,12 @@ FFN_CHUNK = 2048  # tokens: a chunk's 4d-wide activation at the 3B shape fits a 
 E4M3_MAX = 448.0  # float8_e4m3fn's largest value
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding (fair-esm's rotate_half form) in the dtype of cos and sin."""
-    y = x.to(cos.dtype)
-    half = y.shape[-1] // 2
-    return (y * cos + torch.cat((-y[..., half:], y[..., :half]), dim=-1) * sin).to(x.dtype)
-
-
-def _rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """_rotate written into x itself (cos and sin in x's dtype), without the concatenated copy."""
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in_place: bool) -> torch.Tensor:
+    """Rotary embedding, fair-esm's rotate_half form; `in_place`: written into x itself, without
+    the concatenated copy."""
     half = x.shape[-1] // 2
+    if not in_place:
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
     x1, x2, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
     x1_sin = x1 * s
     x1.mul_(c).sub_(x2 * s)
@@ -48,9 +43,8 @@ def _rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 class FP8Weight(NamedTuple):
-    """A linear's weight [out, in] in float8 e4m3 and its float32 scales, one per output channel [1, out].
-    `fast_accum` (unmeasured, off unless asked): the GEMM accumulates in the tensor cores' own
-    precision, not float32 (Hopper's fast FP8 path)."""
+    """A linear's weight [out, in] in float8 e4m3 and its float32 scales [1, out]. `fast_accum`
+    (unmeasured, off unless asked): the GEMM accumulates in the tensor cores' own precision."""
 
     weight: torch.Tensor
     scale: torch.Tensor
@@ -95,29 +89,27 @@ def check_fp8(device: torch.device, dtype: torch.dtype) -> None:
 def attention_input(
     x, norm_w, norm_b, eps: float, q_w, q_b, k_w, k_b, v_w, v_b, cos, sin, heads: int, pending=None, in_place=False
 ):
-    """A layer's pre-LayerNorm, q, k and v, rotary on q and k: [T, H, dh] each, after x. fair-esm
-    scales q by head_dim^-0.5 before rotary; rotary is linear, so the attention kernel's own
-    1/sqrt(dh) scaling is the same (exactly so for power-of-two head sizes). Three GEMMs, not one
-    over a fused weight, which measured slower (docs/gpu-check.md). `pending` (lever residual_norm):
-    the last layer's feed-forward output, added here, in the LayerNorm's kernel when compiled.
-    `in_place` (lever rotary_in_place): rotary written into q and k."""
+    """x, and its pre-LayerNorm's q, k and v [T, H, dh], rotary on q and k. fair-esm scales q by
+    head_dim^-0.5 before rotary; rotary is linear, so the attention kernel's own scaling is the
+    same. Three GEMMs: one over a fused weight measured slower (docs/gpu-check.md). `pending`
+    (lever residual_norm): the last layer's feed-forward output, added here, in the LayerNorm's
+    kernel when compiled. `in_place`: lever rotary_in_place."""
     if pending is not None:
         x = x + pending
     h = F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
     q, k, v = (F.linear(h, w, b).view(x.shape[0], heads, -1) for w, b in ((q_w, q_b), (k_w, k_b), (v_w, v_b)))
-    rotate = _rotate_in_place if in_place else _rotate
-    return x, rotate(q, cos, sin), rotate(k, cos, sin), v
+    return x, _rotate(q, cos, sin, in_place), _rotate(k, cos, sin, in_place), v
 
 
 def attention_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float):
-    """The attention's projection added to the residual stream, and the feed-forward's LayerNorm of it."""
+    """The residual stream after the attention's projection, and its LayerNorm for the feed-forward."""
     x = x + F.linear(attended, out_w, out_b)
     return x, F.layer_norm(x, x.shape[-1:], norm_w, norm_b, eps)
 
 
 def feed_forward(h, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue=False):
-    """The feed-forward block. `gelu_epilogue` (lever): bias and GELU in cuBLASLt's epilogue of the
-    first GEMM, which computes GELU's tanh form on CUDA (ESM-2's is erf; the CPU's is erf)."""
+    """`gelu_epilogue` (lever): bias and GELU in cuBLASLt's epilogue of the first GEMM, which
+    computes GELU's tanh form on CUDA (ESM-2's and the CPU's are erf)."""
     if gelu_epilogue and not isinstance(fc1_w, FP8Weight):
         a = torch._addmm_activation(fc1_b, h, fc1_w.t(), use_gelu=True)
     else:
@@ -127,9 +119,8 @@ def feed_forward(h, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue=False):
 
 def layer_output(x, attended, out_w, out_b, norm_w, norm_b, eps: float, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue=False,
                  defer=False):  # fmt: skip
-    """The attention's projection, then the feed-forward block, each added to the residual stream:
-    (x, None); with `defer` (lever residual_norm), (x, the feed-forward's output) for the next
-    layer's attention_input to add."""
+    """(x, None) after the attention's projection and the feed-forward; with `defer` (lever
+    residual_norm), (x, the feed-forward's output) for the next layer's attention_input to add."""
     x, h = attention_output(x, attended, out_w, out_b, norm_w, norm_b, eps)
     y = feed_forward(h, fc1_w, fc1_b, fc2_w, fc2_b, gelu_epilogue)
     return (x, y) if defer else (x + y, None)
@@ -159,10 +150,9 @@ class ESMEmbedder:
     Per sequence, as fair-esm's padded forward: BOS/EOS, the token-dropout rescale, rotary
     positions from 0, attention within the sequence only; the layers above `layer` and the heads
     are skipped. Rotary angles are computed in float32 (fair-esm's half models compute them in half,
-    far off at long positions) and applied in `rotary_dtype`, the model's dtype unless given.
-    `compiled`: the layer's work around the attention kernel fused by torch.compile. `levers`:
-    names from LEVERS (rotary_in_place needs rotary in the model's dtype). `fp8`: the feed-forward
-    GEMMs of every layer but the first and the last in FP8; `fast_accum`: FP8Weight's.
+    far off at long positions), applied in the model's dtype. `compiled`: the layer's work around
+    the attention kernel fused by torch.compile. `levers`: names from LEVERS. `fp8`: the
+    feed-forward GEMMs of every layer but the first and the last in FP8; `fast_accum`: FP8Weight's.
     """
 
     pooling = "mean over the first 1024 residues (BOS and EOS excluded)"
@@ -175,16 +165,11 @@ class ESMEmbedder:
         layer: int,
         device: torch.device,
         dtype: torch.dtype = torch.float32,
-        rotary_dtype: torch.dtype | None = None,
-        name: str = "this ESM-2 model",
         compiled: bool = False,
         levers: frozenset[str] = DEFAULT_LEVERS,
         fp8: bool = False,
         fast_accum: bool = False,
     ):
-        check_layer(None, name, layer, model.num_layers)
-        if unknown := set(levers) - LEVERS:
-            raise ValueError(f"no ESM-2 lever {sorted(unknown)}: one of {sorted(LEVERS)}")
         # fair-esm's own frequencies, 1/10000^(arange(0, dh, 2)/dh) as the checkpoint holds them:
         # the published files store them in float16, and fair-esm uses them so even in fp32.
         self.inv_freq = model.layers[0].self_attn.rot_emb.inv_freq.to(device=device, dtype=torch.float32)
@@ -194,12 +179,9 @@ class ESMEmbedder:
         ]
         if fp8 and device.type == "cuda":
             torch.cuda.empty_cache()  # the dropped half-precision weights: not held for a GPU's other jobs
-        self.layer, self.device, self.dim = layer, device, model.embed_dim
-        self.tokens = ESMTokens.of(alphabet)
-        self.heads = model.attention_heads
-        self.rotary_dtype = rotary_dtype or dtype
-        self.levers = frozenset(levers) - ({"rotary_in_place"} if self.rotary_dtype != dtype else set())
-        self.fp8, self.compiled = fp8, compiled
+        self.layer, self.dim = layer, model.embed_dim
+        self.tokens, self.heads, self.dtype = ESMTokens.of(alphabet), model.attention_heads, dtype
+        self.levers, self.compiled = frozenset(levers), compiled
         # dynamic: one kernel for every row length; the same code for every layer
         self.f = {f.__name__: torch.compile(f, dynamic=True) if compiled else f for f in LAYER_FUNCTIONS}
 
@@ -243,9 +225,7 @@ class ESMEmbedder:
             ratio = (ratio / layout.lengths).to(x.dtype)  # <mask> share of each sequence, BOS and EOS counted
             x = x * (1 - 0.15 * 0.8) / (1 - ratio)[layout.seq, None]  # the constant 0.88 without <mask>
         freqs = layout.pos.float()[:, None] * self.inv_freq[None, :]
-        cos, sin = (
-            f(torch.cat((freqs, freqs), dim=-1))[:, None, :].to(self.rotary_dtype) for f in (torch.cos, torch.sin)
-        )
+        cos, sin = (f(torch.cat((freqs, freqs), dim=-1))[:, None, :].to(self.dtype) for f in (torch.cos, torch.sin))
         x = self._layers_or_eager(x, cos, sin, layout)
         if self.layer == m.num_layers:
             x = m.emb_layer_norm_after(x)  # the last layer only: intermediate layers are pre-LN

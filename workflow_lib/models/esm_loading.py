@@ -42,21 +42,13 @@ def _torch_load(path: Path):
 
 
 def read_config(checkpoint: str, cache_dir: str | None = None) -> dict:
-    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model."""
-    if not is_local(checkpoint):
-        _known(checkpoint)
-        layers, dim = ESM2_MODELS[checkpoint]
-        return {"layers": layers, "dim": dim}
-    cfg = _local_data(Path(checkpoint))["cfg"]["model"]
-    return {"layers": cfg.encoder_layers, "dim": cfg.encoder_embed_dim}
-
-
-def _known(name: str) -> None:
-    if name not in ESM2_MODELS:
-        raise InputError(
-            f"models.esm.checkpoint: '{name}' is no fair-esm ESM-2 model ({', '.join(ESM2_MODELS)}) "
-            "and no local .pt file"
-        )
+    """{"layers", "dim"} of an ESM-2 checkpoint, without building the model (a name: the config
+    check has refused one fair-esm lacks)."""
+    if is_local(checkpoint):
+        cfg = _local_data(Path(checkpoint))["cfg"]["model"]
+        return {"layers": cfg.encoder_layers, "dim": cfg.encoder_embed_dim}
+    layers, dim = ESM2_MODELS[checkpoint]
+    return {"layers": layers, "dim": dim}
 
 
 def _local_data(path: Path) -> dict:
@@ -70,15 +62,11 @@ def _local_data(path: Path) -> dict:
     return data
 
 
-def _hub_dir(cache_dir: str | None) -> Path:
-    """torch hub's directory for named models: cache_dir/torch/hub, else torch's own."""
-    return Path(cache_dir) / "torch" / "hub" if cache_dir else Path(torch.hub.get_dir())
-
-
 def hub_files(name: str, cache_dir: str | None) -> dict[Path, str]:
-    """A named model's files in torch hub's layout, and their URLs (FAIR_ESM_URL in the environment: a mirror)."""
+    """A named model's files in torch hub's layout under cache_dir (else torch's own), and their
+    URLs (FAIR_ESM_URL in the environment: a mirror)."""
     base = os.environ.get("FAIR_ESM_URL", FAIR_ESM_URL).rstrip("/")
-    checkpoints = _hub_dir(cache_dir) / "checkpoints"
+    checkpoints = (Path(cache_dir) / "torch" / "hub" if cache_dir else Path(torch.hub.get_dir())) / "checkpoints"
     return {
         checkpoints / f"{name}.pt": f"{base}/models/{name}.pt",
         checkpoints / f"{name}-contact-regression.pt": f"{base}/regression/{name}-contact-regression.pt",
@@ -89,7 +77,6 @@ def resolve(checkpoint: str, cache_dir: str | None = None) -> Path:
     """The .pt file of a checkpoint: the path itself, or a named model's in cache_dir (jobs never download)."""
     if is_local(checkpoint):
         return Path(checkpoint)
-    _known(checkpoint)
     files = hub_files(checkpoint, cache_dir)
     if not all(p.is_file() for p in files):
         raise not_fetched("models.esm.checkpoint", checkpoint, cache_dir or torch.hub.get_dir())
@@ -114,26 +101,26 @@ def load(
     dtype: torch.dtype = torch.float32,
     digests: dict[str, str] | None = None,
 ) -> tuple[esm.ESM2, esm.Alphabet]:
-    """Load an ESM-2 model by fair-esm name (fetched into cache_dir) or local .pt path, its weights
-    in `dtype` on `device`.
+    """An ESM-2 model by fair-esm name (fetched into cache_dir) or local .pt path, its weights in
+    `dtype` on `device`.
 
     Built in place: parameters uninitialised (never written, so not held), and each memory-mapped
     checkpoint tensor converted once straight to `dtype` on `device`: a GPU job in half precision
     never holds a float32 copy on the host. Not fair-esm's load_model_and_alphabet_hub, which
-    downloads and unpickles with weights_only=False. The contact regression file beside a checkpoint
-    is optional (the contact head is not used for embeddings).
+    downloads and unpickles with weights_only=False. The contact regression file is optional.
 
     In half precision with a cache_dir, the first job also writes the converted weights to a
-    safetensors copy (copy_path), which later jobs map straight to the device. The copy is named
-    after the files' content: `digests` ({file name: SHA-256}), hashed here when not given.
+    safetensors copy (copy_path), which later jobs map straight to the device; a float32 copy
+    would save no conversion. `digests` ({file name: SHA-256}) name it, hashed here when not given.
     """
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
-    # taken before reading: a file changed during the load never matches its copy
-    sources = content_of(path, digests) if dtype in HALF and cache_dir else None
-    copy = copy_path(sources, cache_dir, dtype)
-    if copy and (loaded := _from_copy(copy, sources, device)):
-        log.info("ESM-2 loaded from %s, the %s copy of %s", copy, dtype, path)
-        return loaded
+    copy = None
+    if dtype in HALF and cache_dir:
+        sources = content_of(path, digests)  # taken before reading: a file changed meanwhile never matches
+        copy = copy_path(sources, cache_dir, dtype)
+        if loaded := _from_copy(copy, sources, device):
+            log.info("ESM-2 loaded from %s, the %s copy of %s", copy, dtype, path)
+            return loaded
     data = _local_data(path)
     if regression_path(path).exists():
         data["model"].update(_torch_load(regression_path(path))["model"])
@@ -159,13 +146,10 @@ def _built(cfg: argparse.Namespace, state: dict) -> tuple[esm.ESM2, esm.Alphabet
         return esm.pretrained._load_model_and_alphabet_core_v2({"cfg": {"model": cfg}, "model": state})
 
 
-def copy_path(sources: str | None, cache_dir: str | None, dtype: torch.dtype) -> Path | None:
-    """Where the half-precision safetensors copy of the checkpoint files `sources` (content_of) is
-    kept: in cache_dir (a local .pt may sit in a read-only folder), named after the files' content,
-    so that the same checkpoint at another path finds the same copy. None in float32 (a copy would
-    save no conversion) or without a cache_dir."""
-    if dtype not in HALF or not cache_dir:
-        return None
+def copy_path(sources: str, cache_dir: str, dtype: torch.dtype) -> Path:
+    """Where the safetensors copy of the checkpoint files `sources` (content_of) is kept: in
+    cache_dir (a local .pt may sit in a read-only folder), named after the files' content, so that
+    the same checkpoint at another path finds the same copy."""
     content = hashlib.sha256(sources.encode()).hexdigest()[:16]
     return Path(cache_dir) / "esm-copies" / f"esm2-{content}.{str(dtype).removeprefix('torch.')}.safetensors"
 
@@ -234,5 +218,4 @@ def embedder(
         check_fp8(device, dtype)
     model, alphabet = load(checkpoint, cache_dir, device, dtype, digests)
     layer = model.num_layers if layer is None else layer
-    compiled = device.type == "cuda"
-    return ESMEmbedder(model, alphabet, layer, device, dtype, name=checkpoint, compiled=compiled, fp8=fp8)
+    return ESMEmbedder(model, alphabet, layer, device, dtype, compiled=device.type == "cuda", fp8=fp8)

@@ -26,7 +26,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import write_json
-from workflow_lib.models import Embedder
+from workflow_lib.models import Embedder, loading_module
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 log = logging.getLogger("workflow")
@@ -42,8 +42,8 @@ def fetch_models(
     pinned: dict,
     progress_seconds: float,
 ) -> dict:
-    """Fetch and verify the `embedders`' checkpoints and the classifier where they are not local;
-    write cache_dir/fetched.json and return what it records."""
+    """Fetch the models and the classifier where they are not local; write cache_dir/fetched.json
+    and return what it records."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
         models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
@@ -55,24 +55,19 @@ def fetch_models(
 
 
 def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    """A local checkpoint recorded, a named one downloaded from where its architecture's come from."""
-    checkpoint, loading = embedder.checkpoint, embedder.loading()
-    if embedder.declared.source == "fair-esm":
-        loading.read_config(checkpoint)  # a clear error for an unknown name or a missing file
+    """A local checkpoint recorded (the model check checks it), a named one downloaded from where
+    its architecture's come from."""
+    checkpoint, loading = embedder.checkpoint, loading_module(embedder.architecture)
     if is_local(checkpoint):
         return {
             "source": checkpoint,
             "kind": "local",
             "files": checksums.describe(loading.checkpoint_files(checkpoint)),
         }
-    if embedder.declared.source == "fair-esm":
-        return _fair_esm(loading, checkpoint, cache, pinned, progress_seconds)
-    return _hugging_face(embedder, cache, pinned)
-
-
-def _fair_esm(loading, checkpoint: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
+    if embedder.declared.source == "huggingface":
+        return _hugging_face(embedder, cache, pinned)
     files = {
-        _relative(path, cache): _download(url, path, pinned, progress_seconds)
+        str(path.relative_to(cache)): _download(url, path, pinned, progress_seconds)
         for path, url in loading.hub_files(checkpoint, str(cache)).items()
     }
     return {"source": checkpoint, "kind": "fair-esm", "files": files}
@@ -81,8 +76,7 @@ def _fair_esm(loading, checkpoint: str, cache: Path, pinned: dict, progress_seco
 def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
     from huggingface_hub import HfApi, hf_hub_url, snapshot_download
 
-    checkpoint, hub_files = embedder.checkpoint, embedder.loading().HUB_FILES
-
+    checkpoint, hub_files = embedder.checkpoint, loading_module(embedder.architecture).HUB_FILES
     endpoint = os.environ.get("HF_ENDPOINT")  # read now: huggingface_hub reads it once, on import
     try:
         folder = Path(snapshot_download(checkpoint, cache_dir=cache, allow_patterns=hub_files, endpoint=endpoint))
@@ -104,7 +98,7 @@ def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
                 blob.unlink(missing_ok=True)
                 raise InputError(f"{checkpoint}: {sibling.rfilename}: {problem}")
             url = hf_hub_url(checkpoint, sibling.rfilename, revision=folder.name, endpoint=endpoint)
-            files[_relative(path, cache)] = {"url": url, "size": size, "sha256": sha256}
+            files[str(path.relative_to(cache))] = {"url": url, "size": size, "sha256": sha256}
     log.info("%s at %s: %d files verified in %s", checkpoint, folder.name, len(files), folder)
     return {"source": checkpoint, "kind": "huggingface", "revision": folder.name, "files": files}
 
@@ -115,7 +109,7 @@ def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: fl
         return {
             "source": classifier,
             "kind": "url",
-            "files": {_relative(path, cache): _download(classifier, path, pinned, progress_seconds)},
+            "files": {str(path.relative_to(cache)): _download(classifier, path, pinned, progress_seconds)},
         }
     if not Path(classifier).is_file():
         raise InputError(f"{classifier}: classifier file not found; set models.classifier to a path or an http(s) URL")
@@ -174,7 +168,3 @@ def _problem(name: str, size: int, sha256: str, declared_size, declared_sha256, 
     else:
         return ""
     return f"{problem}, so it is deleted; {advice}"
-
-
-def _relative(path: Path, cache: Path) -> str:
-    return str(path.relative_to(cache))

@@ -1,6 +1,7 @@
 """Tokenizers for loader workers: picklable, and light to import (no fair-esm, no model code),
 since every spawn worker imports them afresh."""
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -38,20 +39,19 @@ class DNABERTTokens:
     padding (as VirNucPro tokenizes). The tokenizer file is read once in each process."""
 
     def __init__(self, path: Path):
-        self.path, self._tokenizer = Path(path), None
+        self.path = Path(path)
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_tokenizer": None}
+        return {"path": self.path}  # not the tokenizer: each worker reads it again
 
-    @property
+    @functools.cached_property
     def tokenizer(self):
-        if self._tokenizer is None:
-            from tokenizers import Tokenizer
+        from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(str(self.path))
-            self._tokenizer.no_truncation()
-            self._tokenizer.no_padding()
-        return self._tokenizer
+        tokenizer = Tokenizer.from_file(str(self.path))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
 
     def __call__(self, sequences: list[bytes]) -> list[np.ndarray]:
         # encode_batch_fast skips character offsets, which are not needed here

@@ -15,6 +15,7 @@ One kernel per device, precision and model, chosen by measurement (docs/gpu-chec
 the rest of the job.
 """
 
+import functools
 import importlib.util
 import logging
 
@@ -38,11 +39,9 @@ class Layout:
         # output_size keeps repeat_interleave from synchronising with the GPU to learn the total
         self.seq = torch.repeat_interleave(torch.arange(self.n_seqs, device=device), self.lengths, output_size=n_tokens)
         self.pos = torch.arange(n_tokens, device=device) - starts[self.seq]  # restarts at 0 in each sequence
-        j = torch.arange(max_len, device=device)
-        self.valid = j[None, :] < self.lengths[:, None]  # [B, L] slots of the padded view holding a token
-        self.gather = (starts[:, None] + j[None, :]).clamp(max=n_tokens - 1)  # token of each slot
+        slots = torch.arange(max_len, device=device)
+        self.gather = (starts[:, None] + slots[None, :]).clamp(max=n_tokens - 1)  # token of each slot of [B, L]
         self.scatter = self.seq * max_len + self.pos  # slot of each token
-        self._by_length = None
         self._masks = {}  # padded_mask's, shared by the layers of a forward
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -57,13 +56,12 @@ class Layout:
         sums = torch.zeros(self.n_seqs, x.shape[1], dtype=torch.float64, device=x.device).index_add_(0, self.seq, x)
         return (sums / counts.clamp(min=1)[:, None]).float()
 
+    @functools.cached_property
     def by_length(self) -> list[tuple[int, int, int]]:
         """(L, first token, G) for each run of G sequences of length L (a batch is sorted by length)."""
-        if self._by_length is None:
-            lengths, counts = torch.unique_consecutive(self.lengths.cpu(), return_counts=True)
-            firsts = torch.cat((torch.zeros(1, dtype=torch.long), (lengths * counts).cumsum(0)[:-1]))
-            self._by_length = list(zip(lengths.tolist(), firsts.tolist(), counts.tolist()))
-        return self._by_length
+        lengths, counts = torch.unique_consecutive(self.lengths.cpu(), return_counts=True)
+        firsts = torch.cat((torch.zeros(1, dtype=torch.long), (lengths * counts).cumsum(0)[:-1]))
+        return list(zip(lengths.tolist(), firsts.tolist(), counts.tolist()))
 
 
 def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int | None = None) -> torch.Tensor:
@@ -76,7 +74,7 @@ def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int 
 def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
     """Per-sequence attention, the sequences of one length in one call; q, k, v: [T, H, dh]."""
     out = torch.empty_like(q)
-    for length, first, g in layout.by_length():
+    for length, first, g in layout.by_length:
         run = slice(first, first + g * length)
         qs, ks, vs = (t[run].unflatten(0, (g, length)).transpose(1, 2) for t in (q, k, v))  # [G, H, L, dh], views
         # ALiBi broadcast over G: as fast as a bias laid out per sequence, without its copy
@@ -89,15 +87,13 @@ MASK_ALIGN = 8  # elements: a mask row stride the memory-efficient kernel takes 
 
 
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """The padded path's additive attention mask: padded keys at -inf, ALiBi added when slopes are
-    given; [B, 1, 1, L], or [B, H, L, L] with ALiBi. Made once per batch, as a view of a mask whose
-    rows are MASK_ALIGN apart: the memory-efficient kernel copies a mask with other strides into an
-    aligned one at every call."""
+    """The padded path's additive mask, made once per batch: padded keys at -inf, plus ALiBi when
+    slopes are given; [B, 1, 1, L], or [B, H, L, L]. A view of a mask whose rows are MASK_ALIGN apart."""
     key = (slopes is not None, dtype)
     if key not in layout._masks:
         length = layout.max_len
         width = -(-length // MASK_ALIGN) * MASK_ALIGN
-        padding = torch.arange(width, device=layout.valid.device)[None, :] >= layout.lengths[:, None]  # [B, width]
+        padding = torch.arange(width, device=layout.lengths.device)[None, :] >= layout.lengths[:, None]  # [B, width]
         if slopes is None:
             mask = torch.zeros(padding.shape, dtype=dtype, device=padding.device)[:, None, None, :]
         else:
@@ -113,7 +109,7 @@ def padded_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None
     return out.transpose(1, 2).reshape(-1, *out.shape[1::2])[layout.scatter]
 
 
-def _torch_varlen(q, k, v, layout, slopes):
+def _torch_varlen(q, k, v, layout):
     from torch.nn.attention.varlen import varlen_attn
 
     cu = layout.cu_seqlens
@@ -123,7 +119,7 @@ def _torch_varlen(q, k, v, layout, slopes):
 GROUPED = "sdpa by sequence length"
 VARLEN = "torch varlen_attn"
 PADDED = "padded sdpa"
-KERNELS = {GROUPED: grouped_attention, VARLEN: _torch_varlen, PADDED: padded_attention}
+KERNELS = {GROUPED: grouped_attention, PADDED: padded_attention}
 # found, not imported: importing torch.nn.attention.varlen pulls in torch._dynamo (seconds)
 _HAS_VARLEN = importlib.util.find_spec("torch.nn.attention.varlen") is not None
 _varlen_failed = False  # in this process: the padded path from then on
@@ -143,13 +139,12 @@ def attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> to
     are given. Running out of memory is the caller's to handle."""
     global _varlen_failed
     name = kernel_name(q.device, q.dtype, slopes is not None)
-    if name != VARLEN:
-        return KERNELS[name](q, k, v, layout, slopes)
-    try:
-        return _torch_varlen(q, k, v, layout, slopes)
-    except torch.OutOfMemoryError:
-        raise
-    except Exception as error:  # a GPU or build without its kernel fails in many ways
-        log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, first_line(error))
-        _varlen_failed = True
-        return padded_attention(q, k, v, layout, slopes)
+    if name == VARLEN:
+        try:
+            return _torch_varlen(q, k, v, layout)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # a GPU or build without its kernel fails in many ways
+            log.warning("attention: %s failed (%s); the padded path is used from now on", VARLEN, first_line(error))
+            _varlen_failed, name = True, PADDED
+    return KERNELS[name](q, k, v, layout, slopes)
