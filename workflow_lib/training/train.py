@@ -36,7 +36,8 @@ MIN_SEQUENCES_PER_CLASS = 10
 FEW_FRAMES = 1000  # of a class: fewer, and the train job warns
 # the job's settings, not the training's: metrics.json's settings are the train section's
 NOT_THE_RECIPE = ("chunk_length", "progress_seconds", "threads")
-SCORE_ROWS = 4096  # training rows copied and scored at a time: classifier.scores' batch, 55 MB at production width
+# training rows copied and scored at a time: classifier.scores_and_atypicality's batch, 55 MB at production width
+SCORE_ROWS = 4096
 
 
 @dataclass(frozen=True)
