@@ -16,6 +16,7 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.io import checksums
 from workflow_lib.io.outputs import atomic_path
+from workflow_lib.models import loading_module
 
 log = logging.getLogger("workflow")
 
@@ -26,14 +27,27 @@ def tokenize_shard(
     architecture: str, checkpoint: str, cache_dir: str | None, known: dict, shard_path: str | Path, output: str | Path
 ) -> int:
     """The tokenize job: the tokenizer of a checkpoint of `architecture` over a shard's sequences,
-    into `output`. `known`: the model check's digests of the checkpoint's files."""
-    from workflow_lib.models import loading_module
-
+    block by block into `output`; its token count. `known`: the model check's digests of the
+    checkpoint's files."""
     start = time.monotonic()
     tokenizer, encode, vocab_size = loading_module(architecture).stored_tokenizer(checkpoint, cache_dir)
     digest = checksums.digests(checksums.describe([tokenizer], known))[tokenizer.name]
-    n_tokens = write(shard_path, encode, digest, vocab_size, output)
-    seconds = time.monotonic() - start
+    index = ShardIndex.read(shard_path)
+    dtype = np.uint16 if vocab_size <= 1 << 16 else np.int32
+    offsets = np.zeros(len(index) + 1, dtype=np.int64)
+    with atomic_path(output) as tmp, h5py.File(tmp, "w") as h5:
+        ids = h5.create_dataset("ids", shape=(0,), maxshape=(None,), dtype=dtype, chunks=(IDS_CHUNK,))
+        for b in range(index.n_blocks):
+            encoded = encode(index.read_block(b))
+            first = b * index.block_size
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+            offsets[first + 1 : first + 1 + len(encoded)] = offsets[first] + np.cumsum(lengths)
+            ids.resize((int(offsets[first + len(encoded)]),))
+            if encoded:
+                ids[int(offsets[first]) :] = np.concatenate(encoded).astype(dtype)
+        h5.create_dataset("offsets", data=offsets)
+        h5.attrs.update(shard_sha256=index.sha256, tokenizer_sha256=digest)
+    n_tokens, seconds = int(offsets[-1]), time.monotonic() - start
     log.info(
         "%d tokens of %s in %.1f s (%.0f tokens/s) into %s",
         n_tokens,
@@ -45,34 +59,12 @@ def tokenize_shard(
     return n_tokens
 
 
-def write(shard_path: str | Path, encode, tokenizer_sha256: str, vocab_size: int, output: str | Path) -> int:
-    """Tokenise a shard FASTA block by block into `output`; returns its token count."""
-    index = ShardIndex.read(shard_path)
-    dtype = np.uint16 if vocab_size <= 1 << 16 else np.int32
-    offsets = np.zeros(len(index) + 1, dtype=np.int64)
-    with atomic_path(output) as tmp, h5py.File(tmp, "w") as h5:
-        ids = h5.create_dataset("ids", shape=(0,), maxshape=(None,), dtype=dtype, chunks=(IDS_CHUNK,))
-        for b in range(len(index.blocks)):
-            encoded = encode(index.blocks.read(b))
-            first = b * index.blocks.size
-            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-            offsets[first + 1 : first + 1 + len(encoded)] = offsets[first] + np.cumsum(lengths)
-            ids.resize((int(offsets[first + len(encoded)]),))
-            if encoded:
-                ids[int(offsets[first]) :] = np.concatenate(encoded).astype(dtype)
-        h5.create_dataset("offsets", data=offsets)
-        h5.attrs.update(shard_sha256=index.sha256, tokenizer_sha256=tokenizer_sha256)
-    return int(offsets[-1])
-
-
 class StoredTokens:
-    """Block b's token arrays (int64) from a tokens file; picklable (opened in each worker)."""
+    """Block b's token arrays (int64) from a tokens file; picklable (a loader worker opens the file
+    for each block)."""
 
     def __init__(self, path: str | Path, block_size: int):
-        self.path, self.block_size, self._h5 = Path(path), block_size, None
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "block_size": self.block_size, "_h5": None}
+        self.path, self.block_size = Path(path), block_size
 
     @classmethod
     def checked(cls, path: str | Path, index: ShardIndex, tokenizer_sha256: str) -> "StoredTokens":
@@ -84,11 +76,10 @@ class StoredTokens:
             raise InputError(f"{path}: not a readable tokens file ({error}); delete it and run again") from None
         if made != (index.sha256, tokenizer_sha256, len(index)):
             raise InputError(f"{path}: tokens of another shard or tokenizer than {index.path}; delete it and run again")
-        return cls(path, index.blocks.size)
+        return cls(path, index.block_size)
 
     def __call__(self, b: int) -> list[np.ndarray]:
-        if self._h5 is None:
-            self._h5 = h5py.File(self.path, "r")
-        offsets = self._h5["offsets"][b * self.block_size : (b + 1) * self.block_size + 1]
-        ids = self._h5["ids"][offsets[0] : offsets[-1]].astype(np.int64)
+        with h5py.File(self.path, "r") as h5:
+            offsets = h5["offsets"][b * self.block_size : (b + 1) * self.block_size + 1]
+            ids = h5["ids"][offsets[0] : offsets[-1]].astype(np.int64)
         return np.split(ids, offsets[1:-1] - offsets[0])
