@@ -34,7 +34,7 @@ from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.embed.resume import ShardRows, sigterm_held
-from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.embed.stored_tokens import read_tokens
 from workflow_lib.harness.stages import (
     DEFAULTS,
     embed_command,
@@ -141,10 +141,12 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
     n_tokens = tokenize_into(path, demo_models["dnabert"], tokens_path)
     index = ShardIndex.read(path)
     tokenizer = DNABERTTokens(Path(demo_models["dnabert"]) / "tokenizer.json")
-    stored = StoredTokens(tokens_path, index.block_size)
     assert index.n_blocks > 2
     for b in range(index.n_blocks):
-        assert all(np.array_equal(s, t) for s, t in zip(stored(b), tokenizer(index.read_block(b)), strict=True))
+        assert all(
+            np.array_equal(s, t)
+            for s, t in zip(read_tokens(tokens_path, index.block_size, b), tokenizer(index.read_block(b)), strict=True)
+        )
     settings = embed_settings("dnabert", demo_models["dnabert"], token_budget=500, num_workers=2)
     embed_into(path, tmp_path / "tokenised.h5", settings)
     stats = embed_into(path, tmp_path / "read.h5", settings, tokens_path)

@@ -24,12 +24,11 @@ from workflow_lib import __version__
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
-from workflow_lib.embed import rates
+from workflow_lib.embed import rates, stored_tokens
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import PackedBatch
-from workflow_lib.embed.resume import ShardRows, fingerprint, sigterm_held
-from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.tables import write_json
 from workflow_lib.models import ARCHITECTURES, loading_module, varlen
@@ -38,6 +37,7 @@ log = logging.getLogger("workflow")
 # fp8: ESM-2's feed-forward GEMMs in FP8 (models/esm.py), the rest of the model in fp16
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}
 GPUS_VARIABLE = "VIRNUCPRO_GPUS"
+PACKAGES = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
@@ -72,13 +72,8 @@ def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = 
         yield torch.device("cpu")
         return
     with locks.claim_gpu(gpus, gpu_mem_mb, until_exit=until_exit) as index:
-        log.info(
-            "claimed %s of GPU %d (%s, %d MB)",
-            f"{gpu_mem_mb} MB" if gpu_mem_mb else "all",
-            index,
-            gpus[index].uuid,
-            gpus[index].memory_mb,
-        )
+        share = f"{gpu_mem_mb} MB" if gpu_mem_mb else "all"
+        log.info(f"claimed {share} of GPU {index} ({gpus[index].uuid}, {gpus[index].memory_mb} MB)")
         if not torch.cuda.is_available():  # GPUS_VARIABLE's stand-ins
             yield torch.device("cpu")
             return
@@ -126,12 +121,10 @@ def build_embedder(
 
 @contextlib.contextmanager
 def sigterm_exits() -> Iterator[Callable[[], None]]:
-    """SLURM sends SIGTERM to every process of a job at its time limit or on preemption, Snakemake to
-    its jobs when it is stopped: it raises SystemExit(143) in the main process, which leaves through
-    its normal exits (loader workers shut down, what was embedded committed, no partial output
-    left). Yields `finishing`: once called (every frame committed), a SIGTERM is only noted: stopped
-    after its output was renamed, the job would exit 143 and Snakemake would delete that output,
-    its commits perhaps gone already."""
+    """A SIGTERM (SLURM's at a time limit or preemption, Snakemake's when stopped) raises SystemExit(143)
+    in the main process, which leaves through its normal exits. Yields `finishing`: once called (every
+    frame committed), a SIGTERM is only noted: stopped after its output was renamed, the job would exit
+    143 and Snakemake would delete that output, its commits perhaps gone already."""
 
     def stop(signum, _frame):
         raise SystemExit(128 + signum)
@@ -165,7 +158,7 @@ class Meter:
             self.loader_wait += time.monotonic() - waited
             if batch is None:
                 return
-            if self.batches == 1 and self.steady_from is None:  # the first batch is done
+            if self.batches == 1:  # the first batch is done
                 self.steady_from, self.tokens_before = time.monotonic(), self.tokens
             self.tokens += batch.n_tokens
             self.slots += batch.slots
@@ -187,7 +180,7 @@ class Meter:
     def summary(self) -> str:
         return (
             f"{self.rate():,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
-            f"loader wait {self.loader_wait:.1f} s of {max(time.monotonic() - self.start, 1e-9):.1f} s, "
+            f"loader wait {self.loader_wait:.1f} s of {time.monotonic() - self.start:.1f} s, "
             f"peak memory {self.peak_memory() / 2**30:.2f} GiB"
         )
 
@@ -216,10 +209,8 @@ def embed_shard(
             set_allocator_conf("expandable_segments:True")
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
-        if len(index):
-            device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb, claim_until_exit))
-        else:
-            device = torch.device("cpu")
+        name = settings.device if len(index) else "cpu"
+        device = claim.enter_context(claimed_device(name, gpu_mem_mb, claim_until_exit))
         precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
         files = loading_module(settings.architecture).checkpoint_files(settings.checkpoint, settings.cache_dir)
@@ -229,25 +220,31 @@ def embed_shard(
         # none for a single block, which one would only delay
         asked = max(0, min(settings.threads - 1, 8)) if settings.num_workers == "auto" else settings.num_workers
         workers = min(asked, index.n_blocks) if index.n_blocks > 1 else 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")  # SLURM names the GPUs it gave the job here
         log.info(
-            "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
-            "CUDA_VISIBLE_DEVICES=%s",
-            settings.model,
-            device,
-            precision,
-            len(index),
-            input_path,
-            settings.token_budget,
-            workers,
-            asked,
-            index.n_blocks,
-            os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+            f"{settings.model} on {device} ({precision}): {len(index)} frames from {input_path}, token budget "
+            f"{settings.token_budget}, {workers} loader workers ({asked} asked, {index.n_blocks} blocks); "
+            f"CUDA_VISIBLE_DEVICES={visible}"
         )
-        stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
+        stored = stored_tokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
         load_seconds = time.monotonic() - loading
 
-        key = fingerprint(settings, index.sha256, index.block_size, digests, precision, device)
-        rows = ShardRows(output_path, key, settings.commit_seconds)
+        gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        made_by = {  # what committed results depend on: the shard, the model files and the batches
+            "shard_sha256": index.sha256,
+            "block_size": index.block_size,
+            "model": settings.model,
+            "checkpoint_sha256": digests,
+            "layer": settings.layer,
+            "precision": precision,
+            "storage": settings.storage,
+            "device": device.type,
+            # a retry on another GPU model computes other last bits: it must not append to these rows
+            "device_name": gpu_name or "cpu",
+            "token_budget": settings.token_budget,
+            "workflow_version": __version__,
+        }
+        rows = ShardRows(output_path, made_by, settings.commit_seconds)
         with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
             rows.replay(index, writer)
             resumed = rows.done
@@ -256,7 +253,6 @@ def embed_shard(
             meter = run_batches(batches, feed, rows, workers, settings)
             finishing()
             rows.check_complete()
-            name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
             stats = {  # what made the embeddings, and the job's figures
                 "model": settings.model,
                 "checkpoint": settings.checkpoint,
@@ -270,7 +266,14 @@ def embed_shard(
                 "attention": varlen.kernel_name(device, PRECISIONS[precision], embedder.alibi),
                 "token_budget": settings.token_budget,
                 "prefetch_factor": settings.prefetch_factor,
-                "versions": json.dumps(versions(name)),
+                "versions": json.dumps(  # the software and the device that made the embeddings
+                    {
+                        "python": platform.python_version(),
+                        **{name: importlib.metadata.version(name) for name in PACKAGES},
+                        "cuda": torch.version.cuda,
+                        "device_name": gpu_name or platform.processor() or "cpu",
+                    }
+                ),
                 "n_tokens": int(rows.tokens.sum()),
                 "load_seconds": round(load_seconds, 3),
                 "seconds": round(time.monotonic() - meter.start, 3),
@@ -290,19 +293,8 @@ def embed_shard(
     log.info("wrote %s and %s", output_path, figures_path)
     if rate_key and planned_tokens and meter.steady_from is not None:  # a shard of one batch has no steady rate
         rate = stats["tokens_per_s"] * planned_tokens / stats["n_tokens"]
-        rates.record(settings.cache_dir, rate_key, name or "cpu", rate)
+        rates.record(settings.cache_dir, rate_key, gpu_name or "cpu", rate)
     return {**stats, "storage": settings.storage}
-
-
-def versions(gpu_name: str | None) -> dict:
-    """The software and the device that made the embeddings, for the run summary."""
-    packages = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
-    return {
-        "python": platform.python_version(),
-        **{name: importlib.metadata.version(name) for name in packages},
-        "cuda": torch.version.cuda,
-        "device_name": gpu_name or platform.processor() or "cpu",
-    }
 
 
 def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):

@@ -10,7 +10,6 @@ written in the same directory (`scratch`), so a killed job leaves nothing that l
 """
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -21,14 +20,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from workflow_lib import __version__
-from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.io import h5store
 from workflow_lib.io.outputs import atomic_open
-from workflow_lib.io.tables import write_json
+from workflow_lib.io.tables import read_json, write_json
 
 log = logging.getLogger("workflow")
 
@@ -44,7 +40,11 @@ class ShardRows:
         self.scratch = self.dir / f"output.tmp{os.getpid()}.h5"  # where the output is written until complete
         self.interval, self.last = interval, time.monotonic()
         stamp = self.dir / "fingerprint.json"
-        if _read_stamp(stamp) != fingerprint:
+        try:
+            kept = read_json(stamp) == fingerprint
+        except (OSError, ValueError):  # none, or cut short by a crash
+            kept = False
+        if not kept:
             if self.dir.exists():
                 log.info(
                     f"{self.dir}: left by a run of another shard or other settings, or cut short; starting from zero"
@@ -128,34 +128,6 @@ class ShardRows:
 
     def _examples(self, rows: np.ndarray) -> list[str]:
         return [self.index.ids[i] for i in rows[:3]]
-
-
-def fingerprint(
-    settings: EmbedSettings, shard_sha256: str, block_size: int, digests: dict, precision: str, device: torch.device
-) -> dict:
-    """What committed results depend on: the shard, the model files and the batches."""
-    return {
-        "shard_sha256": shard_sha256,
-        "block_size": block_size,
-        "model": settings.model,
-        "checkpoint_sha256": digests,
-        "layer": settings.layer,
-        "precision": precision,
-        "storage": settings.storage,
-        "device": device.type,
-        # a retry on another GPU model computes other last bits: it must not append to these rows
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "token_budget": settings.token_budget,
-        "workflow_version": __version__,
-    }
-
-
-def _read_stamp(path: Path) -> dict | None:
-    """The fingerprint a run left, or None: none, or a file cut short by a crash."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 @contextlib.contextmanager

@@ -5,8 +5,10 @@ record i starts, then the total), attributes `shard_sha256` and `tokenizer_sha25
 another shard or tokenizer is refused.
 """
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -59,27 +61,22 @@ def tokenize_shard(
     return n_tokens
 
 
-class StoredTokens:
-    """Block b's token arrays (int64) from a tokens file; picklable (a loader worker opens the file
-    for each block)."""
+def checked(path: str | Path, index: ShardIndex, tokenizer_sha256: str) -> Callable[[int], list[np.ndarray]]:
+    """Block b's token arrays from the tokens file of this shard and tokenizer (picklable, for the
+    loader workers), or a one-line error."""
+    try:
+        with h5py.File(path, "r") as h5:
+            made = (h5.attrs.get("shard_sha256"), h5.attrs.get("tokenizer_sha256"), len(h5["offsets"]) - 1)
+    except (OSError, KeyError) as error:  # HDF5 checks a file's length against its superblock on opening
+        raise InputError(f"{path}: not a readable tokens file ({error}); delete it and run again") from None
+    if made != (index.sha256, tokenizer_sha256, len(index)):
+        raise InputError(f"{path}: tokens of another shard or tokenizer than {index.path}; delete it and run again")
+    return functools.partial(read_tokens, Path(path), index.block_size)
 
-    def __init__(self, path: str | Path, block_size: int):
-        self.path, self.block_size = Path(path), block_size
 
-    @classmethod
-    def checked(cls, path: str | Path, index: ShardIndex, tokenizer_sha256: str) -> "StoredTokens":
-        """The tokens file of this shard and tokenizer, or a one-line error."""
-        try:
-            with h5py.File(path, "r") as h5:
-                made = (h5.attrs.get("shard_sha256"), h5.attrs.get("tokenizer_sha256"), len(h5["offsets"]) - 1)
-        except (OSError, KeyError) as error:  # HDF5 checks a file's length against its superblock on opening
-            raise InputError(f"{path}: not a readable tokens file ({error}); delete it and run again") from None
-        if made != (index.sha256, tokenizer_sha256, len(index)):
-            raise InputError(f"{path}: tokens of another shard or tokenizer than {index.path}; delete it and run again")
-        return cls(path, index.block_size)
-
-    def __call__(self, b: int) -> list[np.ndarray]:
-        with h5py.File(self.path, "r") as h5:
-            offsets = h5["offsets"][b * self.block_size : (b + 1) * self.block_size + 1]
-            ids = h5["ids"][offsets[0] : offsets[-1]].astype(np.int64)
-        return np.split(ids, offsets[1:-1] - offsets[0])
+def read_tokens(path: Path, block_size: int, b: int) -> list[np.ndarray]:
+    """Block b's token arrays (int64)."""
+    with h5py.File(path, "r") as h5:
+        offsets = h5["offsets"][b * block_size : (b + 1) * block_size + 1]
+        ids = h5["ids"][offsets[0] : offsets[-1]].astype(np.int64)
+    return np.split(ids, offsets[1:-1] - offsets[0])
