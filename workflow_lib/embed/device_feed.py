@@ -45,9 +45,7 @@ class DeviceFeed:
             if self.cuda:
                 torch.cuda.empty_cache()
             self.max_tokens = batch.n_tokens // 2
-            log.warning(
-                "out of GPU memory on %d tokens: batches are split to %d tokens", batch.n_tokens, self.max_tokens
-            )
+            log.warning(f"out of GPU memory on {batch.n_tokens} tokens: batches are split to {self.max_tokens} tokens")
             return self._submit_halves(batch)
         rows, tokens, event = batch.rows.numpy(), np.diff(batch.cu_seqlens.numpy()), None
         if self.cuda:

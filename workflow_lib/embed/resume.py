@@ -1,7 +1,5 @@
-"""Where a shard's embedded rows go, and how a killed embed job resumes: rows are checked finite,
-put in the HDF5 writer, counted (each row must be written exactly once), and committed in parts
-beside the output, so that a rerun embeds only what was not committed, in the same batches, and
-writes the same file.
+"""Resuming a killed embed job: its rows are committed in parts beside the output, so that a rerun
+embeds only what was not committed, in the same batches, and writes the same file.
 
 Each part holds the rows written to the output since the previous part, as stored, written under a
 temporary name and renamed, so a kill leaves only whole parts. Parts belong to one shard and one set
@@ -30,9 +28,10 @@ log = logging.getLogger("workflow")
 
 
 class ShardRows:
-    """The rows of one shard's output. Made, it keeps an earlier run's parts of the same fingerprint
-    (else starts from zero); `replay` writes them into the writer. Rows stored since are committed
-    when a commit is due or the writer is full, and at the end."""
+    """The rows of one shard's output: checked finite, put in the HDF5 writer, counted (each must be
+    written exactly once). Made, it keeps an earlier run's parts of the same fingerprint; `replay`
+    writes them into the writer. Rows stored since are committed when a commit is due or the writer
+    is full, and at the end."""
 
     def __init__(self, output_path: str | Path, fingerprint: dict, interval: float):
         output_path = Path(output_path)

@@ -50,14 +50,8 @@ def tokenize_shard(
         h5.create_dataset("offsets", data=offsets)
         h5.attrs.update(shard_sha256=index.sha256, tokenizer_sha256=digest)
     n_tokens, seconds = int(offsets[-1]), time.monotonic() - start
-    log.info(
-        "%d tokens of %s in %.1f s (%.0f tokens/s) into %s",
-        n_tokens,
-        shard_path,
-        seconds,
-        n_tokens / max(seconds, 1e-9),
-        output,
-    )
+    rate = n_tokens / max(seconds, 1e-9)
+    log.info(f"{n_tokens} tokens of {shard_path} in {seconds:.1f} s ({rate:.0f} tokens/s) into {output}")
     return n_tokens
 
 
