@@ -36,8 +36,6 @@ def main() -> None:
     setup_logging()
     use_threads(args.threads)
     settings = from_arguments(EmbedSettings, args, known_checksums=known_checksums(args.model_check, args.model))
-    share = None if args.gpus else args.gpu_mem_mb
-    # the claim ends with this process, which frees its GPU memory only then
     # the rate is recorded where the plan gives the shard's tokens
     key = rates.model_key(read_json(args.model_check)[args.model], settings.precision) if args.planned_tokens else None
     embed_shard(
@@ -47,10 +45,10 @@ def main() -> None:
         settings,
         args.tokens,
         args.planned_frames,
-        share,
-        True,
-        key,
-        args.planned_tokens,
+        gpu_mem_mb=None if args.gpus else args.gpu_mem_mb,
+        claim_until_exit=True,  # the claim ends with this process, which frees its GPU memory only then
+        rate_key=key,
+        planned_tokens=args.planned_tokens,
     )
 
 

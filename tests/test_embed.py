@@ -33,8 +33,8 @@ from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
 from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.embed.stopping import sigterm_held
-from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.embed.resume import ShardRows, sigterm_held
+from workflow_lib.embed.stored_tokens import read_tokens
 from workflow_lib.harness.stages import (
     DEFAULTS,
     embed_command,
@@ -44,7 +44,7 @@ from workflow_lib.harness.stages import (
     tokenize_into,
     write_reads,
 )
-from workflow_lib.io import locks
+from workflow_lib.io import h5store, locks
 from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
@@ -111,7 +111,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
     # Sorting and packing change nothing: each row equals the sequence embedded alone.
     settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
     embedder = build_embedder(settings, CPU, "fp32")
-    sequences = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
+    sequences = [s for b in range(index.n_blocks) for s in index.read_block(b)]
     for row in (0, len(ids) // 2, len(ids) - 1):
         packed = pack([0], embedder.tokens([sequences[row]]), budget).tensors()
         alone = embedder(packed.tokens, packed.layout())[0].numpy()
@@ -126,7 +126,7 @@ def test_workers_give_every_frame_exactly_once(few_read_frames, demo_models, tmp
     path = few_read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=2)
-    assert len(ShardIndex.read(path).blocks) > 6
+    assert ShardIndex.read(path).n_blocks > 6
     assert workers[0] == alone[0] == list(ShardIndex.read(path).ids)
     assert np.array_equal(workers[1], alone[1])
     assert workers[2]["num_workers"] == 2 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
@@ -141,10 +141,12 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
     n_tokens = tokenize_into(path, demo_models["dnabert"], tokens_path)
     index = ShardIndex.read(path)
     tokenizer = DNABERTTokens(Path(demo_models["dnabert"]) / "tokenizer.json")
-    stored = StoredTokens(tokens_path, index.blocks.size)
-    assert len(index.blocks) > 2
-    for b in range(len(index.blocks)):
-        assert all(np.array_equal(s, t) for s, t in zip(stored(b), tokenizer(index.blocks.read(b)), strict=True))
+    assert index.n_blocks > 2
+    for b in range(index.n_blocks):
+        assert all(
+            np.array_equal(s, t)
+            for s, t in zip(read_tokens(tokens_path, index.block_size, b), tokenizer(index.read_block(b)), strict=True)
+        )
     settings = embed_settings("dnabert", demo_models["dnabert"], token_budget=500, num_workers=2)
     embed_into(path, tmp_path / "tokenised.h5", settings)
     stats = embed_into(path, tmp_path / "read.h5", settings, tokens_path)
@@ -153,7 +155,6 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
         assert np.array_equal(a["embeddings"][()], b["embeddings"][()])
     with pytest.raises(InputError, match="tokens of another shard or tokenizer than .*shard_1.fna; delete it"):
         embed_into(shard / "shard_1.fna", tmp_path / "other.h5", settings, tokens_path)
-    del stored  # closes its file: HDF5 would hand the open one back to the next opening
     whole = tokens_path.read_bytes()
     for size in (0, len(whole) // 2, len(whole) - 1):  # cut short by a crash: refused, never a crash in h5py
         tokens_path.write_bytes(whole[:size])
@@ -220,11 +221,12 @@ def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
     data = "".join(f">{name}\n{sequence}\n" for name, sequence in records).encode()
     (tmp_path / "shard.faa").write_bytes(data)
     sizes = read_pieces(monkeypatch, piece)
-    index = ShardIndex.read(tmp_path / "shard.faa", block_size=7)
+    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 7)
+    index = ShardIndex.read(tmp_path / "shard.faa")
     assert max(sizes) <= piece and (piece > len(data) or len(sizes) > 2)
     assert index.sha256 == hashlib.sha256(data).hexdigest()
-    assert index.blocks.offsets == [m.start() for m in re.finditer(b">", data)][::7] + [len(data)]
-    blocks = [s for b in range(len(index.blocks)) for s in index.blocks.read(b)]
+    assert index.offsets == [m.start() for m in re.finditer(b">", data)][::7] + [len(data)]
+    blocks = [s for b in range(index.n_blocks) for s in index.read_block(b)]
     assert blocks == [sequence.encode() for _, sequence in records]
     names = [name for name, _ in records]  # the IDs are read from the file, a block at a time
     assert len(index) == 50 and list(index.ids) == names and index.ids[-1] == names[-1] and index.ids[13] == names[13]
@@ -301,12 +303,12 @@ def test_out_of_memory_halves_the_batch(demo_models):
     feed.submit(batch)
     results = feed.ready()
     assert not feed.pending  # on the CPU every result is ready at once
-    rows = np.concatenate([result.rows for result in results])
+    rows = np.concatenate([rows for rows, _, _ in results])
     assert sorted(rows.tolist()) == list(range(len(encoded)))  # nothing lost in the splits
     got = np.zeros_like(expected)
-    for result in results:
-        got[result.rows] = result.pooled
-        assert (result.tokens == np.diff(batch.cu_seqlens.numpy())[result.rows]).all()
+    for rows, tokens, pooled in results:
+        got[rows] = pooled
+        assert (tokens == np.diff(batch.cu_seqlens.numpy())[rows]).all()
     assert np.abs(got - expected).max() < 1e-5
     assert feed.splits >= 2 and feed.max_tokens < batch.n_tokens
     # every retry ran with the failed forwards' memory released (not from inside the except block)
@@ -747,33 +749,35 @@ def test_a_resumed_shard_gives_the_same_batches(read_frames, demo_models):
 
 
 def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
-    from workflow_lib.embed.resume import Commits
-
+    shard = tmp_path / "shard.faa"
+    shard.write_text("".join(f">r{i}\nMK\n" for i in range(6)))
+    index = ShardIndex.read(shard)
     out, tokens = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6)
 
-    def restore(commits, restored, restored_tokens):
-        def write(rows, values):
-            restored[rows] = values
+    def resumed(fingerprint: dict) -> ShardRows:
+        """The rows of a job of `fingerprint`, an earlier run's commits replayed into a fresh file."""
+        rows = ShardRows(tmp_path / "e.h5", fingerprint, interval=1e9)
+        handle = h5py.File(tmp_path / f"replayed{len(list(tmp_path.glob('replayed*')))}.h5", "w")
+        rows.replay(index, h5store.Writer(handle, list(index.ids), 2, "float32"))
+        return rows
 
-        commits.open()
-        return commits.replay(write, restored_tokens)
-
-    first = Commits(tmp_path / "e.h5", {"token_budget": 512}, interval=0)
-    assert not restore(first, np.zeros((6, 2), np.float32), np.zeros(6, np.int64)).any()
-    for rows in ([0, 1], [4]):
-        first.commit(np.array(rows), out[rows], tokens[rows])
-    restored, restored_tokens = np.zeros((6, 2), np.float32), np.zeros(6, np.int64)
-    done = restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens)
-    assert done.tolist() == [True, True, False, False, True, False]
-    assert np.array_equal(restored[done], out[done]) and np.array_equal(restored_tokens[done], tokens[done])
+    first = resumed({"token_budget": 512})
+    assert not first.committed.any()
+    for batch in ([0, 1], [4]):
+        first.store([(np.array(batch), tokens[batch], out[batch])])
+        first.commit()
+    again = resumed({"token_budget": 512})
+    done = again.committed
+    assert done.tolist() == [True, True, False, False, True, False] and again.done == 3
+    assert np.array_equal(again.writer.data[()][done], out[done]) and np.array_equal(again.tokens[done], tokens[done])
 
     (first.dir / "part_000001.npz").write_bytes(b"not a zip")  # rows 4: embedded again
-    assert restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).sum() == 2
+    assert resumed({"token_budget": 512}).committed.sum() == 2
     stamp = first.dir / "fingerprint.json"
     stamp.write_bytes(stamp.read_bytes()[:5])  # cut short by a crash: from zero, not a traceback
-    assert not restore(Commits(tmp_path / "e.h5", {"token_budget": 512}, 0), restored, restored_tokens).any()
-    other = Commits(tmp_path / "e.h5", {"token_budget": 1024}, 0)
-    assert not restore(other, restored, restored_tokens).any()
+    assert not resumed({"token_budget": 512}).committed.any()
+    other = resumed({"token_budget": 1024})
+    assert not other.committed.any()
     assert not list(other.dir.glob("part_*"))
 
 

@@ -3,9 +3,7 @@ stream, results through pinned memory waited for a few batches later, and a batc
 of GPU memory halved and retried. On the CPU all of this reduces to plain calls."""
 
 import logging
-import resource
 from collections import deque
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -17,19 +15,11 @@ log = logging.getLogger("workflow")
 RESULTS_IN_FLIGHT = 4
 
 
-class Embedded(NamedTuple):
-    """A batch's results: its rows in the shard, their token counts and pooled embeddings."""
-
-    rows: np.ndarray
-    tokens: np.ndarray
-    pooled: np.ndarray
-
-
 class DeviceFeed:
     """`submit` starts a batch (copied on a side stream, its forward queued behind the copy); `ready`
-    gives the results of batches RESULTS_IN_FLIGHT newer ones were submitted behind (on the CPU:
-    all), `drain` every one pending. Out of memory, a batch is halved and retried, and later batches
-    are cut to the size that fitted."""
+    gives the (rows in the shard, token counts, pooled embeddings) of batches RESULTS_IN_FLIGHT newer
+    ones were submitted behind (on the CPU: all), `drain` every one pending. Out of memory, a batch
+    is halved and retried, and later batches are cut to the size that fitted."""
 
     def __init__(self, embedder, device: torch.device):
         self.embedder, self.device = embedder, device
@@ -55,18 +45,22 @@ class DeviceFeed:
             if self.cuda:
                 torch.cuda.empty_cache()
             self.max_tokens = batch.n_tokens // 2
-            log.warning(
-                "out of GPU memory on %d tokens: batches are split to %d tokens", batch.n_tokens, self.max_tokens
-            )
+            log.warning(f"out of GPU memory on {batch.n_tokens} tokens: batches are split to {self.max_tokens} tokens")
             return self._submit_halves(batch)
-        self._queue(batch, pooled)
+        rows, tokens, event = batch.rows.numpy(), np.diff(batch.cu_seqlens.numpy()), None
+        if self.cuda:
+            host = torch.empty(pooled.shape, dtype=torch.float32, pin_memory=True)
+            host.copy_(pooled, non_blocking=True)
+            pooled, event = host, torch.cuda.Event()
+            event.record()
+        self.pending.append((rows, tokens, pooled, event))
 
-    def ready(self) -> list[Embedded]:
+    def ready(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Results of the batches submitted more than RESULTS_IN_FLIGHT batches ago (on the CPU, all)."""
         keep = RESULTS_IN_FLIGHT if self.cuda else 0
         return [self._arrived() for _ in range(len(self.pending) - keep)]
 
-    def drain(self) -> list[Embedded]:
+    def drain(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every result still pending, waited for."""
         return [self._arrived() for _ in range(len(self.pending))]
 
@@ -99,25 +93,8 @@ class DeviceFeed:
         for half in batch.halves():
             self.submit(half)
 
-    def _queue(self, batch: PackedBatch, pooled: torch.Tensor) -> None:
-        rows, tokens = batch.rows.numpy(), np.diff(batch.cu_seqlens.numpy())
-        if not self.cuda:
-            self.pending.append((rows, tokens, pooled, None))
-            return
-        host = torch.empty(pooled.shape, dtype=torch.float32, pin_memory=True)
-        host.copy_(pooled, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self.pending.append((rows, tokens, host, event))
-
-    def _arrived(self) -> Embedded:
-        rows, tokens, host, event = self.pending.popleft()
+    def _arrived(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows, tokens, pooled, event = self.pending.popleft()
         if event is not None:
             event.synchronize()
-        return Embedded(rows, tokens, host.numpy())
-
-    def peak_memory(self) -> int:
-        """Peak bytes allocated on the GPU, or the peak resident size of this process on the CPU."""
-        if self.cuda:
-            return torch.cuda.max_memory_allocated(self.device)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return rows, tokens, pooled.numpy()

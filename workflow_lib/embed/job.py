@@ -1,7 +1,7 @@
 """The embed job: one shard FASTA through one configured model (ESM-2, DNABERT-S) into the HDF5 contract.
 
 Loader workers read, tokenize and pack the shard; the main process submits each batch to the device
-and stores the results that are ready (device_feed.py), into the HDF5 output as they come (rows.py);
+and stores the results that are ready (device_feed.py), into the HDF5 output as they come (resume.py);
 every frame comes out exactly once, checked before the output is renamed into place.
 """
 
@@ -12,8 +12,10 @@ import logging
 import os
 import platform
 import re
+import resource
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -22,14 +24,11 @@ from workflow_lib import __version__
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
-from workflow_lib.embed import rates
+from workflow_lib.embed import rates, stored_tokens
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.loader import ShardBatches, ShardIndex, default_num_workers, open_loader
+from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
 from workflow_lib.embed.packing import PackedBatch
-from workflow_lib.embed.resume import Commits, fingerprint
-from workflow_lib.embed.rows import ShardRows
-from workflow_lib.embed.stopping import sigterm_exits, sigterm_held
-from workflow_lib.embed.stored_tokens import StoredTokens
+from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.tables import write_json
 from workflow_lib.models import ARCHITECTURES, loading_module, varlen
@@ -38,6 +37,7 @@ log = logging.getLogger("workflow")
 # fp8: ESM-2's feed-forward GEMMs in FP8 (models/esm.py), the rest of the model in fp16
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}
 GPUS_VARIABLE = "VIRNUCPRO_GPUS"
+PACKAGES = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")  # sm_86, sm_90a, sm_100, compute_120
 
 
@@ -52,41 +52,33 @@ def set_allocator_conf(value: str) -> None:
 def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = False) -> Iterator[torch.device]:
     """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of the
     memory of one (None: a whole GPU; locks.claim_gpu), since a local run gives its jobs no GPU of
-    their own; `until_exit`: the claim ends with the process, which holds GPU memory until then."""
+    their own; `until_exit`: the claim ends with the process, which holds GPU memory until then.
+    Where CUDA shows no GPU, GPUS_VARIABLE may name some ("UUID=MB,UUID=MB"): stand-ins for tests
+    of the claims, the job then computes on the CPU."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
             "request a GPU or set embedding.device to 'auto' or 'cpu'"
         )
-    gpus = visible_gpus(name)
+    if name == "cpu":
+        gpus = []
+    elif torch.cuda.is_available():
+        properties = map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))
+        gpus = [locks.Gpu(str(p.uuid), p.total_memory // 2**20) for p in properties]
+    else:
+        named = (item.split("=") for item in os.environ.get(GPUS_VARIABLE, "").split(",") if item)
+        gpus = [locks.Gpu(uuid, int(mb)) for uuid, mb in named]
     if not gpus:
         yield torch.device("cpu")
         return
     with locks.claim_gpu(gpus, gpu_mem_mb, until_exit=until_exit) as index:
-        log.info(
-            "claimed %s of GPU %d (%s, %d MB)",
-            f"{gpu_mem_mb} MB" if gpu_mem_mb else "all",
-            index,
-            gpus[index].uuid,
-            gpus[index].memory_mb,
-        )
+        share = f"{gpu_mem_mb} MB" if gpu_mem_mb else "all"
+        log.info(f"claimed {share} of GPU {index} ({gpus[index].uuid}, {gpus[index].memory_mb} MB)")
         if not torch.cuda.is_available():  # GPUS_VARIABLE's stand-ins
             yield torch.device("cpu")
             return
         torch.cuda.set_device(index)
         yield torch.device("cuda", index)
-
-
-def visible_gpus(name: str) -> list[locks.Gpu]:
-    """The GPUs this job may embed on: CUDA's, or where CUDA shows none, those GPUS_VARIABLE names
-    ("UUID=MB,UUID=MB"): stand-ins for tests of the claims, the job then computes on the CPU."""
-    if name == "cpu":
-        return []
-    if torch.cuda.is_available():
-        properties = map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))
-        return [locks.Gpu(str(p.uuid), p.total_memory // 2**20) for p in properties]
-    named = (item.split("=") for item in os.environ.get(GPUS_VARIABLE, "").split(",") if item)
-    return [locks.Gpu(uuid, int(mb)) for uuid, mb in named]
 
 
 def select_precision(precision: str, device: torch.device, architecture: str) -> str:
@@ -127,12 +119,33 @@ def build_embedder(
     return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8, digests)
 
 
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[Callable[[], None]]:
+    """A SIGTERM (SLURM's at a time limit or preemption, Snakemake's when stopped) raises SystemExit(143)
+    in the main process, which leaves through its normal exits. Yields `finishing`: once called (every
+    frame committed), a SIGTERM is only noted: stopped after its output was renamed, the job would exit
+    143 and Snakemake would delete that output, its commits perhaps gone already."""
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    def noted(signum, _frame):
+        log.warning("a SIGTERM came after the last batch: the job finishes first")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield lambda: signal.signal(signal.SIGTERM, noted)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is stop:  # not finishing: the handler of before again
+            signal.signal(signal.SIGTERM, previous)
+
+
 class Meter:
     """Throughput figures of a job. The rate is from the end of the first batch on: the loader's
     start-up and the first forward (a compile) are `startup_s`, apart."""
 
-    def __init__(self):
-        self.start = time.monotonic()
+    def __init__(self, device: torch.device):
+        self.device, self.start = device, time.monotonic()
         self.steady_from, self.tokens_before = None, 0
         self.tokens = self.slots = self.batches = 0
         self.loader_wait = 0.0
@@ -145,42 +158,30 @@ class Meter:
             self.loader_wait += time.monotonic() - waited
             if batch is None:
                 return
-            if self.batches == 1 and self.steady_from is None:  # the first batch is done
+            if self.batches == 1:  # the first batch is done
                 self.steady_from, self.tokens_before = time.monotonic(), self.tokens
             self.tokens += batch.n_tokens
             self.slots += batch.slots
             self.batches += 1
             yield batch
 
-    @property
-    def elapsed(self) -> float:
-        return max(time.monotonic() - self.start, 1e-9)
-
     def rate(self) -> float:
         """Tokens/s from the end of the first batch on (of the whole job when it had one batch)."""
         if self.steady_from is None:
-            return self.tokens / self.elapsed
+            return self.tokens / max(time.monotonic() - self.start, 1e-9)
         return (self.tokens - self.tokens_before) / max(time.monotonic() - self.steady_from, 1e-9)
 
-    def figures(self, feed: DeviceFeed) -> dict:
-        """The job's figures for the HDF5 attributes and the run summary."""
-        seconds = self.elapsed
-        return {
-            "seconds": round(seconds, 3),
-            "startup_s": round((self.steady_from or time.monotonic()) - self.start, 3),
-            "tokens_per_s": round(self.rate()),
-            "fill": round(self.tokens / max(self.slots, 1), 4),
-            "batches": self.batches,
-            "oom_splits": feed.splits,
-            "loader_wait_s": round(self.loader_wait, 3),
-            "peak_memory_bytes": int(feed.peak_memory()),
-        }
+    def peak_memory(self) -> int:
+        """Peak bytes allocated on the GPU, or the peak resident size of this process on the CPU."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-    def summary(self, feed: DeviceFeed) -> str:
+    def summary(self) -> str:
         return (
             f"{self.rate():,.0f} tokens/s, fill {self.tokens / max(self.slots, 1):.1%}, "
-            f"loader wait {self.loader_wait:.1f} s of {self.elapsed:.1f} s, "
-            f"peak memory {feed.peak_memory() / 2**30:.2f} GiB"
+            f"loader wait {self.loader_wait:.1f} s of {time.monotonic() - self.start:.1f} s, "
+            f"peak memory {self.peak_memory() / 2**30:.2f} GiB"
         )
 
 
@@ -202,89 +203,112 @@ def embed_shard(
     `claim_until_exit`: claimed_device's. `rate_key` (rates.model_key) and `planned_tokens` (the
     shard's ESM-2 tokens): its steady rate is recorded in models.cache_dir (rates.py). A SIGTERM
     before every frame is committed ends the job through its normal exits; after, the job finishes
-    (stopping.sigterm_exits)."""
+    (sigterm_exits)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
         index = ShardIndex.read(input_path, planned=planned_frames)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
-        if len(index):
-            device = claim.enter_context(claimed_device(settings.device, gpu_mem_mb, claim_until_exit))
-        else:
-            device = torch.device("cpu")
+        name = settings.device if len(index) else "cpu"
+        device = claim.enter_context(claimed_device(name, gpu_mem_mb, claim_until_exit))
         precision = select_precision(settings.precision, device, settings.architecture)
         loading = time.monotonic()
         files = loading_module(settings.architecture).checkpoint_files(settings.checkpoint, settings.cache_dir)
         digests = checksums.digests(checksums.describe(files, settings.known_checksums))
         embedder = build_embedder(settings, device, precision, digests)
-        workers, asked = loader_workers(settings, index)
+        # embedding.num_workers auto: one worker per CPU of the job beyond the main process, at most 8;
+        # none for a single block, which one would only delay
+        asked = max(0, min(settings.threads - 1, 8)) if settings.num_workers == "auto" else settings.num_workers
+        workers = min(asked, index.n_blocks) if index.n_blocks > 1 else 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")  # SLURM names the GPUs it gave the job here
         log.info(
-            "%s on %s (%s): %d frames from %s, token budget %d, %d loader workers (%d asked, %d blocks); "
-            "CUDA_VISIBLE_DEVICES=%s",
-            settings.model,
-            device,
-            precision,
-            len(index),
-            input_path,
-            settings.token_budget,
-            workers,
-            asked,
-            len(index.blocks),
-            os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),  # SLURM names the GPUs it gave the job here
+            f"{settings.model} on {device} ({precision}): {len(index)} frames from {input_path}, token budget "
+            f"{settings.token_budget}, {workers} loader workers ({asked} asked, {index.n_blocks} blocks); "
+            f"CUDA_VISIBLE_DEVICES={visible}"
         )
-        stored = StoredTokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
+        stored = stored_tokens.checked(tokens_path, index, digests["tokenizer.json"]) if tokens_path else None
         load_seconds = time.monotonic() - loading
 
-        commits = Commits(
-            output_path,
-            fingerprint(settings, index.sha256, index.blocks.size, digests, precision, device),
-            settings.commit_seconds,
-        )
-        commits.open()
-        with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=commits.scratch) as writer:
-            rows = ShardRows(index, commits, writer)
+        gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        made_by = {  # what committed results depend on: the shard, the model files and the batches
+            "shard_sha256": index.sha256,
+            "block_size": index.block_size,
+            "model": settings.model,
+            "checkpoint_sha256": digests,
+            "layer": settings.layer,
+            "precision": precision,
+            "storage": settings.storage,
+            "device": device.type,
+            # a retry on another GPU model computes other last bits: it must not append to these rows
+            "device_name": gpu_name or "cpu",
+            "token_budget": settings.token_budget,
+            "workflow_version": __version__,
+        }
+        rows = ShardRows(output_path, made_by, settings.commit_seconds)
+        with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
+            rows.replay(index, writer)
             resumed = rows.done
             batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored)
             feed = DeviceFeed(embedder, device)
             meter = run_batches(batches, feed, rows, workers, settings)
             finishing()
             rows.check_complete()
-            stats = {
-                **_attributes(settings, embedder, device, precision, digests),
+            stats = {  # what made the embeddings, and the job's figures
+                "model": settings.model,
+                "checkpoint": settings.checkpoint,
+                "layer": int(embedder.layer),
+                "dim": int(embedder.dim),
+                "precision": precision,
+                "pooling": embedder.pooling,
+                "workflow_version": __version__,
+                "checkpoint_sha256": json.dumps(digests, sort_keys=True),
+                "device": str(device),
+                "attention": varlen.kernel_name(device, PRECISIONS[precision], embedder.alibi),
+                "token_budget": settings.token_budget,
+                "prefetch_factor": settings.prefetch_factor,
+                "versions": json.dumps(  # the software and the device that made the embeddings
+                    {
+                        "python": platform.python_version(),
+                        **{name: importlib.metadata.version(name) for name in PACKAGES},
+                        "cuda": torch.version.cuda,
+                        "device_name": gpu_name or platform.processor() or "cpu",
+                    }
+                ),
                 "n_tokens": int(rows.tokens.sum()),
                 "load_seconds": round(load_seconds, 3),
-                **meter.figures(feed),
+                "seconds": round(time.monotonic() - meter.start, 3),
+                "startup_s": round((meter.steady_from or time.monotonic()) - meter.start, 3),
+                "tokens_per_s": round(meter.rate()),
+                "fill": round(meter.tokens / max(meter.slots, 1), 4),
+                "batches": meter.batches,
+                "oom_splits": feed.splits,
+                "loader_wait_s": round(meter.loader_wait, 3),
+                "peak_memory_bytes": int(meter.peak_memory()),
                 "num_workers": workers,
                 "resumed_frames": resumed,
             }
             writer.attrs = stats
         write_json({**stats, "storage": settings.storage, "frames": len(index)}, figures_path)
-        commits.remove()
+        rows.remove()
     log.info("wrote %s and %s", output_path, figures_path)
     if rate_key and planned_tokens and meter.steady_from is not None:  # a shard of one batch has no steady rate
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        rates.record(settings.cache_dir, rate_key, name, stats["tokens_per_s"] * planned_tokens / stats["n_tokens"])
+        rate = stats["tokens_per_s"] * planned_tokens / stats["n_tokens"]
+        rates.record(settings.cache_dir, rate_key, gpu_name or "cpu", rate)
     return {**stats, "storage": settings.storage}
-
-
-def loader_workers(settings: EmbedSettings, index: ShardIndex) -> tuple[int, int]:
-    """(loader workers, workers asked for): none for a single block, which one would only delay."""
-    asked = default_num_workers(settings.threads) if settings.num_workers == "auto" else settings.num_workers
-    return (min(asked, len(index.blocks)) if len(index.blocks) > 1 else 0), asked
 
 
 def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
     """Embed every batch into `rows`; a SIGTERM or Ctrl-C commits what is done and leaves."""
     total = len(rows.written)
     progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
-    meter = Meter()  # embedding only: loading the model is load_seconds
+    meter = Meter(feed.device)  # embedding only: loading the model is load_seconds
     with open_loader(batches, workers, settings.prefetch_factor) as loader:
         try:
             for batch in meter.timed(loader):
                 feed.submit(batch.tensors(pin=feed.cuda))
                 rows.store(feed.ready())
                 if progress.due():
-                    log.info(progress.line(rows.done, meter.summary(feed)))
+                    log.info(progress.line(rows.done, meter.summary()))
             rows.store(feed.drain())
             rows.commit()
         except (SystemExit, KeyboardInterrupt):  # SIGTERM (preemption) or Ctrl-C: keep what is done
@@ -295,35 +319,5 @@ def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, worker
                     "stopped after %d of %d frames; they are committed: run the job again to resume", rows.done, total
                 )
             raise
-    log.info(progress.line(rows.done, meter.summary(feed)))
+    log.info(progress.line(rows.done, meter.summary()))
     return meter
-
-
-def _attributes(settings: EmbedSettings, embedder, device: torch.device, precision: str, digests: dict) -> dict:
-    """What made the embeddings, for the HDF5 attributes (the job's figures join them)."""
-    return {
-        "model": settings.model,
-        "checkpoint": settings.checkpoint,
-        "layer": int(embedder.layer),
-        "dim": int(embedder.dim),
-        "precision": precision,
-        "pooling": embedder.pooling,
-        "workflow_version": __version__,
-        "checkpoint_sha256": json.dumps(digests, sort_keys=True),
-        "device": str(device),
-        "attention": varlen.kernel_name(device, PRECISIONS[precision], embedder.alibi),
-        "token_budget": settings.token_budget,
-        "prefetch_factor": settings.prefetch_factor,
-        "versions": json.dumps(versions(device)),
-    }
-
-
-def versions(device: torch.device) -> dict:
-    """The software and the device that made the embeddings, for the run summary."""
-    packages = ("torch", "fair-esm", "numpy", "h5py", "tokenizers")  # all pinned in requirements.txt
-    return {
-        "python": platform.python_version(),
-        **{name: importlib.metadata.version(name) for name in packages},
-        "cuda": torch.version.cuda,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-    }

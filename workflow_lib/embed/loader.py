@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import operator
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,6 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import PackedBatch, greedy_batches, pack
-from workflow_lib.embed.stopping import ignore_sigterm
 
 # Records per block: the partly filled last batch of a block costs little, a worker's first batch comes soon.
 BLOCK = 8192
@@ -30,64 +30,21 @@ WORKER_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
-class ShardBlocks:
-    """Where each block of `size` records of a shard FASTA starts: all a loader worker is given."""
+class ShardIndex:
+    """A shard FASTA written by prepare (a header line, a sequence line per record): where each
+    block of BLOCK records starts (all a loader worker is given), its record count, and its SHA-256
+    (an interrupted job's commits belong to this shard only)."""
 
     path: Path
-    size: int  # records per block
-    offsets: list[int]  # byte offset of record i * size, then the file size
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def _lines(self, b: int) -> list[bytes]:
-        """Block b's lines, header then sequence for each record, then an empty one."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offsets[b])
-            return handle.read(self.offsets[b + 1] - self.offsets[b]).split(b"\n")
-
-    def read(self, b: int) -> list[bytes]:
-        """The sequences of block b, read from the file."""
-        return self._lines(b)[1::2]
-
-    def ids(self, b: int) -> list[str]:
-        """The IDs of block b, read from the file."""
-        return [header[1:].decode("utf-8") for header in self._lines(b)[:-1:2]]
-
-
-class ShardIds(Sequence):
-    """A shard's record IDs, read from its file a block at a time when asked for: a job holds none."""
-
-    def __init__(self, blocks: ShardBlocks, n: int):
-        self.blocks, self.n = blocks, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, key: int) -> str:
-        i = operator.index(key) + (self.n if key < 0 else 0)
-        if not 0 <= i < self.n:
-            raise IndexError(f"record {key} of a shard of {self.n}")
-        return self.blocks.ids(i // self.blocks.size)[i % self.blocks.size]
-
-    def __iter__(self) -> Iterator[str]:
-        for b in range(len(self.blocks)):
-            yield from self.blocks.ids(b)
-
-
-@dataclass(frozen=True)
-class ShardIndex:
-    """A shard FASTA written by prepare (a header line, a sequence line per record): its IDs, its
-    blocks, and its SHA-256 (an interrupted job's commits belong to this shard only)."""
-
-    ids: ShardIds
-    blocks: ShardBlocks
+    block_size: int
+    offsets: list[int]  # byte offset of record i * block_size, then the file size
+    n: int
     sha256: str
 
     @classmethod
-    def read(cls, path: str | Path, block_size: int | None = None, planned: int | None = None) -> "ShardIndex":
+    def read(cls, path: str | Path, planned: int | None = None) -> "ShardIndex":
         """Read in pieces; `planned`: the frames the run's plan gives the shard (else refused)."""
-        path, block_size = Path(path), block_size or BLOCK
+        path, block_size = Path(path), BLOCK
         n, offsets, digest = 0, [], hashlib.sha256()
         tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it
         with open(path, "rb") as handle:
@@ -112,15 +69,51 @@ class ShardIndex:
                 f"{path}: {n} frames where the plan has {planned}: cut short or changed since it was made; delete "
                 f"{made} and run the workflow again"
             )
-        blocks = ShardBlocks(path, block_size, offsets + [start])
-        return cls(ShardIds(blocks, n), blocks, digest.hexdigest())
-
-    @property
-    def path(self) -> Path:
-        return self.blocks.path
+        return cls(path, block_size, offsets + [start], n, digest.hexdigest())
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self.n
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.offsets) - 1
+
+    def _lines(self, b: int) -> list[bytes]:
+        """Block b's lines, header then sequence for each record, then an empty one."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offsets[b])
+            return handle.read(self.offsets[b + 1] - self.offsets[b]).split(b"\n")
+
+    def read_block(self, b: int) -> list[bytes]:
+        """The sequences of block b, read from the file."""
+        return self._lines(b)[1::2]
+
+    def block_ids(self, b: int) -> list[str]:
+        return [header[1:].decode("utf-8") for header in self._lines(b)[:-1:2]]
+
+    @property
+    def ids(self) -> "ShardIds":
+        return ShardIds(self)
+
+
+class ShardIds(Sequence):
+    """A shard's record IDs, read from its file a block at a time when asked for: a job holds none."""
+
+    def __init__(self, index: ShardIndex):
+        self.index = index
+
+    def __len__(self) -> int:
+        return self.index.n
+
+    def __getitem__(self, key: int) -> str:
+        i = operator.index(key) + (len(self) if key < 0 else 0)
+        if not 0 <= i < len(self):
+            raise IndexError(f"record {key} of a shard of {len(self)}")
+        return self.index.block_ids(i // self.index.block_size)[i % self.index.block_size]
+
+    def __iter__(self) -> Iterator[str]:
+        for b in range(self.index.n_blocks):
+            yield from self.index.block_ids(b)
 
 
 def _not_a_shard(path: Path) -> InputError:
@@ -141,18 +134,18 @@ class ShardBatches(IterableDataset):
         done: np.ndarray | None = None,
         stored: Callable[[int], list[np.ndarray]] | None = None,
     ):
-        self.blocks, self.encode, self.token_budget, self.stored = index.blocks, encode, token_budget, stored
+        self.index, self.encode, self.token_budget, self.stored = index, encode, token_budget, stored
         self.done = np.zeros(len(index), dtype=bool) if done is None else done
 
     def __iter__(self) -> Iterator[PackedBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        for b in range(worker, len(self.blocks), workers):
-            first = b * self.blocks.size
-            done = self.done[first : first + self.blocks.size]
+        for b in range(worker, self.index.n_blocks, workers):
+            first = b * self.index.block_size
+            done = self.done[first : first + self.index.block_size]
             if done.all():
                 continue
-            encoded = self.stored(b) if self.stored else self.encode(self.blocks.read(b))
+            encoded = self.stored(b) if self.stored else self.encode(self.index.read_block(b))
             lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             for batch in greedy_batches(lengths, self.token_budget):
                 if not done[batch].all():
@@ -160,20 +153,16 @@ class ShardBatches(IterableDataset):
 
 
 def init_worker(_worker_id: int) -> None:
-    """Worker init: no CUDA, no thread pools, SIGTERM left to the main process."""
+    """Worker init: no CUDA, no thread pools, SIGTERM left to the main process (which shuts the
+    workers down once it has committed)."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(1)
-    ignore_sigterm()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _as_is(batch: PackedBatch) -> PackedBatch:
     return batch  # the default would turn numpy arrays into shared-memory tensors in the worker
-
-
-def default_num_workers(threads: int) -> int:
-    """embedding.num_workers auto: one worker per CPU of the job beyond the main process, at most 8."""
-    return max(0, min(threads - 1, 8))
 
 
 @contextlib.contextmanager

@@ -26,17 +26,13 @@ def model_key(check: dict, precision: str) -> str:
     return f"{check['architecture']}-{check['layers']}x{check['dim']}-{precision}"
 
 
-def _directory(cache_dir: str, key: str) -> Path:
-    return Path(cache_dir) / "rates" / key
-
-
 def record(cache_dir: str, key: str, device: str, rate: float) -> None:
     """Add a job's steady rate on `device` (its name, or "cpu"); a cache it cannot write to is said
     in one line, and the job goes on."""
-    path = _directory(cache_dir, key) / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', device)}.json"
+    path = Path(cache_dir) / "rates" / key / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', device)}.json"
     try:
         with locks.exclusive(path.with_suffix(".lock")):
-            kept = _load(path)[1] if path.exists() else []
+            kept = _load(path)[1]  # none where there is no file yet
             write_json({"model": key, "device": device, "rates": [*kept, round(rate)][-KEPT:]}, path)
     except (OSError, InputError) as error:
         log.warning("the rate of %s on %s is not recorded in %s: %s", key, device, path.parent, error)
@@ -46,7 +42,7 @@ def record(cache_dir: str, key: str, device: str, rate: float) -> None:
 
 def recorded(cache_dir: str, key: str) -> dict[str, float]:
     """{device: the median of its last rates} of a model; read again only when its directory changes."""
-    directory = _directory(cache_dir, key)
+    directory = Path(cache_dir) / "rates" / key
     try:
         return _read(str(directory), directory.stat().st_mtime_ns)
     except FileNotFoundError:

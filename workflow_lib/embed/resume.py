@@ -1,5 +1,5 @@
-"""Resuming a killed embed job: results are committed in parts beside the output, so that a
-rerun embeds only what was not committed, in the same batches, and writes the same file.
+"""Resuming a killed embed job: its rows are committed in parts beside the output, so that a rerun
+embeds only what was not committed, in the same batches, and writes the same file.
 
 Each part holds the rows written to the output since the previous part, as stored, written under a
 temporary name and renamed, so a kill leaves only whole parts. Parts belong to one shard and one set
@@ -7,58 +7,59 @@ of settings (the fingerprint): a rerun with anything else starts from zero. The 
 written in the same directory (`scratch`), so a killed job leaves nothing that looks like its output.
 """
 
-import json
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from workflow_lib import __version__
-from workflow_lib.cli.settings import EmbedSettings
+from workflow_lib.embed.loader import ShardIndex
+from workflow_lib.io import h5store
 from workflow_lib.io.outputs import atomic_open
-from workflow_lib.io.tables import write_json
+from workflow_lib.io.tables import read_json, write_json
 
 log = logging.getLogger("workflow")
 
 
-class Commits:
+class ShardRows:
+    """The rows of one shard's output: checked finite, put in the HDF5 writer, counted (each must be
+    written exactly once). Made, it keeps an earlier run's parts of the same fingerprint; `replay`
+    writes them into the writer. Rows stored since are committed when a commit is due or the writer
+    is full, and at the end."""
+
     def __init__(self, output_path: str | Path, fingerprint: dict, interval: float):
         output_path = Path(output_path)
         self.dir = output_path.with_name(f".{output_path.name}.parts")
-        self.fingerprint, self.interval = fingerprint, interval
-        self.last = time.monotonic()
-        self.next_part = 0
-        self.parts: list[Path] = []
-
-    @property
-    def scratch(self) -> Path:
-        """Where this job writes its output until it is complete."""
-        return self.dir / f"output.tmp{os.getpid()}.h5"
-
-    def open(self) -> None:
-        """Keep an earlier run's parts made with this fingerprint, else start from zero."""
+        self.scratch = self.dir / f"output.tmp{os.getpid()}.h5"  # where the output is written until complete
+        self.interval, self.last = interval, time.monotonic()
         stamp = self.dir / "fingerprint.json"
-        if _read_stamp(stamp) == self.fingerprint:
-            for old in self.dir.glob("output.tmp*"):
-                old.unlink(missing_ok=True)
-            self.parts = sorted(self.dir.glob("part_*.npz"))
-            self.next_part = len(self.parts)
-            return
-        if self.dir.exists():
-            log.info("%s: left by a run of another shard or other settings, or cut short; starting from zero", self.dir)
-            shutil.rmtree(self.dir)
-        write_json(self.fingerprint, stamp)
-        self.parts = []
+        try:
+            kept = read_json(stamp) == fingerprint
+        except (OSError, ValueError):  # none, or cut short by a crash
+            kept = False
+        if not kept:
+            if self.dir.exists():
+                log.info(
+                    f"{self.dir}: left by a run of another shard or other settings, or cut short; starting from zero"
+                )
+                shutil.rmtree(self.dir)
+            write_json(fingerprint, stamp)
+        for old in self.dir.glob("output.tmp*"):
+            old.unlink(missing_ok=True)
+        self.parts = sorted(self.dir.glob("part_*.npz"))
+        self.next_part = len(self.parts)
 
-    def replay(self, write: Callable[[np.ndarray, np.ndarray], None], row_tokens: np.ndarray) -> np.ndarray:
-        """Each kept part's rows and embeddings to `write`, tokens to `row_tokens`; the committed rows' mask."""
-        committed = np.zeros(len(row_tokens), dtype=bool)
+    def replay(self, index: ShardIndex, writer: h5store.Writer) -> None:
+        """Each kept part's rows into `writer`; `committed` marks them, `done` counts them."""
+        self.index, self.writer = index, writer
+        self.tokens = np.zeros(len(index), dtype=np.int32)
+        self.written = np.zeros(len(index), dtype=np.uint8)
         for part in self.parts:
             try:
                 with np.load(part, allow_pickle=False) as data:
@@ -66,48 +67,74 @@ class Commits:
             except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:  # cut short, or not ours
                 log.warning("%s: unreadable (%s); its frames are embedded again", part, error)
                 continue
-            write(rows, embeddings)
-            row_tokens[rows], committed[rows] = tokens, True
-        return committed
+            writer.write(rows, embeddings)
+            self.tokens[rows], self.written[rows] = tokens, 1
+        self.committed = self.written == 1
+        self.done = int(self.committed.sum())  # a running count: a scan of `written` per batch is quadratic
+        if self.done:
+            log.info("resuming: %d of %d frames were committed by an interrupted run", self.done, len(index))
 
-    def due(self) -> bool:
-        return time.monotonic() - self.last >= self.interval
+    def store(self, results: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Batches' (rows, token counts, pooled embeddings) into the writer."""
+        for rows, tokens, pooled in results:
+            fresh = ~self.committed[rows]  # a batch split after running out of memory may be partly committed
+            if not fresh.all():  # else no copy: at DNABERT-S rates it costs the main process
+                rows, tokens, pooled = rows[fresh], tokens[fresh], pooled[fresh]
+            with np.errstate(over="ignore"):  # an overflow to inf fails the job just below
+                stored = pooled.astype(self.writer.dtype, copy=False)
+            self._check_finite(rows, pooled, stored)
+            self.writer.put(rows, stored)
+            self.tokens[rows] = tokens
+            self.written[rows] += 1
+            self.done += len(rows)
+        if time.monotonic() - self.last >= self.interval or self.writer.full():
+            self.commit()
 
-    def commit(self, rows: np.ndarray, embeddings: np.ndarray, tokens: np.ndarray) -> None:
-        """Write `rows` (sorted, as written to the output) as one part."""
-        if rows.size:
-            with atomic_open(self.dir / f"part_{self.next_part:06d}.npz", "wb") as handle:
-                np.savez(handle, rows=rows, embeddings=embeddings, tokens=tokens)
-            self.next_part += 1
-        self.last = time.monotonic()
+    def commit(self) -> None:
+        """Write what the writer holds to the output, and those rows as one part."""
+        with sigterm_held():
+            rows, values = self.writer.flush()
+            if rows.size:
+                with atomic_open(self.dir / f"part_{self.next_part:06d}.npz", "wb") as handle:
+                    np.savez(handle, rows=rows, embeddings=values, tokens=self.tokens[rows])
+                self.next_part += 1
+            self.last = time.monotonic()
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _check_finite(self, rows: np.ndarray, values: np.ndarray, stored: np.ndarray) -> None:
+        """A batch's embeddings are finite, computed and as stored; else the job fails naming frames."""
+        finite = np.isfinite(stored).all(axis=1)
+        if finite.all():
+            return
+        bad = rows[~finite]
+        if np.isfinite(values[~finite]).all():
+            advice = f"they overflow {self.writer.storage}: set embedding.storage to float32"
+        else:
+            advice = "set embedding.precision to fp32 or bf16"
+        raise RuntimeError(f"{self.index.path}: non-finite embeddings for {self._examples(bad)}; {advice}")
 
-def fingerprint(
-    settings: EmbedSettings, shard_sha256: str, block_size: int, digests: dict, precision: str, device: torch.device
-) -> dict:
-    """What committed results depend on: the shard, the model files and the batches."""
-    return {
-        "shard_sha256": shard_sha256,
-        "block_size": block_size,
-        "model": settings.model,
-        "checkpoint_sha256": digests,
-        "layer": settings.layer,
-        "precision": precision,
-        "storage": settings.storage,
-        "device": device.type,
-        # a retry on another GPU model computes other last bits: it must not append to these rows
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "token_budget": settings.token_budget,
-        "workflow_version": __version__,
-    }
+    def check_complete(self) -> None:
+        """Every frame embedded exactly once, before the output is renamed into place."""
+        if (self.written == 1).all():
+            return
+        lost, repeated = np.flatnonzero(self.written == 0), np.flatnonzero(self.written > 1)
+        raise RuntimeError(
+            f"{self.index.path}: {lost.size} frames not embedded (e.g. {self._examples(lost)}), "
+            f"{repeated.size} embedded more than once (e.g. {self._examples(repeated)})"
+        )
+
+    def _examples(self, rows: np.ndarray) -> list[str]:
+        return [self.index.ids[i] for i in rows[:3]]
 
 
-def _read_stamp(path: Path) -> dict | None:
-    """The fingerprint a run left, or None: none, or a file cut short by a crash."""
+@contextlib.contextmanager
+def sigterm_held() -> Iterator[None]:
+    """SIGTERM held back until the block ends: raised inside a commit, rows taken from the writer
+    would reach neither the commit log nor the final commit. Nested, the outer block keeps it held."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
