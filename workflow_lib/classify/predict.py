@@ -209,9 +209,8 @@ def _read(path: Path, *keys: str) -> dict:
 def scored_chunks(
     frames_path: str | Path, sequences_path: str | Path, shards: ShardScores, progress: Progress
 ) -> Iterator[pd.DataFrame]:
-    """prepare's frames table, checked against its sequences table, in blocks of whole chunks'
-    frames (at least TABLE_ROWS rows but the last), each frame with its scores (frames-table
-    columns), read from the shards' scores files in turn; every frame checked once the last is read."""
+    """prepare's frames table, checked against its sequences table, in blocks of whole chunks' frames
+    with their scores (frames-table columns), read from the shards' scores files in turn."""
     listed = ListedFrames(frames_path, sequences_path)
     columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard"]
 
