@@ -206,26 +206,34 @@ def _read(path: Path, *keys: str) -> dict:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
 
-def scored_blocks(
-    frames_path: str | Path, listed: ListedFrames, shards: ShardScores, progress: Progress
+def scored_chunks(
+    frames_path: str | Path, sequences_path: str | Path, shards: ShardScores, progress: Progress
 ) -> Iterator[pd.DataFrame]:
-    """prepare's frames table in blocks of TABLE_ROWS rows, each frame with its scores (frames-table
-    columns), read from the shards' scores files in turn."""
+    """prepare's frames table, checked against its sequences table, in blocks of whole chunks' frames
+    with their scores (frames-table columns), read from the shards' scores files in turn."""
+    listed = ListedFrames(frames_path, sequences_path)
     columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard"]
-    for block in read_chunks(frames_path, columns, TABLE_ROWS):
-        listed.check(block)
-        frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
-        scores = np.empty((len(block), 3), dtype=np.float32)
-        for shard in np.unique(shard_of).tolist():
-            if shard >= len(shards.paths):
-                _unlike_the_shards(frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored")
-            if shard < max(shards.shard, 0):
-                _unlike_the_shards(frames_path, f"frames of shard {shard} after those of shard {shards.shard}")
-            rows = np.flatnonzero(shard_of == shard)
-            scores[rows] = shards.read(shard, frame_ids[rows].tolist())
-        progress.update(listed.rows)
-        yield frame_table(block, scores)
-    shards.finish()
+
+    def blocks() -> Iterator[pd.DataFrame]:
+        for block in read_chunks(frames_path, columns, TABLE_ROWS):
+            listed.check(block)
+            frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
+            scores = np.empty((len(block), 3), dtype=np.float32)
+            for shard in np.unique(shard_of).tolist():
+                if shard >= len(shards.paths):
+                    _unlike_the_shards(
+                        frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored"
+                    )
+                if shard < max(shards.shard, 0):
+                    _unlike_the_shards(frames_path, f"frames of shard {shard} after those of shard {shards.shard}")
+                rows = np.flatnonzero(shard_of == shard)
+                scores[rows] = shards.read(shard, frame_ids[rows].tolist())
+            progress.update(listed.rows)
+            yield frame_table(block, scores)
+        shards.finish()
+
+    yield from whole_groups(blocks(), ["sequence_id", "chunk"])
+    listed.finish()
 
 
 def _unlike_the_shards(frames_path: str | Path, what: str) -> None:
@@ -317,7 +325,6 @@ def write_tables(
     probability of being viral."""
     shards = ShardScores(score_files, sample)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
-    listed = ListedFrames(frames_path, sequences_path)
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
         weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None
         # with a calibration the chunks go to a scratch table first: their probabilities need the
@@ -327,7 +334,7 @@ def write_tables(
             write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
             write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
             virnucpro = stack.enter_context(virnucpro_tables(outputs.virnucpro)) if outputs.virnucpro else None
-            for frames in whole_groups(scored_blocks(frames_path, listed, shards, progress), ["sequence_id", "chunk"]):
+            for frames in scored_chunks(frames_path, sequences_path, shards, progress):
                 write_frames(frames)  # a chunk's frames in one block
                 chunks = chunk_table(frames)
                 write_chunks(chunks)
@@ -335,9 +342,8 @@ def write_tables(
                     weighed.count(chunks)
                 if virnucpro:
                     virnucpro(frames)
-            listed.finish()
-            log.info(progress.line(listed.rows))
-        scoring = {"checkpoints": shards.checkpoints, "frames": listed.rows}
+            log.info(progress.line(shards.frames))
+        scoring = {"checkpoints": shards.checkpoints, "frames": shards.frames}
         if weighed:
             scoring |= weighed.write(chunks_path, outputs.chunks)
             log.info(
@@ -345,5 +351,5 @@ def write_tables(
                 scoring["chunk_composition"],
             )
     write_json(scoring, outputs.scoring)
-    log.info("%d frames of %d shards into %s and %s", listed.rows, len(score_files), outputs.frames, outputs.chunks)
+    log.info("%d frames of %d shards into %s and %s", shards.frames, len(score_files), outputs.frames, outputs.chunks)
     return scoring

@@ -11,10 +11,9 @@ import numpy as np
 import pandas as pd
 
 from workflow_lib.classify.calibration import Calibration, fit
-from workflow_lib.classify.predict import ListedFrames, ShardScores, chunk_table, scored_blocks
+from workflow_lib.classify.predict import ShardScores, chunk_table, scored_chunks
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
-from workflow_lib.io.tables import whole_groups
 
 log = logging.getLogger("workflow")
 LABELS = {"other": 0, "virus": 1}  # a labelled sample's, for training and calibration
@@ -35,12 +34,10 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     for number, sample in enumerate(samples):
         shards = ShardScores(sample.scores, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
-        listed = ListedFrames(sample.frames, sample.sequences)
-        for frames in whole_groups(scored_blocks(sample.frames, listed, shards, progress), ["sequence_id", "chunk"]):
+        for frames in scored_chunks(sample.frames, sample.sequences, shards, progress):
             chunks = chunk_table(frames)
             record = str(number) + "\t" + chunks["sequence_id"]
             tables.append(chunks[["max_score_virus", "atypicality"]].assign(record=record, label=LABELS[sample.label]))
-        listed.finish()
         sha = shards.checkpoints["classifier"]["sha256"] if shards.checkpoints else None
         if None not in (classifier, sha) and sha != classifier:
             raise InputError(
