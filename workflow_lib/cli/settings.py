@@ -197,7 +197,7 @@ class PrepareSettings:
     ambiguous_codons: Literal["drop", "X"] = setting("translation.ambiguous_codons")
     min_length: int = setting("input.min_length")
     max_ambiguous_fraction: float = setting("input.max_ambiguous_fraction", check=fraction)
-    shard_tokens: int = setting("shard_tokens")
+    shard_tokens: int = setting("shard_tokens", check=positive)
     progress_seconds: float = PROGRESS
 
 

@@ -134,20 +134,39 @@ def _is_text(data: bytes) -> bool:
 
 def _split_fasta(blocks: Iterator[bytes]) -> Iterator[tuple[list[bytes], list[bytes]]]:
     """Yield (headers, sequences) for the complete records of each block. A record longer than a
-    block is held as its blocks and joined once: linear time on chromosome-sized records."""
-    held: list[bytes] = []  # the unfinished last record's text, from its '>'
+    block is collected block by block and joined once: linear time on chromosome-sized records."""
+    rest = b""  # raw text of the unfinished last record, from its '>'
+    header, pieces = None, []  # a record longer than a block: its header and sequence so far
     for block in blocks:
-        if held and held[-1].endswith(b"\n") and block.startswith(b">"):  # a record starts the block
-            yield _fasta_records(b"".join(held))
-            held = []
-        cut = block.rfind(b"\n>") + 1
-        if cut:
-            yield _fasta_records(b"".join([*held, block[:cut]]))
-            held = []
-        held.append(block[cut:])
-    text = b"".join(held)
-    if text and not text.isspace():
-        yield _fasta_records(text)
+        data = rest + block
+        if header is not None:
+            end = data.find(b"\n>")
+            if end < 0:  # the last byte waits: it may be the '\n' of a '\n>' across blocks
+                pieces.append(data[:-1].translate(None, _WHITESPACE))
+                rest = data[-1:]
+                continue
+            pieces.append(data[:end].translate(None, _WHITESPACE))
+            pieces = [b"".join(pieces)]  # the pieces go before the record is used
+            yield [header], pieces
+            header, pieces, data = None, [], data[end + 1 :]
+        found = data.rfind(b"\n>")
+        if found >= 0:
+            yield _fasta_records(data[: found + 1])
+            data = data[found + 1 :]
+        newline = data.find(b"\n")
+        if len(data) > _BLOCK and newline >= 0:
+            header, pieces, rest = (
+                data[1:newline].rstrip(),
+                [data[newline + 1 : -1].translate(None, _WHITESPACE)],
+                data[-1:],
+            )
+        else:
+            rest = data
+    if header is not None:
+        pieces = [b"".join([*pieces, rest.translate(None, _WHITESPACE)])]
+        yield [header], pieces
+    elif rest.strip():
+        yield _fasta_records(rest)
 
 
 def _fasta_records(text: bytes) -> tuple[list[bytes], list[bytes]]:

@@ -82,7 +82,11 @@ def load(path: str | Path) -> tuple[MLPClassifier, dict]:
     if isinstance(data, dict) and data.get("format") == FORMAT:
         state, metadata = data["state_dict"], {k: v for k, v in data.items() if k != "state_dict"}
     elif isinstance(data, _PickledModule):
-        state, metadata = data.state_dict(), {"format": "virnucpro-pickle"}
+        try:  # a pickle whose modules lack nn.Module's attributes
+            state = data.state_dict()
+        except (AttributeError, TypeError):
+            raise InputError(f"{path}: the classifier's weights do not fit VirNucPro's architecture") from None
+        metadata = {"format": "virnucpro-pickle"}
     else:
         raise InputError(f"{path}: not a classifier file (expected a VirNucPro .pth or a workflow classifier)")
     try:

@@ -10,6 +10,7 @@ without torch, so that the Snakefile checks it at start-up.
 
 import hashlib
 import io
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -29,8 +30,11 @@ VIRNUCPRO_EMBEDDERS = (("dnabert", None), ("esm", None))
 
 
 def git_blob_id(path: str | Path) -> str:
-    data = Path(path).read_bytes()  # a classifier is megabytes
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    digest = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
+    with open(path, "rb") as handle:  # in blocks: start-up may be pointed at a model's gigabytes
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class _Inert:

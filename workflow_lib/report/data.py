@@ -1,5 +1,5 @@
-"""What the report shows, computed apart from its drawing (figures.py). A sample's tables are read
-block by block, only the columns a figure needs: histograms over fixed bins, counts and the
+"""The readers and accumulators of what the report shows (figures.py gathers and draws it). A
+sample's tables are read block by block, only the columns a figure needs: histograms over fixed bins, counts and the
 top-scoring sequences are accumulated as the blocks go by, so that memory stays bounded whatever
 the number of reads."""
 

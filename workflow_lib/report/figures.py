@@ -1,6 +1,6 @@
 """The figures and tables of the Snakemake report (their captions: report/*.rst). PNGs are
-deterministic: fixed sizes, no timestamps or software names in their metadata. What they show is
-computed in data.py; this module draws it."""
+deterministic: fixed sizes, no timestamps or software names in their metadata. data.py reads
+the tables block by block; this module gathers what each page shows and draws it."""
 
 import html
 from collections import Counter

@@ -32,6 +32,8 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     SHA-256 of the classifier that scored them all)."""
     tables, classifier = [], None
     for number, sample in enumerate(samples):
+        if sample.label not in LABELS:  # the script run by hand too
+            raise InputError(f"{sample.name}: label {sample.label!r}: a calibration sample is 'virus' or 'other'")
         shards = ShardScores(sample.scores, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
         for frames in scored_chunks(sample.frames, sample.sequences, shards, progress):

@@ -55,7 +55,9 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     sequences come from the frames table, joined on frame_id. The features are read once, into one
     array, whose size the first pass over the files gives."""
     shapes, widths = [], []
-    for _, paths, _, first, end in shards:
+    for label, paths, _, first, end in shards:
+        if label not in LABELS:  # the scripts run by hand too
+            raise InputError(f"label '{label}' for {paths[0]}: a training sample's label must be 'virus' or 'other'")
         with h5store.FeatureBlocks(*paths) as blocks:
             shapes.append((end - first, blocks.dim))
             widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
@@ -72,6 +74,8 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
     for done, ((label, paths, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
+            if not Path(frames_path).is_file():
+                raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         with h5store.FeatureBlocks(*paths) as blocks:
             ids = blocks.read_all(x[offset : offset + n], first, end)
@@ -86,6 +90,9 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
         offset += n
         progress.update(done)
     key = pd.concat(keys, ignore_index=True)
+    repeated = key.duplicated(["sample", "frame_id"])
+    if repeated.any():
+        raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
     y = _checked_labels(np.concatenate(labels))
     chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
     sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
