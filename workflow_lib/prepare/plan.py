@@ -23,9 +23,9 @@ PLAN = ("sample", *SHARDS, "pool", "offset")
 
 
 def _plans(plan_dir: str | Path) -> dict[int, Path]:
-    """The plans in `plan_dir`, by generation, in generation order."""
+    """The plans in `plan_dir`, by generation, in generation order (str.isdigit alone takes '²')."""
     found = {p.stem.removeprefix("shards_"): p for p in Path(plan_dir).glob("shards_*.tsv")}
-    return dict(sorted((int(g), p) for g, p in found.items() if g.isdigit()))
+    return dict(sorted((int(g), p) for g, p in found.items() if g.isascii() and g.isdigit()))
 
 
 def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
