@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
-from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.harness.measure import header, measured, print_figures, print_progress
 from workflow_lib.harness.stages import (
     DEFAULTS,
@@ -27,6 +26,7 @@ from workflow_lib.harness.stages import (
     write_reads,
 )
 from workflow_lib.io import h5store
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.io.tables import write_json
 from workflow_lib.report.figures import SampleFigures
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from workflow_lib.classify import calibration
 from workflow_lib.cli.settings import CallSettings, PredictSettings
-from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.harness.measure import header, measured, print_figures
 from workflow_lib.harness.stages import prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.io.checksums import sha256
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.prepare.reconcile import IDDigest
 
 

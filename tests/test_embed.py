@@ -27,11 +27,11 @@ import torch
 from helpers import EMBEDDING_TOLERANCE, ROOT, alive
 
 import workflow_lib.embed.job
-import workflow_lib.embed.loader
+import workflow_lib.io.sharding
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
-from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
+from workflow_lib.embed.loader import ShardBatches, open_loader
 from workflow_lib.embed.packing import greedy_batches, pack
 from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.embed.stored_tokens import read_tokens
@@ -45,6 +45,7 @@ from workflow_lib.harness.stages import (
     write_reads,
 )
 from workflow_lib.io import h5store, locks
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
@@ -122,7 +123,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
 @pytest.mark.parametrize("model, suffix", [("esm", "faa"), ("dnabert", "fna")])
 def test_workers_give_every_frame_exactly_once(few_read_frames, demo_models, tmp_path, monkeypatch, model, suffix):
     """Two spawn workers over many small blocks give what the main process alone gives."""
-    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 23)  # read by the main process only: workers get its blocks
+    monkeypatch.setattr(workflow_lib.io.sharding, "BLOCK", 23)  # read by the main process only: workers get its blocks
     path = few_read_frames / f"shard_0.{suffix}"
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=2)
@@ -136,7 +137,7 @@ def test_stored_tokens_are_the_tokenizers_and_embed_to_the_bit(shard, demo_model
     """The tokenize job's file holds, block by block, what the DNABERT-S tokenizer gives; the embed
     job reading it (loader workers too) writes the same embeddings to the bit; a tokens file of
     another shard is refused."""
-    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 13)
+    monkeypatch.setattr(workflow_lib.io.sharding, "BLOCK", 13)
     path, tokens_path = shard / "shard_0.fna", tmp_path / "tokens.h5"
     n_tokens = tokenize_into(path, demo_models["dnabert"], tokens_path)
     index = ShardIndex.read(path)
@@ -208,8 +209,8 @@ def read_pieces(monkeypatch, piece: int) -> list[int]:
             sizes.append(len(data))
             return data
 
-    monkeypatch.setattr(workflow_lib.embed.loader, "PIECE", piece)
-    monkeypatch.setattr(workflow_lib.embed.loader, "open", lambda path, mode: Pieces(io.FileIO(path)), raising=False)
+    monkeypatch.setattr(workflow_lib.io.sharding, "PIECE", piece)
+    monkeypatch.setattr(workflow_lib.io.sharding, "open", lambda path, mode: Pieces(io.FileIO(path)), raising=False)
     return sizes
 
 
@@ -221,7 +222,7 @@ def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
     data = "".join(f">{name}\n{sequence}\n" for name, sequence in records).encode()
     (tmp_path / "shard.faa").write_bytes(data)
     sizes = read_pieces(monkeypatch, piece)
-    monkeypatch.setattr(workflow_lib.embed.loader, "BLOCK", 7)
+    monkeypatch.setattr(workflow_lib.io.sharding, "BLOCK", 7)
     index = ShardIndex.read(tmp_path / "shard.faa")
     assert max(sizes) <= piece and (piece > len(data) or len(sizes) > 2)
     assert index.sha256 == hashlib.sha256(data).hexdigest()

@@ -26,10 +26,11 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed import rates, stored_tokens
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.loader import ShardBatches, ShardIndex, open_loader
+from workflow_lib.embed.loader import ShardBatches, open_loader
 from workflow_lib.embed.packing import PackedBatch
 from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.io import checksums, h5store, locks
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.io.tables import write_json
 from workflow_lib.models import ARCHITECTURES, loading_module, varlen
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.io import h5store
 from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.io.tables import read_json, write_json
 
 log = logging.getLogger("workflow")

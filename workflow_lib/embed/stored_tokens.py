@@ -15,9 +15,9 @@ import h5py
 import numpy as np
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.embed.loader import ShardIndex
 from workflow_lib.io import checksums
 from workflow_lib.io.outputs import atomic_path
+from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.models import loading_module
 
 log = logging.getLogger("workflow")

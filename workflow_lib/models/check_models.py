@@ -5,7 +5,7 @@ from pathlib import Path
 
 from workflow_lib.io import checksums
 from workflow_lib.io.tables import read_json, write_json
-from workflow_lib.models import Embedder, classifier, loading_module
+from workflow_lib.models import Embedder, loading_module
 from workflow_lib.models.checkpoints import check_layer
 
 log = logging.getLogger("workflow")
@@ -40,6 +40,10 @@ def check_models(
         }
     widths = [(name, shape["dim"]) for name, shape in report.items()]
     if classifier_path:
+        from workflow_lib.models import (
+            classifier,  # imports torch, which the tokenize job (known_checksums) does without
+        )
+
         classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
         report["classifier"] = {
             "path": str(classifier_path),

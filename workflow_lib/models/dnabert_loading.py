@@ -1,17 +1,21 @@
 """Loading DNABERT-S: a Hugging Face model directory (local, or a hub id that fetch_models put in
 cache_dir), its weights converted once into the job's precision; the embedder (dnabert.DNABERTEmbedder).
+torch and the model code are imported only where a model is built: the tokenize job reads the
+checkpoint's tokenizer and config through this module without them.
 """
 
 import json
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file
+from typing import TYPE_CHECKING
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models.checkpoints import converted, is_local, load_weights, not_fetched, uninitialised
-from workflow_lib.models.dnabert import DNABERT, DNABERTEmbedder
 from workflow_lib.models.tokens import DNABERTTokens
+
+if TYPE_CHECKING:
+    import torch
+
+    from workflow_lib.models.dnabert import DNABERT, DNABERTEmbedder
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", *WEIGHT_FILES]
@@ -51,7 +55,9 @@ def checkpoint_files(checkpoint: str, cache_dir: str | None = None) -> list[Path
     return [directory / name for name in names if (directory / name).is_file()]
 
 
-def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
+def _state_dict(directory: Path) -> "dict[str, torch.Tensor]":
+    from safetensors.torch import load_file
+
     safetensors, pickled = (directory / name for name in WEIGHT_FILES)
     if safetensors.is_file():
         return load_file(safetensors)
@@ -63,13 +69,19 @@ def _state_dict(directory: Path) -> dict[str, torch.Tensor]:
 def load(
     checkpoint: str,
     cache_dir: str | None = None,
-    device: torch.device | None = None,
-    dtype: torch.dtype = torch.float32,
+    device: "torch.device | None" = None,
+    dtype: "torch.dtype | None" = None,
     digests: dict[str, str] | None = None,
-) -> tuple[DNABERT, DNABERTTokens]:
-    """The model with its weights in `dtype` on `device`, built in place as esm_loading.load builds
-    ESM-2; `digests` (ESM-2's copy's name) go unused: DNABERT-S is not copied."""
+) -> "tuple[DNABERT, DNABERTTokens]":
+    """The model with its weights in `dtype` (None: float32) on `device` (None: the CPU), built in
+    place as esm_loading.load builds ESM-2; `digests` (ESM-2's copy's name) go unused: DNABERT-S is
+    not copied."""
+    import torch
+
+    from workflow_lib.models.dnabert import DNABERT
+
     device, directory = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
+    dtype = dtype or torch.float32
     with uninitialised():
         model = DNABERT(read_config(str(directory)))
     state = {k.removeprefix("bert."): v for k, v in _state_dict(directory).items()}
@@ -92,12 +104,14 @@ def embedder(
     checkpoint: str,
     cache_dir: str | None,
     layer: int | None,
-    device: torch.device,
-    dtype: torch.dtype,
+    device: "torch.device",
+    dtype: "torch.dtype",
     fp8=False,
     digests: dict[str, str] | None = None,
 ) -> "DNABERTEmbedder":
     """The embedder of the last hidden state, as VirNucPro's (the config check refuses a `layer`;
     the embed job asks for no `fp8` of DNABERT-S)."""
+    from workflow_lib.models.dnabert import DNABERTEmbedder
+
     model, tokens = load(checkpoint, cache_dir, device, dtype, digests)
     return DNABERTEmbedder(model, tokens, device, dtype)
