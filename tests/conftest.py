@@ -26,10 +26,12 @@ def demo_models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
-    """One real Snakemake run of the whole workflow on the test samples (work directory, config)."""
+    """One real Snakemake run of the whole workflow on the test samples (work directory, config), in
+    shards of at most 5,000 tokens: 6 pooled shards, a sample in three shards (reads), one in two
+    (gamma) whose second shares its pooled shard with two more samples (plasmid, mito)."""
     workdir = tmp_path_factory.mktemp("workflow")
     write_inputs(workdir)
-    config = write_config(workdir)
+    config = write_config(workdir, shard_tokens=5000)
     result = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)], capture_output=True, text=True, env=ENV
     )

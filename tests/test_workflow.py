@@ -104,6 +104,8 @@ def test_trained_classifier_and_metrics(workflow_run):
 
 @pytest.mark.slow
 def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
+    """Each rule's log is written; a second run of the same config has nothing to do, and no
+    warning at start-up (its config is that of the results: test_a_config_unlike_the_results...)."""
     workdir, config = workflow_run
     for log in (
         "check_models.log",
@@ -122,6 +124,7 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
         env=ENV,
     )
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+    assert "Warning" not in dry.stdout + dry.stderr
 
 
 @pytest.mark.slow
@@ -442,12 +445,11 @@ def test_the_workflow_runs_from_any_directory(tmp_path):
 @pytest.mark.slow
 def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
     """The overview records what made the results; a config that names other values says so (a
-    report made now describes the results as they are)."""
+    report made now describes the results as they are). The run's own config warns of nothing:
+    test_every_rule_logs_and_rerun_is_a_no_op's dry run."""
     workdir, config = workflow_run
     output, _ = snakemake_dry_run(workdir, config, tmp_path, chunk_length=500)
     assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
-    output, _ = snakemake_dry_run(workdir, config, tmp_path)
-    assert "Warning" not in output
 
 
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -480,7 +482,7 @@ def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.nda
 
 @pytest.mark.slow
 def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
-    """The same samples and classifier in shards of 4,000 tokens (up to 4 a sample, some pooled
+    """The same samples and classifier in shards of 5,000 tokens (up to 3 a sample, some pooled
     with other samples') and all in one pooled shard (conftest's pooled_run, where two more samples
     share it): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
     (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls: a sample's calls do not
@@ -583,19 +585,34 @@ def log_seconds(path: Path) -> list[int]:
     return [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in stamps]
 
 
+@pytest.fixture(scope="module")
+def phix_tokenized(tmp_path_factory) -> tuple[Path, Path]:
+    """A run of phiX174 alone in one shard, up to its embed jobs (--until tokenize: the model check,
+    the plan, DNABERT-S's tokens), for the tests to embed in a copy each: (directory, config)."""
+    directory = tmp_path_factory.mktemp("phix_tokenized")
+    shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
+    (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), directory / "classifier.pt", chunk_length=300)
+    config = write_config(directory, classifier=str(directory / "classifier.pt"), embedding={"num_workers": 0})
+    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config), "--until", "tokenize"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert not list(directory.glob("results/shards/embeddings/*/*.h5"))
+    return directory, config
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "whole"])
-def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_path, shared):
+def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(phix_tokenized, tmp_path, shared):
     """Under profiles/local on a one-GPU machine (--resources gpu=1), the ESM-2 and DNABERT-S embed
     jobs of a shard run at the same time, each claiming its share (gpu_mem_mb) of the GPU's memory;
     with a whole GPU per embed job (embed: gpu=1), one after the other. The GPU is a stand-in
     (VIRNUCPRO_GPUS) with real claims; the jobs compute on the CPU. The test holds the whole GPU
-    until the jobs that Snakemake lets run all wait for it: both at once only when sharing."""
-    shutil.copy(GENOMES / "phiX174.fasta", tmp_path / "phix.fa")
-    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'phix.fa'}\n")
-    torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), embedding={"num_workers": 0})
+    until the jobs that Snakemake lets run all wait for it: both at once only when sharing. (Each
+    in its copy of phix_tokenized's run: its embed jobs are the only ones left.)"""
+    shutil.copytree(phix_tokenized[0], tmp_path, symlinks=True, dirs_exist_ok=True)
+    config = phix_tokenized[1]
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
