@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, write_config, write_inputs
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, seed_demo_models, write_config, write_inputs
 
 from workflow_lib.io.seqio import read_records
 
@@ -26,11 +26,15 @@ def demo_models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
-    """One real Snakemake run of the whole workflow on the test samples (work directory, config), in
-    shards of at most 5,000 tokens: 6 pooled shards, a sample in three shards (reads), one in two
-    (gamma) whose second shares its pooled shard with two more samples (plasmid, mito)."""
+    """One real Snakemake run of the whole workflow on the test samples (work directory, config): the
+    sheet with reads first, in shards of at most 5,000 tokens, makes 5 pooled shards: reads in
+    three shards, its last pooled with phix's; gamma in two, its second pooled with plasmid's and
+    mito's."""
     workdir = tmp_path_factory.mktemp("workflow")
     write_inputs(workdir)
+    sheet = workdir / "samples.tsv"
+    header, *rows = sheet.read_text().splitlines(keepends=True)
+    sheet.write_text(header + "".join(sorted(rows, key=lambda row: not row.startswith("reads\t"))))
     config = write_config(workdir, shard_tokens=5000)
     result = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)], capture_output=True, text=True, env=ENV
@@ -59,6 +63,7 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
         + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
     )
     shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")
+    seed_demo_models(workflow_run[0], workdir)
     config = write_config(
         workdir, classifier=str(workdir / "classifier.pt"), shard_tokens=10**9, input={"min_length": 100}
     )

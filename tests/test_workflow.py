@@ -25,6 +25,7 @@ from helpers import (
     SNAKEMAKE,
     read_fasta,
     read_tsv,
+    seed_demo_models,
     write_config,
     write_inputs,
 )
@@ -139,10 +140,12 @@ def test_the_embed_jobs_record_their_rates(workflow_run):
 
 
 @pytest.mark.slow
-def test_wrong_classifier_stops_before_any_embedding(tmp_path):
+def test_wrong_classifier_stops_before_any_embedding(workflow_run, tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
-    (only embed jobs are retried), also under a profile (profiles/local)."""
+    (only embed jobs are retried), also under a profile (profiles/local). (The demo models are
+    workflow_run's: helpers.seed_demo_models.)"""
     write_inputs(tmp_path)
+    seed_demo_models(workflow_run[0], tmp_path)
     # one sample: the check fails while its prepare job runs
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'inputs' / 'phix.fa'}\n")
     torch.manual_seed(0)
@@ -366,8 +369,9 @@ def test_new_samples_with_another_classifier_after_training(workflow_run, tmp_pa
     own, with pooled shards of its own."""
     workdir, config = workflow_run
     shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
+    sheet = [row["sample"] for row in read_tsv(workdir / "samples.tsv")]  # the run's samples, in its order
     output = classify_new_samples(
-        workdir, config, tmp_path, list(SAMPLES), models={"classifier": str(tmp_path / "classifier.pt")}
+        workdir, config, tmp_path, sheet, models={"classifier": str(tmp_path / "classifier.pt")}
     )
     copy = tmp_path / "run"
     before, after = (read_plans(d / "results" / "plan")[1] for d in (workdir, copy))
@@ -404,7 +408,8 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     """A sample with no frame (its one record is too short) gets one empty shard, pooled with the
     next sample's: their embed jobs ask for a GPU; a pooled shard of empty shards only asks for
     none (the resource is decided once the plan is made). A run with such a sample (pooled_run's
-    `none`) goes to the end and calls its record no_coding_frame."""
+    `none`) goes to the end and calls its record no_coding_frame. (The demo models are
+    pooled_run's: helpers.seed_demo_models.)"""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
     (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
@@ -413,6 +418,7 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     asked = {}
     for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
         (tmp_path / run).mkdir()
+        seed_demo_models(pooled_run, tmp_path / run)
         rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
         (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
         config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
@@ -586,10 +592,12 @@ def log_seconds(path: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def phix_tokenized(tmp_path_factory) -> tuple[Path, Path]:
+def phix_tokenized(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
     """A run of phiX174 alone in one shard, up to its embed jobs (--until tokenize: the model check,
-    the plan, DNABERT-S's tokens), for the tests to embed in a copy each: (directory, config)."""
+    the plan, DNABERT-S's tokens), for the tests to embed in a copy each: (directory, config). The
+    demo models are workflow_run's (helpers.seed_demo_models)."""
     directory = tmp_path_factory.mktemp("phix_tokenized")
+    seed_demo_models(workflow_run[0], directory)
     shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
     (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
     torch.manual_seed(0)
