@@ -592,35 +592,36 @@ def log_seconds(path: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def phix_tokenized(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
-    """A run of phiX174 alone in one shard, up to its embed jobs (--until tokenize: the model check,
-    the plan, DNABERT-S's tokens), for the tests to embed in a copy each: (directory, config). The
-    demo models are workflow_run's (helpers.seed_demo_models)."""
-    directory = tmp_path_factory.mktemp("phix_tokenized")
+def phix_planned(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
+    """A run of phiX174 alone in one shard, up to its plan (--until plan: prepare, the model check,
+    the plan), for the tests to embed in a copy each: (directory, config). The demo models are
+    workflow_run's (helpers.seed_demo_models)."""
+    directory = tmp_path_factory.mktemp("phix_planned")
     seed_demo_models(workflow_run[0], directory)
     shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
     (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), directory / "classifier.pt", chunk_length=300)
     config = write_config(directory, classifier=str(directory / "classifier.pt"), embedding={"num_workers": 0})
-    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config), "--until", "tokenize"]
+    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config), "--until", "plan"]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert (directory / "results" / "plan" / "shards_0.tsv").is_file()
     assert not list(directory.glob("results/shards/embeddings/*/*.h5"))
     return directory, config
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "whole"])
-def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(phix_tokenized, tmp_path, shared):
+def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(phix_planned, tmp_path, shared):
     """Under profiles/local on a one-GPU machine (--resources gpu=1), the ESM-2 and DNABERT-S embed
     jobs of a shard run at the same time, each claiming its share (gpu_mem_mb) of the GPU's memory;
     with a whole GPU per embed job (embed: gpu=1), one after the other. The GPU is a stand-in
     (VIRNUCPRO_GPUS) with real claims; the jobs compute on the CPU. The test holds the whole GPU
     until the jobs that Snakemake lets run all wait for it: both at once only when sharing. (Each
-    in its copy of phix_tokenized's run: its embed jobs are the only ones left.)"""
-    shutil.copytree(phix_tokenized[0], tmp_path, symlinks=True, dirs_exist_ok=True)
-    config = phix_tokenized[1]
+    in its copy of phix_planned's run: its embed jobs, and DNABERT-S's tokens, are what is left.)"""
+    shutil.copytree(phix_planned[0], tmp_path, symlinks=True, dirs_exist_ok=True)
+    config = phix_planned[1]
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
