@@ -29,13 +29,14 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
     """One real Snakemake run of the whole workflow on the test samples (work directory, config): the
     sheet with reads first, in shards of at most 5,000 tokens, makes 5 pooled shards: reads in
     three shards, its last pooled with phix's; gamma in two, its second pooled with plasmid's and
-    mito's."""
+    mito's. The config names the sheet relative to the work directory: a copy of the directory
+    reads its own sheet, and its results (whose summaries name the sheet) stay up to date."""
     workdir = tmp_path_factory.mktemp("workflow")
     write_inputs(workdir)
     sheet = workdir / "samples.tsv"
     header, *rows = sheet.read_text().splitlines(keepends=True)
     sheet.write_text(header + "".join(sorted(rows, key=lambda row: not row.startswith("reads\t"))))
-    config = write_config(workdir, shard_tokens=5000)
+    config = write_config(workdir, samples=sheet.name, shard_tokens=5000)
     result = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)], capture_output=True, text=True, env=ENV
     )

@@ -553,12 +553,8 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
     workdir, config = workflow_run
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
-    sheet = copy / "samples.tsv"  # the run's sheet, labels and all, in the copy: first as it was
-    moved = tmp_path / "moved.yaml"
-    moved.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | {"samples": str(sheet)}))
-    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(moved)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)  # the summaries name the sheet
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    sheet = copy / "samples.tsv"  # the run's sheet, labels and all, in the copy (the config names it relative)
+    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(config)]
     columns = sheet.read_text().splitlines()[0].count("\t") + 1
     with open(sheet, "a") as handle:
         handle.write("\t".join(["lambda", str(new_genome(tmp_path))] + [""] * (columns - 2)) + "\n")
