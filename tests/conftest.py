@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, write_config, write_inputs
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, seed_demo_models, write_config, write_inputs
 
 from workflow_lib.io.seqio import read_records
 
@@ -26,10 +26,17 @@ def demo_models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
-    """One real Snakemake run of the whole workflow on the test samples (work directory, config)."""
+    """One real Snakemake run of the whole workflow on the test samples (work directory, config): the
+    sheet with reads first, in shards of at most 5,000 tokens, makes 5 pooled shards: reads in
+    three shards, its last pooled with phix's; gamma in two, its second pooled with plasmid's and
+    mito's. The config names the sheet relative to the work directory: a copy of the directory
+    reads its own sheet, and its results (whose summaries name the sheet) stay up to date."""
     workdir = tmp_path_factory.mktemp("workflow")
     write_inputs(workdir)
-    config = write_config(workdir)
+    sheet = workdir / "samples.tsv"
+    header, *rows = sheet.read_text().splitlines(keepends=True)
+    sheet.write_text(header + "".join(sorted(rows, key=lambda row: not row.startswith("reads\t"))))
+    config = write_config(workdir, samples=sheet.name, shard_tokens=5000)
     result = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)], capture_output=True, text=True, env=ENV
     )
@@ -57,6 +64,7 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
         + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
     )
     shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")
+    seed_demo_models(workflow_run[0], workdir)
     config = write_config(
         workdir, classifier=str(workdir / "classifier.pt"), shard_tokens=10**9, input={"min_length": 100}
     )

@@ -179,6 +179,12 @@ def write_inputs(workdir: Path) -> None:
     )
 
 
+def seed_demo_models(source: Path, workdir: Path) -> None:
+    """The demo models that the run in `source` built (its build_demo_models job), copied with
+    their times to `workdir`: a run there finds them made, with no build job of its own."""
+    shutil.copytree(source / "resources" / "demo_models", workdir / "resources" / "demo_models")
+
+
 def lane_pairs(n: int = 40) -> list[list[tuple[bytes, bytes, bytes]]]:
     """Two lanes of paired fragments (ID, mate 1, mate 2), each of `n` phage and `n` bacterial ones."""
     phix, ecoli = GENOMES / "phiX174.fasta", GENOMES / "ecoli_536_NC_008253_first200kb.fasta"

@@ -370,11 +370,8 @@ def open_report(browser: Chromium, html: Path) -> str:
     return session
 
 
-@pytest.mark.slow
-def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, tmp_path):
-    assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
-    workdir, config = workflow_run
-    html = tmp_path / "report.html"
+def make_report(workdir: Path, config: Path, html: Path) -> None:
+    """`snakemake --report` of the finished run in `workdir`, with `config`, written to `html`."""
     result = subprocess.run(
         SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config), "--report", str(html)],
         capture_output=True,
@@ -382,6 +379,21 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
         env=ENV,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def report_html(workflow_run, tmp_path_factory) -> Path:
+    """The report of the test run with its own config (made once for the tests that read it)."""
+    html = tmp_path_factory.mktemp("report") / "report.html"
+    make_report(*workflow_run, html)
+    return html
+
+
+@pytest.mark.slow
+def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, report_html, tmp_path):
+    assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
+    workdir, _ = workflow_run
+    html = report_html
     text = html.read_text()
     external = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", text)
     assert not external, external
@@ -428,26 +440,18 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
 
 
 @pytest.mark.slow
-def test_report_leaves_out_tables_over_the_size_limit(workflow_run, tmp_path):
+def test_report_leaves_out_tables_over_the_size_limit(workflow_run, report_html, tmp_path):
     """report.max_attached_mb bounds the tables of all samples together: below their total, though
     above each one, it keeps chunks.tsv and sequences.tsv out of the report; the figures, the top
-    sequences and the run summaries stay."""
+    sequences and the run summaries stay (against the report made with the run's own config)."""
     workdir, config = workflow_run
     sizes = [(workdir / "results" / s / t).stat().st_size for s in SAMPLES for t in ("chunks.tsv", "sequences.tsv")]
     limit = (max(sizes) + sum(sizes)) / 2 / 2**20
     limited = tmp_path / "limited.yaml"
     settings = merged(yaml.safe_load(config.read_text()), {"report": {"max_attached_mb": limit}})
     limited.write_text(yaml.safe_dump(settings))
-    reports = {}
-    for name, configfile in (("default", config), ("limited", limited)):
-        reports[name] = tmp_path / f"{name}.html"
-        result = subprocess.run(
-            SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(configfile), "--report", str(reports[name])],
-            capture_output=True,
-            text=True,
-            env=ENV,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
+    reports = {"default": report_html, "limited": tmp_path / "limited.html"}
+    make_report(workdir, limited, reports["limited"])
     default, limited_text = (reports[name].read_text() for name in ("default", "limited"))
     for label in ("chunks table (download)", "sequences table (download)"):
         assert default.count(label) == len(SAMPLES) and label not in limited_text, label

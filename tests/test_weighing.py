@@ -112,12 +112,13 @@ def weighed(workflow_run, tmp_path_factory):
 @pytest.mark.slow
 def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(workflow_run, tmp_path):
     """call.max_qvalue left on with models.calibration null (the demo's config, its calibration turned
-    off): the start-up says once that the q-value FASTA files are not written, and every call job runs."""
+    off): the start-up says once that the q-value FASTA files are not written, and every call job runs
+    (forced; the run stops after them: --until call)."""
     workdir, config = workflow_run
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
     changed = changed_config(config, copy / "cutoff.yaml", models={"calibration": None}, call={"max_qvalue": 0.1})
-    code, output = run(copy, changed, "--forcerun", "call")
+    code, output = run(copy, changed, "--forcerun", "call", "--until", "call")
     assert code == 0, output[-3000:]
     warning = "call.max_qvalue 0.1 needs a calibration and models.calibration is null: no q-values, so "
     assert output.count(warning) == 1, output[-3000:]

@@ -25,6 +25,7 @@ from helpers import (
     SNAKEMAKE,
     read_fasta,
     read_tsv,
+    seed_demo_models,
     write_config,
     write_inputs,
 )
@@ -104,6 +105,8 @@ def test_trained_classifier_and_metrics(workflow_run):
 
 @pytest.mark.slow
 def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
+    """Each rule's log is written; a second run of the same config has nothing to do, and no
+    warning at start-up (its config is that of the results: test_a_config_unlike_the_results...)."""
     workdir, config = workflow_run
     for log in (
         "check_models.log",
@@ -122,6 +125,7 @@ def test_every_rule_logs_and_rerun_is_a_no_op(workflow_run):
         env=ENV,
     )
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+    assert "Warning" not in dry.stdout + dry.stderr
 
 
 @pytest.mark.slow
@@ -136,10 +140,12 @@ def test_the_embed_jobs_record_their_rates(workflow_run):
 
 
 @pytest.mark.slow
-def test_wrong_classifier_stops_before_any_embedding(tmp_path):
+def test_wrong_classifier_stops_before_any_embedding(workflow_run, tmp_path):
     """The check's one-line error reaches the console, once: a deterministic failure is not retried,
-    (only embed jobs are retried), also under a profile (profiles/local)."""
+    (only embed jobs are retried), also under a profile (profiles/local). (The demo models are
+    workflow_run's: helpers.seed_demo_models.)"""
     write_inputs(tmp_path)
+    seed_demo_models(workflow_run[0], tmp_path)
     # one sample: the check fails while its prepare job runs
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'inputs' / 'phix.fa'}\n")
     torch.manual_seed(0)
@@ -363,8 +369,9 @@ def test_new_samples_with_another_classifier_after_training(workflow_run, tmp_pa
     own, with pooled shards of its own."""
     workdir, config = workflow_run
     shutil.copy(workdir / "results" / "train" / "classifier.pt", tmp_path / "classifier.pt")
+    sheet = [row["sample"] for row in read_tsv(workdir / "samples.tsv")]  # the run's samples, in its order
     output = classify_new_samples(
-        workdir, config, tmp_path, list(SAMPLES), models={"classifier": str(tmp_path / "classifier.pt")}
+        workdir, config, tmp_path, sheet, models={"classifier": str(tmp_path / "classifier.pt")}
     )
     copy = tmp_path / "run"
     before, after = (read_plans(d / "results" / "plan")[1] for d in (workdir, copy))
@@ -401,7 +408,8 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     """A sample with no frame (its one record is too short) gets one empty shard, pooled with the
     next sample's: their embed jobs ask for a GPU; a pooled shard of empty shards only asks for
     none (the resource is decided once the plan is made). A run with such a sample (pooled_run's
-    `none`) goes to the end and calls its record no_coding_frame."""
+    `none`) goes to the end and calls its record no_coding_frame. (The demo models are
+    pooled_run's: helpers.seed_demo_models.)"""
     ((_, _, genome),) = read_records(ROOT / "resources" / "genomes" / "phiX174.fasta")
     (tmp_path / "one.fa").write_bytes(b">one\n" + genome[:900] + b"\n")
     (tmp_path / "none.fa").write_bytes(b">short\n" + genome[:90] + b"\n")
@@ -410,6 +418,7 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     asked = {}
     for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
         (tmp_path / run).mkdir()
+        seed_demo_models(pooled_run, tmp_path / run)
         rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
         (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
         config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
@@ -442,12 +451,11 @@ def test_the_workflow_runs_from_any_directory(tmp_path):
 @pytest.mark.slow
 def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_path):
     """The overview records what made the results; a config that names other values says so (a
-    report made now describes the results as they are)."""
+    report made now describes the results as they are). The run's own config warns of nothing:
+    test_every_rule_logs_and_rerun_is_a_no_op's dry run."""
     workdir, config = workflow_run
     output, _ = snakemake_dry_run(workdir, config, tmp_path, chunk_length=500)
     assert "Warning: chunk_length is 500 in the config, but the results in results/ were made with 300" in output
-    output, _ = snakemake_dry_run(workdir, config, tmp_path)
-    assert "Warning" not in output
 
 
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
@@ -480,7 +488,7 @@ def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.nda
 
 @pytest.mark.slow
 def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
-    """The same samples and classifier in shards of 4,000 tokens (up to 4 a sample, some pooled
+    """The same samples and classifier in shards of 5,000 tokens (up to 3 a sample, some pooled
     with other samples') and all in one pooled shard (conftest's pooled_run, where two more samples
     share it): the same frames, embeddings and frame and chunk scores equal but for float32 rounding
     (helpers.EMBEDDING_TOLERANCE, SCORE_TOLERANCE), and the same calls: a sample's calls do not
@@ -545,12 +553,8 @@ def test_an_appended_sample_runs_only_its_own_jobs(workflow_run, tmp_path):
     workdir, config = workflow_run
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
-    sheet = copy / "samples.tsv"  # the run's sheet, labels and all, in the copy: first as it was
-    moved = tmp_path / "moved.yaml"
-    moved.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | {"samples": str(sheet)}))
-    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(moved)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)  # the summaries name the sheet
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    sheet = copy / "samples.tsv"  # the run's sheet, labels and all, in the copy (the config names it relative)
+    command = SNAKEMAKE + ["--directory", str(copy), "--configfile", str(config)]
     columns = sheet.read_text().splitlines()[0].count("\t") + 1
     with open(sheet, "a") as handle:
         handle.write("\t".join(["lambda", str(new_genome(tmp_path))] + [""] * (columns - 2)) + "\n")
@@ -583,19 +587,37 @@ def log_seconds(path: Path) -> list[int]:
     return [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in stamps]
 
 
+@pytest.fixture(scope="module")
+def phix_planned(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
+    """A run of phiX174 alone in one shard, up to its plan (--until plan: prepare, the model check,
+    the plan), for the tests to embed in a copy each: (directory, config). The demo models are
+    workflow_run's (helpers.seed_demo_models)."""
+    directory = tmp_path_factory.mktemp("phix_planned")
+    seed_demo_models(workflow_run[0], directory)
+    shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
+    (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
+    torch.manual_seed(0)
+    classifier.save(classifier.MLPClassifier(48 + 64), directory / "classifier.pt", chunk_length=300)
+    config = write_config(directory, classifier=str(directory / "classifier.pt"), embedding={"num_workers": 0})
+    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config), "--until", "plan"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert (directory / "results" / "plan" / "shards_0.tsv").is_file()
+    assert not list(directory.glob("results/shards/embeddings/*/*.h5"))
+    return directory, config
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "whole"])
-def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(tmp_path, shared):
+def test_the_embed_jobs_of_a_shard_share_one_gpu_under_the_local_profile(phix_planned, tmp_path, shared):
     """Under profiles/local on a one-GPU machine (--resources gpu=1), the ESM-2 and DNABERT-S embed
     jobs of a shard run at the same time, each claiming its share (gpu_mem_mb) of the GPU's memory;
     with a whole GPU per embed job (embed: gpu=1), one after the other. The GPU is a stand-in
     (VIRNUCPRO_GPUS) with real claims; the jobs compute on the CPU. The test holds the whole GPU
-    until the jobs that Snakemake lets run all wait for it: both at once only when sharing."""
-    shutil.copy(GENOMES / "phiX174.fasta", tmp_path / "phix.fa")
-    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'phix.fa'}\n")
-    torch.manual_seed(0)
-    classifier.save(classifier.MLPClassifier(48 + 64), tmp_path / "classifier.pt", chunk_length=300)
-    config = write_config(tmp_path, classifier=str(tmp_path / "classifier.pt"), embedding={"num_workers": 0})
+    until the jobs that Snakemake lets run all wait for it: both at once only when sharing. (Each
+    in its copy of phix_planned's run: its embed jobs, and DNABERT-S's tokens, are what is left.)"""
+    shutil.copytree(phix_planned[0], tmp_path, symlinks=True, dirs_exist_ok=True)
+    config = phix_planned[1]
     gpu = locks.Gpu(f"GPU-test-{uuid.uuid4()}", 4000)
     command = [
         *SNAKEMAKE[:5],
