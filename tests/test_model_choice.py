@@ -11,6 +11,7 @@ import torch
 import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, read_tsv, write_config
 from test_bad_input import PHIX, dry_run
+from test_reliability import with_demo_models
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io import h5store
@@ -152,7 +153,7 @@ THREE_MODELS = {"dnabert": 48, "esm": 64, "esm_small": 32}  # the demo DNABERT-S
 
 
 @pytest.mark.slow
-def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path):
+def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path, demo_models):
     """A third embedding model, a second ESM-2 of another size, added by config alone (its entry
     and models.embedders): the train target trains a classifier on the three models' features,
     which records them, then the workflow embeds every shard with each of them, scores the shards
@@ -164,6 +165,7 @@ def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path):
     sheet = "".join(f"{name}\t{GENOMES / file}\t{label}\n" for name, (file, label) in genomes.items())
     (tmp_path / "samples.tsv").write_text("sample\tpath\tlabel\n" + sheet)
     small = build_esm(tmp_path / "esm_small.pt", seed=1, config=SMALL_ESM)
+    with_demo_models(tmp_path, demo_models)
     config = yaml.safe_load(write_config(tmp_path).read_text())
     config["models"] |= {
         "embedders": list(THREE_MODELS),

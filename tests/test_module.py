@@ -110,9 +110,10 @@ def host_workflow(host: Path) -> tuple[Path, str, tuple[int, int]]:
     insert = (INSERT_AT + 1, INSERT_AT + len(phage))  # 1-based, inclusive
     (host / "chimera.fa").write_text(f">chimera E. coli 536 1-200000 with lambda at {INSERT_AT}\n{chimera}\n")
     rows = [f"{name}\t{GENOMES / path}\t{label}\n" for name, (path, label) in DEMO_SAMPLES.items()]
-    (host / "config" / "samples.tsv").write_text("sample\tpath\tlabel\n" + "".join(rows) + "chimera\tchimera.fa\t\n")
+    (host / "config" / "samples.tsv").write_text("sample\tpath\tlabel\nchimera\tchimera.fa\t\n" + "".join(rows))
     config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
-    # shards of 40,000 tokens, not the demo's 10,000: 8 embed jobs, not 20 (the chimera still in two)
+    # shards of 40,000 tokens, not the demo's 10,000: 6 embed jobs, not 20 (the chimera still in two,
+    # first in the sheet, its second pooled with lambda; E. coli's one shard alone)
     config |= {"samples": "config/samples.tsv", "shard_tokens": 40_000}
     (host / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     return host, chimera, insert

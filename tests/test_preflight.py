@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
+from test_reliability import with_demo_models
 
 from workflow_lib.embed import rates
 from workflow_lib.workflow import job_resources
@@ -21,10 +22,12 @@ CONFIG = {"embedding": {"device": "cpu"}, "shard_tokens": 4000}
 
 
 @pytest.fixture(scope="module")
-def preflighted(tmp_path_factory) -> Path:
-    """A work directory where `snakemake preflight` ran, on the CPU."""
+def preflighted(tmp_path_factory, demo_models) -> Path:
+    """A work directory where `snakemake preflight` ran, on the CPU, with the demo models built
+    (with_demo_models)."""
     workdir = tmp_path_factory.mktemp("preflight")
     write_inputs(workdir)
+    with_demo_models(workdir, demo_models)
     config = write_config(workdir, **CONFIG)
     command = SNAKEMAKE + ["--directory", str(workdir), f"--configfile={config}", "preflight"]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)

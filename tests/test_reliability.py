@@ -23,17 +23,20 @@ from workflow_lib.harness.stages import write_reads
 KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the fault hits (every sample pooled)
 
 
+def with_demo_models(workdir: Path, demo_models: dict[str, Path]) -> None:
+    """The demo models (conftest.py's demo_models, the files the workflow's build_demo_models writes)
+    where helpers.write_config's config names them in `workdir`: a run does not build them again."""
+    shutil.copytree(demo_models["esm"].parent, workdir / "resources" / "demo_models")
+
+
 def setup(workdir: Path) -> Path:
-    """A virus and another genome to train on, and 1,000 sampled reads: a shard of ~400 frames,
-    committed after every batch, so that a kill lands mid-shard. Paths are relative to the
+    """A virus and 400 sampled reads to train on (labelled virus and other): a shard of ~170
+    frames, committed after every batch, so that a kill lands mid-shard. Paths are relative to the
     working directory, so that two runs can be compared file for file."""
     workdir.mkdir()
     shutil.copy(GENOMES / "phiX174.fasta", workdir / "phix.fa")
-    shutil.copy(GENOMES / "yersinia_pestis_plasmid_pPCP1_NC_005816.fasta", workdir / "plasmid.fa")
-    write_reads(workdir / "reads.fa", 1000, 500, seed=5)
-    (workdir / "samples.tsv").write_text(
-        "sample\tpath\tlabel\nphix\tphix.fa\tvirus\nplasmid\tplasmid.fa\tother\nreads\treads.fa\t\n"
-    )
+    write_reads(workdir / "reads.fa", 400, 500, seed=5)
+    (workdir / "samples.tsv").write_text("sample\tpath\tlabel\nphix\tphix.fa\tvirus\nreads\treads.fa\tother\n")
     config = write_config(
         workdir,
         samples="samples.tsv",
@@ -80,11 +83,13 @@ def kill_embed_job_once(workdir: Path, after_parts: int, killed: list) -> thread
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, demo_models):
     """Two runs of the same inputs and config: the first undisturbed, the second with its ESM-2
     embed job killed once mid-shard."""
     base = tmp_path_factory.mktemp("reliability")
     first, killed_run = setup(base / "first"), setup(base / "killed")
+    for workdir in (first, killed_run):
+        with_demo_models(workdir, demo_models)
     result = snakemake(first)
     assert result.returncode == 0, result.stderr[-3000:]
     killed: list[int] = []
@@ -255,7 +260,8 @@ def test_a_full_disk_at_any_stage_says_so_and_loses_nothing(runs, tmp_path):
     """The run on a tmpfs with 1 MB of room past its inputs, then 2, 4, 8 ... as a user frees
     space: each run that meets the full disk, at whatever stage, fails with the line that names the
     file system and says it is full, and no traceback; the same command, given room, finishes with
-    the results of a run on a roomy disk (every embed job's commits kept through the failures)."""
+    the results of a run on a roomy disk (every embed job's commits kept through the failures). The
+    run builds the demo models too (one more stage that may meet it)."""
     first, *_ = runs
     with tmpfs(tmp_path / "disk", "size=64m") as disk:
         workdir = setup(disk / "run")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
 from slurm_testbed import SHIPPED, TEST_OPTIONS, shipped_profile, slurm_cluster
+from test_reliability import with_demo_models
 
 from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
@@ -72,11 +73,12 @@ GROUPED = dict(g.split("=") for g in yaml.safe_load(SHIPPED.read_text())["group-
 GROUPS = ("small_prepare", "small_samples", "sample_report")
 
 
-def configured(workdir):
+def configured(workdir, demo_models):
     """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
     pooled shard (two pooled shards: embed jobs side by side), and two tiny samples that share the
-    second (the test stays short)."""
+    second (the test stays short); the demo models built (with_demo_models)."""
     write_inputs(workdir)
+    with_demo_models(workdir, demo_models)
     sheet = workdir / "samples.tsv"
     header, *rows = sheet.read_text().splitlines(keepends=True)
     ((_, _, mito),) = read_records(workdir / "inputs" / "mito.fa")
@@ -93,21 +95,24 @@ def configured(workdir):
     return path
 
 
-def test_workflow_runs_through_slurm(cluster, failing_started, tmp_path):
+def test_workflow_runs_through_slurm(cluster, failing_started, tmp_path, demo_models):
     # failing_started: the runs that fail on purpose go on meanwhile, on their test bed
     local, slurm = tmp_path / "local", tmp_path / "slurm"
     local.mkdir()
     slurm.mkdir()
-    # the local run, to compare with, beside the cluster run: that one mostly waits on SLURM
+    # the local run, to compare with, beside the cluster run: that one mostly waits on SLURM; it
+    # makes the compared tables only (not the summaries and figures)
+    tables = [f"results/{sample}/{table}" for sample in SAMPLES for table in TABLES]
     local_run = subprocess.Popen(
-        SNAKEMAKE + ["--directory", str(local), "--configfile", str(configured(local))],
+        [*SNAKEMAKE[:5], *tables, *SNAKEMAKE[5:], "--directory", str(local)]
+        + ["--configfile", str(configured(local, demo_models))],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
     profile = ["--profile", str(shipped_profile(tmp_path / "profile")), "--verbose", *TEST_OPTIONS]
-    command = SNAKEMAKE[:5] + ["--directory", str(slurm), "--configfile", str(configured(slurm))] + profile
+    command = SNAKEMAKE[:5] + ["--directory", str(slurm), "--configfile", str(configured(slurm, demo_models))] + profile
     ran = subprocess.run(command, capture_output=True, text=True, env=cluster, timeout=600)
     local_errors = local_run.communicate(timeout=600)[1]
     assert local_run.returncode == 0, local_errors[-3000:]
@@ -170,7 +175,7 @@ def failing_bed(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def failing_started(failing_bed, tmp_path_factory):
+def failing_started(failing_bed, tmp_path_factory, demo_models):
     """The runs that fail on purpose, started together (they share nothing but their test bed) and
     left running: their work directory and process, by name. Whatever still runs when the module's
     tests end is killed."""
@@ -182,15 +187,15 @@ def failing_started(failing_bed, tmp_path_factory):
     failing.mkdir()
     (failing / "protein.fa").write_text(">p\nMKVLAAGIVGLLLAAQPAMAQWERTYIPSDFGHKLCVNM\n")
     (failing / "samples.tsv").write_text(f"sample\tpath\nbad\t{failing / 'protein.fa'}\n")
-    commands["failing"] = sheet_run(failing, profile, pending_check_seconds=2)
+    commands["failing"] = sheet_run(failing, profile, demo_models, pending_check_seconds=2)
     # prepare sent to the partition `short`: 1 minute at most, and prepare asks for 10 or more
-    commands["pending"] = phix_run(base / "pending", profile, pending_check_seconds=2)
+    commands["pending"] = phix_run(base / "pending", profile, demo_models, pending_check_seconds=2)
     commands["pending"] += ["--set-resources", "prepare:slurm_partition=short"]
-    commands["memory"] = phix_run(base / "memory", profile) + ["--set-resources", "prepare:mem_mb=100"]
+    commands["memory"] = phix_run(base / "memory", profile, demo_models) + ["--set-resources", "prepare:mem_mb=100"]
     # ESM-2's embed job asked for by its file; at 250 MB, Snakemake in the batch step (about 140 MB)
     # stays under it, the job's step (Snakemake and the embed job importing torch) goes over it within
     # seconds
-    retries = phix_run(base / "retries", profile)
+    retries = phix_run(base / "retries", profile, demo_models)
     retries[5:5] = ["results/shards/embeddings/esm/shard_0-0.h5"]
     commands["retries"] = retries + ["--set-resources", "embed:mem_mb=250"]
     runs = {}
@@ -295,19 +300,21 @@ def test_an_embed_job_is_tried_as_often_as_its_profile_says(failing_bed, failed_
         assert text.count("localrule embed:") == 1 and set(re.findall(r"StepId=(\d+\.\w+)", text)) == {f"{job}.0"}, text
 
 
-def phix_run(workdir: Path, profile: Path, **settings) -> list[str]:
+def phix_run(workdir: Path, profile: Path, demo_models: dict[str, Path], **settings) -> list[str]:
     """sheet_run of one sample, phix (one pooled shard), in `workdir`, made and filled with the inputs."""
     workdir.mkdir()
     write_inputs(workdir)
     (workdir / "samples.tsv").write_text(f"sample\tpath\nphix\t{workdir / 'inputs' / 'phix.fa'}\n")
-    return sheet_run(workdir, profile, **settings)
+    return sheet_run(workdir, profile, demo_models, **settings)
 
 
-def sheet_run(workdir: Path, profile: Path, **settings) -> list[str]:
-    """The command of a run of `workdir`'s samples.tsv with a given classifier and the config's
-    `settings` (helpers.write_config) through the shipped profile (filled in, in `profile`)."""
+def sheet_run(workdir: Path, profile: Path, demo_models: dict[str, Path], **settings) -> list[str]:
+    """The command of a run of `workdir`'s samples.tsv with a given classifier, the demo models built
+    (with_demo_models) and the config's `settings` (helpers.write_config) through the shipped profile
+    (filled in, in `profile`)."""
     config = write_config(workdir, classifier="classifier.pt", **settings)
     classifier_file(workdir / "classifier.pt")
+    with_demo_models(workdir, demo_models)
     options = ["--profile", str(profile), *TEST_OPTIONS]
     return SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + options
 
