@@ -50,7 +50,19 @@ from workflow_lib.models import esm, esm_loading
 from workflow_lib.models.tokens import DNABERTTokens, ESMTokens
 
 CPU = torch.device("cpu")
+# The embed jobs started here run on one torch thread, as this process does (one_thread): on the
+# tiny models a second one mostly spins, taking a core from the other test worker.
+ONE_THREAD = {"threads": 1}
 GENOMES = ROOT / "resources" / "genomes"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """torch's ops in this process on one thread too (ONE_THREAD), for this module's tests."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +358,7 @@ def test_sigterm_stops_the_job_and_its_workers(read_frames, demo_models, tmp_pat
     output, shard = tmp_path / "e.h5", tmp_path / "shard.faa"
     shard.write_bytes((read_frames / "shard_0.faa").read_bytes() * 6)  # several blocks, so workers are used
     # many small batches: a long job; a progress line after every batch: the frames embedded so far
-    options = {"num_workers": 2, "token_budget": 64, "progress_seconds": 0.000001, "commit_seconds": 1}
+    options = {"num_workers": 2, "token_budget": 64, "progress_seconds": 0.000001, "commit_seconds": 1, **ONE_THREAD}
     command = embed_command("esm", demo_models["esm"], shard, output, **options)
     job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     log = Lines(job.stderr)
@@ -422,23 +434,30 @@ def test_a_sigterm_commits_the_batches_in_flight_too(read_frames, demo_models, t
     assert committed == sum(submitted)
 
 
+# The very-end tests' job: a progress line and a commit after every batch.
+AT_THE_END = {"num_workers": 0, "token_budget": 1024, "progress_seconds": 1e-6, "commit_seconds": 0, **ONE_THREAD}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(few_read_frames, demo_models, tmp_path_factory):
+    """The very-end tests' job run to its end unsignalled: what each of them must write."""
+    reference = tmp_path_factory.mktemp("uninterrupted") / "reference.h5"
+    command = embed_command("esm", demo_models["esm"], few_read_frames / "shard_0.faa", reference, **AT_THE_END)
+    subprocess.run(command, check=True, capture_output=True)
+    return reference
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["after the last batch", "after the output is written"])
-def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models, tmp_path, moment):
+def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models, uninterrupted, tmp_path, moment):
     """A stop in the job's last moments, its process group signalled as SLURM does, through
     scripts/run_logged.sh as the rules run it: the job finishes with status 0, its output whole
     and its commits removed (not 143 after its output was renamed, which Snakemake would delete
     with the commits gone: a whole shard to embed again). Signalled before it could finish, it
     exits 143 with every frame committed, and its rerun embeds none again."""
-    shard = few_read_frames / "shard_0.faa"
-    options = {"num_workers": 0, "token_budget": 1024, "progress_seconds": 1e-6, "commit_seconds": 0}
-    reference = tmp_path / "reference.h5"
-    subprocess.run(
-        embed_command("esm", demo_models["esm"], shard, reference, **options), check=True, capture_output=True
-    )
-    output, log = tmp_path / "e.h5", tmp_path / "embed.log"
+    shard, output, log = few_read_frames / "shard_0.faa", tmp_path / "e.h5", tmp_path / "embed.log"
     command = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(log)]
-    command += embed_command("esm", demo_models["esm"], shard, output, **options)
+    command += embed_command("esm", demo_models["esm"], shard, output, **AT_THE_END)
     total = len(ShardIndex.read(shard))
     line = f" {total:,} frames of {total:,}" if moment == "after the last batch" else f"wrote {output}"
     job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -456,7 +475,7 @@ def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models,
         assert status == 0, log.read_text()[-3000:]
         assert "a SIGTERM came after the last batch: the job finishes first" in log.read_text()
     assert not (tmp_path / ".e.h5.parts").exists()
-    with h5py.File(output) as got, h5py.File(reference) as expected:
+    with h5py.File(output) as got, h5py.File(uninterrupted) as expected:
         assert got["ids"][()].tolist() == expected["ids"][()].tolist()
         assert np.abs(got["embeddings"][()] - expected["embeddings"][()]).max() <= EMBEDDING_TOLERANCE
 
@@ -694,7 +713,7 @@ def test_killed_job_resumes_from_its_last_commit(few_read_frames, demo_models, t
     disk leaves them): each cut commit is named in the log and its frames embedded again, no row
     of it kept."""
     shard, output = few_read_frames / "shard_0.faa", tmp_path / "e.h5"
-    options = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0}  # a commit after every batch
+    options = {"num_workers": 0, "token_budget": 512, "commit_seconds": 0, **ONE_THREAD}  # a commit after every batch
     reference = subprocess.run(
         embed_command("esm", demo_models["esm"], shard, tmp_path / "reference.h5", **options),
         capture_output=True,
