@@ -64,7 +64,7 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
         + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
     )
     shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")
-    seed_demo_models(workflow_run[0], workdir)
+    seed_demo_models(workflow_run[0] / "resources" / "demo_models", workdir)
     config = write_config(
         workdir, classifier=str(workdir / "classifier.pt"), shard_tokens=10**9, input={"min_length": 100}
     )

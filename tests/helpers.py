@@ -179,10 +179,11 @@ def write_inputs(workdir: Path) -> None:
     )
 
 
-def seed_demo_models(source: Path, workdir: Path) -> None:
-    """The demo models that the run in `source` built (its build_demo_models job), copied with
-    their times to `workdir`: a run there finds them made, with no build job of its own."""
-    shutil.copytree(source / "resources" / "demo_models", workdir / "resources" / "demo_models")
+def seed_demo_models(models: Path, workdir: Path) -> None:
+    """The demo models in the directory `models` (a run's resources/demo_models, or conftest.py's
+    demo_models: the files build_demo_models writes), copied with their times to where
+    write_config's config names them in `workdir`: a run there finds them made, with no build job."""
+    shutil.copytree(models, workdir / "resources" / "demo_models")
 
 
 def lane_pairs(n: int = 40) -> list[list[tuple[bytes, bytes, bytes]]]:

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, read_tsv, write_config
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, read_tsv, seed_demo_models, write_config
 from test_bad_input import PHIX, dry_run
-from test_reliability import with_demo_models
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io import h5store
@@ -165,7 +164,7 @@ def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path, demo_models):
     sheet = "".join(f"{name}\t{GENOMES / file}\t{label}\n" for name, (file, label) in genomes.items())
     (tmp_path / "samples.tsv").write_text("sample\tpath\tlabel\n" + sheet)
     small = build_esm(tmp_path / "esm_small.pt", seed=1, config=SMALL_ESM)
-    with_demo_models(tmp_path, demo_models)
+    seed_demo_models(demo_models["esm"].parent, tmp_path)
     config = yaml.safe_load(write_config(tmp_path).read_text())
     config["models"] |= {
         "embedders": list(THREE_MODELS),

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
-from test_reliability import with_demo_models
+from helpers import ENV, ROOT, SNAKEMAKE, seed_demo_models, write_config, write_inputs
 
 from workflow_lib.embed import rates
 from workflow_lib.workflow import job_resources
@@ -24,10 +23,10 @@ CONFIG = {"embedding": {"device": "cpu"}, "shard_tokens": 4000}
 @pytest.fixture(scope="module")
 def preflighted(tmp_path_factory, demo_models) -> Path:
     """A work directory where `snakemake preflight` ran, on the CPU, with the demo models built
-    (with_demo_models)."""
+    (helpers.seed_demo_models)."""
     workdir = tmp_path_factory.mktemp("preflight")
     write_inputs(workdir)
-    with_demo_models(workdir, demo_models)
+    seed_demo_models(demo_models["esm"].parent, workdir)
     config = write_config(workdir, **CONFIG)
     command = SNAKEMAKE + ["--directory", str(workdir), f"--configfile={config}", "preflight"]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)

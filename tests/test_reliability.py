@@ -16,17 +16,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, assert_same_results, run_results, tmpfs, write_config
+from helpers import (
+    ENV,
+    GENOMES,
+    ROOT,
+    SNAKEMAKE,
+    assert_same_results,
+    run_results,
+    seed_demo_models,
+    tmpfs,
+    write_config,
+)
 
 from workflow_lib.harness.stages import write_reads
 
 KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the fault hits (every sample pooled)
-
-
-def with_demo_models(workdir: Path, demo_models: dict[str, Path]) -> None:
-    """The demo models (conftest.py's demo_models, the files the workflow's build_demo_models writes)
-    where helpers.write_config's config names them in `workdir`: a run does not build them again."""
-    shutil.copytree(demo_models["esm"].parent, workdir / "resources" / "demo_models")
 
 
 def setup(workdir: Path) -> Path:
@@ -89,7 +93,7 @@ def runs(tmp_path_factory, demo_models):
     base = tmp_path_factory.mktemp("reliability")
     first, killed_run = setup(base / "first"), setup(base / "killed")
     for workdir in (first, killed_run):
-        with_demo_models(workdir, demo_models)
+        seed_demo_models(demo_models["esm"].parent, workdir)
     result = snakemake(first)
     assert result.returncode == 0, result.stderr[-3000:]
     killed: list[int] = []

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ENV, ROOT, SNAKEMAKE, write_config, write_inputs
+from helpers import ENV, ROOT, SNAKEMAKE, seed_demo_models, write_config, write_inputs
 from slurm_testbed import SHIPPED, TEST_OPTIONS, shipped_profile, slurm_cluster
-from test_reliability import with_demo_models
 
 from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
@@ -76,9 +75,9 @@ GROUPS = ("small_prepare", "small_samples", "sample_report")
 def configured(workdir, demo_models):
     """test_workflow's inputs and config, cut to two samples of one shard each, too large to share a
     pooled shard (two pooled shards: embed jobs side by side), and two tiny samples that share the
-    second (the test stays short); the demo models built (with_demo_models)."""
+    second (the test stays short); the demo models built (helpers.seed_demo_models)."""
     write_inputs(workdir)
-    with_demo_models(workdir, demo_models)
+    seed_demo_models(demo_models["esm"].parent, workdir)
     sheet = workdir / "samples.tsv"
     header, *rows = sheet.read_text().splitlines(keepends=True)
     ((_, _, mito),) = read_records(workdir / "inputs" / "mito.fa")
@@ -310,11 +309,11 @@ def phix_run(workdir: Path, profile: Path, demo_models: dict[str, Path], **setti
 
 def sheet_run(workdir: Path, profile: Path, demo_models: dict[str, Path], **settings) -> list[str]:
     """The command of a run of `workdir`'s samples.tsv with a given classifier, the demo models built
-    (with_demo_models) and the config's `settings` (helpers.write_config) through the shipped profile
+    (helpers.seed_demo_models) and the config's `settings` (helpers.write_config) through the shipped profile
     (filled in, in `profile`)."""
     config = write_config(workdir, classifier="classifier.pt", **settings)
     classifier_file(workdir / "classifier.pt")
-    with_demo_models(workdir, demo_models)
+    seed_demo_models(demo_models["esm"].parent, workdir)
     options = ["--profile", str(profile), *TEST_OPTIONS]
     return SNAKEMAKE[:5] + ["--directory", str(workdir), "--configfile", str(config)] + options
 

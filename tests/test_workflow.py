@@ -145,7 +145,7 @@ def test_wrong_classifier_stops_before_any_embedding(workflow_run, tmp_path):
     (only embed jobs are retried), also under a profile (profiles/local). (The demo models are
     workflow_run's: helpers.seed_demo_models.)"""
     write_inputs(tmp_path)
-    seed_demo_models(workflow_run[0], tmp_path)
+    seed_demo_models(workflow_run[0] / "resources" / "demo_models", tmp_path)
     # one sample: the check fails while its prepare job runs
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path / 'inputs' / 'phix.fa'}\n")
     torch.manual_seed(0)
@@ -418,7 +418,7 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     asked = {}
     for run, sheet in (("pooled", ["none", "one"]), ("empty", ["none"])):
         (tmp_path / run).mkdir()
-        seed_demo_models(pooled_run, tmp_path / run)
+        seed_demo_models(pooled_run / "resources" / "demo_models", tmp_path / run)
         rows = "".join(f"{s}\t{tmp_path / s}.fa\n" for s in sheet)
         (tmp_path / run / "samples.tsv").write_text("sample\tpath\n" + rows)
         config = write_config(tmp_path / run, classifier=str(tmp_path / "classifier.pt"), input={"min_length": 100})
@@ -593,7 +593,7 @@ def phix_planned(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
     the plan), for the tests to embed in a copy each: (directory, config). The demo models are
     workflow_run's (helpers.seed_demo_models)."""
     directory = tmp_path_factory.mktemp("phix_planned")
-    seed_demo_models(workflow_run[0], directory)
+    seed_demo_models(workflow_run[0] / "resources" / "demo_models", directory)
     shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
     (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
     torch.manual_seed(0)
