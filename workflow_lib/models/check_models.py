@@ -40,9 +40,7 @@ def check_models(
         }
     widths = [(name, shape["dim"]) for name, shape in report.items()]
     if classifier_path:
-        from workflow_lib.models import (
-            classifier,  # imports torch, which the tokenize job (known_checksums) does without
-        )
+        from workflow_lib.models import classifier  # torch: the tokenize job (known_checksums) does without
 
         classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
         report["classifier"] = {
