@@ -100,8 +100,8 @@ def embed_settings(model: str, checkpoint, **settings):
 
     values = {"checkpoint": str(checkpoint), "layer": None, "cache_dir": None, "device": "cpu"}
     values |= {"threads": len(os.sched_getaffinity(0))} | settings
-    # as a run's model check gives every embed job
-    values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
+    if "known_checksums" not in values:  # as a run's model check gives every embed job
+        values["known_checksums"] = model_check(model, str(checkpoint), values["cache_dir"])
     return from_config(EmbedSettings, DEFAULTS, model=model, **values)
 
 
