@@ -95,24 +95,52 @@ def test_environment_pins_agree_with_requirements():
 
 # Jobs that need no GPU model: many per sample, so they should start fast and not load torch.
 TORCH_FREE = ("prepare", "plan", "predict", "call", "summarize", "plot_sample", "overview", "plot_training")
+# Run as the rule runs it (as __main__, with its arguments), then list what it imported.
+PROBE = (
+    "import json, runpy, sys\n"
+    "sys.argv = sys.argv[1:]\n"
+    "try:\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "except SystemExit as end:\n"
+    "    assert not end.code, end.code\n"
+    "print(json.dumps(sorted({'torch', 'h5py', 'esm', 'transformers'} & set(sys.modules))))\n"
+)
+
+
+def imported(script: str, *args: str) -> list[str]:
+    """Which of torch, h5py, fair-esm and transformers scripts/`script`.py imports, run with `args`."""
+    command = [sys.executable, "-c", PROBE, str(ROOT / "scripts" / f"{script}.py"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_jobs_without_models_do_not_import_torch():
-    """Each such script's modules, imported in a fresh interpreter as the job would: torch (about
-    1 s and hundreds of MB to import) is not among them, nor h5py."""
-    probe = (
-        "import importlib.util, json, sys\n"
-        "spec = importlib.util.spec_from_file_location('job', sys.argv[1])\n"
-        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-        "print(json.dumps(sorted({'torch', 'h5py', 'esm', 'transformers'} & set(sys.modules))))\n"
-    )
+    """Each such script's modules, imported in a fresh interpreter as the job would (--help: every
+    import at the top): torch (about 1 s and hundreds of MB to import) is not among them, nor h5py."""
     for name in TORCH_FREE:
-        result = subprocess.run(
-            [sys.executable, "-c", probe, str(ROOT / "scripts" / f"{name}.py")], capture_output=True, text=True
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert json.loads(result.stdout) == [], f"scripts/{name}.py imports {result.stdout.strip()}"
+        assert imported(name, "--help") == [], f"scripts/{name}.py imports torch, h5py or a model library"
     assert {rule for rule, _, _ in rules_envs_scripts()} >= set(TORCH_FREE)
+
+
+def test_the_tokenize_job_runs_without_torch(demo_models, tmp_path):
+    """The tokenize job (one per pooled shard, a CPU job) tokenizes a shard with the DNABERT-S
+    tokenizer, writing HDF5, without importing torch, transformers or fair-esm: seconds of start-up
+    each. Run whole, as the rule runs it: a model library imported late would be found too."""
+    shard, tokens, check = tmp_path / "shard_0.fna", tmp_path / "tokens.h5", tmp_path / "models.json"
+    shard.write_text(">r1_0_f1\nACGTACGGTCAATGCA\n>r1_0_f2\nTTGACCAGTAGCATGCAAC\n")
+    check.write_text(json.dumps({"dnabert": {"files": {}}}))
+    options = {
+        "--model": "dnabert",
+        "--architecture": "dnabert_s",
+        "--checkpoint": str(demo_models["dnabert"]),
+        "--cache-dir": str(tmp_path / "cache"),
+        "--model-check": str(check),
+        "--input": str(shard),
+        "--tokens": str(tokens),
+    }
+    assert imported("tokenize_shard", *[word for pair in options.items() for word in pair]) == ["h5py"]
+    assert tokens.is_file()
 
 
 CONDA_LINE = "software-deployment-method: conda"

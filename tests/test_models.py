@@ -14,7 +14,7 @@ import esm as fair_esm
 import numpy as np
 import pytest
 import torch
-from helpers import DATA, ENV, ROOT, per_sequence_attention, random_row, tmpfs
+from helpers import DATA, ENV, per_sequence_attention, random_row, tmpfs
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.packing import greedy_batches, pack
@@ -144,40 +144,6 @@ def test_the_embedding_models_share_one_interface(demo_models):
         assert {p.name for p in model.checkpoint_files(checkpoint, None)} == files
         embedder = model.embedder(checkpoint, None, config["layers"] if name == "esm" else None, CPU, torch.float32)
         assert (embedder.dim, config["layers"]) == ((64, 2) if name == "esm" else (48, 2))
-
-
-def test_the_tokenize_job_runs_without_torch(demo_models, tmp_path):
-    """The tokenize job (one per pooled shard, a CPU job) tokenizes a shard with the DNABERT-S
-    tokenizer without importing torch, transformers or fair-esm: seconds of start-up each. Run as
-    the rule runs it, in a fresh interpreter that then lists what it imported."""
-    shard, tokens, check = tmp_path / "shard_0.fna", tmp_path / "tokens.h5", tmp_path / "models.json"
-    shard.write_text(">r1_0_f1\nACGTACGGTCAATGCA\n>r1_0_f2\nTTGACCAGTAGCATGCAAC\n")
-    check.write_text(json.dumps({"dnabert": {"files": {}}}))
-    probe = (
-        "import json, runpy, sys\n"
-        "sys.argv = sys.argv[1:]\n"
-        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-        "print(json.dumps(sorted({'torch', 'transformers', 'esm'} & set(sys.modules))))\n"
-    )
-    script = ROOT / "scripts" / "tokenize_shard.py"
-    options = {
-        "--model": "dnabert",
-        "--architecture": "dnabert_s",
-        "--checkpoint": str(demo_models["dnabert"]),
-        "--cache-dir": str(tmp_path / "cache"),
-        "--model-check": str(check),
-        "--input": str(shard),
-        "--tokens": str(tokens),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", probe, str(script), *[word for pair in options.items() for word in pair]],
-        capture_output=True,
-        text=True,
-        env={**ENV, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert f"tokens of {shard}" in result.stderr and tokens.is_file(), result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == [], f"{script.name} imports {result.stdout.strip()}"
 
 
 def test_esm_layer_out_of_range(demo_models, tmp_path):
