@@ -393,8 +393,7 @@ def report_html(workflow_run, tmp_path_factory) -> Path:
 def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, report_html, tmp_path):
     assert shutil.which("chromium"), "Chromium is needed: apt-get install chromium (bash run.sh test does)"
     workdir, _ = workflow_run
-    html = report_html
-    text = html.read_text()
+    text = report_html.read_text()
     external = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", text)
     assert not external, external
 
@@ -404,7 +403,7 @@ def test_report_is_self_contained_and_shows_the_plots_in_chromium(workflow_run, 
     best = max(scored, key=lambda c: float(c["max_score_virus"]))["sequence_id"]
     browser = Chromium(tmp_path / "profile")
     try:
-        session = open_report(browser, html)
+        session = open_report(browser, report_html)
         # every image and HTML item of the sample, and of the training
         items = browser.evaluate(
             session,
