@@ -37,11 +37,11 @@ import psutil
 import torch
 import yaml
 
+from harness.measure import header, print_figures, snakemake
+from harness.stages import GENOMES, ROOT, prepared_reads, write_reads
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import PRECISIONS, set_allocator_conf
 from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.harness.measure import header, print_figures, snakemake
-from workflow_lib.harness.stages import GENOMES, ROOT, prepared_reads, write_reads
 from workflow_lib.io.tables import read_json
 from workflow_lib.models import classifier, demo_models, dnabert, dnabert_loading, esm, varlen
 from workflow_lib.models.tokens import ESMTokens

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 from Bio import SeqIO
 
+from harness.measure import header, print_figures, snakemake
 from workflow_lib.classify.calibration import calibration_error
-from workflow_lib.harness.measure import header, print_figures, snakemake
 from workflow_lib.io.tables import read_json
 
 QVALUES = (0.1, 0.2, 0.3, 0.4, 0.5)

@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from workflow_lib.harness import measure
-from workflow_lib.harness.stages import GENOMES, ROOT, write_reads
+from harness import measure
+from harness.stages import GENOMES, ROOT, write_reads
 from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
 

@@ -18,8 +18,8 @@ import time
 import types
 from pathlib import Path
 
-from workflow_lib.harness.measure import header, print_figures
-from workflow_lib.harness.stages import DEFAULTS, prepare_into, write_reads
+from harness.measure import header, print_figures
+from harness.stages import DEFAULTS, prepare_into, write_reads
 
 
 def load_virnucpro(units_path: str):

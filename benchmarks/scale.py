@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
-from workflow_lib.harness.measure import header, measured, print_figures, print_progress
-from workflow_lib.harness.stages import (
+from harness.measure import header, measured, print_figures, print_progress
+from harness.stages import (
     DEFAULTS,
     prepare_command,
     script_command,
     shard_fastas,
     write_reads,
 )
+from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
 from workflow_lib.io import h5store
 from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.io.tables import write_json

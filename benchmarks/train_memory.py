@@ -12,9 +12,9 @@ from pathlib import Path
 
 from scale import SUFFIX, WIDTH, size_mb, synthetic_embeddings
 
+from harness.measure import header, measured, print_figures
+from harness.stages import DEFAULTS, ONE_SHARD, prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.cli.settings import TrainSettings
-from workflow_lib.harness.measure import header, measured, print_figures
-from workflow_lib.harness.stages import DEFAULTS, ONE_SHARD, prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.io.sharding import ShardIndex
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.measure import header, measured, print_figures
+from harness.stages import prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.classify import calibration
 from workflow_lib.cli.settings import CallSettings, PredictSettings
-from workflow_lib.harness.measure import header, measured, print_figures
-from workflow_lib.harness.stages import prepare_command, script_command, shard_fastas, write_reads
 from workflow_lib.io.checksums import sha256
 from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.prepare.reconcile import IDDigest

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from workflow_lib.harness.simulate import simulate_pairs, write_fastq_pair
+from harness.simulate import simulate_pairs, write_fastq_pair
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models import varlen
 

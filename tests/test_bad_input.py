@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs
 
+from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.cli.errors import InputError, full_disk, full_disk_here
-from workflow_lib.harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.tables import read_table
 

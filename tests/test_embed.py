@@ -28,14 +28,7 @@ from helpers import EMBEDDING_TOLERANCE, ROOT, alive
 
 import workflow_lib.embed.job
 import workflow_lib.io.sharding
-from workflow_lib.cli.errors import InputError
-from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
-from workflow_lib.embed.loader import ShardBatches, open_loader
-from workflow_lib.embed.packing import greedy_batches, pack
-from workflow_lib.embed.resume import ShardRows, sigterm_held
-from workflow_lib.embed.stored_tokens import read_tokens
-from workflow_lib.harness.stages import (
+from harness.stages import (
     DEFAULTS,
     embed_command,
     embed_into,
@@ -44,6 +37,13 @@ from workflow_lib.harness.stages import (
     tokenize_into,
     write_reads,
 )
+from workflow_lib.cli.errors import InputError
+from workflow_lib.embed.device_feed import DeviceFeed
+from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
+from workflow_lib.embed.loader import ShardBatches, open_loader
+from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.embed.resume import ShardRows, sigterm_held
+from workflow_lib.embed.stored_tokens import read_tokens
 from workflow_lib.io import h5store, locks
 from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.models import esm, esm_loading

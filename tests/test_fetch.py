@@ -22,8 +22,8 @@ import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE
 from model_server import ModelServer
 
+from harness.stages import DEFAULTS, embed_command
 from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.stages import DEFAULTS, embed_command
 from workflow_lib.models import Embedder, classifier
 from workflow_lib.models.fetch_models import fetch_models
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from helpers import ENV, GENOMES, ROOT, read_tsv
 
+from harness.stages import DEFAULTS
 from workflow_lib.classify.regions import REGIONS, RegionSettings, extend_to_ends, record_regions, regions_table
-from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
 

@@ -11,9 +11,9 @@ import pytest
 from helpers import GENOMES, lane_pairs, lanes, read_fasta, read_tsv
 from test_bad_input import dry_run, run_prepare
 
+from harness.simulate import simulate_pairs
+from harness.stages import prepare_into
 from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.simulate import simulate_pairs
-from workflow_lib.harness.stages import prepare_into
 from workflow_lib.io.reads import SampleReads
 from workflow_lib.io.tables import read_table
 from workflow_lib.report.data import record_word

@@ -11,8 +11,7 @@ import pytest
 import torch
 from helpers import GENOMES, ROOT, read_fasta, read_tsv
 
-from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.stages import (
+from harness.stages import (
     call_into,
     embed_into,
     embed_settings,
@@ -21,6 +20,7 @@ from workflow_lib.harness.stages import (
     shard_fastas,
     write_reads,
 )
+from workflow_lib.cli.errors import InputError
 from workflow_lib.io import h5store
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models import classifier

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
-from workflow_lib.harness.stages import prepare_command, prepare_into, shard_fastas
+from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import read_shards
 from workflow_lib.prepare.chunking import chunk_bounds
@@ -262,7 +262,7 @@ def test_fastq_with_trailing_blank_lines(tmp_path):
 
 def test_cli_logs_progress_lines(tmp_path):
     """The prepare CLI logs records done, rate and ETA at the interval asked for, then a final line."""
-    from workflow_lib.harness.stages import write_reads
+    from harness.stages import write_reads
 
     write_reads(tmp_path / "reads.fa", 6000, 500, seed=1)  # 3 Mb: three batches of 1 Mb
     command = prepare_command(tmp_path / "reads.fa", tmp_path / "out", "--progress-seconds", "0.000001")

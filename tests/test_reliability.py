@@ -28,7 +28,7 @@ from helpers import (
     write_config,
 )
 
-from workflow_lib.harness.stages import write_reads
+from harness.stages import write_reads
 
 KILLED = "results/shards/embeddings/esm/shard_0-0.h5"  # the embed job that the fault hits (every sample pooled)
 
@@ -132,8 +132,8 @@ def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
 
 def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     """A shard that lost a frame, or a sequences table short of a record, fails with the IDs."""
+    from harness.stages import prepare_into, prepared_files, shard_fastas
     from workflow_lib.cli.errors import InputError
-    from workflow_lib.harness.stages import prepare_into, prepared_files, shard_fastas
     from workflow_lib.io.tables import read_chunks
     from workflow_lib.prepare.reconcile import IDDigest, check_prepared
 

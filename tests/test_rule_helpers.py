@@ -14,7 +14,7 @@ from helpers import ROOT, SNAKEMAKE, write_config, write_inputs
 from snakemake.io import is_flagged
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
-from workflow_lib.harness.stages import DEFAULTS
+from harness.stages import DEFAULTS
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
 from workflow_lib.workflow.config_check import run_settings
 from workflow_lib.workflow.startup import Samples

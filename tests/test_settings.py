@@ -10,6 +10,7 @@ import pytest
 import yaml
 from helpers import ROOT
 
+from harness.stages import DEFAULTS
 from workflow_lib.cli.settings import (
     STAGES,
     EmbedSettings,
@@ -20,7 +21,6 @@ from workflow_lib.cli.settings import (
     from_config,
     tuning_keys,
 )
-from workflow_lib.harness.stages import DEFAULTS
 from workflow_lib.models import embedders
 from workflow_lib.workflow import job_commands, job_resources
 from workflow_lib.workflow.config_check import run_settings

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import ROOT
 
-PYTHON_DIRS = ["workflow_lib", "scripts", "tests", "benchmarks"]
+PYTHON_DIRS = ["workflow_lib", "harness", "scripts", "tests", "benchmarks"]
 
 
 def run(*command: str) -> subprocess.CompletedProcess:
@@ -36,7 +36,7 @@ def test_formatted(command):
 
 
 # workflow_lib's packages, lowest floor first: a package imports only those below it
-FLOORS = ["cli", "io", "models", "prepare", "embed", "classify", "training", "report", "workflow", "harness"]
+FLOORS = ["cli", "io", "models", "prepare", "embed", "classify", "training", "report", "workflow"]
 
 
 def library_imports() -> dict[str, set[str]]:
@@ -75,6 +75,13 @@ def test_packages_are_floors_without_circles():
         ready = {module for module, imported in graph.items() if module not in done and imported <= done}
         assert ready, f"an import circle among {sorted(set(graph) - done)}"
         done |= ready
+    # the tests' and benchmarks' harness stands outside the library: nothing in the library imports it
+    harnessed = [
+        p.name
+        for p in (ROOT / "workflow_lib").rglob("*.py")
+        if re.search(r"^\s*(from|import) harness\b", p.read_text(), re.M)
+    ]
+    assert not harnessed, harnessed
 
 
 def test_packages_are_small_and_say_what_they_own():
@@ -98,6 +105,7 @@ ROOT_ENTRIES = {
     "config",
     "docs",
     "envs",
+    "harness",
     "profiles",
     "pyproject.toml",
     "report",

@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ROOT, read_tsv
 
+from harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
 from workflow_lib.cli.errors import InputError
-from workflow_lib.harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
 from workflow_lib.io import h5store
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models.classifier import MLPClassifier

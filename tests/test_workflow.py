@@ -245,8 +245,8 @@ def test_a_table_cut_short_by_a_crash_is_refused(workflow_run, tmp_path):
     disk), which Snakemake takes as finished: the call job that reads it refuses it in one line,
     with its name and what to do (the job itself; scripts/run_logged.sh brings the line to the
     console)."""
+    from harness.stages import script_command
     from workflow_lib.cli.settings import CallSettings
-    from workflow_lib.harness.stages import script_command
 
     results = workflow_run[0] / "results" / "phix"
     chunks = tmp_path / "chunks.tsv"

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GENOMES = ROOT / "resources" / "genomes"
 
 

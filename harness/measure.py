@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workflow_lib.harness.stages import ROOT
+from harness.stages import ROOT
 
 # The command as the only child of a fresh Python, which writes its figures to argv[1]: a child's
 # peak resident set (ru_maxrss) starts from the high-water mark of the process it was forked from,
