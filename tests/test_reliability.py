@@ -138,8 +138,8 @@ def test_same_inputs_and_config_give_the_same_results(runs):
 @pytest.mark.slow
 def test_killed_embed_job_is_retried_and_resumes_mid_shard(runs):
     """The killed job is retried by the profile and resumes from its last commit, to the results of
-    the undisturbed run (test_same_inputs_and_config_give_the_same_results compares them), leaving
-    no parts behind."""
+    the first run, which no kill met (test_same_inputs_and_config_give_the_same_results compares
+    them), leaving no parts behind."""
     _, _, killed_run, result, killed = runs
     assert killed, "the watcher found no embed job to kill"
     assert result.returncode == 0, result.stderr[-3000:]
