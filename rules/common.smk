@@ -37,7 +37,7 @@ from workflow_lib.workflow import job_commands, job_resources, model_files, rule
 from workflow_lib.workflow.cluster_watch import PendingWatch, failed_job_reasons
 from workflow_lib.workflow.job_resources import PRIORITY, by_input
 from workflow_lib.workflow.run_plan import RunPlan
-from workflow_lib.workflow.startup import readable_yaml, start
+from workflow_lib.workflow.config_check import readable_yaml, start
 
 
 # found beside the workflow wherever the run's directory is (--directory DIR, or cd DIR)

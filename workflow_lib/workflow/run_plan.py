@@ -1,7 +1,5 @@
-"""The rules' view of the run's plan (workflow_lib/prepare/plan.py): each sample's shards and the
-outputs of their pooled shards; a pooled shard's pieces, the FASTA its jobs read, its work, and the
-resources and priority of the jobs that run once per pooled shard (pool_shard, tokenize, embed,
-score); as input, params and resource functions."""
+"""The rules' view of the run's plan (workflow_lib/prepare/plan.py), as input, params and resource
+functions: each sample's shards, and what the jobs of each pooled shard read and ask for."""
 
 import re
 
@@ -33,11 +31,10 @@ class RunPlan:
         return plan[sample]
 
     def shard_outputs(self, output, sample: str, **wildcards) -> list[str]:
-        """An output of the pooled shard of each of a sample's shards, in shard order."""
+        """`output` of the pooled shard of each of a sample's shards, in shard order."""
         return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
 
     def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
-        """An output of each pooled shard that holds shards of a sample, once, in order."""
         return list(dict.fromkeys(self.shard_outputs(output, sample, **wildcards)))
 
     def plan(self, wildcards):
@@ -48,7 +45,7 @@ class RunPlan:
         return ancient(expand(self.rules.plan.output.plan, generation=generation)[0])
 
     def pieces(self, pool: str) -> list[dict]:
-        """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset)."""
+        """Plan rows: sample, shard, frames, tokens, pool, offset."""
         generation = pool.split("-")[0]
         return read_pools(self.checkpoints.plan.get(generation=generation).output.plan)[pool]
 
@@ -78,7 +75,7 @@ class RunPlan:
         return self.work(wildcards)["frames"]
 
     def planned_tokens(self, wildcards) -> int:
-        """The pooled shard's ESM-2 tokens by the plan: the unit of the rate its embed job records."""
+        """The unit of the rate its embed job records."""
         return self.work(wildcards)["tokens"]
 
     def embed_priority(self, wildcards) -> int:
@@ -98,7 +95,7 @@ class RunPlan:
         return expand(list(self.rules.pool_shard.output), pool=wildcards.pool)
 
     def fasta(self, pool: str, suffix: str) -> str:
-        """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see fasta_pair)."""
+        """`fna` or `faa` (see fasta_pair)."""
         pieces = self.pieces(pool)
         if len(pieces) == 1:
             shards = expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
@@ -106,39 +103,35 @@ class RunPlan:
         return expand(getattr(self.rules.pool_shard.output, suffix), pool=pool)[0]
 
     def model_fasta(self, wildcards) -> str:
-        """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
         return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
 
     def spent_fasta(self, wildcards) -> tuple[str, str]:
-        """The score job's --shard-fasta: removed once scored unless the embeddings are kept."""
+        """Removed by the score job unless the embeddings are kept."""
         return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
-        """pool_shard's input: prepare's shards directory of each of its samples."""
         samples = dict.fromkeys(p["sample"] for p in self.pieces(wildcards.pool))
         return expand(self.rules.prepare.output.shards, sample=list(samples))
 
     def pool_pieces(self, wildcards) -> str:
-        """pool_shard's --piece per sample's shard: its shards directory and number, in plan order."""
+        """--piece per sample's shard: its shards directory and number, in plan order."""
         pieces = self.pieces(wildcards.pool)
         dirs = expand(self.rules.prepare.output.shards, sample=[p["sample"] for p in pieces])
         return cli(piece=[(d, p["shard"]) for d, p in zip(dirs, pieces)])
 
     def scored_pieces(self, wildcards) -> str:
-        """The score job's --piece per sample's shard of its pooled shard: sample, shard, frames."""
+        """--piece per sample's shard: sample, shard, frames."""
         return cli(piece=[(p["sample"], p["shard"], p["frames"]) for p in self.pieces(wildcards.pool)])
 
     def stored_tokens(self, wildcards) -> list[str]:
-        """The embed job's tokens, where its architecture stores them (DNABERT-S)."""
         if self.embedders[wildcards.model].declared.stored_tokens:
             return expand(self.rules.tokenize.output.tokens, **wildcards)
         return []
 
     def tokenized_models(self) -> str:
-        """The tokenize rule's model wildcard: the models whose tokens are stored."""
         stored = [m for m, e in self.embedders.items() if e.declared.stored_tokens]
         return "|".join(map(re.escape, stored)) or "^$"
 
     def embeddings(self, wildcards) -> list[str]:
-        """A pooled shard's embeddings by each model, in input order: the score rule's input."""
+        """In input order."""
         return [expand(self.rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0] for m in self.embedders]
