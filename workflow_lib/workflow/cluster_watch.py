@@ -56,7 +56,6 @@ class FailedJob:
 
 
 def failed_jobs(text: str) -> list[FailedJob]:
-    """The failed jobs that Snakemake's log `text` reports, in its order."""
     headers = list(_FAILED_JOB.finditer(text))
     jobs = []
     for header, following in zip(headers, headers[1:] + [None]):
@@ -167,7 +166,6 @@ class PendingWatch:
             self.check()
 
     def check(self) -> None:
-        """One look at the queue."""
         command = ["squeue", "--me", "-h", "-t", "PENDING", "-o", "%i|%Z|%k|%r"]
         try:
             squeue = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout

@@ -205,25 +205,6 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
             check_layer(embedder.name, embedder.checkpoint, embedder.layer, shape[0], where)
 
 
-def check_classifier_models(config: dict, path: str, sources: list[tuple[str, dict]]) -> None:
-    """A classifier file there was trained on the listed models, in their order, with the widths
-    known at start-up (fair-esm's named models; the check_models job checks every width)."""
-    widths = []
-    for embedder in embedders(config):
-        shape = named_shape(embedder)
-        widths.append((embedder.name, shape[1] if shape else None))
-    metadata = recorded_metadata(path)
-    refusal = embedders_refusal(path, metadata, widths)
-    if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
-        total = sum(w for _, w in widths)
-        if total != metadata["input_dim"]:
-            refusal = (
-                f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
-            )
-    if refusal:
-        raise InputError(f"{source_of(['models', 'classifier'], sources)}: models.classifier: {refusal}")
-
-
 def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
     """At start-up: the classifier is there, or this run makes it (the train target's output when
     the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
@@ -234,14 +215,30 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
     if trained and labelled:
         return
     path = classifier_path(classifier, models["cache_dir"])
+    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier"
     if os.path.isfile(path):
         stated_in = source_of(["models", "classifier_chunk_length"], sources)
         check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
-        check_classifier_models(config, path, sources)
+        # trained on the listed models, in their order, with the widths known at start-up (fair-esm's
+        # named models; the check_models job checks every width)
+        widths = []
+        for embedder in embedders(config):
+            shape = named_shape(embedder)
+            widths.append((embedder.name, shape[1] if shape else None))
+        metadata = recorded_metadata(path)
+        refusal = embedders_refusal(path, metadata, widths)
+        if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
+            total = sum(w for _, w in widths)
+            if total != metadata["input_dim"]:
+                refusal = (
+                    f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
+                )
+        if refusal:
+            raise InputError(f"{where}: {refusal}")
         return
     if is_url(classifier):
         return  # fetch_models downloads it; the model check reads it then
-    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier: {classifier}: no such file"
+    where = f"{where}: {classifier}: no such file"
     if trained:
         raise InputError(
             f"{where}, and the samples sheet labels no sample for the train target to make it from; label "

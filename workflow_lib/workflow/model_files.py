@@ -10,13 +10,13 @@ from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local,
 
 
 def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
-    """The local checkpoints of the configured models (or of `model`), as inputs."""
+    """Of the configured models, or of `model`."""
     checkpoints = (e.checkpoint for e in embedders(config) if model in (None, e.name))
     return [c for c in checkpoints if is_local(c)]
 
 
 def embedder_options(config: dict) -> str:
-    """--embedder per configured model, in input order (models.add_embedders_argument)."""
+    """In input order (models.add_embedders_argument)."""
     return cli(embedder=[e.option() for e in embedders(config)])
 
 
@@ -33,17 +33,14 @@ def trains_here(config: dict, labelled: bool) -> bool:
 
 
 def classifier_to_check(config: dict, trains: bool) -> list[str]:
-    """The classifier, checked before embedding unless this run trains it."""
     return [] if trains else [classifier_file(config)]
 
 
 def classifier_to_fetch(config: dict, trains: bool) -> str:
-    """fetch_models' --classifier: none when this run trains it."""
     return cli(classifier=None if trains else config["models"]["classifier"])
 
 
 def calibration_file(config: dict) -> list[str]:
-    """The calibration that weighs the calls (models.calibration), as an input; none when null."""
     calibration = config["models"]["calibration"]
     return [calibration] if calibration else []
 
