@@ -84,7 +84,7 @@ def _checked(parse, check):
 
 
 def declared(declaration) -> list[dataclasses.Field]:
-    """The fields that are settings (others are filled in by the script)."""
+    """The fields of `declaration` that are settings (others are filled in by the script)."""
     return [f for f in dataclasses.fields(declaration) if "help" in f.metadata]
 
 
@@ -113,7 +113,7 @@ def _item(text: str) -> tuple[str, str]:
 
 
 def from_arguments(declaration, args: argparse.Namespace, **others):
-    """`others`: its fields that are not settings."""
+    """The declaration from parsed arguments; `others`: its fields that are not settings."""
     values = {}
     for field in declared(declaration):
         value = getattr(args, field.name)

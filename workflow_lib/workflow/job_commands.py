@@ -52,7 +52,7 @@ def model_settings(declaration, config: dict) -> str:
 
 
 def reads_options(reads: SampleReads) -> str:
-    """As io.reads.SampleReads.add_arguments reads them."""
+    """The options that give a job a sample's reads (io.reads.SampleReads.add_arguments)."""
     words = cli(input=tuple(map(str, reads.paths)), mates=tuple(map(str, reads.mates)) or None)
     return words + " --interleaved" * reads.interleaved
 

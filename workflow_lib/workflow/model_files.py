@@ -10,13 +10,13 @@ from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local,
 
 
 def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
-    """Of the configured models, or of `model`."""
+    """The local checkpoints of the configured models (or of `model`), as inputs."""
     checkpoints = (e.checkpoint for e in embedders(config) if model in (None, e.name))
     return [c for c in checkpoints if is_local(c)]
 
 
 def embedder_options(config: dict) -> str:
-    """In input order (models.add_embedders_argument)."""
+    """--embedder per configured model, in input order (models.add_embedders_argument)."""
     return cli(embedder=[e.option() for e in embedders(config)])
 
 

@@ -31,7 +31,7 @@ class RunPlan:
         return plan[sample]
 
     def shard_outputs(self, output, sample: str, **wildcards) -> list[str]:
-        """`output` of the pooled shard of each of a sample's shards, in shard order."""
+        """An output of the pooled shard of each of a sample's shards, in shard order."""
         return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
 
     def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
@@ -45,7 +45,7 @@ class RunPlan:
         return ancient(expand(self.rules.plan.output.plan, generation=generation)[0])
 
     def pieces(self, pool: str) -> list[dict]:
-        """Plan rows: sample, shard, frames, tokens, pool, offset."""
+        """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset)."""
         generation = pool.split("-")[0]
         return read_pools(self.checkpoints.plan.get(generation=generation).output.plan)[pool]
 
@@ -75,7 +75,7 @@ class RunPlan:
         return self.work(wildcards)["frames"]
 
     def planned_tokens(self, wildcards) -> int:
-        """The unit of the rate its embed job records."""
+        """The pooled shard's ESM-2 tokens by the plan: the unit of the rate its embed job records."""
         return self.work(wildcards)["tokens"]
 
     def embed_priority(self, wildcards) -> int:
@@ -95,7 +95,7 @@ class RunPlan:
         return expand(list(self.rules.pool_shard.output), pool=wildcards.pool)
 
     def fasta(self, pool: str, suffix: str) -> str:
-        """`fna` or `faa` (see fasta_pair)."""
+        """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see fasta_pair)."""
         pieces = self.pieces(pool)
         if len(pieces) == 1:
             shards = expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
@@ -106,7 +106,7 @@ class RunPlan:
         return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
 
     def spent_fasta(self, wildcards) -> tuple[str, str]:
-        """Removed by the score job unless the embeddings are kept."""
+        """The score job's --shard-fasta: removed once scored unless the embeddings are kept."""
         return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
@@ -114,13 +114,13 @@ class RunPlan:
         return expand(self.rules.prepare.output.shards, sample=list(samples))
 
     def pool_pieces(self, wildcards) -> str:
-        """--piece per sample's shard: its shards directory and number, in plan order."""
+        """pool_shard's --piece per sample's shard: its shards directory and number, in plan order."""
         pieces = self.pieces(wildcards.pool)
         dirs = expand(self.rules.prepare.output.shards, sample=[p["sample"] for p in pieces])
         return cli(piece=[(d, p["shard"]) for d, p in zip(dirs, pieces)])
 
     def scored_pieces(self, wildcards) -> str:
-        """--piece per sample's shard: sample, shard, frames."""
+        """The score job's --piece per sample's shard of its pooled shard: sample, shard, frames."""
         return cli(piece=[(p["sample"], p["shard"], p["frames"]) for p in self.pieces(wildcards.pool)])
 
     def stored_tokens(self, wildcards) -> list[str]:
@@ -133,5 +133,5 @@ class RunPlan:
         return "|".join(map(re.escape, stored)) or "^$"
 
     def embeddings(self, wildcards) -> list[str]:
-        """In input order."""
+        """A pooled shard's embeddings by each model, in input order: the score rule's input."""
         return [expand(self.rules.embed.output.embeddings, model=m, pool=wildcards.pool)[0] for m in self.embedders]
