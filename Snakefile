@@ -30,7 +30,7 @@ include: "rules/report.smk"
 onstart:
     # a cluster job that can never start is cancelled with its reason, not waited for
     if workflow.non_local_exec and shutil.which("squeue"):
-        PendingWatch(SETTINGS["pending_check_seconds"], JOB_GROUPS).start()
+        watch_pending(SETTINGS["pending_check_seconds"], JOB_GROUPS)
 
 
 onsuccess:

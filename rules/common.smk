@@ -34,10 +34,10 @@ from workflow_lib.classify.weighing import composition_lines
 from workflow_lib.embed import rates
 from workflow_lib.models import embedders
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
-from workflow_lib.workflow.cluster_watch import PendingWatch, failed_job_reasons
+from workflow_lib.workflow.cluster_watch import failed_job_reasons, watch_pending
 from workflow_lib.workflow.job_resources import PRIORITY, by_input
 from workflow_lib.workflow.run_plan import RunPlan
-from workflow_lib.workflow.startup import readable_yaml, start
+from workflow_lib.workflow.config_check import readable_yaml, start
 
 
 # found beside the workflow wherever the run's directory is (--directory DIR, or cd DIR)

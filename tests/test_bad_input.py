@@ -464,7 +464,7 @@ def test_classifier_for_other_chunks_is_refused_whatever_its_name(tmp_path, made
 
 
 def test_config_yaml_syntax_error_names_file_and_line(tmp_path, capsys):
-    from workflow_lib.workflow.startup import readable_yaml
+    from workflow_lib.workflow.config_check import readable_yaml
 
     (tmp_path / "c.yaml").write_text("chunk_length: 500\nmodels:\n\tcache_dir: x\n")
     with pytest.raises(SystemExit):

@@ -16,8 +16,7 @@ from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
 from harness.stages import DEFAULTS
 from workflow_lib.workflow import job_commands, job_resources, model_files, rule_outputs
-from workflow_lib.workflow.config_check import run_settings
-from workflow_lib.workflow.startup import Samples
+from workflow_lib.workflow.config_check import Samples, run_settings
 
 
 def config_with(**models) -> dict:

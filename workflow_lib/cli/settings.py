@@ -1,12 +1,9 @@
-"""Each stage's settings, declared once.
-
-A stage's settings are a frozen dataclass whose fields, made by `setting`, say their type (the
-annotation), a help line, the config key that holds them and whether they can change results.
+"""Each stage's settings, declared once: a frozen dataclass whose fields, made by `setting`, say
+their type (the annotation), the config key that holds them and whether they can change results.
 The stage's script makes its parser from the declaration (`add_arguments`, `from_arguments`) and
-its rule makes the command line from it and the config (`config_values`, `cli`), so a new setting is written
-in the schema, config.yaml and its declaration, and then used; config/README.md is generated from
-the schema. Light on purpose: the Snakefile imports it.
-"""
+its rule makes the command line from it and the config (`config_values`, `cli`), so a new setting
+is written in the schema, config.yaml and its declaration, and then used. Light on purpose: the
+Snakefile imports it."""
 
 import argparse
 import dataclasses
@@ -37,10 +34,6 @@ def fraction(value: float) -> str | None:
 
 
 _NAMES = {int: "a whole number", float: "a number", str: "text"}
-
-
-def _is_optional(kind) -> bool:
-    return typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
 
 
 def _parser(kind):
@@ -101,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser, declaration) -> None:
     for field in declared(declaration):
         kind, check, help = field.type, field.metadata["check"], field.metadata["help"]
         parse = _checked(_parser(kind), check) if check else _parser(kind)
-        optional = _is_optional(kind) or field.default is not MISSING
+        optional = type(None) in typing.get_args(kind) or field.default is not MISSING
         default = None if field.default is MISSING else field.default
         name = f"--{field.name.replace('_', '-')}"
         if typing.get_origin(kind) is dict:  # the option once per item: NAME=VALUE

@@ -1,6 +1,6 @@
 """What a cluster run tells its console that Snakemake would not: each failed job's one-line
 reason (the last line of its log, or for a job SLURM killed for memory, the rule or group and what
-to raise), and pending jobs that SLURM will never start (PendingWatch cancels them, saying why)."""
+to raise), and pending jobs that SLURM will never start (watch_pending cancels them, saying why)."""
 
 import os
 import re
@@ -56,7 +56,6 @@ class FailedJob:
 
 
 def failed_jobs(text: str) -> list[FailedJob]:
-    """The failed jobs that Snakemake's log `text` reports, in its order."""
     headers = list(_FAILED_JOB.finditer(text))
     jobs = []
     for header, following in zip(headers, headers[1:] + [None]):
@@ -149,39 +148,30 @@ def job_name(comment: str, groups: tuple[str, ...] = ()) -> str:
     return f"group {group}" if group else f"rule {name}"
 
 
-class PendingWatch:
+def watch_pending(interval: float, groups: tuple[str, ...] = ()) -> None:
     """Every `interval` seconds, in a daemon thread: this run's pending jobs that will never start are
     cancelled, each with one line on the console."""
+    workdir, cancelled = os.path.realpath(os.getcwd()), set()
 
-    def __init__(self, interval: float, groups: tuple[str, ...] = ()):
-        self.interval, self.groups, self.workdir = interval, groups, os.path.realpath(os.getcwd())
-        self.cancelled: set[str] = set()
-
-    def start(self) -> "PendingWatch":
-        threading.Thread(target=self._run, name="pending-watch", daemon=True).start()
-        return self
-
-    def _run(self) -> None:
+    def watch() -> None:
         while True:
-            time.sleep(self.interval)
-            self.check()
+            time.sleep(interval)
+            command = ["squeue", "--me", "-h", "-t", "PENDING", "-o", "%i|%Z|%k|%r"]
+            try:
+                squeue = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue  # the queue cannot be read now; the next look may
+            for job, comment, reason in never_runs(squeue, workdir):
+                if job in cancelled:
+                    continue
+                cancelled.add(job)
+                subprocess.run(["scancel", job], capture_output=True)
+                print(
+                    f"SLURM job {job} ({job_name(comment, groups)}) cannot start: {reason}: {NEVER_RUNS[reason]}; "
+                    "cancelled. To run it, lower its rule's resources in the profile (set-resources, set-threads; "
+                    "for a group, group-components and resources) or choose another partition (slurm_partition)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
-    def check(self) -> None:
-        """One look at the queue."""
-        command = ["squeue", "--me", "-h", "-t", "PENDING", "-o", "%i|%Z|%k|%r"]
-        try:
-            squeue = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
-        except (OSError, subprocess.SubprocessError):
-            return  # the queue cannot be read now; the next look may
-        for job, comment, reason in never_runs(squeue, self.workdir):
-            if job in self.cancelled:
-                continue
-            self.cancelled.add(job)
-            subprocess.run(["scancel", job], capture_output=True)
-            print(
-                f"SLURM job {job} ({job_name(comment, self.groups)}) cannot start: {reason}: {NEVER_RUNS[reason]}; "
-                "cancelled. To run it, lower its rule's resources in the profile (set-resources, set-threads; for "
-                "a group, group-components and resources) or choose another partition (slurm_partition)",
-                file=sys.stderr,
-                flush=True,
-            )
+    threading.Thread(target=watch, name="pending-watch", daemon=True).start()

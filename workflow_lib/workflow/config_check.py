@@ -1,13 +1,19 @@
-"""The run's settings and its samples sheets, checked at start-up: one line per problem, naming the
-file (or --config), the key or the sheet's line, and what to do; never a schema dump. The schema
-checks each key; the checks here are those across keys and files that it cannot express."""
+"""The workflow's start-up, one call from rules/common.smk: Snakemake's scheduling mended, the run's
+settings and its samples sheets checked, and the run's settings and samples as the rules read them.
+One line per problem, naming the file (or --config), the key or the sheet's line, and what to do;
+never a schema dump, nor a crash of the workflow. The schema checks each key; the checks here are
+those across keys and files that it cannot express."""
 
 import copy
+import dataclasses
 import io
 import json
+import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 import yaml
@@ -27,6 +33,100 @@ from workflow_lib.models.classifier_chunks import (
     embedders_refusal,
     recorded_metadata,
 )
+from workflow_lib.prepare.plan import generations
+from workflow_lib.workflow import snakemake_patches
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """The run's samples: the samples sheet's, then the calibrate target's (calibration.samples)."""
+
+    table: pd.DataFrame  # by sample: reads (io.reads.SampleReads: its files) and label ('' for none)
+    sheet: list[str]  # the samples sheet's
+    calibration: pd.DataFrame  # calibration.samples' rows
+    generation: dict[str, int]  # samples planned together share one; appended ones plan apart
+    labelled: bool  # the samples sheet labels samples for the train target
+
+    def training(self) -> list[str]:
+        return [s for s in self.sheet if self.table.loc[s, "label"] != ""]
+
+    def files(self, sample: str) -> list[str]:
+        """The sample's files: its paths in the sheet's order, then its mate files."""
+        return list(map(str, self.table.loc[sample, "reads"].files()))
+
+    def of_generation(self, generation: int | str) -> list[str]:
+        return [s for s in self.table.index if self.generation[s] == int(generation)]
+
+
+def refuse(error: InputError) -> NoReturn:
+    """A config or sheet error: its lines alone, not dressed as a crash of the workflow."""
+    print(error, file=sys.stderr)
+    sys.exit(1)
+
+
+def readable_yaml(path: str) -> str:
+    """`path`, a config file Snakemake can read; else the run ends naming the file, the line and the column."""
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        tab = " (indent with spaces: YAML allows no tabs)" if "\t" in str(error) else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        refuse(InputError(f"{path}: {where}not valid YAML: {problem}{tab}; fix it"))
+    return path
+
+
+def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> tuple[dict, Samples]:
+    """Mends Snakemake's scheduling, checks the config and the samples sheets, and warns where the
+    config differs from the settings that made the results (`recorded`): the run's settings
+    (config_check.run_settings: every key, `config` left as it is) and its samples. `root`: the
+    checkout, whose config/ holds the defaults and the schemas; `plan_dir`: where the plans are."""
+    unmended = snakemake_patches.mend_all()
+    # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
+    # ---"); the console still gets every message, and onerror says the disk is full.
+    logging.raiseExceptions = False
+    try:
+        settings, warnings, samples = _checked(workflow, config, root, plan_dir)
+    except InputError as error:
+        refuse(error)
+    if workflow.is_main_process:  # once, not in every cluster job
+        for line in [unmended] * bool(unmended) + warnings + recorded_differences(settings, recorded):
+            print(f"Warning: {line}", file=sys.stderr)
+    return settings, samples
+
+
+def _checked(workflow, config: dict, root: str, plan_dir: str) -> tuple[dict, list[str], Samples]:
+    sources = _config_sources(workflow)
+    samples_schema = f"{root}/config/samples.schema.yaml"
+    settings, warnings = run_settings(config, Path(root) / "config", sources)
+    sheet = read_samples(settings["samples"], samples_schema, source_of(["samples"], sources))
+    check_training_labels(sheet, settings["samples"])
+    if workflow.is_main_process:  # once, not in every cluster job: it reads a block of each mate file
+        check_first_mates(settings["samples"], sheet)
+    calibration = read_calibration_samples(
+        settings["calibration"]["samples"], sheet, samples_schema, source_of(["calibration", "samples"], sources)
+    )
+    if workflow.is_main_process:
+        check_first_mates(settings["calibration"]["samples"], calibration)
+    table = pd.concat([sheet, calibration])
+    labelled = bool((sheet["label"] != "").any())
+    samples = Samples(table, list(sheet.index), calibration, generations(list(table.index), plan_dir), labelled)
+    # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
+    # on the default config, whose classifier a checkout lacks)
+    if workflow.is_main_process and workflow.check_envvars:
+        check_classifier_file(settings, sources, labelled)
+        check_calibration_file(settings, sources, labelled)
+    return settings, warnings, samples
+
+
+def _config_sources(workflow) -> list[tuple[str, dict]]:
+    """Where each config value came from, the one that wins first: --config, then the config files."""
+    given = [str(f) for f in workflow.config_settings.configfiles]
+    files = [str(f) for f in workflow.configfiles if str(f) not in given] + given
+    return [("--config", workflow.config_settings.config)] + [
+        (f, yaml.safe_load(Path(f).read_text())) for f in reversed(files)
+    ]
 
 
 def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
@@ -105,25 +205,6 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
             check_layer(embedder.name, embedder.checkpoint, embedder.layer, shape[0], where)
 
 
-def check_classifier_models(config: dict, path: str, sources: list[tuple[str, dict]]) -> None:
-    """A classifier file there was trained on the listed models, in their order, with the widths
-    known at start-up (fair-esm's named models; the check_models job checks every width)."""
-    widths = []
-    for embedder in embedders(config):
-        shape = named_shape(embedder)
-        widths.append((embedder.name, shape[1] if shape else None))
-    metadata = recorded_metadata(path)
-    refusal = embedders_refusal(path, metadata, widths)
-    if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
-        total = sum(w for _, w in widths)
-        if total != metadata["input_dim"]:
-            refusal = (
-                f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
-            )
-    if refusal:
-        raise InputError(f"{source_of(['models', 'classifier'], sources)}: models.classifier: {refusal}")
-
-
 def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
     """At start-up: the classifier is there, or this run makes it (the train target's output when
     the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
@@ -134,14 +215,30 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
     if trained and labelled:
         return
     path = classifier_path(classifier, models["cache_dir"])
+    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier"
     if os.path.isfile(path):
         stated_in = source_of(["models", "classifier_chunk_length"], sources)
         check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
-        check_classifier_models(config, path, sources)
+        # trained on the listed models, in their order, with the widths known at start-up (fair-esm's
+        # named models; the check_models job checks every width)
+        widths = []
+        for embedder in embedders(config):
+            shape = named_shape(embedder)
+            widths.append((embedder.name, shape[1] if shape else None))
+        metadata = recorded_metadata(path)
+        refusal = embedders_refusal(path, metadata, widths)
+        if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
+            total = sum(w for _, w in widths)
+            if total != metadata["input_dim"]:
+                refusal = (
+                    f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
+                )
+        if refusal:
+            raise InputError(f"{where}: {refusal}")
         return
     if is_url(classifier):
         return  # fetch_models downloads it; the model check reads it then
-    where = f"{source_of(['models', 'classifier'], sources)}: models.classifier: {classifier}: no such file"
+    where = f"{where}: {classifier}: no such file"
     if trained:
         raise InputError(
             f"{where}, and the samples sheet labels no sample for the train target to make it from; label "

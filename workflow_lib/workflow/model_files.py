@@ -33,17 +33,14 @@ def trains_here(config: dict, labelled: bool) -> bool:
 
 
 def classifier_to_check(config: dict, trains: bool) -> list[str]:
-    """The classifier, checked before embedding unless this run trains it."""
     return [] if trains else [classifier_file(config)]
 
 
 def classifier_to_fetch(config: dict, trains: bool) -> str:
-    """fetch_models' --classifier: none when this run trains it."""
     return cli(classifier=None if trains else config["models"]["classifier"])
 
 
 def calibration_file(config: dict) -> list[str]:
-    """The calibration that weighs the calls (models.calibration), as an input; none when null."""
     calibration = config["models"]["calibration"]
     return [calibration] if calibration else []
 

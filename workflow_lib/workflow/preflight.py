@@ -64,7 +64,6 @@ def preflight(genome: str, prepare_settings: PrepareSettings, models: list[Embed
             log.info(rates.preflight_line(settings.model, found))
             report["models"][settings.model] = found
     write_json(report, output)
-    return report
 
 
 def _frames(genome: str, settings: PrepareSettings, tmp: Path, n: int) -> tuple[Path, int, int]:

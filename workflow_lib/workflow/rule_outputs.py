@@ -15,7 +15,6 @@ def temp_unless_kept(config: dict, path: str):
 
 
 def page(path: str, caption: str, category: str, item: str, subcategory: str | None = None):
-    """`path` as a page of Snakemake's report, labelled `item`."""
     where = {"subcategory": subcategory} if subcategory else {}
     return report(path, caption=f"../report/{caption}", category=category, labels={"item": item}, **where)
 
@@ -36,5 +35,4 @@ def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name:
 
 
 def optional_files(when: bool, *paths: str) -> list[str]:
-    """Outputs that a setting turns on: `paths` when `when`, else none."""
     return list(paths) if when else []

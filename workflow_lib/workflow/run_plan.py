@@ -1,7 +1,5 @@
-"""The rules' view of the run's plan (workflow_lib/prepare/plan.py): each sample's shards and the
-outputs of their pooled shards; a pooled shard's pieces, the FASTA its jobs read, its work, and the
-resources and priority of the jobs that run once per pooled shard (pool_shard, tokenize, embed,
-score); as input, params and resource functions."""
+"""The rules' view of the run's plan (workflow_lib/prepare/plan.py), as input, params and resource
+functions: each sample's shards, and what the jobs of each pooled shard read and ask for."""
 
 import re
 
@@ -37,7 +35,6 @@ class RunPlan:
         return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
 
     def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
-        """An output of each pooled shard that holds shards of a sample, once, in order."""
         return list(dict.fromkeys(self.shard_outputs(output, sample, **wildcards)))
 
     def plan(self, wildcards):
@@ -106,7 +103,6 @@ class RunPlan:
         return expand(getattr(self.rules.pool_shard.output, suffix), pool=pool)[0]
 
     def model_fasta(self, wildcards) -> str:
-        """The shard FASTA that the model reads: proteins or nucleotides, as its architecture says."""
         return self.fasta(wildcards.pool, self.embedders[wildcards.model].declared.alphabet)
 
     def spent_fasta(self, wildcards) -> tuple[str, str]:
@@ -114,7 +110,6 @@ class RunPlan:
         return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
-        """pool_shard's input: prepare's shards directory of each of its samples."""
         samples = dict.fromkeys(p["sample"] for p in self.pieces(wildcards.pool))
         return expand(self.rules.prepare.output.shards, sample=list(samples))
 
@@ -129,13 +124,11 @@ class RunPlan:
         return cli(piece=[(p["sample"], p["shard"], p["frames"]) for p in self.pieces(wildcards.pool)])
 
     def stored_tokens(self, wildcards) -> list[str]:
-        """The embed job's tokens, where its architecture stores them (DNABERT-S)."""
         if self.embedders[wildcards.model].declared.stored_tokens:
             return expand(self.rules.tokenize.output.tokens, **wildcards)
         return []
 
     def tokenized_models(self) -> str:
-        """The tokenize rule's model wildcard: the models whose tokens are stored."""
         stored = [m for m, e in self.embedders.items() if e.declared.stored_tokens]
         return "|".join(map(re.escape, stored)) or "^$"
 

@@ -1,19 +1,7 @@
 """Three mends to Snakemake's scheduling, written against and tested with Snakemake 9.27.1 (TESTED),
-each a no-op where its target is missing; `mend_all` applies them and says in one line what another
-Snakemake does without them. PATCHED fingerprints the Snakemake code they replace or rely on, which
-tests/test_scheduler.py compares with the pinned Snakemake's. docs/development.md writes up each
-mend: what it changes, why, and the measurement.
-
-- `keep_one_timer`: one pending re-evaluation timer per delay (each pass armed another, so passes
-  grew with the jobs finished); a timer only starts a pass, and every event that makes a job
-  runnable releases the scheduler itself, so no pass is lost.
-- `bound_passes`: a pass weighs at most RULE_JOBS_A_PASS ready jobs of each rule or group, those of
-  highest priority (not `--scheduler-subsample`'s random sample, which can leave out the one embed
-  job that could start).
-- `mend_job_groups`: group components merged once per pass from the DAG's factory (Snakemake
-  merges the already grown groups again after every checkpoint: snakemake#1217, #1628), and groups
-  checked for cycles once each, linear in the DAG.
-"""
+each a no-op where its target is missing: `keep_one_timer`, `bound_passes` and `mend_job_groups`.
+docs/development.md writes up each: what it changes, why, and the measurement. `mend_all` applies
+them and says in one line what another Snakemake does without them."""
 
 import ast
 import hashlib
@@ -38,10 +26,11 @@ except ImportError:  # another Snakemake: nothing to mend
 
 
 def keep_one_timer() -> bool:
-    """Patch JobScheduler (once per process); whether this Snakemake has the timer to mend."""
+    """One pending re-evaluation timer per delay (a timer only starts a pass, and every event that
+    makes a job runnable releases the scheduler itself); whether this Snakemake has the timer to mend."""
     if JobScheduler is None or not hasattr(JobScheduler, "_schedule_reevalutation"):
         return False
-    if getattr(JobScheduler, "_one_timer_per_delay", False):
+    if getattr(JobScheduler, "_one_timer_per_delay", False):  # once per process
         return True
     lock = threading.Lock()
 
@@ -70,7 +59,9 @@ RULE_JOBS_A_PASS = 20  # the ready jobs of a rule or group that one scheduling p
 
 
 def bound_passes() -> bool:
-    """Patch JobScheduler (once per process); whether this Snakemake has the selector to mend."""
+    """Passes that weigh at most RULE_JOBS_A_PASS ready jobs of each rule or group, those of highest
+    priority (not --scheduler-subsample's random sample, which can leave out the one job that could
+    start); whether this Snakemake has the selector to mend."""
     if JobScheduler is None or not hasattr(JobScheduler, "job_selector"):
         return False
     if getattr(JobScheduler, "_passes_bounded", False):
@@ -98,14 +89,12 @@ def weighed_in_a_pass(jobs, per_rule: int = RULE_JOBS_A_PASS) -> set:
 
 
 def mend_job_groups() -> bool:
-    """Patch DAG (once per process); whether this Snakemake has the group code to mend."""
+    """Group components merged once per pass from the DAG's factory (snakemake#1217, #1628), groups
+    checked for cycles once each; whether this Snakemake has the group code to mend."""
     if DAG is None or not all(hasattr(DAG, name) for name in ("_update_group_components", "_check_groups")):
         return False
-    if getattr(DAG, "_job_groups_mended", False):
-        return True
-    DAG._update_group_components = _update_group_components
+    DAG._update_group_components = _update_group_components  # the same functions again: once per process
     DAG._check_groups = _check_groups
-    DAG._job_groups_mended = True
     return True
 
 
