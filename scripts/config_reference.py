@@ -4,7 +4,7 @@ config-reference markers), or print it."""
 import argparse
 from pathlib import Path
 
-from workflow_lib.workflow.config_reference import markdown, update_readme
+from harness.config_reference import markdown, update_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from helpers import ROOT
 
-from workflow_lib.workflow.config_reference import END, START, markdown
+from harness.config_reference import END, START, markdown
 
 README = (ROOT / "README.md").read_text()
 CONFIG_README = (ROOT / "config" / "README.md").read_text()

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from helpers import ROOT
 
+from harness.config_reference import rows
 from harness.stages import DEFAULTS
 from workflow_lib.cli.settings import (
     STAGES,
@@ -24,7 +25,6 @@ from workflow_lib.cli.settings import (
 from workflow_lib.models import embedders
 from workflow_lib.workflow import job_commands, job_resources
 from workflow_lib.workflow.config_check import run_settings
-from workflow_lib.workflow.config_reference import rows
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
 PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}
