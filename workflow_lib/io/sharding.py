@@ -7,7 +7,7 @@ block of records at a time (ShardIndex): by the tokenize job, and by the embed j
 import hashlib
 import operator
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,29 +108,22 @@ class ShardIndex:
     def block_ids(self, b: int) -> list[str]:
         return [header[1:].decode("utf-8") for header in self._lines(b)[:-1:2]]
 
-    @property
-    def ids(self) -> "ShardIds":
-        return ShardIds(self)
-
-
-class ShardIds(Sequence):
-    """A shard's record IDs, read from its file a block at a time when asked for: a job holds none."""
-
-    def __init__(self, index: ShardIndex):
-        self.index = index
-
-    def __len__(self) -> int:
-        return self.index.n
-
     def __getitem__(self, key: int) -> str:
-        i = operator.index(key) + (len(self) if key < 0 else 0)
-        if not 0 <= i < len(self):
-            raise IndexError(f"record {key} of a shard of {len(self)}")
-        return self.index.block_ids(i // self.index.block_size)[i % self.index.block_size]
+        """The ID of record `key`, read from its block."""
+        i = operator.index(key) + (self.n if key < 0 else 0)
+        if not 0 <= i < self.n:
+            raise IndexError(f"record {key} of a shard of {self.n}")
+        return self.block_ids(i // self.block_size)[i % self.block_size]
 
     def __iter__(self) -> Iterator[str]:
-        for b in range(self.index.n_blocks):
-            yield from self.index.block_ids(b)
+        """The record IDs, read from the file a block at a time: a job holds none."""
+        for b in range(self.n_blocks):
+            yield from self.block_ids(b)
+
+    @property
+    def ids(self) -> "ShardIndex":
+        """The record IDs (a sequence: len, index, iteration): the index itself."""
+        return self
 
 
 def _not_a_shard(path: Path) -> InputError:
