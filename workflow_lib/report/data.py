@@ -210,14 +210,6 @@ def flatten(values: dict, prefix: str = "") -> dict:
     return flat
 
 
-class Tracks(NamedTuple):
-    """Of the sequences whose scores are plotted along them."""
-
-    chunks: pd.DataFrame
-    positions: pd.DataFrame
-    regions: pd.DataFrame
-
-
 QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])
 
 

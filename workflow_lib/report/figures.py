@@ -84,12 +84,15 @@ def plot_calls(calls: Counter, path: str | Path) -> None:
 
 
 def plot_top_sequences(
-    top: pd.DataFrame, tracks: data.Tracks, path: str | Path, empty: str = "no sequence has a scored chunk"
+    top: pd.DataFrame,
+    scored: pd.DataFrame,
+    regions: pd.DataFrame,
+    path: str | Path,
+    empty: str = "no sequence has a scored chunk",
 ) -> None:
     """Per-chunk max_score_virus along each of the `top` sequences, in their order: one segment
-    per scored chunk from its start to its end (bp), red when the chunk is called viral, and the
-    sequence's viral regions shaded. `tracks` need hold only those sequences."""
-    scored = tracks.chunks.merge(tracks.positions, on=["sequence_id", "chunk"], how="left")
+    per `scored` chunk from its chunk_start to its chunk_end (bp), red when the chunk is called
+    viral, and the sequence's viral `regions` shaded. The tables need hold only those sequences."""
     columns = min(max(len(top), 1), 3)
     rows = max(1, -(-len(top) // columns))
     figure, axes = plt.subplots(
@@ -101,7 +104,7 @@ def plot_top_sequences(
         own = scored[scored["sequence_id"] == record["sequence_id"]]
         colors = np.where(own["is_virus"], CALLS["virus"], CALLS["other"])
         starts, ends = own["chunk_start"] / scale, own["chunk_end"] / scale
-        for _, region in tracks.regions[tracks.regions["sequence_id"] == record["sequence_id"]].iterrows():
+        for _, region in regions[regions["sequence_id"] == record["sequence_id"]].iterrows():
             ax.axvspan(region["start"] / scale, region["end"] / scale, color=CALLS["virus"], alpha=0.12, linewidth=0)
         ax.hlines(own["max_score_virus"], starts, ends, colors=colors, linewidth=2.5)
         ax.scatter((starts + ends) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
@@ -253,19 +256,17 @@ def sample_report(sample: str, tables: data.SampleTables, figures: SampleFigures
         read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
     )
     ids = set(top["sequence_id"]) | set(strongest)
-    tracks = data.Tracks(
-        data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        # prepare's frames table has a row per frame: one of each chunk's
-        data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
-            ["sequence_id", "chunk"]
-        ),
-        data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    # prepare's frames table has a row per frame: one of each chunk's
+    positions = data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"])
+    scored = data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]).merge(
+        positions.drop_duplicates(["sequence_id", "chunk"]), on=["sequence_id", "chunk"], how="left"
     )
+    regions = data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"])
     plot_scores(frame_scores, scores, figures.scores)
     plot_calls(calls, figures.calls)
-    plot_top_sequences(top, tracks, figures.top_sequences)
+    plot_top_sequences(top, scored, regions, figures.top_sequences)
     records = picked.set_index("sequence_id").loc[strongest].reset_index()  # strongest first
-    plot_top_sequences(records, tracks, figures.top_regions, "no viral region inside a record")
+    plot_top_sequences(records, scored, regions, figures.top_regions, "no viral region inside a record")
     total = sum(calls.values())
     html_page(
         f"{sample}: sequences with the highest virus scores",
