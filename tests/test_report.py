@@ -127,7 +127,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def small_tables() -> tuple:
-    """A sample of three sequences: its sequences table, their tracks, frame scores, prepare's
+    """A sample of three sequences: its sequences table, their scored chunks and regions, frame scores, prepare's
     sequences table, the run summary's counts and embedding shards."""
     sequences = pd.DataFrame(
         {
@@ -147,9 +147,10 @@ def small_tables() -> tuple:
             "chunk": [1, 2, 4, 1],
             "max_score_virus": [0.9, 0.4, 0.7, 0.2],
             "is_virus": [True, False, True, False],
+            "chunk_start": [0, 300, 900, 0],
+            "chunk_end": [300, 600, 1200, 300],
         }
     )
-    positions = chunks[["sequence_id", "chunk"]].assign(chunk_start=[0, 300, 900, 0], chunk_end=[300, 600, 1200, 300])
     frames = pd.DataFrame({"score_virus": [0.9, 0.1, 0.4, 0.7, 0.2]})
     prepared = sequences.assign(n_frames=[5, 2, 0], ambiguous_fraction=[0.01, 0.0, 0.0])
     counts = {"records": 3, "bases": 1780, "chunks": 6, "frames": 7, "frames_per_record": 7 / 3}
@@ -159,24 +160,24 @@ def small_tables() -> tuple:
         for m in ("esm", "dnabert")
         for s in (0, 1)
     ]
-    return sequences, report_data.Tracks(chunks, positions, regions), frames, prepared, counts, shards
+    return sequences, chunks, regions, frames, prepared, counts, shards
 
 
 def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
-    sequences, tracks, frames, prepared, counts, shards = small_tables()
+    sequences, chunks, regions, frames, prepared, counts, shards = small_tables()
     metrics = {"validation": {"roc_auc": 0.75, "confusion": {"tp": 1}}, "epochs_run": 3, "history": {"loss": [1.0]}}
     metrics["roc_curve"] = {"false_positive_rate": [0, 0, 0.5, 1], "true_positive_rate": [0, 0.5, 1, 1]}
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
 
     # the tables in two blocks, as tables.read_chunks gives them
-    stats = report_data.sequence_stats([sequences[:2], sequences[2:]], 12, 2)
+    scores, calls, top, shown, _ = report_data.sequence_stats([sequences[:2], sequences[2:]], 12, 2)
     frame_scores = report_data.Histogram(report_data.SCORE_BINS).add(frames["score_virus"])
 
     def draw(out: Path) -> None:
         out.mkdir()
-        report.plot_scores(frame_scores, stats.scores, out / "s.png")
-        report.plot_calls(stats.calls, out / "calls.png")
-        report.plot_top_sequences(stats.top, tracks, out / "top.png")
+        report.plot_scores(frame_scores, scores, out / "s.png")
+        report.plot_calls(calls, out / "calls.png")
+        report.plot_top_sequences(top, chunks, regions, out / "top.png")
         inputs = report_data.input_stats(lambda: [prepared[:1], prepared[1:]])
         report.plot_input(inputs, counts, out / "input.png")
         report.plot_throughput(shards, out / "throughput.png")
@@ -197,11 +198,8 @@ def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
     table = (tmp_path / "a" / "metrics.html").read_text()
     assert "<td>validation confusion tp</td>" in table and "history" not in table
     assert list(report_data.top_sequences(sequences, 3)["sequence_id"]) == ["contig$1", "read2", "read3"]
-    assert list(stats.top["sequence_id"]) == ["contig$1", "read2"] and list(stats.shown["sequence_id"]) == [
-        "contig$1",
-        "read2",
-    ]
-    assert stats.total == 3 and stats.scores.n == 2
+    assert list(top["sequence_id"]) == ["contig$1", "read2"] and list(shown["sequence_id"]) == ["contig$1", "read2"]
+    assert sum(calls.values()) == 3 and scores.n == 2
 
 
 def test_streamed_figures_are_those_of_the_whole_tables():
@@ -220,8 +218,8 @@ def test_streamed_figures_are_those_of_the_whole_tables():
         top.add(table[start : start + 128])
     assert top.rows.equals(report_data.top_sequences(table, 50))
     lengths = pd.DataFrame({"length": [5, 300, 90_000], "n_frames": [0, 70, 3], "ambiguous_fraction": [0, 0.5, 1]})
-    stats = report_data.input_stats(lambda: [lengths[:1], lengths[1:]])
-    assert stats.length_log and stats.lengths.counts.sum() == 3 and len(stats.frames.edges) == 61
+    histogram, length_log, frames, _ = report_data.input_stats(lambda: [lengths[:1], lengths[1:]])
+    assert length_log and histogram.counts.sum() == 3 and len(frames.edges) == 61
 
 
 class Chromium:

@@ -15,7 +15,6 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_path
 
 REQUIRED_ATTRS = ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version")
-STORAGE = {"float32": np.float32, "float16": np.float16}
 CHUNK_ROWS = 1024  # rows per HDF5 chunk: each chunk is compressed (and written by embed) whole
 # lzf rather than gzip, both after the byte shuffle: faster to write and read for a few per cent
 # more bytes (decided by benchmarks/storage.py as of 2009c51, removed since)
@@ -43,7 +42,7 @@ class Writer:
     BUFFER_BYTES and written (`flush`) chunk by chunk, each chunk in one write."""
 
     def __init__(self, handle: h5py.File, ids: list[str], dim: int, storage: str):
-        self.storage, self.dtype = storage, np.dtype(STORAGE[storage])
+        self.storage, self.dtype = storage, np.dtype(storage)  # float32 or float16
         n = len(ids)
         names = handle.create_dataset("ids", shape=(n,), dtype=h5py.string_dtype("utf-8"))
         blocks = iter(ids)

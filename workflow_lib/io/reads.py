@@ -63,12 +63,9 @@ def read_sample(reads: SampleReads, batch_bases: int = 1_000_000, keep_case: boo
 
 def check_first_fragment(reads: SampleReads) -> None:
     """Fail as prepare would where the first fragment of a file's mates does not pair up (a start-up check)."""
-    for i, path in enumerate(reads.paths):
-        if reads.mates:
-            mate1, mate2 = (_records(next(read_batches(p, 1))) for p in (path, reads.mates[i]))
-            _paired([r[:1] for r in mate1], [r[:1] for r in mate2], 1, 0.0, path, reads.mates[i])
-        elif reads.interleaved:
-            next(_interleaved(path, 1, False), None)
+    if reads.paired:
+        for i, path in enumerate(reads.paths):  # batches of a base: the first fragment (with any empty reads before it)
+            next(read_sample(SampleReads((path,), reads.mates[i : i + 1], reads.interleaved), 1), None)
 
 
 def _records(batch: Batch) -> list[list[bytes]]:

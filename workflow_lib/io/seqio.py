@@ -106,8 +106,9 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
                         pending, pending_bases = [], 0
                         yield batch
             except _RecordError as error:
-                number = done + sum(len(h) for h, _ in pending) + error.index + 1
-                raise InputError(f"{path}: record {number} {error.message}") from None
+                index, message = error.args
+                number = done + sum(len(h) for h, _ in pending) + index + 1
+                raise InputError(f"{path}: record {number} {message}") from None
     except _STREAM_ERRORS as error:
         parsed = [h for headers, _ in pending for h in headers]
         last = _first_word(parsed[-1]) if parsed else last_id.decode()
@@ -237,11 +238,7 @@ def _fastq_records(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
 
 
 class _RecordError(Exception):
-    """A problem with the i-th record of a parsed piece; turned into an InputError by _batch."""
-
-    def __init__(self, index: int, message: str):
-        super().__init__(message)
-        self.index, self.message = index, message
+    """(index, message): a problem with the index-th record of a parsed piece; read_batches names the file."""
 
 
 def _batch(

@@ -7,7 +7,7 @@ block of records at a time (ShardIndex): by the tokenize job, and by the embed j
 import hashlib
 import operator
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,23 +62,14 @@ class ShardIndex:
     def read(cls, path: str | Path, planned: int | None = None) -> "ShardIndex":
         """Read in pieces; `planned`: the frames the run's plan gives the shard (else refused)."""
         path, block_size = Path(path), BLOCK
-        n, offsets, digest = 0, [], hashlib.sha256()
-        tail, start, n_lines = b"", 0, 0  # the unfinished line, where it starts, lines before it
-        with open(path, "rb") as handle:
-            while piece := handle.read(PIECE):
-                digest.update(piece)
-                lines = (tail + piece).split(b"\n")
-                tail = lines.pop()
-                headers = lines[n_lines % 2 :: 2]
-                if any(not h.startswith(b">") for h in headers):
-                    raise _not_a_shard(path)
-                sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
-                record_starts = (start + np.cumsum(sizes) - sizes)[n_lines % 2 :: 2]
-                offsets += record_starts[-n % block_size :: block_size].tolist()
-                n += len(headers)
-                start, n_lines = start + int(sizes.sum()), n_lines + len(lines)
-        if tail or n_lines % 2:
-            raise _not_a_shard(path)
+        n, offsets, digest, start = 0, [], hashlib.sha256(), 0  # `start`: where the next line starts
+        for piece, lines, first in shard_lines(path):
+            digest.update(piece)
+            sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
+            record_starts = (start + np.cumsum(sizes) - sizes)[first::2]
+            offsets += record_starts[-n % block_size :: block_size].tolist()
+            n += len(record_starts)
+            start += int(sizes.sum())
         if planned is not None and n != planned:
             # a prepare shard lies in the sample's shards directory, which Snakemake makes as a whole
             made = path.parent if path.parent.name == "shards" and path.parent.parent.name == "prepare" else path
@@ -108,29 +99,38 @@ class ShardIndex:
     def block_ids(self, b: int) -> list[str]:
         return [header[1:].decode("utf-8") for header in self._lines(b)[:-1:2]]
 
-    @property
-    def ids(self) -> "ShardIds":
-        return ShardIds(self)
-
-
-class ShardIds(Sequence):
-    """A shard's record IDs, read from its file a block at a time when asked for: a job holds none."""
-
-    def __init__(self, index: ShardIndex):
-        self.index = index
-
-    def __len__(self) -> int:
-        return self.index.n
-
     def __getitem__(self, key: int) -> str:
-        i = operator.index(key) + (len(self) if key < 0 else 0)
-        if not 0 <= i < len(self):
-            raise IndexError(f"record {key} of a shard of {len(self)}")
-        return self.index.block_ids(i // self.index.block_size)[i % self.index.block_size]
+        """The ID of record `key`, read from its block."""
+        i = operator.index(key) + (self.n if key < 0 else 0)
+        if not 0 <= i < self.n:
+            raise IndexError(f"record {key} of a shard of {self.n}")
+        return self.block_ids(i // self.block_size)[i % self.block_size]
 
     def __iter__(self) -> Iterator[str]:
-        for b in range(self.index.n_blocks):
-            yield from self.index.block_ids(b)
+        """The record IDs, read from the file a block at a time: a job holds none."""
+        for b in range(self.n_blocks):
+            yield from self.block_ids(b)
+
+    @property
+    def ids(self) -> "ShardIndex":
+        """The record IDs (a sequence: len, index, iteration): the index itself."""
+        return self
+
+
+def shard_lines(path: str | Path) -> Iterator[tuple[bytes, list[bytes], int]]:
+    """A shard FASTA read in pieces: each piece, the whole lines it ends, and the index among them of
+    the first header line; refused unless every record is a header line and a sequence line."""
+    tail, before = b"", 0  # the unfinished line, the lines before it
+    with open(path, "rb") as handle:
+        while piece := handle.read(PIECE):
+            lines = (tail + piece).split(b"\n")
+            tail = lines.pop()
+            if any(not header.startswith(b">") for header in lines[before % 2 :: 2]):
+                raise _not_a_shard(Path(path))
+            yield piece, lines, before % 2
+            before += len(lines)
+    if tail or before % 2:
+        raise _not_a_shard(Path(path))
 
 
 def _not_a_shard(path: Path) -> InputError:

@@ -73,12 +73,8 @@ def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings)
             path.unlink(missing_ok=True)
         raise
     log.info(
-        "reconciled: %d records in %s, %d frames once each in %s and %d shards",
-        counts["records"],
-        files.sequences.name,
-        counts["frames"],
-        files.frames.name,
-        counts["shards"],
+        f"reconciled: {counts['records']} records in {files.sequences.name}, {counts['frames']} frames once each in "
+        f"{files.frames.name} and {counts['shards']} shards"
     )
     if counts["shorter_than_chunk"] > writer.mates_read / 2:
         where = " ".join(map(str, reads.files()))

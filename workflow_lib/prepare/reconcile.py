@@ -9,10 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.io.sharding import shard_fasta
+from workflow_lib.io.sharding import shard_fasta, shard_lines
 from workflow_lib.io.tables import read_chunks
-
-_BLOCK = 1 << 22
 
 
 class IDDigest:
@@ -31,16 +29,9 @@ class IDDigest:
 
 
 def fasta_ids(path: Path) -> Iterator[list[bytes]]:
-    """The IDs of a shard FASTA (one header line, one sequence line per record), a block at a time."""
-    with open(path, "rb") as handle:
-        rest, line = b"", 0  # `line`: the number of lines read so far, to know which are headers
-        while block := handle.read(_BLOCK):
-            lines = (rest + block).split(b"\n")
-            rest = lines.pop()
-            yield [h[1:] for h in lines[line % 2 :: 2]]
-            line += len(lines)
-        if rest:
-            raise InputError(f"{path}: ends in the middle of a line; delete the prepare directory and run again")
+    """The IDs of a shard FASTA, a piece at a time."""
+    for _, lines, first in shard_lines(path):
+        yield [header[1:] for header in lines[first::2]]
 
 
 def check_prepared(files, written: list[IDDigest], records: int) -> None:

@@ -58,21 +58,11 @@ class TopRows:
         return self
 
 
-class SequenceStats(NamedTuple):
-    """What a sample's figures need from call's sequences table, gathered in one pass."""
-
-    scores: Histogram  # max_score_virus of the scored sequences
-    calls: Counter  # sequences per call
-    top: pd.DataFrame  # the `top` highest-scoring sequences with a scored chunk
-    shown: pd.DataFrame  # the `rows` highest-scoring sequences, scored or not (the HTML table)
-    picked: pd.DataFrame  # the rows of the sequences asked for by ID, in table order
-
-    @property
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-
-def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> SequenceStats:
+def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> tuple:
+    """What a sample's figures need from call's sequences table, in one pass: a Histogram of the
+    scored sequences' max_score_virus, the sequences per call (Counter), the `top` highest-scoring
+    sequences with a scored chunk, the `rows` highest-scoring ones, scored or not (the HTML table),
+    and the rows of the sequences `ids`, in table order."""
     scores, calls, best, shown = Histogram(SCORE_BINS), Counter(), TopRows(top), TopRows(rows)
     empty, picked = None, []
     for block in blocks:
@@ -83,7 +73,7 @@ def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set
         shown.add(block)
         picked.append(block[block["sequence_id"].isin(ids)])
     kept = (t.rows if t.rows is not None else empty for t in (best, shown))
-    return SequenceStats(scores, calls, *kept, pd.concat(picked) if picked else empty)
+    return scores, calls, *kept, pd.concat(picked) if picked else empty
 
 
 def rows_of(table: str | Path, ids: set[str], columns: list[str] | None = None) -> pd.DataFrame:
@@ -104,14 +94,6 @@ def top_sequences(sequences: pd.DataFrame, n: int, by: tuple[str, ...] = ("max_s
     return sequences.sort_values(list(by), ascending=False, kind="stable", na_position="last").head(n)
 
 
-class InputStats(NamedTuple):
-    lengths: Histogram
-    length_log: bool  # lengths span more than a factor 100: log-spaced bins on a log axis
-    frames: Histogram
-    ambiguous: Histogram
-    record: str = "record"  # a paired sample's: "fragment" (both mates)
-
-
 PREPARED_COLUMNS = ["length", "n_frames", "ambiguous_fraction"]
 
 
@@ -121,9 +103,11 @@ def record_word(prepared_sequences: Path) -> str:
     return "fragment" if set(MATE_LENGTHS) <= set(columns) else "record"
 
 
-def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]], record: str = "record") -> InputStats:
-    """Two passes over the table's blocks (`blocks()` gives them anew): the bins of the lengths and
-    frames depend on their range, as those of `ax.hist(values, bins=30)` would."""
+def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]]) -> tuple[Histogram, bool, Histogram, Histogram]:
+    """Histograms of prepare's sequences table: lengths, whether they span more than a factor 100
+    (then log-spaced bins on a log axis), frames and ambiguous fractions. Two passes over the
+    table's blocks (`blocks()` gives them anew): the bins of the lengths and frames depend on their
+    range, as those of `ax.hist(values, bins=30)` would."""
     low, high, fewest, most = np.inf, -np.inf, np.inf, -np.inf
     for block in blocks():
         if len(block):
@@ -135,12 +119,12 @@ def input_stats(blocks: Callable[[], Iterable[pd.DataFrame]], record: str = "rec
     wide = high > 100 * low
     length_edges = np.geomspace(low, high + 1, 31) if wide else np.histogram_bin_edges([low, high], 30)
     frame_edges = np.arange(most + 2) - 0.5 if most < 60 else np.histogram_bin_edges([fewest, most], 60)
-    stats = InputStats(Histogram(length_edges), wide, Histogram(frame_edges), Histogram(np.linspace(0, 1, 41)), record)
+    lengths, frames, ambiguous = Histogram(length_edges), Histogram(frame_edges), Histogram(np.linspace(0, 1, 41))
     for block in blocks():
-        stats.lengths.add(block["length"].clip(lower=1))
-        stats.frames.add(block["n_frames"])
-        stats.ambiguous.add(block["ambiguous_fraction"])
-    return stats
+        lengths.add(block["length"].clip(lower=1))
+        frames.add(block["n_frames"])
+        ambiguous.add(block["ambiguous_fraction"])
+    return lengths, wide, frames, ambiguous
 
 
 # results/report/samples.tsv: a row per sample
@@ -224,14 +208,6 @@ def flatten(values: dict, prefix: str = "") -> dict:
         elif not isinstance(value, list):
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-class Tracks(NamedTuple):
-    """Of the sequences whose scores are plotted along them."""
-
-    chunks: pd.DataFrame
-    positions: pd.DataFrame
-    regions: pd.DataFrame
 
 
 QVALUE_CUTOFFS = np.array([0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5])

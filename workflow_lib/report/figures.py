@@ -84,12 +84,15 @@ def plot_calls(calls: Counter, path: str | Path) -> None:
 
 
 def plot_top_sequences(
-    top: pd.DataFrame, tracks: data.Tracks, path: str | Path, empty: str = "no sequence has a scored chunk"
+    top: pd.DataFrame,
+    scored: pd.DataFrame,
+    regions: pd.DataFrame,
+    path: str | Path,
+    empty: str = "no sequence has a scored chunk",
 ) -> None:
     """Per-chunk max_score_virus along each of the `top` sequences, in their order: one segment
-    per scored chunk from its start to its end (bp), red when the chunk is called viral, and the
-    sequence's viral regions shaded. `tracks` need hold only those sequences."""
-    scored = tracks.chunks.merge(tracks.positions, on=["sequence_id", "chunk"], how="left")
+    per `scored` chunk from its chunk_start to its chunk_end (bp), red when the chunk is called
+    viral, and the sequence's viral `regions` shaded. The tables need hold only those sequences."""
     columns = min(max(len(top), 1), 3)
     rows = max(1, -(-len(top) // columns))
     figure, axes = plt.subplots(
@@ -101,7 +104,7 @@ def plot_top_sequences(
         own = scored[scored["sequence_id"] == record["sequence_id"]]
         colors = np.where(own["is_virus"], CALLS["virus"], CALLS["other"])
         starts, ends = own["chunk_start"] / scale, own["chunk_end"] / scale
-        for _, region in tracks.regions[tracks.regions["sequence_id"] == record["sequence_id"]].iterrows():
+        for _, region in regions[regions["sequence_id"] == record["sequence_id"]].iterrows():
             ax.axvspan(region["start"] / scale, region["end"] / scale, color=CALLS["virus"], alpha=0.12, linewidth=0)
         ax.hlines(own["max_score_virus"], starts, ends, colors=colors, linewidth=2.5)
         ax.scatter((starts + ends) / 2, own["max_score_virus"], s=6, c=colors)  # short chunks
@@ -120,11 +123,11 @@ def plot_top_sequences(
     save(figure, path)
 
 
-def plot_input(stats: data.InputStats, counts: dict, path: str | Path) -> None:
+def plot_input(stats: tuple, counts: dict, path: str | Path, record: str = "record") -> None:
     """Totals of the input, and per record (a paired sample's: per fragment, both mates) its length,
-    frames and share of ambiguous bases."""
+    frames and share of ambiguous bases (data.input_stats)."""
+    lengths, length_log, frames, ambiguous = stats
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
-    record = stats.record
     totals = [
         (f"{record}s", f"{counts['records']:,}"),
         ("bases", f"{counts['bases']:,}"),
@@ -140,12 +143,12 @@ def plot_input(stats: data.InputStats, counts: dict, path: str | Path) -> None:
     table.set_fontsize(10)
     table.scale(1, 1.4)
     both = " (both mates)" if record == "fragment" else ""
-    draw(stats.lengths, axes[0, 1], color="#34495e")
-    axes[0, 1].set(xscale="log" if stats.length_log else "linear", xlabel=f"{record} length{both} (bp)")
+    draw(lengths, axes[0, 1], color="#34495e")
+    axes[0, 1].set(xscale="log" if length_log else "linear", xlabel=f"{record} length{both} (bp)")
     axes[0, 1].set(ylabel=f"{record}s")
-    draw(stats.frames, axes[1, 0], color="#16a085")
+    draw(frames, axes[1, 0], color="#16a085")
     axes[1, 0].set(xlabel=f"stop-free frames per {record}", ylabel=f"{record}s")
-    draw(stats.ambiguous, axes[1, 1], color="#7f8c8d")
+    draw(ambiguous, axes[1, 1], color="#7f8c8d")
     axes[1, 1].set(xlabel=f"ambiguous (non-ACGT) fraction of the {record}", ylabel=f"{record}s", xlim=(0, 1))
     save(figure, path)
 
@@ -249,24 +252,22 @@ def sample_report(sample: str, tables: data.SampleTables, figures: SampleFigures
     for block in read_chunks(tables.frames, ["score_virus"]):
         frame_scores.add(block["score_virus"])
     strongest = data.strongest_regions(tables.regions, settings.top_regions)
-    stats = data.sequence_stats(
+    scores, calls, top, shown, picked = data.sequence_stats(
         read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
     )
-    ids = set(stats.top["sequence_id"]) | set(strongest)
-    tracks = data.Tracks(
-        data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]),
-        # prepare's frames table has a row per frame: one of each chunk's
-        data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"]).drop_duplicates(
-            ["sequence_id", "chunk"]
-        ),
-        data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"]),
+    ids = set(top["sequence_id"]) | set(strongest)
+    # prepare's frames table has a row per frame: one of each chunk's
+    positions = data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"])
+    scored = data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]).merge(
+        positions.drop_duplicates(["sequence_id", "chunk"]), on=["sequence_id", "chunk"], how="left"
     )
-    plot_scores(frame_scores, stats.scores, figures.scores)
-    plot_calls(stats.calls, figures.calls)
-    plot_top_sequences(stats.top, tracks, figures.top_sequences)
-    records = stats.picked.set_index("sequence_id").loc[strongest].reset_index()  # strongest first
-    plot_top_sequences(records, tracks, figures.top_regions, "no viral region inside a record")
-    shown, total = stats.shown, stats.total
+    regions = data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"])
+    plot_scores(frame_scores, scores, figures.scores)
+    plot_calls(calls, figures.calls)
+    plot_top_sequences(top, scored, regions, figures.top_sequences)
+    records = picked.set_index("sequence_id").loc[strongest].reset_index()  # strongest first
+    plot_top_sequences(records, scored, regions, figures.top_regions, "no viral region inside a record")
+    total = sum(calls.values())
     html_page(
         f"{sample}: sequences with the highest virus scores",
         _table(shown[["sequence_id", "call", *(c for c in shown.columns if c not in ("sequence_id", "call"))]]),
@@ -275,9 +276,9 @@ def sample_report(sample: str, tables: data.SampleTables, figures: SampleFigures
         f"the whole table is {Path(tables.sequences).name}.",
     )
     prepared = tables.prepared_sequences
-    inputs = data.input_stats(lambda: read_chunks(prepared, data.PREPARED_COLUMNS), data.record_word(prepared))
+    inputs = data.input_stats(lambda: read_chunks(prepared, data.PREPARED_COLUMNS))
     run = read_json(tables.summary)
-    plot_input(inputs, run["counts"], figures.input)
+    plot_input(inputs, run["counts"], figures.input, data.record_word(prepared))
     names = {s["model"]: data.display_name(run["config"], s["model"]) for s in run["embedding_shards"]}
     plot_throughput(run["embedding_shards"], figures.throughput, names)
 

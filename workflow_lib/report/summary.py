@@ -84,6 +84,7 @@ def embed_versions(shards: list[dict]) -> dict[str, dict]:
 
 
 PREPARED_COLUMNS = ["length", "ambiguous_fraction", "status"]
+CALL_COUNTS = ("chunks", "chunks_scored", "viral_chunks", "viral_bases", "regions", "region_bases")  # the manifest's
 
 
 def counts(prepared: Iterable[pd.DataFrame], manifest: dict) -> dict:
@@ -101,8 +102,7 @@ def counts(prepared: Iterable[pd.DataFrame], manifest: dict) -> dict:
     return {
         "records": records,
         "bases": bases,
-        **{key: manifest["counts"][key] for key in ("chunks", "chunks_scored", "viral_chunks", "viral_bases")},
-        **{key: manifest["counts"][key] for key in ("regions", "region_bases")},
+        **{key: manifest["counts"][key] for key in CALL_COUNTS},
         "frames": frames,
         "frames_per_record": round(frames / records, 4) if records else 0.0,
         "ambiguous_bases": ambiguous,
