@@ -229,9 +229,8 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     each size weighs the same in the fit, so that reads and long contigs are served alike."""
     record_of, size, total = windows(records, llr)
     label = y[np.flatnonzero(np.r_[True, records[1:] != records[:-1]])][record_of]
-    weight = np.zeros(size.size)
-    for s in np.unique(size):
-        weight[size == s] = 1.0 / (size == s).sum()
+    _, inverse, per_size = np.unique(size, return_inverse=True, return_counts=True)
+    weight = 1.0 / per_size[inverse]
     weight *= size.size / weight.sum()
     prior = float(np.average(label, weights=weight))
 
@@ -295,8 +294,21 @@ def fit(
     chunk_llr = METHODS[chosen](x, y) - logit(prior)
     # the record rule learns from held-out chunk LLRs, as the runs will meet them
     t, r, c, record_prior, window_loss = _record_rule(records, y, held_out[chosen] - logit(prior))
-    fitted_on = _fitted_on(y, records, max_score_virus, held_out[chosen], losses, method, chosen)
-    fitted_on["windows_log_loss"] = window_loss
+    # what it was fitted on, and how its chosen map did on held-out chunks against the scores as they are
+    scores, calibrated = np.asarray(max_score_virus, dtype=np.float64), expit(held_out[chosen])
+    fitted_on = {
+        "chunks": int(y.size),
+        "viral_chunks": int(y.sum()),
+        "records": int(np.unique(records).size),
+        "held_out_log_loss": losses,
+        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
+        "held_out_calibration_error": {
+            "scores": calibration_error(y, scores),
+            chosen: calibration_error(y, calibrated),
+        },
+        "reliability": {"scores": reliability_curve(y, scores), chosen: reliability_curve(y, calibrated)},
+        "windows_log_loss": window_loss,
+    }
     limit, unreliable = _atypicality_limit(atypicality, records)
     if unreliable is not None:
         fitted_on["records_unreliable"] = unreliable
@@ -316,24 +328,6 @@ def fit(
         # the map a sample meets, so that its chunks and these share one scale
         class_llrs=_class_llrs(np.interp(x, KNOTS, chunk_llr), y, records, atypicality),
     )
-
-
-def _fitted_on(y, records, max_score_virus, held_out, losses: dict, method: str, chosen: str) -> dict:
-    """What the calibration was fitted on, and how its chosen map did on held-out chunks against the
-    classifier's scores as they are."""
-    scores = np.asarray(max_score_virus, dtype=np.float64)
-    return {
-        "chunks": int(y.size),
-        "viral_chunks": int(y.sum()),
-        "records": int(np.unique(records).size),
-        "held_out_log_loss": losses,
-        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
-        "held_out_calibration_error": {
-            "scores": calibration_error(y, scores),
-            chosen: calibration_error(y, expit(held_out)),
-        },
-        "reliability": {"scores": reliability_curve(y, scores), chosen: reliability_curve(y, expit(held_out))},
-    }
 
 
 def _atypicality_limit(atypicality: np.ndarray | None, records: np.ndarray) -> tuple[float, float | None]:

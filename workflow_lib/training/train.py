@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from workflow_lib.classify import calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import TrainSettings
@@ -27,7 +26,7 @@ from workflow_lib.io import checksums, h5store
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import read_table, write_json
 from workflow_lib.models import classifier
-from workflow_lib.training.calibrate import LABELS
+from workflow_lib.training.calibrate import LABELS, fit_chunks
 
 log = logging.getLogger("workflow")
 # Whole sequences are held out when each class has at least this many; with fewer, one sequence
@@ -93,14 +92,7 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     repeated = key.duplicated(["sample", "frame_id"])
     if repeated.any():
         raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
-    y = _checked_labels(np.concatenate(labels))
-    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
-    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
-    return Examples(x, y, chunk, sequence, tuple(widths[0]))
-
-
-def _checked_labels(y: np.ndarray) -> np.ndarray:
-    """Both classes, with a warning when one has few frames."""
+    y = np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
     if np.bincount(y).min() < FEW_FRAMES:
@@ -111,7 +103,9 @@ def _checked_labels(y: np.ndarray) -> np.ndarray:
             (y == 0).sum(),
             FEW_FRAMES,
         )
-    return y
+    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
+    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
+    return Examples(x, y, chunk, sequence, tuple(widths[0]))
 
 
 def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -428,15 +422,7 @@ def train_classifier(
         chunks, result["calibration_scores"] = calibration_chunks(
             examples, model, settings, result["best_epoch"], chunks
         )
-        fitted = calibration.fit(
-            chunks["max_score_virus"].to_numpy(),
-            chunks["label"].to_numpy(),
-            chunks["record"].to_numpy(),
-            checksums.sha256(output),
-            settings.chunk_length,
-            atypicality=chunks["atypicality"].to_numpy(),
-        )
-        fitted.save(calibration_path)
+        fitted = fit_chunks(chunks, checksums.sha256(output), settings.chunk_length, calibration_path)
         result["calibration"] = {"method": fitted.method, **fitted.fitted_on}
         result["calibration"].pop("reliability")
     write_json(result, metrics_path)
