@@ -334,14 +334,18 @@ def write_tables(
             write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
             write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
             virnucpro = stack.enter_context(virnucpro_tables(outputs.virnucpro)) if outputs.virnucpro else None
-            for frames in scored_chunks(frames_path, sequences_path, shards, progress):
-                write_frames(frames)  # a chunk's frames in one block
-                chunks = chunk_table(frames)
+
+            def chunk_blocks() -> Iterator[pd.DataFrame]:
+                for frames in scored_chunks(frames_path, sequences_path, shards, progress):
+                    write_frames(frames)  # a chunk's frames in one block
+                    if virnucpro:
+                        virnucpro(frames)
+                    yield chunk_table(frames)
+
+            for chunks in whole_groups(chunk_blocks(), ["sequence_id"]):  # the weighing counts whole records
                 write_chunks(chunks)
                 if weighed:
                     weighed.count(chunks)
-                if virnucpro:
-                    virnucpro(frames)
             log.info(progress.line(shards.frames))
         scoring = {"checkpoints": shards.checkpoints, "frames": shards.frames}
         if weighed:
