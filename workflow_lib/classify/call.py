@@ -207,9 +207,8 @@ def call(
     calibration: Calibration | None = None,
     max_qvalue: float | None = None,
 ) -> dict:
-    """Write `outputs` block by block; with a calibration each record and region is weighed (its
-    probability and q-value), and with `max_qvalue` those passing it go to FASTA of their own. Returns
-    the count of each call."""
+    """Write `outputs` block by block, each record and region weighed with a calibration, those within
+    `max_qvalue` to FASTA of their own; the count of each call."""
     scoring = read_json(scoring_path)
     counts, totals = Counter(), Counter()  # of each call, and what the manifest counts
     weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None

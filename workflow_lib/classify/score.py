@@ -3,9 +3,7 @@ files (one per configured model) exist, so that they can go (outputs.keep_embedd
 before the sample's last shard is embedded.
 
 A shard's scores file is NumPy .npz, so that predict reads it without h5py or torch (its arrays:
-docs/outputs.md): each frame's scores and atypicality (MLPClassifier.atypicality) in the shard
-FASTA's order; the samples' shards it pools (plan.py), with their frames and the digest of their
-frame IDs, which predict checks against each sample's frames table; and the checkpoints.
+docs/outputs.md), with the digest of each pooled sample's shard's frame IDs for predict to check.
 """
 
 import json

@@ -79,7 +79,6 @@ class ChunkWeighing:
             self.flush()
 
     def flush(self) -> None:
-        """Count the pending chunks into the groups' histograms."""
         if not self.pending:
             return
         cell, weights, typical_cell = (np.concatenate(parts) for parts in zip(*self.pending))
