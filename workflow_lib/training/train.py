@@ -187,14 +187,18 @@ def fit(
     model: classifier.MLPClassifier,
     training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor] | None,
-    weight: torch.Tensor | None,
     settings: TrainSettings,
 ) -> dict:
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
     once the validation loss has not improved for `patience` epochs; the best epoch's weights are
     loaded into `model`. Without a validation split it runs all `epochs`, watching the training loss.
+    With train.balance_classes, the loss weighs the classes by their inverse frequency in `rows`.
     Returns epochs_run, best_epoch, best_validation_loss and the losses' history."""
     x, y, rows = training
+    weight = None
+    if settings.balance_classes:
+        counts = torch.bincount(y[rows], minlength=2).clamp(min=1).float()
+        weight = counts.sum() / (2 * counts)
     generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
@@ -263,14 +267,6 @@ def virus_scores(
     return scores, atypicality
 
 
-def class_weight(labels: torch.Tensor, settings: TrainSettings) -> torch.Tensor | None:
-    """The loss's class weights (inverse frequency) with train.balance_classes, else None."""
-    if not settings.balance_classes:
-        return None
-    counts = torch.bincount(labels, minlength=2).clamp(min=1).float()
-    return counts.sum() / (2 * counts)
-
-
 def sequence_folds(examples: Examples, most: int, seed: int) -> np.ndarray | None:
     """Each frame's fold for cross-fitting, whole sequences to a fold: each class's sequences dealt
     in a seeded order over as many folds as the smaller class has sequences (at most `most`), so
@@ -304,7 +300,7 @@ def cross_fitted_scores(examples: Examples, settings: TrainSettings, epochs: int
         )
         torch.manual_seed(settings.seed + 1 + fold)
         model = classifier.MLPClassifier(examples.x.shape[1])
-        fit(model, (features, labels, kept), None, class_weight(labels[kept], settings), fold_settings)
+        fit(model, (features, labels, kept), None, fold_settings)
         scores[held] = virus_scores(model, features, held)[0]
     return scores, folds.max() + 1
 
@@ -330,8 +326,7 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     if len(np.unique(y[validation])) < 2:
         log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
     model = classifier.MLPClassifier(x.shape[1])
-    weight = class_weight(labels[training], settings)
-    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
+    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), settings)
     history = fitted.pop("history")
     validation_scores, atypicality = virus_scores(model, features, validation)
     chunks = chunk_table(examples, validation, validation_scores, atypicality)
