@@ -34,12 +34,10 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
 
 
 class ChunkWeighing:
-    """predict's chunks: counted as they are written to a scratch table, each one's LLR and
-    atypicality kept in a scratch file beside it, then the table copied line by line (not parsed
-    again) with their columns added: its probability at the sample's viral fraction of chunks and
-    its atypicality. The records are counted on the way (in blocks of whole records), so that call
-    knows the records' composition and q-values before its one pass; each record's chunks go to
-    the histograms of its bootstrap group, from which the compositions get their intervals."""
+    """predict's chunks, counted as they are written to a scratch table (each one's LLR and atypicality
+    kept in a scratch file beside it), then the table copied line by line, not parsed again, with
+    CHUNK_COLUMNS added. Each record is counted into its bootstrap group's histograms (composition_intervals),
+    so that call knows the records' composition and q-values before its one pass."""
 
     LINES = 1 << 16  # lines copied at a time
     # chunks held before they are added to the groups' histograms: adding to those large arrays for
@@ -140,10 +138,8 @@ class ChunkWeighing:
 
 class RecordWeighing:
     """call's records and regions: each one's probability at the sample's viral fraction of records,
-    and its q-value, at the lower end of that fraction's interval (calibration.qvalue_share). The
-    records' composition and q-values come from the histogram of their LLRs that predict counted
-    (scoring.json); the regions' q-values need every region, so call adds them at the end
-    (weigh_region_table)."""
+    and its q-value at calibration.qvalue_share, from the histogram of the records' LLRs that predict
+    counted (scoring.json); the regions' q-values need every region: call adds them at the end."""
 
     def __init__(self, cal: Calibration, scoring: dict, scoring_path: Path):
         if "composition_fit" not in scoring:
