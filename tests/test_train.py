@@ -242,7 +242,7 @@ def test_cross_fitted_scores_come_from_classifiers_that_never_saw_the_sequence()
     scores, folds = cross_fitted_scores(examples, settings, epochs=30)
     model = MLPClassifier(16)
     everything = torch.arange(sequence.size)
-    fit(model, (torch.from_numpy(x), torch.from_numpy(examples.y), everything), None, None, settings)
+    fit(model, (torch.from_numpy(x), torch.from_numpy(examples.y), everything), None, settings)
     seen = virus_scores(model, torch.from_numpy(x), np.arange(sequence.size))[0]
     per_sequence = lambda s: np.bincount(sequence, weights=s) / chunks  # noqa: E731
     assert folds == 5 and metrics(label, per_sequence(seen))["roc_auc"] > 0.95

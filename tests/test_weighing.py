@@ -37,8 +37,9 @@ def changed_config(config, path, **changes):
 
 
 def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
-    """predict hands its chunks over in blocks that may cut a record: each record is counted once,
-    with all its chunks (its LLR, and its chunks' share of the records' composition)."""
+    """predict's chunks come in blocks that may cut a record, and are handed over in blocks of whole
+    records: each record is counted once, with all its chunks (its LLR, and its chunks' share of the
+    records' composition)."""
     sizes = np.array([3, 1, 7, 2, 5, 1, 4])
     ids = np.repeat([f"r{i}" for i in range(sizes.size)], sizes)
     score = np.random.default_rng(0).random(ids.size)
@@ -52,9 +53,10 @@ def test_records_are_counted_whole_however_the_chunks_come_in_blocks(tmp_path):
     for block in (1, 2, 3, 5, ids.size):
         weighing = ChunkWeighing(cal, tmp_path / f"evidence_{block}")
         weighing.PENDING = 4  # the groups' histograms are added to along the way too
-        for start in range(0, ids.size, block):
-            weighing.count(chunks.iloc[start : start + block])
-        weighing.finish()
+        blocks = (chunks.iloc[start : start + block] for start in range(0, ids.size, block))
+        for whole in tables.whole_groups(blocks, ["sequence_id"]):  # as predict hands them over
+            weighing.count(whole)
+        weighing.flush()
         assert np.array_equal(weighing.records, records) and np.allclose(weighing.record_chunks.sum(0), weighted), block
         assert weighing.group_records.sum() == sizes.size and weighing.chunks.sum() == ids.size
         assert weighing.typical[:, calibration.atypicality_bin(np.ones(1))[0]].sum() == ids.size

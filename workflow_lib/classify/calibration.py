@@ -229,9 +229,8 @@ def _record_rule(records: np.ndarray, y: np.ndarray, llr: np.ndarray) -> tuple[f
     each size weighs the same in the fit, so that reads and long contigs are served alike."""
     record_of, size, total = windows(records, llr)
     label = y[np.flatnonzero(np.r_[True, records[1:] != records[:-1]])][record_of]
-    weight = np.zeros(size.size)
-    for s in np.unique(size):
-        weight[size == s] = 1.0 / (size == s).sum()
+    _, inverse, per_size = np.unique(size, return_inverse=True, return_counts=True)
+    weight = 1.0 / per_size[inverse]
     weight *= size.size / weight.sum()
     prior = float(np.average(label, weights=weight))
 
@@ -254,8 +253,7 @@ def _binned(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def calibration_error(y: np.ndarray, p: np.ndarray) -> float:
-    """Expected calibration error: the mean over equal-width probability bins of |observed viral share -
-    mean probability|, weighted by the bin's rows."""
+    """Expected calibration error: |observed viral share - mean probability| per tenth, weighted by its rows."""
     counts, predicted, observed = _binned(y, p)
     return float(np.abs(observed - predicted).sum() / max(counts.sum(), 1))
 
@@ -295,8 +293,21 @@ def fit(
     chunk_llr = METHODS[chosen](x, y) - logit(prior)
     # the record rule learns from held-out chunk LLRs, as the runs will meet them
     t, r, c, record_prior, window_loss = _record_rule(records, y, held_out[chosen] - logit(prior))
-    fitted_on = _fitted_on(y, records, max_score_virus, held_out[chosen], losses, method, chosen)
-    fitted_on["windows_log_loss"] = window_loss
+    # what it was fitted on, and how its chosen map did on held-out chunks against the scores as they are
+    scores, calibrated = np.asarray(max_score_virus, dtype=np.float64), expit(held_out[chosen])
+    fitted_on = {
+        "chunks": int(y.size),
+        "viral_chunks": int(y.sum()),
+        "records": int(np.unique(records).size),
+        "held_out_log_loss": losses,
+        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
+        "held_out_calibration_error": {
+            "scores": calibration_error(y, scores),
+            chosen: calibration_error(y, calibrated),
+        },
+        "reliability": {"scores": reliability_curve(y, scores), chosen: reliability_curve(y, calibrated)},
+        "windows_log_loss": window_loss,
+    }
     limit, unreliable = _atypicality_limit(atypicality, records)
     if unreliable is not None:
         fitted_on["records_unreliable"] = unreliable
@@ -318,27 +329,8 @@ def fit(
     )
 
 
-def _fitted_on(y, records, max_score_virus, held_out, losses: dict, method: str, chosen: str) -> dict:
-    """What the calibration was fitted on, and how its chosen map did on held-out chunks against the
-    classifier's scores as they are."""
-    scores = np.asarray(max_score_virus, dtype=np.float64)
-    return {
-        "chunks": int(y.size),
-        "viral_chunks": int(y.sum()),
-        "records": int(np.unique(records).size),
-        "held_out_log_loss": losses,
-        "method_chosen_by": "held-out log loss" if method == "auto" else "config",
-        "held_out_calibration_error": {
-            "scores": calibration_error(y, scores),
-            chosen: calibration_error(y, expit(held_out)),
-        },
-        "reliability": {"scores": reliability_curve(y, scores), chosen: reliability_curve(y, expit(held_out))},
-    }
-
-
 def _atypicality_limit(atypicality: np.ndarray | None, records: np.ndarray) -> tuple[float, float | None]:
-    """The atypicality beyond which a record is unreliable, and the share of the calibration's records
-    beyond it; infinite and None without atypicalities."""
+    """The atypicality beyond which a record is unreliable, and the share of the calibration's beyond it."""
     if atypicality is None or not np.isfinite(atypicality).any():
         return float("inf"), None
     # a record is judged by its median chunk: the limit admits all but the most atypical 2% of the
@@ -417,8 +409,7 @@ def histogram(llr: np.ndarray) -> np.ndarray:
 
 
 def estimate_prior(counts: np.ndarray) -> float:
-    """The viral share that makes the LLRs counted in `counts` most likely (label shift, Saerens et
-    al. 2002)."""
+    """The viral share that makes the LLRs counted in `counts` most likely (label shift)."""
     return float(estimate_priors(counts[None, :])[0])
 
 
@@ -487,8 +478,7 @@ def _at_or_above(counts: np.ndarray) -> np.ndarray:
 
 
 def _class_tails(classes: list[dict], size: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The share of each class's calibration chunks at or above each of `size` bins (virus, other,
-    each a sparse histogram: bins, counts, effective), and their worth in independent chunks."""
+    """Per class (virus, other): its chunks' share at or above each of `size` bins, and their `effective` worth."""
     tails = [_at_or_above(dense(counted, size)) for counted in classes]
     return tails[0] / tails[0][0], tails[1] / tails[1][0], classes[0]["effective"], classes[1]["effective"]
 
@@ -606,9 +596,8 @@ def composition_intervals(chunks, weighted, records, typical, record_llrs: np.nd
 
 
 def _replicated_chunk_shares(counts, replicates, share: float, cal: Calibration, rng) -> np.ndarray:
-    """The viral fraction of chunks in each bootstrap replicate: the estimate `share`, moved by how far
-    the replicate's mixture of the calibration's classes (redrawn) departs from the data's as they
-    are, in coarse bins of LLR."""
+    """Each bootstrap replicate's viral fraction of chunks: `share`, moved by how far its mixture of the
+    calibration's classes (redrawn) departs from the data's as they are, in coarse bins of LLR."""
     # coarse bins: equal shares of the calibration's chunks of both classes together, each worth about
     # ten independent chunks of the smaller class at least: redrawn, a class of few records left most
     # bins empty, and empty bins, not the data, then made the replicates

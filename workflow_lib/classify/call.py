@@ -207,10 +207,10 @@ def call(
     calibration: Calibration | None = None,
     max_qvalue: float | None = None,
 ) -> dict:
-    """Write `outputs` block by block; with a calibration each record and region is weighed (its
-    probability and q-value), and with `max_qvalue` those passing it go to FASTA of their own. Returns
-    the count of each call."""
+    """Write `outputs` block by block, each record and region weighed with a calibration, those within
+    `max_qvalue` to FASTA of their own; the count of each call."""
     scoring = read_json(scoring_path)
+    counts, totals = Counter(), Counter()  # of each call, and what the manifest counts
     weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None
     if weighing:
         log.info("records' viral fraction %(viral_fraction_estimate).4f (from the %(source)s)", weighing.found)
@@ -227,20 +227,18 @@ def call(
                 outputs.regions_fasta,
                 *(outputs.passing[:1] if max_qvalue is not None else ()),
             )
-            tables = CallTables(
-                stack.enter_context(tsv_writer(outputs.sequences, columns)),
-                stack.enter_context(tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))),
-                [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths],
-                weighing,
-                max_qvalue,
+            write = stack.enter_context(tsv_writer(outputs.sequences, columns))
+            write_regions = stack.enter_context(
+                tsv_writer(regions_path, REGIONS + (WEIGHED_REGION if weighing else ()))
             )
-            write_pieces(reads, tables.pieces(blocks))
+            fasta = [stack.enter_context(atomic_open(path, "wb")) for path in fasta_paths]
+            write_pieces(reads, called(blocks, write, write_regions, fasta, weighing, max_qvalue, counts, totals))
         if weighing:
             passing = weighing.weigh_region_table(regions_path, outputs.regions, max_qvalue)
             if passing is not None:
                 copy_passing_regions(outputs.regions_fasta, passing, outputs.passing[1])
     files = reads.files()
-    calls = {call: int(n) for call, n in sorted(tables.counts.items())}
+    calls = {call: int(n) for call, n in sorted(counts.items())}
     manifest = {
         "workflow_version": __version__,
         # its file (its files, a list, where it has several) and bytes
@@ -249,51 +247,46 @@ def call(
             "bytes": sum(f.stat().st_size for f in files),
         },
         "checkpoints": scoring["checkpoints"],
-        "counts": {key: tables.totals[key] for key in COUNTED} | {"frames": scoring["frames"], "calls": calls},
+        "counts": {key: totals[key] for key in COUNTED} | {"frames": scoring["frames"], "calls": calls},
     }
     if weighing:
         manifest["weighing"] = weighing.summary(scoring, max_qvalue)
     write_json(manifest, outputs.manifest)
-    log.info("%d records: %s", tables.totals["records"], ", ".join(f"{n} {c}" for c, n in calls.items()))
+    log.info("%d records: %s", totals["records"], ", ".join(f"{n} {c}" for c, n in calls.items()))
     return calls
 
 
-class CallTables:
-    """The call's tables and FASTA handles (viral, regions, passing), and what the manifest counts."""
-
-    def __init__(self, write, write_regions, fasta: list, weighing: RecordWeighing | None, max_qvalue: float | None):
-        self.write, self.write_regions, self.fasta = write, write_regions, fasta
-        self.weighing, self.max_qvalue = weighing, max_qvalue
-        self.counts, self.totals = Counter(), Counter()
-
-    def pieces(self, blocks) -> Iterator[tuple[bytes, list[Piece]]]:
-        """Weigh, write and count each block's rows and regions; yield each record's pieces to write
-        to FASTA, in input order (the FASTA are written while the input is read alongside: write_pieces)."""
-        for table, found in blocks:
-            passing = None  # the records within max_qvalue
-            if self.weighing:
-                passing = self.weighing.weigh_records(table, self.max_qvalue)
-                self.weighing.weigh_regions(found)
-            self.write(table)
-            self.write_regions(found)
-            viral = table[table["call"] == "virus"]
-            self.counts.update(table["call"].value_counts().to_dict())
-            self.totals.update(
-                records=len(table),
-                chunks=int(table["n_chunks"].sum()),
-                chunks_scored=int(table["n_chunks_scored"].sum()),
-                viral_chunks=int(table["n_viral_chunks"].sum()),
-                viral_bases=int(viral["length"].sum()),  # of the records called virus
-                regions=len(found),
-                region_bases=int(found["length"].sum()),
-            )
-            by_record = fasta_pieces(viral, found, *self.fasta[:2])
-            if passing is not None:
-                for sid, more in fasta_pieces(passing, found.iloc[:0], self.fasta[2], None, True).items():
-                    by_record.setdefault(sid, []).extend(more)
-            listed = table["sequence_id"]
-            for sid in listed[listed.isin(by_record.keys())]:  # input order
-                yield sid.encode(), by_record[sid]
+def called(
+    blocks, write, write_regions, fasta: list, weighing, max_qvalue, counts: Counter, totals: Counter
+) -> Iterator:
+    """Weigh, write (the sequences and regions tables) and count each block's rows and regions; yield
+    each record's pieces to write to `fasta` (viral, regions, passing), in input order (the FASTA are
+    written while the input is read alongside: write_pieces)."""
+    for table, found in blocks:
+        passing = None  # the records within max_qvalue
+        if weighing:
+            passing = weighing.weigh_records(table, max_qvalue)
+            weighing.weigh_regions(found)
+        write(table)
+        write_regions(found)
+        viral = table[table["call"] == "virus"]
+        counts.update(table["call"].value_counts().to_dict())
+        totals.update(
+            records=len(table),
+            chunks=int(table["n_chunks"].sum()),
+            chunks_scored=int(table["n_chunks_scored"].sum()),
+            viral_chunks=int(table["n_viral_chunks"].sum()),
+            viral_bases=int(viral["length"].sum()),  # of the records called virus
+            regions=len(found),
+            region_bases=int(found["length"].sum()),
+        )
+        by_record = fasta_pieces(viral, found, *fasta[:2])
+        if passing is not None:
+            for sid, more in fasta_pieces(passing, found.iloc[:0], fasta[2], None, True).items():
+                by_record.setdefault(sid, []).extend(more)
+        listed = table["sequence_id"]
+        for sid in listed[listed.isin(by_record.keys())]:  # input order
+            yield sid.encode(), by_record[sid]
 
 
 def copy_passing_regions(regions_fasta: Path, passing: pd.DataFrame, output: Path) -> None:

@@ -229,7 +229,11 @@ def scored_chunks(
                 rows = np.flatnonzero(shard_of == shard)
                 scores[rows] = shards.read(shard, frame_ids[rows].tolist())
             progress.update(listed.rows)
-            yield frame_table(block, scores)
+            table = block.drop(columns="shard")  # the frames table's columns, with the chunk coordinates
+            table["score_other"], table["score_virus"], table["atypicality"] = scores.T
+            # torch.max picks the first maximum: a tie is 'other', as in VirNucPro (which says 'others').
+            table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
+            yield table
         shards.finish()
 
     yield from whole_groups(blocks(), ["sequence_id", "chunk"])
@@ -238,16 +242,6 @@ def scored_chunks(
 
 def _unlike_the_shards(frames_path: str | Path, what: str) -> None:
     raise InputError(f"{frames_path}: {what}; delete the sample's prepare outputs and run again")
-
-
-def frame_table(frames: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
-    """The frames table's columns, and each frame's chunk coordinates for the chunks table."""
-    table = frames[["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame"]].copy()
-    table["score_other"], table["score_virus"] = scores[:, 0], scores[:, 1]
-    table["atypicality"] = scores[:, 2]
-    # torch.max picks the first maximum: a tie is 'other', as in VirNucPro (which says 'others').
-    table["prediction"] = np.where(scores[:, 1] > scores[:, 0], "virus", "other")
-    return table
 
 
 def chunk_table(frames: pd.DataFrame) -> pd.DataFrame:
@@ -334,14 +328,18 @@ def write_tables(
             write_frames = stack.enter_context(tsv_writer(outputs.frames, FRAMES))
             write_chunks = stack.enter_context(tsv_writer(chunks_path, CHUNKS))
             virnucpro = stack.enter_context(virnucpro_tables(outputs.virnucpro)) if outputs.virnucpro else None
-            for frames in scored_chunks(frames_path, sequences_path, shards, progress):
-                write_frames(frames)  # a chunk's frames in one block
-                chunks = chunk_table(frames)
+
+            def chunk_blocks() -> Iterator[pd.DataFrame]:
+                for frames in scored_chunks(frames_path, sequences_path, shards, progress):
+                    write_frames(frames)  # a chunk's frames in one block
+                    if virnucpro:
+                        virnucpro(frames)
+                    yield chunk_table(frames)
+
+            for chunks in whole_groups(chunk_blocks(), ["sequence_id"]):  # the weighing counts whole records
                 write_chunks(chunks)
                 if weighed:
                     weighed.count(chunks)
-                if virnucpro:
-                    virnucpro(frames)
             log.info(progress.line(shards.frames))
         scoring = {"checkpoints": shards.checkpoints, "frames": shards.frames}
         if weighed:

@@ -3,9 +3,7 @@ files (one per configured model) exist, so that they can go (outputs.keep_embedd
 before the sample's last shard is embedded.
 
 A shard's scores file is NumPy .npz, so that predict reads it without h5py or torch (its arrays:
-docs/outputs.md): each frame's scores and atypicality (MLPClassifier.atypicality) in the shard
-FASTA's order; the samples' shards it pools (plan.py), with their frames and the digest of their
-frame IDs, which predict checks against each sample's frames table; and the checkpoints.
+docs/outputs.md), with the digest of each pooled sample's shard's frame IDs for predict to check.
 """
 
 import json
@@ -41,7 +39,20 @@ def score_shard(
     configured model, in the classifier's input order); return the number of frames."""
     model, metadata = classifier.load(classifier_path)
     with h5store.FeatureBlocks(*embeddings, rows=SCORE_ROWS) as blocks:
-        made_with = _made_with(blocks, model)
+        if blocks.dim != model.input_dim:
+            raise InputError(
+                f"{' + '.join(map(str, blocks.paths))}: {blocks.dim} features per frame but the classifier "
+                f"takes {model.input_dim}; use the classifier trained for these models"
+            )
+        made_with = {  # each embedding model's checkpoint
+            str(attrs["model"]): {
+                "checkpoint": str(attrs["checkpoint"]),
+                "layer": int(attrs["layer"]),
+                "precision": str(attrs["precision"]),
+                "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
+            }
+            for attrs in blocks.attrs
+        }
         models = [(str(attrs["model"]), dim) for attrs, dim in zip(blocks.attrs, blocks.dims)]
         if refusal := embedders_refusal(classifier_path, metadata, models):
             raise InputError(refusal)
@@ -76,21 +87,3 @@ def score_shard(
         )
     log.info(progress.line(blocks.n, f"scored into {output}"))
     return blocks.n
-
-
-def _made_with(blocks: h5store.FeatureBlocks, model) -> dict[str, dict]:
-    """Each embedding model's checkpoint; features as wide as the classifier's input."""
-    if blocks.dim != model.input_dim:
-        raise InputError(
-            f"{' + '.join(map(str, blocks.paths))}: {blocks.dim} features per frame but the classifier "
-            f"takes {model.input_dim}; use the classifier trained for these models"
-        )
-    return {
-        str(attrs["model"]): {
-            "checkpoint": str(attrs["checkpoint"]),
-            "layer": int(attrs["layer"]),
-            "precision": str(attrs["precision"]),
-            "sha256": json.loads(attrs.get("checkpoint_sha256", "{}")),
-        }
-        for attrs in blocks.attrs
-    }

@@ -34,12 +34,10 @@ def atypicality_text(values: np.ndarray, encoded: bool = False) -> np.ndarray:
 
 
 class ChunkWeighing:
-    """predict's chunks: counted as they are written to a scratch table, each one's LLR and
-    atypicality kept in a scratch file beside it, then the table copied line by line (not parsed
-    again) with their columns added: its probability at the sample's viral fraction of chunks and
-    its atypicality. The records are counted on the way (a record's chunks come together), so that
-    call knows the records' composition and q-values before its one pass; each record's chunks go to
-    the histograms of its bootstrap group, from which the compositions get their intervals."""
+    """predict's chunks, counted as they are written to a scratch table (each one's LLR and atypicality
+    kept in a scratch file beside it), then the table copied line by line, not parsed again, with
+    CHUNK_COLUMNS added. Each record is counted into its bootstrap group's histograms (composition_intervals),
+    so that call knows the records' composition and q-values before its one pass."""
 
     LINES = 1 << 16  # lines copied at a time
     # chunks held before they are added to the groups' histograms: adding to those large arrays for
@@ -58,30 +56,15 @@ class ChunkWeighing:
         # the last column: chunks without an atypicality (atypicality_bin)
         self.typical = np.zeros((groups, calibration.N_ATYPICALITY_BINS + 1), dtype=np.int64)
         self.pending: list[tuple] = []  # (cell, weight, atypicality's cell) of chunks not yet in them
-        # the latest block's last record (ID, its chunks' LLRs and atypicality bins): it may go on
-        self.held = (None, np.empty(0), np.empty(0, dtype=np.int64))
         self.evidence = open(scratch, "wb")
 
     def count(self, chunks: pd.DataFrame) -> None:
+        """Count a block of whole records' chunks (io.tables.whole_groups)."""
         llr = self.cal.chunk_llrs(chunks["max_score_virus"].to_numpy())
         np.column_stack([llr, chunks["atypicality"].to_numpy()]).astype(np.float32).tofile(self.evidence)
         typical = calibration.atypicality_bin(chunks["atypicality"].to_numpy())
         ids = chunks["sequence_id"].to_numpy()
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # of each record's run of chunks
-        held_id, held, held_typical = self.held
-        if ids[0] == held_id:  # the held record goes on: its chunks open the block's first run
-            llr, starts = np.r_[held, llr], np.r_[0, starts[1:] + held.size]
-            typical = np.r_[held_typical, typical]
-        elif held_id is not None:
-            self.count_records(held, np.zeros(1, dtype=np.int64), held_typical)
-        self.count_records(llr[: starts[-1]], starts[:-1], typical[: starts[-1]])
-        self.held = (ids[-1], llr[starts[-1] :].copy(), typical[starts[-1] :].copy())
-
-    def count_records(self, llr: np.ndarray, starts: np.ndarray, typical: np.ndarray) -> None:
-        """Count the whole records whose chunks' LLRs are `llr` (their atypicality bins `typical`),
-        each starting at `starts`."""
-        if starts.size == 0:
-            return
         sizes = np.diff(np.r_[starts, llr.size])
         self.records += calibration.histogram(self.cal.record_llrs(sizes, np.add.reduceat(llr, starts)))
         group = calibration.bootstrap_group(self.group_records.sum() + np.arange(sizes.size))
@@ -94,7 +77,6 @@ class ChunkWeighing:
             self.flush()
 
     def flush(self) -> None:
-        """Count the pending chunks into the groups' histograms."""
         if not self.pending:
             return
         cell, weights, typical_cell = (np.concatenate(parts) for parts in zip(*self.pending))
@@ -103,19 +85,12 @@ class ChunkWeighing:
         self.record_chunks += np.bincount(cell, weights, minlength=self.chunks.size).reshape(self.chunks.shape)
         self.typical += np.bincount(typical_cell, minlength=self.typical.size).reshape(self.typical.shape)
 
-    def finish(self) -> None:
-        """Count the held record and the pending chunks: every chunk has come."""
-        if self.held[0] is not None:
-            self.count_records(self.held[1], np.zeros(1, dtype=np.int64), self.held[2])
-            self.held = (None, np.empty(0), np.empty(0, dtype=np.int64))
-        self.flush()
-
     def composition(self) -> dict:
         """scoring.json's `chunk_composition` and `record_composition` (the viral fraction of chunks and
         of records, their `interval`, and its `source`: the sample, or the calibration's own fraction
         where too few were counted for an estimate) and `composition_fit` (None without an estimate of
         the records'), once every chunk has come."""
-        self.finish()
+        self.flush()
         n_chunks, n_records = int(self.chunks.sum()), int(self.group_records.sum())
         own = {"source": "sample"}
         if n_records >= calibration.MIN_RECORDS_FOR_ESTIMATE:
@@ -163,10 +138,8 @@ class ChunkWeighing:
 
 class RecordWeighing:
     """call's records and regions: each one's probability at the sample's viral fraction of records,
-    and its q-value, at the lower end of that fraction's interval (calibration.qvalue_share). The
-    records' composition and q-values come from the histogram of their LLRs that predict counted
-    (scoring.json); the regions' q-values need every region, so call adds them at the end
-    (weigh_region_table)."""
+    and its q-value at calibration.qvalue_share, from the histogram of the records' LLRs that predict
+    counted (scoring.json); the regions' q-values need every region: call adds them at the end."""
 
     def __init__(self, cal: Calibration, scoring: dict, scoring_path: Path):
         if "composition_fit" not in scoring:

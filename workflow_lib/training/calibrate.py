@@ -52,29 +52,29 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     return chunks, classifier
 
 
+def fit_chunks(chunks: pd.DataFrame, classifier_sha256: str, chunk_length: int, output, method="auto") -> Calibration:
+    """Fit the calibration on `chunks` (max_score_virus, label, record numbered, atypicality; a
+    record's chunks together in order) and write it to `output`."""
+    columns = [chunks[c].to_numpy() for c in ("max_score_virus", "label", "record")]
+    fitted = fit(*columns, classifier_sha256, chunk_length, method, chunks["atypicality"].to_numpy())
+    fitted.save(output)
+    return fitted
+
+
 def calibrate(
     samples: list[Labelled], chunk_length: int, method: str, output: str | Path, progress_seconds: float
 ) -> Calibration:
     """Fit the calibration on the labelled samples' chunks and write it to `output`."""
     chunks, classifier = labelled_chunks(samples, progress_seconds)
-    records = pd.factorize(chunks["record"])[0]
-    fitted = fit(
-        chunks["max_score_virus"].to_numpy(),
-        chunks["label"].to_numpy(),
-        records,
-        classifier,
-        chunk_length,
-        method,
-        chunks["atypicality"].to_numpy(),
-    )
-    fitted.save(output)
+    chunks["record"] = pd.factorize(chunks["record"])[0]
+    fitted = fit_chunks(chunks, classifier, chunk_length, output, method)
     errors = fitted.fitted_on["held_out_calibration_error"]
     log.info(
         "%d chunks (%d viral) of %d records: %s chosen; held-out calibration error %.3f (the scores: %.3f); "
         "chunks of a record correlated as r = %.2f",
         len(chunks),
         int(np.sum(chunks["label"])),
-        records.max() + 1,
+        chunks["record"].max() + 1,
         fitted.method,
         errors[fitted.method],
         errors["scores"],

@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from workflow_lib.classify import calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import TrainSettings
@@ -27,7 +26,7 @@ from workflow_lib.io import checksums, h5store
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import read_table, write_json
 from workflow_lib.models import classifier
-from workflow_lib.training.calibrate import LABELS
+from workflow_lib.training.calibrate import LABELS, fit_chunks
 
 log = logging.getLogger("workflow")
 # Whole sequences are held out when each class has at least this many; with fewer, one sequence
@@ -93,14 +92,7 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     repeated = key.duplicated(["sample", "frame_id"])
     if repeated.any():
         raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
-    y = _checked_labels(np.concatenate(labels))
-    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
-    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
-    return Examples(x, y, chunk, sequence, tuple(widths[0]))
-
-
-def _checked_labels(y: np.ndarray) -> np.ndarray:
-    """Both classes, with a warning when one has few frames."""
+    y = np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
     if np.bincount(y).min() < FEW_FRAMES:
@@ -111,7 +103,9 @@ def _checked_labels(y: np.ndarray) -> np.ndarray:
             (y == 0).sum(),
             FEW_FRAMES,
         )
-    return y
+    chunk = key.groupby(["sample", "sequence_id", "chunk"], sort=False).ngroup().to_numpy()
+    sequence = key.groupby(["sample", "sequence_id"], sort=False).ngroup().to_numpy()
+    return Examples(x, y, chunk, sequence, tuple(widths[0]))
 
 
 def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -193,14 +187,18 @@ def fit(
     model: classifier.MLPClassifier,
     training: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor] | None,
-    weight: torch.Tensor | None,
     settings: TrainSettings,
 ) -> dict:
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
     once the validation loss has not improved for `patience` epochs; the best epoch's weights are
     loaded into `model`. Without a validation split it runs all `epochs`, watching the training loss.
+    With train.balance_classes, the loss weighs the classes by their inverse frequency in `rows`.
     Returns epochs_run, best_epoch, best_validation_loss and the losses' history."""
     x, y, rows = training
+    weight = None
+    if settings.balance_classes:
+        counts = torch.bincount(y[rows], minlength=2).clamp(min=1).float()
+        weight = counts.sum() / (2 * counts)
     generator = torch.Generator().manual_seed(settings.seed)  # the batches' own seeded order
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.85)
@@ -269,14 +267,6 @@ def virus_scores(
     return scores, atypicality
 
 
-def class_weight(labels: torch.Tensor, settings: TrainSettings) -> torch.Tensor | None:
-    """The loss's class weights (inverse frequency) with train.balance_classes, else None."""
-    if not settings.balance_classes:
-        return None
-    counts = torch.bincount(labels, minlength=2).clamp(min=1).float()
-    return counts.sum() / (2 * counts)
-
-
 def sequence_folds(examples: Examples, most: int, seed: int) -> np.ndarray | None:
     """Each frame's fold for cross-fitting, whole sequences to a fold: each class's sequences dealt
     in a seeded order over as many folds as the smaller class has sequences (at most `most`), so
@@ -310,7 +300,7 @@ def cross_fitted_scores(examples: Examples, settings: TrainSettings, epochs: int
         )
         torch.manual_seed(settings.seed + 1 + fold)
         model = classifier.MLPClassifier(examples.x.shape[1])
-        fit(model, (features, labels, kept), None, class_weight(labels[kept], settings), fold_settings)
+        fit(model, (features, labels, kept), None, fold_settings)
         scores[held] = virus_scores(model, features, held)[0]
     return scores, folds.max() + 1
 
@@ -336,8 +326,7 @@ def train(examples: Examples, settings: TrainSettings) -> tuple[classifier.MLPCl
     if len(np.unique(y[validation])) < 2:
         log.warning("the validation split holds one class only: its ROC-AUC is undefined; train on more sequences")
     model = classifier.MLPClassifier(x.shape[1])
-    weight = class_weight(labels[training], settings)
-    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), weight, settings)
+    fitted = fit(model, (features, labels, torch.from_numpy(training)), (x_val, y_val), settings)
     history = fitted.pop("history")
     validation_scores, atypicality = virus_scores(model, features, validation)
     chunks = chunk_table(examples, validation, validation_scores, atypicality)
@@ -428,15 +417,7 @@ def train_classifier(
         chunks, result["calibration_scores"] = calibration_chunks(
             examples, model, settings, result["best_epoch"], chunks
         )
-        fitted = calibration.fit(
-            chunks["max_score_virus"].to_numpy(),
-            chunks["label"].to_numpy(),
-            chunks["record"].to_numpy(),
-            checksums.sha256(output),
-            settings.chunk_length,
-            atypicality=chunks["atypicality"].to_numpy(),
-        )
-        fitted.save(calibration_path)
+        fitted = fit_chunks(chunks, checksums.sha256(output), settings.chunk_length, calibration_path)
         result["calibration"] = {"method": fitted.method, **fitted.fitted_on}
         result["calibration"].pop("reliability")
     write_json(result, metrics_path)
