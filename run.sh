@@ -11,13 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 setup() {
-    # Reinstall only when requirements.txt changed since the last set-up.
-    if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/installed-requirements.txt; then
+    # Reinstall only when requirements.txt or pyproject.toml (its packages) changed since the last set-up.
+    if [ ! -x .venv/bin/python ] || ! cat requirements.txt pyproject.toml | cmp -s - .venv/installed-requirements.txt; then
         python3 -m venv .venv
         .venv/bin/pip install --disable-pip-version-check -q ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
             -r requirements.txt
         .venv/bin/pip install --disable-pip-version-check -q --no-deps -e .
-        cp requirements.txt .venv/installed-requirements.txt
+        cat requirements.txt pyproject.toml > .venv/installed-requirements.txt
     fi
     export PATH="$PWD/.venv/bin:$PATH"
 }
