@@ -2,7 +2,7 @@
 of embedding models, and the tooling of their files (fetch, check, the tiny demo models).
 
 An *architecture* is code: a loading module (esm_loading, dnabert_loading) with resolve,
-read_config, checkpoint_files, load and embedder, all with the same arguments, declared in
+read_config, checkpoint_files and embedder, all with the same arguments, declared in
 ARCHITECTURES. A *configured model* is data: an entry `models.<name>` listed in `models.embedders`,
 in the order of the classifier's input. Nothing outside this package names a model or imports a
 loading module by name.
