@@ -40,8 +40,7 @@ from harness.stages import (
 from workflow_lib.cli.errors import InputError
 from workflow_lib.embed.device_feed import DeviceFeed
 from workflow_lib.embed.job import build_embedder, claimed_device, set_allocator_conf
-from workflow_lib.embed.loader import ShardBatches, open_loader
-from workflow_lib.embed.packing import greedy_batches, pack
+from workflow_lib.embed.packing import ShardBatches, greedy_batches, open_loader, pack
 from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.embed.stored_tokens import read_tokens
 from workflow_lib.io import h5store, locks

@@ -129,7 +129,7 @@ def test_the_embedding_models_share_one_interface(demo_models):
 
     from workflow_lib.models import ARCHITECTURES, loading_module
 
-    functions = ("resolve", "read_config", "checkpoint_files", "load", "embedder")
+    functions = ("resolve", "read_config", "checkpoint_files", "embedder")
     for function in functions:
         parameters = {
             name: list(inspect.signature(getattr(loading_module(name), function)).parameters) for name in ARCHITECTURES

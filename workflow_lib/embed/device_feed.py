@@ -56,12 +56,10 @@ class DeviceFeed:
         self.pending.append((rows, tokens, pooled, event))
 
     def ready(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Results of the batches submitted more than RESULTS_IN_FLIGHT batches ago (on the CPU, all)."""
         keep = RESULTS_IN_FLIGHT if self.cuda else 0
         return [self._arrived() for _ in range(len(self.pending) - keep)]
 
     def drain(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Every result still pending, waited for."""
         return [self._arrived() for _ in range(len(self.pending))]
 
     def _to_device(self, batch: PackedBatch) -> PackedBatch:

@@ -26,8 +26,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed import rates, stored_tokens
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.loader import ShardBatches, open_loader
-from workflow_lib.embed.packing import PackedBatch
+from workflow_lib.embed.packing import PackedBatch, ShardBatches, open_loader
 from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.sharding import ShardIndex
@@ -51,11 +50,9 @@ def set_allocator_conf(value: str) -> None:
 
 @contextlib.contextmanager
 def claimed_device(name: str, gpu_mem_mb: int | None = None, until_exit: bool = False) -> Iterator[torch.device]:
-    """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of the
-    memory of one (None: a whole GPU; locks.claim_gpu), since a local run gives its jobs no GPU of
-    their own; `until_exit`: the claim ends with the process, which holds GPU memory until then.
-    Where CUDA shows no GPU, GPUS_VARIABLE may name some ("UUID=MB,UUID=MB"): stand-ins for tests
-    of the claims, the job then computes on the CPU."""
+    """The device to embed on, while in the context. On a GPU, the job claims `gpu_mem_mb` of one
+    (None: a whole GPU; locks.claim_gpu): a local run gives its jobs no GPU of their own. Where CUDA
+    shows none, GPUS_VARIABLE may name stand-ins ("UUID=MB,UUID=MB") for tests of the claims."""
     if name == "cuda" and not torch.cuda.is_available():
         raise InputError(
             "embedding.device is 'cuda' but no CUDA device is visible to this job; "
@@ -112,9 +109,7 @@ def check_gpu(name: str, capability: tuple[int, int], arch_list: list[str], cuda
     )
 
 
-def build_embedder(
-    settings: EmbedSettings, device: torch.device, precision: str, digests: dict[str, str] | None = None
-):
+def build_embedder(settings: EmbedSettings, device: torch.device, precision: str, digests: dict | None = None):
     model = loading_module(settings.architecture)
     dtype, fp8 = PRECISIONS[precision], precision == "fp8"
     return model.embedder(settings.checkpoint, settings.cache_dir, settings.layer, device, dtype, fp8, digests)
@@ -152,7 +147,6 @@ class Meter:
         self.loader_wait = 0.0
 
     def timed(self, loader: Iterator[PackedBatch]) -> Iterator[PackedBatch]:
-        """The loader's batches, each counted and the wait for it timed."""
         while True:
             waited = time.monotonic()
             batch = next(loader, None)
@@ -167,7 +161,7 @@ class Meter:
             yield batch
 
     def rate(self) -> float:
-        """Tokens/s from the end of the first batch on (of the whole job when it had one batch)."""
+        """Tokens/s (of the whole job when it had one batch)."""
         if self.steady_from is None:
             return self.tokens / max(time.monotonic() - self.start, 1e-9)
         return (self.tokens - self.tokens_before) / max(time.monotonic() - self.steady_from, 1e-9)
@@ -198,13 +192,9 @@ def embed_shard(
     rate_key: str | None = None,
     planned_tokens: int | None = None,
 ) -> dict:
-    """Embed one shard into `output_path` (HDF5); its figures also go to `figures_path` (JSON), for
-    the run summary. `tokens_path`: the shard's stored tokens (stored_tokens.py), read instead of
-    tokenising. `planned_frames`: the frames the plan gives the shard. `gpu_mem_mb`,
-    `claim_until_exit`: claimed_device's. `rate_key` (rates.model_key) and `planned_tokens` (the
-    shard's ESM-2 tokens): its steady rate is recorded in models.cache_dir (rates.py). A SIGTERM
-    before every frame is committed ends the job through its normal exits; after, the job finishes
-    (sigterm_exits)."""
+    """Embed one shard into `output_path` (HDF5), its figures also into `figures_path` (JSON).
+    `tokens_path`: its stored tokens (stored_tokens.py). `rate_key` (rates.model_key) and
+    `planned_tokens` (the shard's ESM-2 tokens): its steady rate is recorded (rates.py)."""
     with sigterm_exits() as finishing, contextlib.ExitStack() as claim:
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")

@@ -1,9 +1,8 @@
-"""Model code: ESM-2 (through fair-esm), DNABERT-S (native), the VirNucPro MLP classifier, their
-tokenizers, checkpoints and attention over packed rows; the registry of embedding models; and the
-tooling of their files: fetching them into the cache, checking them, building the tiny demo models.
+"""Model code (ESM-2 through fair-esm, DNABERT-S native, VirNucPro's MLP classifier), the registry
+of embedding models, and the tooling of their files (fetch, check, the tiny demo models).
 
 An *architecture* is code: a loading module (esm_loading, dnabert_loading) with resolve,
-read_config, checkpoint_files, load and embedder, all with the same arguments, declared in
+read_config, checkpoint_files and embedder, all with the same arguments, declared in
 ARCHITECTURES. A *configured model* is data: an entry `models.<name>` listed in `models.embedders`,
 in the order of the classifier's input. Nothing outside this package names a model or imports a
 loading module by name.
@@ -79,7 +78,7 @@ class Embedder:
 
 
 def add_embedders_argument(parser: argparse.ArgumentParser) -> None:
-    """--embedder, once per configured model in input order (`args.embedders`: Embedder.parse each)."""
+    """--embedder, once per configured model (`args.embedders`: Embedder.parse each)."""
     parser.add_argument(
         "--embedder",
         dest="embedders",
@@ -97,9 +96,8 @@ def loading_module(architecture: str) -> ModuleType:
 
 
 def named_shape(embedder: Embedder) -> tuple[int, int] | None:
-    """(layers, width) of a named checkpoint, known without its files (fair-esm's table); None for
-    a local checkpoint or one from a hub with no table. A name fair-esm lacks: LookupError, saying
-    what it has."""
+    """(layers, width) of a named fair-esm checkpoint, known without its files; None for a local
+    checkpoint or a hub's. A name fair-esm lacks: LookupError, saying what it has."""
     if embedder.declared.source != "fair-esm" or is_local(embedder.checkpoint):
         return None
     if embedder.checkpoint not in ESM2_MODELS:
@@ -110,7 +108,7 @@ def named_shape(embedder: Embedder) -> tuple[int, int] | None:
 
 
 def embedders(config: dict) -> list[Embedder]:
-    """The configured embedding models, in the classifier's input order (each entry a model_entry)."""
+    """The configured embedding models, in the classifier's input order."""
     entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
     return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
 

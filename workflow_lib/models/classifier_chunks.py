@@ -30,11 +30,8 @@ VIRNUCPRO_EMBEDDERS = (("dnabert", None), ("esm", None))
 
 
 def git_blob_id(path: str | Path) -> str:
-    digest = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
     with open(path, "rb") as handle:  # in blocks: start-up may be pointed at a model's gigabytes
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, lambda: hashlib.sha1(b"blob %d\0" % os.path.getsize(path))).hexdigest()
 
 
 class _Inert:

@@ -71,11 +71,9 @@ def load(
     cache_dir: str | None = None,
     device: "torch.device | None" = None,
     dtype: "torch.dtype | None" = None,
-    digests: dict[str, str] | None = None,
 ) -> "tuple[DNABERT, DNABERTTokens]":
     """The model with its weights in `dtype` (None: float32) on `device` (None: the CPU), built in
-    place as esm_loading.load builds ESM-2; `digests` (ESM-2's copy's name) go unused: DNABERT-S is
-    not copied."""
+    place as esm_loading.load builds ESM-2 (DNABERT-S has no safetensors copy)."""
     import torch
 
     from workflow_lib.models.dnabert import DNABERT
@@ -110,8 +108,8 @@ def embedder(
     digests: dict[str, str] | None = None,
 ) -> "DNABERTEmbedder":
     """The embedder of the last hidden state, as VirNucPro's (the config check refuses a `layer`;
-    the embed job asks for no `fp8` of DNABERT-S)."""
+    the embed job asks for no `fp8` of DNABERT-S; `digests` name ESM-2's copy)."""
     from workflow_lib.models.dnabert import DNABERTEmbedder
 
-    model, tokens = load(checkpoint, cache_dir, device, dtype, digests)
+    model, tokens = load(checkpoint, cache_dir, device, dtype)
     return DNABERTEmbedder(model, tokens, device, dtype)

@@ -102,17 +102,12 @@ def load(
     digests: dict[str, str] | None = None,
 ) -> tuple[esm.ESM2, esm.Alphabet]:
     """An ESM-2 model by fair-esm name (fetched into cache_dir) or local .pt path, its weights in
-    `dtype` on `device`.
-
-    Built in place: parameters uninitialised (never written, so not held), and each memory-mapped
-    checkpoint tensor converted once straight to `dtype` on `device`: a GPU job in half precision
-    never holds a float32 copy on the host. Not fair-esm's load_model_and_alphabet_hub, which
-    downloads and unpickles with weights_only=False. The contact regression file is optional.
-
-    In half precision with a cache_dir, the first job also writes the converted weights to a
-    safetensors copy (copy_path), which later jobs map straight to the device; a float32 copy
-    would save no conversion. `digests` ({file name: SHA-256}) name it, hashed here when not given.
-    """
+    `dtype` on `device`, built in place: parameters uninitialised (never written, so not held), each
+    memory-mapped checkpoint tensor converted once straight to `dtype` on `device` (never a float32
+    copy on the host). Not fair-esm's load_model_and_alphabet_hub, which downloads and unpickles
+    with weights_only=False. In half precision with a cache_dir, the first job also writes the
+    converted weights to a safetensors copy (copy_path) that later jobs map straight to the device;
+    `digests` ({file name: SHA-256}) name it, hashed here when not given."""
     device, path = device or torch.device("cpu"), resolve(checkpoint, cache_dir)
     copy = None
     if dtype in HALF and cache_dir:

@@ -2,17 +2,13 @@
 
 One kernel per device, precision and model, chosen by measurement (docs/gpu-check.md):
 - CPU: one scaled_dot_product_attention per sequence length, the sequences of that length
-  stacked [G, H, L, dh] (frames of one chunk length mostly share theirs), so that a sequence's
-  embedding does not depend on the batch it lands in: no padding reaches a kernel, and each
-  sequence's scores are its own rows of the same computation.
-- CUDA in half precision without ALiBi (ESM-2): PyTorch's own `varlen_attn` (torch >= 2.10),
-  FlashAttention's varlen kernel over the packed row.
-- CUDA otherwise (DNABERT-S's ALiBi, fp32, a torch without `varlen_attn`): the sequences are
-  gathered into a padded [B, H, L, dh] block for scaled_dot_product_attention and scattered
-  back, L the longest sequence of the batch. Its additive mask is B x 1 x 1 x L without ALiBi and
-  B x H x L x L with it; never T x T for the whole row. It needs no compile.
-`varlen_attn` failing on a batch (a GPU it has no kernel for) gives way to the padded path for
-the rest of the job.
+  stacked [G, H, L, dh], so that a sequence's embedding does not depend on the batch it lands in:
+  no padding reaches a kernel, and each sequence's scores are its own rows of the same computation.
+- CUDA in half precision without ALiBi (ESM-2): PyTorch's own `varlen_attn` (torch >= 2.10); one
+  that fails on a batch (a GPU it has no kernel for) gives way to the padded path for the job.
+- CUDA otherwise: the sequences gathered into a padded [B, H, L, dh] block for
+  scaled_dot_product_attention and scattered back; its additive mask is B x 1 x 1 x L without
+  ALiBi and B x H x L x L with it, never T x T for the whole row.
 """
 
 import functools
@@ -45,8 +41,8 @@ class Layout:
         self._masks = {}  # padded_mask's, shared by the layers of a forward
 
     def mean(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-sequence mean of x [T, d] over its tokens (those where `keep` is True), as float32;
-        summed in float64, as a float32 running sum drifts over a thousand tokens."""
+        """Per-sequence mean of x [T, d] over the tokens `keep` marks, as float32; summed in float64,
+        as a float32 running sum drifts over a thousand tokens."""
         x, counts = x.double(), self.lengths.double()
         if keep is not None:
             x = x * keep[:, None]
@@ -72,7 +68,6 @@ def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype, keys: int 
 
 
 def grouped_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-sequence attention, the sequences of one length in one call; q, k, v: [T, H, dh]."""
     out = torch.empty_like(q)
     for length, first, g in layout.by_length:
         run = slice(first, first + g * length)
@@ -88,7 +83,7 @@ MASK_ALIGN = 8  # elements: a mask row stride the memory-efficient kernel takes 
 
 def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """The padded path's additive mask, made once per batch: padded keys at -inf, plus ALiBi when
-    slopes are given; [B, 1, 1, L], or [B, H, L, L]. A view of a mask whose rows are MASK_ALIGN apart."""
+    slopes are given. A view of a mask whose rows are MASK_ALIGN apart."""
     key = (slopes is not None, dtype)
     if key not in layout._masks:
         length = layout.max_len
@@ -103,7 +98,6 @@ def padded_mask(layout: Layout, slopes: torch.Tensor | None, dtype: torch.dtype)
 
 
 def padded_attention(q, k, v, layout: Layout, slopes: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-sequence attention through one padded block; q, k, v: [T, H, dh]. Padded queries are dropped."""
     q, k, v = (t[layout.gather].transpose(1, 2) for t in (q, k, v))  # [B, H, L, dh]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(layout, slopes, q.dtype))
     return out.transpose(1, 2).reshape(-1, *out.shape[1::2])[layout.scatter]
@@ -126,7 +120,6 @@ _varlen_failed = False  # in this process: the padded path from then on
 
 
 def kernel_name(device: torch.device, dtype: torch.dtype, alibi: bool) -> str:
-    """The attention kernel that forwards on this device and dtype use."""
     if device.type != "cuda":
         return GROUPED
     if dtype in (torch.float16, torch.bfloat16) and not alibi and _HAS_VARLEN and not _varlen_failed:
