@@ -57,7 +57,7 @@ def synthetic_embeddings(
         "n_tokens": 0,
         "workflow_version": "benchmark",
     }
-    with h5store.create(output, index.ids, width, storage) as writer:
+    with h5store.create(output, index, width, storage) as writer:
         for start in range(0, len(index), BLOCK):
             rows = np.arange(start, min(start + BLOCK, len(index)))
             writer.write(rows, rng.standard_normal((rows.size, width), dtype=np.float32).astype(writer.dtype))

@@ -32,7 +32,7 @@ from workflow_lib.prepare.reconcile import IDDigest
 
 def synthetic_scores(shard: Path, output: Path, rng: np.random.Generator) -> None:
     """A score job's file for a shard FASTA: random softmax pairs and atypicality, its IDs' digest."""
-    ids = ShardIndex.read(shard).ids
+    ids = ShardIndex.read(shard)
     virus = rng.beta(0.5, 0.5, len(ids)).astype(np.float32)
     digest = IDDigest()
     digest.update([i.encode() for i in ids])

@@ -107,7 +107,7 @@ def test_embeddings_follow_the_contract(shard, demo_models, tmp_path, model, suf
         shard / f"shard_0.{suffix}", tmp_path / "e.h5", model, demo_models[model], token_budget=budget, num_workers=0
     )
     index = ShardIndex.read(shard / f"shard_0.{suffix}")
-    assert ids == list(index.ids)  # shard FASTA order
+    assert ids == list(index)  # shard FASTA order
     assert embeddings.dtype == np.float32 and embeddings.shape == (len(ids), 64 if model == "esm" else 48)
     for key in ("model", "checkpoint", "layer", "dim", "precision", "pooling", "n_tokens", "workflow_version"):
         assert key in attrs
@@ -139,7 +139,7 @@ def test_workers_give_every_frame_exactly_once(few_read_frames, demo_models, tmp
     alone = embed(path, tmp_path / "alone.h5", model, demo_models[model], token_budget=2000, num_workers=0)
     workers = embed(path, tmp_path / "workers.h5", model, demo_models[model], token_budget=2000, num_workers=2)
     assert ShardIndex.read(path).n_blocks > 6
-    assert workers[0] == alone[0] == list(ShardIndex.read(path).ids)
+    assert workers[0] == alone[0] == list(ShardIndex.read(path))
     assert np.array_equal(workers[1], alone[1])
     assert workers[2]["num_workers"] == 2 and workers[2]["n_tokens"] == alone[2]["n_tokens"]
 
@@ -241,9 +241,9 @@ def test_the_shard_index_is_read_in_pieces(tmp_path, monkeypatch, piece):
     blocks = [s for b in range(index.n_blocks) for s in index.read_block(b)]
     assert blocks == [sequence.encode() for _, sequence in records]
     names = [name for name, _ in records]  # the IDs are read from the file, a block at a time
-    assert len(index) == 50 and list(index.ids) == names and index.ids[-1] == names[-1] and index.ids[13] == names[13]
+    assert len(index) == 50 and list(index) == names and index[-1] == names[-1] and index[13] == names[13]
     with pytest.raises(IndexError):
-        index.ids[50]
+        index[50]
 
 
 @pytest.mark.parametrize("text", [">a\nMK\n>b\nMV", ">a\nMK\n>b\n", ">a\nMK\nb\nMV\n", "\n", ">a\n\n\nMV\n"])
@@ -777,7 +777,7 @@ def test_commits_of_other_settings_or_unreadable_parts_are_not_used(tmp_path):
         """The rows of a job of `fingerprint`, an earlier run's commits replayed into a fresh file."""
         rows = ShardRows(tmp_path / "e.h5", fingerprint, interval=1e9)
         handle = h5py.File(tmp_path / f"replayed{len(list(tmp_path.glob('replayed*')))}.h5", "w")
-        rows.replay(index, h5store.Writer(handle, list(index.ids), 2, "float32"))
+        rows.replay(index, h5store.Writer(handle, list(index), 2, "float32"))
         return rows
 
     first = resumed({"token_budget": 512})

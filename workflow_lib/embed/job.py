@@ -236,7 +236,7 @@ def embed_shard(
             "workflow_version": __version__,
         }
         rows = ShardRows(output_path, made_by, settings.commit_seconds)
-        with h5store.create(output_path, index.ids, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
+        with h5store.create(output_path, index, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
             rows.replay(index, writer)
             resumed = rows.done
             batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored)

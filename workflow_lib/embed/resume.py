@@ -126,7 +126,7 @@ class ShardRows:
         )
 
     def _examples(self, rows: np.ndarray) -> list[str]:
-        return [self.index.ids[i] for i in rows[:3]]
+        return [self.index[i] for i in rows[:3]]
 
 
 @contextlib.contextmanager

@@ -50,7 +50,8 @@ def pool_shards(pieces: list[tuple[str | Path, int]], fna: str | Path, faa: str 
 class ShardIndex:
     """A shard FASTA written by prepare (a header line, a sequence line per record): where each
     block of BLOCK records starts (all a loader worker is given), its record count, and its SHA-256
-    (an interrupted job's commits belong to this shard only)."""
+    (an interrupted job's commits belong to this shard only). It is the sequence of the record IDs,
+    read from the file a block at a time when asked for."""
 
     path: Path
     block_size: int
@@ -110,11 +111,6 @@ class ShardIndex:
         """The record IDs, read from the file a block at a time: a job holds none."""
         for b in range(self.n_blocks):
             yield from self.block_ids(b)
-
-    @property
-    def ids(self) -> "ShardIndex":
-        """The record IDs (a sequence: len, index, iteration): the index itself."""
-        return self
 
 
 def shard_lines(path: str | Path) -> Iterator[tuple[bytes, list[bytes], int]]:
