@@ -23,8 +23,9 @@ SITE_LINES = {
     "#   preflight:": "  preflight:",
     "#     slurm_partition: gpu": "    slurm_partition: gpu",
 }
-# not in the profile: the plugin's first status check after 5 s, not 40 (the tests stay short)
-TEST_OPTIONS = ["--slurm-init-seconds-before-status-checks", "5"]
+# not in the profile: the plugin's first status check after 1 s, not 40, and the next ones 11, 21, ...
+# s later while no job ends (the plugin's back-off): each stage of a test run waits about 12 s, not 20
+TEST_OPTIONS = ["--slurm-init-seconds-before-status-checks", "1"]
 # the pid files of the daemons up.sh starts (slurmdbd and mariadb with ACCOUNTING=1 only)
 PID_FILES = ("munge/munged.pid", "run/slurmctld.pid", "run/slurmd.pid", "run/slurmdbd.pid", "dbrun/mysqld.pid")
 
