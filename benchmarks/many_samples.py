@@ -1,33 +1,23 @@
 """Snakemake's own work with many samples: its process's CPU seconds (jobs left out) and the wall
 time of whole runs of N samples of 5 reads each, as a user's run goes (the checkpoint: every sample
-prepared, then the plan, then every shard's jobs), against the same jobs in a DAG known from the
-start (the same run in two invocations: the samples prepared and planned, then, the plan in place,
-the rest; their figures summed). Prints JSON.
+prepared, then the plan, then every shard's jobs). Prints JSON.
 
 --mode real runs the real workflow (tiny models, a random classifier, the local profile). --mode
 swapped runs the real rules with each job's command swapped for one that only writes its outputs
 (prepare an empty shard), in a copy of the workflow: Snakemake's scheduling of the very same DAG,
 without the minutes the jobs themselves take; the output says which mode made it.
 
-    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 120 --no-compare
-    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 100
-    python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 100 400 1000
-    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 --no-compare --append
-    python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 30 300 1000 --no-compare --slurm
+    python benchmarks/many_samples.py --workdir /tmp/many --mode real --samples 30 120
+    python benchmarks/many_samples.py --workdir /tmp/many --mode swapped --samples 30 300 1000 --slurm-dry-run
 
---slurm runs under the project's SLURM test bed (tests/slurm: one node of 6 CPUs; needs root on
-Debian) with the shipped profiles/slurm, its SITE lines filled in, and counts the sbatch
-submissions, by rule or group. --slurm-dry-run counts them without a cluster: the jobs that
-`snakemake -n --profile profiles/slurm` shows before the plan (grouped jobs as groups), and the
-pooled shards' jobs of the plan that the run made.
+--slurm-dry-run counts the SLURM submissions of profiles/slurm: the jobs that `snakemake -n
+--profile profiles/slurm` shows before the plan (grouped jobs as groups), and the pooled shards'
+jobs of the plan that the run made.
 """
 
 import argparse
-import contextlib
 import re
 import shutil
-import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -38,9 +28,6 @@ from harness import measure
 from harness.stages import GENOMES, ROOT, write_reads
 from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
-
-sys.path.insert(0, str(ROOT / "tests"))
-from slurm_testbed import TEST_OPTIONS, shipped_profile, slurm_cluster  # noqa: E402
 
 # One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
@@ -88,22 +75,10 @@ def swapped_workflow(folder: Path) -> Path:
     return copy
 
 
-def snakemake(workflow: Path, run: Path, config: Path, *targets: str, cluster: dict | None = None) -> dict:
-    """Its own CPU seconds, the wall seconds and the jobs of one invocation, as the profile runs it
-    (the local profile, or under `cluster`, the environment of a SLURM test bed, the test bed's
-    profile with profiles/slurm's job groups: then the sbatch submissions too)."""
-    options = [*targets, "--configfile", config]
-    if cluster is None:
-        options += ["--profile", workflow / "profiles" / "local"]
-    else:
-        options += ["--profile", shipped_profile(run.parent / "profile"), "--verbose", *TEST_OPTIONS]
-    figures, output = measure.snakemake(run, *options, workflow=workflow, env=cluster)
-    if cluster is not None:
-        # the plugin's job comment: rule_RULE_wildcards_..., or rule_GROUP_RULES for a group
-        sbatch = re.findall(r"sbatch call: .*?--comment rule_(\w+?)(?:_wildcards_\S*)? ", output)
-        figures["sbatch"] = len(sbatch)
-        figures["sbatch_by_rule_or_group"] = dict(sorted(Counter(sbatch).items()))
-    return figures
+def snakemake(workflow: Path, run: Path, config: Path) -> dict:
+    """Its own CPU seconds, the wall seconds and the jobs of one invocation under the local profile."""
+    options = ["--configfile", config, "--profile", workflow / "profiles" / "local"]
+    return measure.snakemake(run, *options, workflow=workflow)[0]
 
 
 def slurm_dry_run(workflow: Path, folder: Path, config: Path, plan_dir: Path) -> dict:
@@ -143,16 +118,7 @@ def sheet(folder: Path, inputs: Path, n: int, reads: int) -> None:
     (folder / "samples.tsv").write_text("sample\tpath\n" + "".join(f"s{i}\t{inputs}/s{i}.fa\n" for i in range(n)))
 
 
-def run(
-    workdir: Path,
-    n: int,
-    mode: str,
-    compare: bool,
-    reads: int = 5,
-    append: bool = False,
-    cluster: dict | None = None,
-    dry_run: bool = False,
-) -> dict:
+def run(workdir: Path, n: int, mode: str, reads: int = 5, dry_run: bool = False) -> dict:
     folder = workdir / f"{mode}_{n}x{reads}"
     folder.mkdir(parents=True, exist_ok=True)
     inputs = workdir / f"inputs_{reads}"
@@ -161,30 +127,14 @@ def run(
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump({"samples": str(folder / "samples.tsv"), "models": models(workdir)}))
     workflow = ROOT if mode == "real" else swapped_workflow(folder)
-    figures = {"samples": n}
-    # --notemp: the prepare outputs that the second invocation's jobs read stay (temp when outputs.keep_embeddings
-    # is false, they would go once the first invocation, with no job that reads them, ends)
-    two_phases = [("results/plan/shards_0.tsv", "--notemp"), ()]
-    runs = {"checkpoint": [()], "known_from_start": two_phases}
-    for name, phases in list(runs.items())[: 2 if compare else 1]:
-        run_dir = folder / name
-        shutil.rmtree(run_dir, ignore_errors=True)
-        run_dir.mkdir()
-        runs = [snakemake(workflow, run_dir, config, *targets, cluster=cluster) for targets in phases]
-        figures[name] = {key: round(sum(r[key] for r in runs), 1) for key in ("own_cpu_s", "seconds", "jobs")}
-        if cluster is not None:
-            figures[name] |= {key: runs[0][key] for key in ("sbatch", "sbatch_by_rule_or_group")}
-        figures[name]["jobs_by_rule"] = dict(sum((Counter(r["jobs_by_rule"]) for r in runs), Counter()))
+    run_dir = folder / "checkpoint"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
+    measured = snakemake(workflow, run_dir, config)
+    figures = {"samples": n, "checkpoint": {key: round(measured[key], 1) for key in ("own_cpu_s", "seconds", "jobs")}}
+    figures["checkpoint"]["jobs_by_rule"] = measured["jobs_by_rule"]
     if dry_run:
-        plans = folder / "checkpoint" / "results" / "plan"
-        figures["slurm_dry_run"] = slurm_dry_run(workflow, folder, config, plans)
-    if append:  # one more sample in the sheet of the finished run
-        sheet(folder, inputs, n + 1, reads)
-        figures["appended"] = snakemake(workflow, folder / "checkpoint", config, cluster=cluster)
-        sheet(folder, inputs, n, reads)
-    if compare:
-        own = figures["checkpoint"]["own_cpu_s"] / figures["known_from_start"]["own_cpu_s"]
-        figures["own_cpu_ratio"] = round(own, 2)
+        figures["slurm_dry_run"] = slurm_dry_run(workflow, folder, config, run_dir / "results" / "plan")
     figures["own_cpu_s_per_sample"] = round(figures["checkpoint"]["own_cpu_s"] / n, 3)
     return figures
 
@@ -196,30 +146,15 @@ def main() -> None:
     parser.add_argument("--samples", type=int, nargs="+", default=[100])
     parser.add_argument("--reads", type=int, default=5, help="reads of 500 bp a sample")
     parser.add_argument(
-        "--no-compare", action="store_true", help="only the user's run, not the DAG known from the start"
-    )
-    parser.add_argument("--append", action="store_true", help="then one sample more in the finished run's sheet")
-    parser.add_argument("--slurm", action="store_true", help="under the SLURM test bed (tests/slurm), as root")
-    parser.add_argument(
         "--slurm-dry-run", action="store_true", help="and the SLURM submissions of profiles/slurm, from a dry run"
     )
     args = parser.parse_args()
-    if args.slurm and not args.no_compare:
-        parser.error("--slurm measures the user's run only: add --no-compare")
     swapped = ": the real rules, each job's command swapped for one writing its outputs"
     result = measure.header("many_samples") | {"mode": args.mode + ("" if args.mode == "real" else swapped), "runs": []}
-    with contextlib.ExitStack() as stack:
-        cluster = None
-        if args.slurm:
-            result["slurm"] = "the SLURM test bed: one node of 6 CPUs, profiles/slurm with its SITE lines filled in"
-            args.workdir.mkdir(parents=True, exist_ok=True)
-            cluster = stack.enter_context(slurm_cluster(Path(tempfile.mkdtemp(dir=args.workdir, prefix="bed_"))))
-        for n in args.samples:
-            figures = run(
-                args.workdir, n, args.mode, not args.no_compare, args.reads, args.append, cluster, args.slurm_dry_run
-            )
-            result["runs"].append(figures)
-            measure.print_progress(figures)
+    for n in args.samples:
+        figures = run(args.workdir, n, args.mode, args.reads, args.slurm_dry_run)
+        result["runs"].append(figures)
+        measure.print_progress(figures)
     measure.print_figures(result)
 
 

@@ -7,10 +7,15 @@ predict, call, summarize and plot_sample run as the workflow runs them, each as 
 process, so that its peak resident set (ru_maxrss) is its own.
 
     python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
+
+With --copies, that share of the reads are exact copies of the others: the figures add, per shard
+FASTA, the frames and tokens (ESM-2's; DNABERT-S's bases) of the distinct sequences, which its embed
+job embeds (embedding.embed_copies: false), and the seconds of finding them (packing.first_copies).
 """
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from harness.stages import (
     write_reads,
 )
 from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
+from workflow_lib.embed.packing import first_copies
 from workflow_lib.io import h5store
 from workflow_lib.io.sharding import ShardIndex
 from workflow_lib.io.tables import write_json
@@ -33,6 +39,7 @@ from workflow_lib.report.figures import SampleFigures
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
 SUFFIX = {"dnabert": "fna", "esm": "faa"}
 BLOCK = 65_536  # synthetic rows made and written at a time
+ERRORS = 10  # changed bases a read with --copies: enough for each of its frames to differ from other reads'
 
 
 def size_mb(*paths: Path, digits: int = 1) -> float:
@@ -73,16 +80,59 @@ def synthetic_embeddings(
     write_json({**attrs, **figures}, output.with_suffix(".json"))
 
 
-def run(workdir: Path, reads: int, shard_tokens: int, storage: str) -> dict:
+def with_copies(path: Path, share: float) -> None:
+    """The reads of `path` with the last `share` of them replaced by copies of the others, each under
+    an ID of its own, the records shuffled. The others are made distinct first: a million reads of
+    the bundled genomes overlap a lot, so each gets ERRORS bases changed at random (read errors)."""
+    sequences = path.read_text().splitlines()[1::2]
+    rng = random.Random(0)
+    kept = []
+    for read in sequences[: round(len(sequences) * (1 - share))]:
+        bases = list(read)
+        for at in rng.sample(range(len(bases)), ERRORS):
+            bases[at] = rng.choice("ACGT".replace(bases[at], ""))
+        kept.append("".join(bases))
+    drawn = kept + [rng.choice(kept) for _ in range(len(sequences) - len(kept))]
+    rng.shuffle(drawn)
+    path.write_text("".join(f">read_{i}\n{sequence}\n" for i, sequence in enumerate(drawn)))
+
+
+def distinct_stage(prepared: Path) -> dict:
+    """Per model, the shards' frames, tokens (ESM-2's: residues + 2; DNABERT-S's: bases) and seconds of
+    finding the copies, with those of the distinct sequences."""
+    figures = {}
+    for model, suffix in SUFFIX.items():
+        found = dict.fromkeys(("frames", "distinct_frames", "tokens", "distinct_tokens", "seconds"), 0)
+        for shard in shard_fastas(prepared, suffix):
+            start = time.perf_counter()
+            first = first_copies(index := ShardIndex.read(shard))
+            found["seconds"] += time.perf_counter() - start
+            tokens = np.array([len(s) for b in range(index.n_blocks) for s in index.read_block(b)]) + 2 * (
+                model == "esm"
+            )
+            found["frames"] += len(index)
+            found["distinct_frames"] += int((first == np.arange(len(index))).sum())
+            found["tokens"] += int(tokens.sum())
+            found["distinct_tokens"] += int(tokens[first == np.arange(len(index))].sum())
+        figures[model] = found | {"seconds": round(found["seconds"], 2)}
+        figures[model]["distinct_token_share"] = round(found["distinct_tokens"] / max(found["tokens"], 1), 4)
+    return figures
+
+
+def run(workdir: Path, reads: int, shard_tokens: int, storage: str, copies: float | None) -> dict:
     """Every stage but embed on `reads` reads, the embeddings synthetic: each stage's figures."""
-    root = workdir / f"{reads}"
+    root = workdir / (f"{reads}" if copies is None else f"{reads}_copies_{copies}")
     root.mkdir(parents=True, exist_ok=True)
     fasta = root / "reads.fa"
     if not fasta.exists():
         write_reads(fasta, reads, 500, seed=1)
+        if copies is not None:
+            with_copies(fasta, copies)
     prepared, out = root / "prepare", root / "out"
     out.mkdir(exist_ok=True)
     figures = {"reads": reads, "input_mb": size_mb(fasta)} | prepare_stage(fasta, prepared, shard_tokens)
+    if copies is not None:
+        figures |= {"copies_share": copies, "distinct": distinct_stage(prepared)}
     embeddings = {model: [root / f"{model}_{i}.h5" for i in range(figures["shards"])] for model in WIDTH}
     figures["embeddings"] = synthetic_stage(prepared, embeddings, storage, figures["frames"])
     scores = [out / f"scores_{i}.npz" for i in range(figures["shards"])]
@@ -202,11 +252,12 @@ def main() -> None:
         help="per shard: the default, one shard, is the hardest case for memory",
     )
     parser.add_argument("--storage", choices=("float32", "float16"), default=DEFAULTS["embedding"]["storage"])
+    parser.add_argument("--copies", type=float, help="the share of the reads that are copies (0: none, counted)")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     result = header("scale") | {"storage": args.storage, "runs": []}
     for n in args.reads:
-        result["runs"].append(run(workdir, n, args.shard_tokens, args.storage))
+        result["runs"].append(run(workdir, n, args.shard_tokens, args.storage, args.copies))
         print_progress(result["runs"][-1])
     print_figures(result)
 

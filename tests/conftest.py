@@ -46,10 +46,11 @@ def workflow_run(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def pooled_run(workflow_run, tmp_path_factory) -> Path:
-    """One more whole run, for three tests: workflow_run's samples with its trained classifier, all
-    in one pooled shard (shard_tokens without bound), and two samples beside them: first `none`, a
-    record of 90 bp (shorter than input.min_length: no frame, an empty shard), and last `mixed`, a
-    paired sample of two lanes of gzipped mate files (helpers.lanes). Returns its work directory."""
+    """One more whole run, for four tests: workflow_run's samples with its trained classifier, all
+    in one pooled shard (shard_tokens without bound), and three samples beside them: first `none`, a
+    record of 90 bp (shorter than input.min_length: no frame, an empty shard), then `phix_copy`,
+    phix's file again, and last `mixed`, a paired sample of two lanes of gzipped mate files
+    (helpers.lanes). Returns its work directory."""
     workdir = tmp_path_factory.mktemp("pooled")
     write_inputs(workdir)
     ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
@@ -61,6 +62,7 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
         "sample\tpath\tpath2\tlabel\n"
         + f"none\t{workdir / 'inputs' / 'none.fa'}\t\t\n"
         + "".join("{}\t{}\t\t{}".format(*row.split("\t")) for row in rows)
+        + f"phix_copy\t{workdir / 'inputs' / 'phix.fa'}\t\t\n"
         + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
     )
     shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")

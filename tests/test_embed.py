@@ -1,10 +1,12 @@
 """The embed job: HDF5 contract, shard order, every frame exactly once with any number of loader
 workers, packing fill, out-of-memory halving, clean shutdown on SIGTERM, GPU claims."""
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import io
 import json
+import logging
 import os
 import platform
 import queue
@@ -24,7 +26,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import EMBEDDING_TOLERANCE, ROOT, alive
+from helpers import EMBEDDING_TOLERANCE, ROOT, alive, read_fasta
 
 import workflow_lib.embed.job
 import workflow_lib.io.sharding
@@ -457,8 +459,8 @@ def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models,
     shard, output, log = few_read_frames / "shard_0.faa", tmp_path / "e.h5", tmp_path / "embed.log"
     command = ["bash", str(ROOT / "scripts" / "run_logged.sh"), str(log)]
     command += embed_command("esm", demo_models["esm"], shard, output, **AT_THE_END)
-    total = len(ShardIndex.read(shard))
-    line = f" {total:,} frames of {total:,}" if moment == "after the last batch" else f"wrote {output}"
+    total, distinct = len(ShardIndex.read(shard)), len({seq for _, seq in read_fasta(shard)})  # copies: not embedded
+    line = f" {distinct:,} frames of {distinct:,}" if moment == "after the last batch" else f"wrote {output}"
     job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     while job.poll() is None and line not in (log.read_text() if log.exists() else ""):
         time.sleep(0.001)
@@ -469,7 +471,7 @@ def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models,
         assert moment == "after the last batch" and not output.exists()
         rerun = subprocess.run(command, capture_output=True, text=True)
         assert rerun.returncode == 0, rerun.stderr
-        assert f"resuming: {total} of {total} frames" in log.read_text()
+        assert f"resuming: {distinct} of {total} frames" in log.read_text()
     else:
         assert status == 0, log.read_text()[-3000:]
         assert "a SIGTERM came after the last batch: the job finishes first" in log.read_text()
@@ -477,6 +479,46 @@ def test_a_sigterm_at_the_very_end_keeps_the_shard(few_read_frames, demo_models,
     with h5py.File(output) as got, h5py.File(uninterrupted) as expected:
         assert got["ids"][()].tolist() == expected["ids"][()].tolist()
         assert np.abs(got["embeddings"][()] - expected["embeddings"][()]).max() <= EMBEDDING_TOLERANCE
+
+
+@pytest.mark.parametrize("model", ["esm", "dnabert"])
+def test_each_distinct_frame_is_embedded_once_and_its_copies_get_its_embedding(
+    few_read_frames, demo_models, tmp_path, model, caplog
+):
+    """A shard whose frames come three times each, in a different order each time (a sample copied
+    twice over): each distinct sequence is embedded once (the progress counts it once; DNABERT-S
+    from the tokenize job's stored tokens) and every copy's row is its first's. With
+    embedding.embed_copies every frame is embedded, to the same embeddings."""
+    suffix = "faa" if model == "esm" else "fna"
+    records = read_fasta(few_read_frames / f"shard_0.{suffix}")
+    shard = tmp_path / f"copies.{suffix}"
+    orders = (records, records[::-1], records[1::2] + records[::2])
+    shard.write_text("".join(f">{name}_{n}\n{seq}\n" for n, order in enumerate(orders) for name, seq in order))
+    distinct = {seq for _, seq in records}
+    tokens = None
+    if model == "dnabert":
+        tokens = tmp_path / "tokens.h5"
+        tokenize_into(shard, demo_models[model], tokens)
+    runs = {}
+    caplog.set_level(logging.INFO, logger="workflow")
+    for copies in (False, True):
+        settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None, embed_copies=copies)
+        settings = dataclasses.replace(settings, progress_seconds=1e-9)
+        output = tmp_path / f"{copies}.h5"
+        caplog.clear()
+        stats = embed_into(shard, output, settings, tokens)
+        _, values, _ = h5store.read(output)
+        runs[copies] = stats, values, [r.getMessage() for r in caplog.records if "frames of" in r.getMessage()]
+    (stats, once, lines), (every_stats, every, every_lines) = runs[False], runs[True]
+    n = 3 * len(records)
+    assert stats["distinct_frames"] == len(distinct) and every_stats["distinct_frames"] == n
+    assert lines[-1].startswith(f"{len(distinct):,} frames of {len(distinct):,},")
+    assert every_lines[-1].startswith(f"{n:,} frames of {n:,},")
+    assert stats["n_tokens"] == every_stats["n_tokens"] and stats["distinct_tokens"] < stats["n_tokens"]
+    first = {}
+    for row, (_, seq) in enumerate(record for order in orders for record in order):
+        assert (once[row] == once[first.setdefault(seq, row)]).all()  # a copy is its first to the bit
+    assert np.abs(once - every).max() <= EMBEDDING_TOLERANCE
 
 
 def test_run_logged_reports_the_jobs_own_status_after_a_sigterm(tmp_path):

@@ -45,7 +45,8 @@ def test_run_summary_agrees_with_tables_and_model_files(workflow_run):
     )
     # settings that cannot change results are not recorded
     del run_config["progress_seconds"], run_config["pending_check_seconds"]
-    for key in ("num_workers", "prefetch_factor", "commit_seconds", "expandable_segments", "compile_cache_dir"):
+    tuning = ("num_workers", "prefetch_factor", "commit_seconds", "embed_copies", "expandable_segments")
+    for key in (*tuning, "compile_cache_dir"):
         del run_config["embedding"][key]
     for model in ("esm", "dnabert"):
         del run_config["models"][model]["token_budget"], run_config["models"][model]["assumed_tokens_per_s"]

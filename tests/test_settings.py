@@ -82,6 +82,7 @@ def test_settings_that_cannot_change_results_are_the_tuning():
         "embedding.prefetch_factor",
         "embedding.expandable_segments",
         "embedding.commit_seconds",
+        "embedding.embed_copies",
     }
     assert "--commit-seconds" in options(EmbedSettings, results=False, model="esm")
     assert "--commit-seconds" not in options(EmbedSettings, results=True, model="esm")
@@ -120,8 +121,9 @@ def test_num_workers_takes_auto_or_a_count_and_booleans_true_or_false():
     ]
     base += ["--storage", "float32", "--token-budget", "100", "--prefetch-factor", "2", "--commit-seconds", "1"]
     base += ["--progress-seconds", "1", "--threads", "2"]
+    base += ["--embed-copies", "false"]
     args = parser.parse_args(base + ["--num-workers", "auto", "--expandable-segments", "False"])
-    assert (args.num_workers, args.expandable_segments) == ("auto", False)
+    assert (args.num_workers, args.expandable_segments, args.embed_copies) == ("auto", False, False)
     assert parser.parse_args(base + ["--num-workers", "3", "--expandable-segments", "true"]).num_workers == 3
     with pytest.raises(argparse.ArgumentError):
         parser.parse_args(base + ["--num-workers", "many", "--expandable-segments", "true"])

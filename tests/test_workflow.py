@@ -194,6 +194,7 @@ def snakemake_dry_run(
 def test_settings_that_cannot_change_results_rerun_nothing(workflow_run, tmp_path):
     workdir, config = workflow_run
     runtime = {"num_workers": 1, "prefetch_factor": 4, "commit_seconds": 5, "expandable_segments": False}
+    runtime |= {"embed_copies": True}
     runtime |= {"compile_cache_dir": str(tmp_path / "kernels")}
     models = yaml.safe_load(config.read_text())["models"]
     budgets = {"esm": 1024, "dnabert": 4096}
@@ -434,6 +435,25 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
     (none,) = read_plans(pooled_run / "results" / "plan")[0]["none"]
     assert none["frames"] == 0 and none["pool"] == "0-0"
     assert read_tsv(pooled_run / "results" / "none" / "sequences.tsv")[0]["call"] == "no_coding_frame"
+
+
+@pytest.mark.slow
+def test_a_copy_of_a_sample_in_its_pooled_shard_is_embedded_once(pooled_run):
+    """pooled_run's `phix_copy`, phiX174's file again under another name, shares phix's pooled
+    shard: its frames are copies, not embedded again, and its tables are phix's to the byte; each
+    sample's run summary and the report say what share of the pooled shard's tokens was embedded."""
+    results = pooled_run / "results"
+    for table in ("frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"):
+        assert (results / "phix_copy" / table).read_bytes() == (results / "phix" / table).read_bytes()
+    embedded = json.loads((results / "phix_copy" / "run_summary.json").read_text())["embedded"]
+    phix_tokens = sum(int(shard["tokens"]) for shard in read_tsv(results / "phix" / "prepare" / "shards.tsv"))
+    assert embedded["esm"]["tokens"] - embedded["esm"]["distinct_tokens"] >= phix_tokens  # ESM-2 tokens, as planned
+    for model in ("esm", "dnabert"):
+        share = embedded[model]["distinct_tokens"] / embedded[model]["tokens"]
+        assert embedded[model]["tokens_embedded_share"] == round(share, 4) < 1
+        assert embedded[model]["seconds_saved"] >= 0
+    report = {row["sample"]: row for row in read_tsv(results / "report" / "samples.tsv")}
+    assert float(report["phix"]["esm_tokens_embedded_share"]) == embedded["esm"]["tokens_embedded_share"]
 
 
 def test_the_workflow_runs_from_any_directory(tmp_path):

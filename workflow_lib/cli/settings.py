@@ -228,6 +228,7 @@ class EmbedSettings:
     prefetch_factor: int = setting("embedding.prefetch_factor", results=False)
     expandable_segments: bool = setting("embedding.expandable_segments", results=False)
     commit_seconds: float = setting("embedding.commit_seconds", results=False)
+    embed_copies: bool = setting("embedding.embed_copies", results=False)
     progress_seconds: float = PROGRESS
     threads: int = THREADS
     # checksums.describe() of the model files by the run's model check: nothing to hash again

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from workflow_lib import __version__
@@ -26,7 +27,7 @@ from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import EmbedSettings
 from workflow_lib.embed import rates, stored_tokens
 from workflow_lib.embed.device_feed import DeviceFeed
-from workflow_lib.embed.packing import PackedBatch, ShardBatches, open_loader
+from workflow_lib.embed.packing import PackedBatch, ShardBatches, first_copies, open_loader
 from workflow_lib.embed.resume import ShardRows, sigterm_held
 from workflow_lib.io import checksums, h5store, locks
 from workflow_lib.io.sharding import ShardIndex
@@ -235,14 +236,18 @@ def embed_shard(
             "token_budget": settings.token_budget,
             "workflow_version": __version__,
         }
+        # each distinct sequence is embedded once; its copies get its embedding (embedding.embed_copies)
+        source = np.arange(len(index)) if settings.embed_copies else first_copies(index)
+        copies = source != np.arange(len(index))
         rows = ShardRows(output_path, made_by, settings.commit_seconds)
         with h5store.create(output_path, index, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
             rows.replay(index, writer)
             resumed = rows.done
-            batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored)
+            batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored, copies)
             feed = DeviceFeed(embedder, device)
-            meter = run_batches(batches, feed, rows, workers, settings)
+            meter = run_batches(batches, feed, rows, workers, settings, int((copies & ~rows.committed).sum()))
             finishing()
+            rows.copy_rows(source)
             rows.check_complete()
             stats = {  # what made the embeddings, and the job's figures
                 "model": settings.model,
@@ -266,6 +271,8 @@ def embed_shard(
                     }
                 ),
                 "n_tokens": int(rows.tokens.sum()),
+                "distinct_frames": int(len(index) - copies.sum()),
+                "distinct_tokens": int(rows.tokens[~copies].sum()),
                 "load_seconds": round(load_seconds, 3),
                 "seconds": round(time.monotonic() - meter.start, 3),
                 "startup_s": round((meter.steady_from or time.monotonic()) - meter.start, 3),
@@ -288,9 +295,12 @@ def embed_shard(
     return {**stats, "storage": settings.storage}
 
 
-def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
-    """Embed every batch into `rows`; a SIGTERM or Ctrl-C commits what is done and leaves."""
-    total = len(rows.written)
+def run_batches(
+    batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings, copies: int
+):
+    """Embed every batch into `rows`, but for the `copies` they leave out; a SIGTERM or Ctrl-C commits
+    what is done and leaves."""
+    total = len(rows.written) - copies
     progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
     meter = Meter(feed.device)  # embedding only: loading the model is load_seconds
     with open_loader(batches, workers, settings.prefetch_factor) as loader:

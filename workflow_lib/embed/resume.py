@@ -90,6 +90,17 @@ class ShardRows:
         if time.monotonic() - self.last >= self.interval or self.writer.full():
             self.commit()
 
+    def copy_rows(self, source: np.ndarray) -> None:
+        """Give each copy (source[row] != row, packing.first_copies) its first frame's stored values
+        and token count, a block at a time, from the output once every first frame is in it."""
+        self.commit()
+        copies = np.flatnonzero((source != np.arange(source.size)) & ~self.committed)
+        for start in range(0, copies.size, h5store.BLOCK_ROWS):
+            rows = copies[start : start + h5store.BLOCK_ROWS]
+            firsts, inverse = np.unique(source[rows], return_inverse=True)
+            self.store([(rows, self.tokens[firsts][inverse], self.writer.data[firsts][inverse])])
+        self.commit()
+
     def commit(self) -> None:
         """Write what the writer holds to the output, and those rows as one part."""
         with sigterm_held():

@@ -137,7 +137,9 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
     """Per sample (run summaries): SAMPLE_COUNTS; with a calibration, its estimated viral fraction
     of records (and whether it comes from the sample or, with too few scored records, the
     calibration), the records and regions within call.max_qvalue, the estimate's interval and
-    whether the calibration fits the sample (empty where the calibration's fraction stood in)."""
+    whether the calibration fits the sample (empty where the calibration's fraction stood in); last,
+    each model's share of its pooled shards' tokens embedded and the seconds their copies would have
+    taken (summary.copies_not_embedded)."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
@@ -156,6 +158,9 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
             if fit is not None:
                 row["viral_fraction_low"], row["viral_fraction_high"] = records["interval"]
                 row |= {"composition_fit": fit["fit"], "composition_fit_statistic": fit["statistic"]}
+        for model, embedded in run.get("embedded", {}).items():  # summaries of before it: none
+            row[f"{model}_tokens_embedded_share"] = embedded["tokens_embedded_share"]
+            row[f"{model}_seconds_saved"] = embedded["seconds_saved"]
         rows.append(row)
     # the weighing's columns follow the counts, in the order above: the order they first appear in
     return pd.DataFrame(rows)

@@ -28,6 +28,8 @@ SHARD_FIGURES = (
     "loader_wait_s",
     "peak_memory_bytes",
     "resumed_frames",
+    "distinct_frames",
+    "distinct_tokens",
 )
 
 
@@ -81,6 +83,27 @@ def embed_versions(shards: list[dict]) -> dict[str, dict]:
         model: {p: v.pop() if len(v) == 1 else sorted(v) for p, v in packages.items()}
         for model, packages in found.items()
     }
+
+
+def copies_not_embedded(shards: list[dict]) -> dict[str, dict]:
+    """Per model, over the pooled shards: their frames and tokens, those embedded (each distinct
+    sequence of a shard once: embedding.embed_copies), the shares, and the seconds the copies would
+    have taken at each job's rate. A figures file without these counts, written before them, had
+    every frame embedded."""
+    found: dict[str, dict] = {}
+    for shard in shards:
+        counts = {"frames": shard["frames"], "tokens": shard["tokens"]}
+        counts |= {f"distinct_{key}": shard.get(f"distinct_{key}", value) for key, value in counts.items()}
+        rate = shard.get("tokens_per_s") or 0
+        counts["seconds_saved"] = (counts["tokens"] - counts["distinct_tokens"]) / rate if rate else 0.0
+        model = found.setdefault(shard["model"], dict.fromkeys(counts, 0))
+        for key, value in counts.items():
+            model[key] += value
+    for model in found.values():
+        model["seconds_saved"] = round(model["seconds_saved"], 1)
+        for key in ("frames", "tokens"):
+            model[f"{key}_embedded_share"] = round(model[f"distinct_{key}"] / max(model[key], 1), 4)
+    return found
 
 
 PREPARED_COLUMNS = ["length", "ambiguous_fraction", "status"]
@@ -143,5 +166,6 @@ def summarize(
             "predict": benchmark(benchmarks["predict"]),
         },
         "embedding_shards": [{k: v for k, v in s.items() if k != "versions"} for s in shards],
+        "embedded": copies_not_embedded(shards),
         **({"weighing": manifest["weighing"]} if "weighing" in manifest else {}),
     }
