@@ -27,6 +27,7 @@ from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
 from workflow_lib.report import data as report_data
 from workflow_lib.report import figures as report
+from workflow_lib.report.summary import copies_not_embedded
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -162,6 +163,24 @@ def small_tables() -> tuple:
         for s in (0, 1)
     ]
     return sequences, chunks, regions, frames, prepared, counts, shards
+
+
+def test_the_share_embedded_counts_figures_of_before_it_as_every_frame_embedded():
+    """A run summary made again in a directory of earlier results: an embed job's figures without
+    distinct counts (written before them) had every frame embedded and saved nothing."""
+    now = {"model": "esm", "frames": 10, "tokens": 100, "distinct_frames": 4, "distinct_tokens": 40, "tokens_per_s": 20}
+    before = {"model": "esm", "frames": 5, "tokens": 50, "tokens_per_s": 10}
+    assert copies_not_embedded([now, before]) == {
+        "esm": {
+            "frames": 15,
+            "tokens": 150,
+            "distinct_frames": 9,
+            "distinct_tokens": 90,
+            "seconds_saved": 3.0,  # 60 tokens not embedded at 20 tokens/s
+            "frames_embedded_share": 0.6,
+            "tokens_embedded_share": 0.6,
+        }
+    }
 
 
 def test_plots_of_small_tables_are_fixed_size_and_reproducible(tmp_path):
