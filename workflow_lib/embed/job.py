@@ -241,13 +241,13 @@ def embed_shard(
         copies = source != np.arange(len(index))
         rows = ShardRows(output_path, made_by, settings.commit_seconds)
         with h5store.create(output_path, index, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
-            rows.replay(index, writer)
+            rows.replay(index, writer, source)
             resumed = rows.done
             batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored, copies)
             feed = DeviceFeed(embedder, device)
             meter = run_batches(batches, feed, rows, workers, settings, int((copies & ~rows.committed).sum()))
             finishing()
-            rows.copy_rows(source)
+            rows.copy_rows()
             rows.check_complete()
             stats = {  # what made the embeddings, and the job's figures
                 "model": settings.model,

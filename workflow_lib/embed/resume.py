@@ -55,11 +55,19 @@ class ShardRows:
         self.parts = sorted(self.dir.glob("part_*.npz"))
         self.next_part = len(self.parts)
 
-    def replay(self, index: ShardIndex, writer: h5store.Writer) -> None:
-        """Each kept part's rows into `writer`; `committed` marks them, `done` counts them."""
+    def replay(self, index: ShardIndex, writer: h5store.Writer, source: np.ndarray | None = None) -> None:
+        """Each kept part's rows into `writer`; `committed` marks them, `done` counts them. `source`:
+        each row's first row of the same sequence (packing.first_copies), where the copies are
+        given their first's values at the end (copy_rows)."""
         self.index, self.writer = index, writer
         self.tokens = np.zeros(len(index), dtype=np.int32)
         self.written = np.zeros(len(index), dtype=np.uint8)
+        self.source = np.arange(len(index)) if source is None else source
+        # the values of the rows that have copies, kept uncompressed as they are stored: read back
+        # from the output's compressed chunks, they would cost a pass over the whole file
+        self.firsts = np.unique(self.source[self.source != np.arange(len(index))])
+        shape = (self.firsts.size, writer.data.shape[1])
+        self.kept = np.lib.format.open_memmap(self.dir / "firsts.npy", "w+", writer.dtype, shape) if shape[0] else None
         for part in self.parts:
             try:
                 with np.load(part, allow_pickle=False) as data:
@@ -68,6 +76,7 @@ class ShardRows:
                 log.warning("%s: unreadable (%s); its frames are embedded again", part, error)
                 continue
             writer.write(rows, embeddings)
+            self._keep(rows, embeddings)
             self.tokens[rows], self.written[rows] = tokens, 1
         self.committed = self.written == 1
         self.done = int(self.committed.sum())  # a running count: a scan of `written` per batch is quadratic
@@ -84,22 +93,37 @@ class ShardRows:
                 stored = pooled.astype(self.writer.dtype, copy=False)
             self._check_finite(rows, pooled, stored)
             self.writer.put(rows, stored)
+            self._keep(rows, stored)
             self.tokens[rows] = tokens
             self.written[rows] += 1
             self.done += len(rows)
         if time.monotonic() - self.last >= self.interval or self.writer.full():
             self.commit()
 
-    def copy_rows(self, source: np.ndarray) -> None:
-        """Give each copy (source[row] != row, packing.first_copies) its first frame's stored values
-        and token count, a block at a time, from the output once every first frame is in it."""
-        self.commit()
-        copies = np.flatnonzero((source != np.arange(source.size)) & ~self.committed)
-        for start in range(0, copies.size, h5store.BLOCK_ROWS):
-            rows = copies[start : start + h5store.BLOCK_ROWS]
-            firsts, inverse = np.unique(source[rows], return_inverse=True)
-            self.store([(rows, self.tokens[firsts][inverse], self.writer.data[firsts][inverse])])
-        self.commit()
+    def _keep(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """The values of those of `rows` that have copies, into `kept`."""
+        if self.kept is None:
+            return
+        at = np.minimum(np.searchsorted(self.firsts, rows), self.firsts.size - 1)
+        hit = self.firsts[at] == rows
+        self.kept[at[hit]] = values[hit]
+
+    def copy_rows(self) -> None:
+        """Give each copy its first's stored values and token count, once every first is stored: in
+        row order, a writer's buffer at a time, so that each chunk of the output is rewritten about
+        once. They are not committed as parts: a rerun copies them again."""
+        self.commit()  # the firsts still held
+        copies = np.flatnonzero((self.source != np.arange(self.source.size)) & ~self.committed)
+        per_block = max(1, h5store.BUFFER_BYTES // max(self.writer.data.shape[1] * self.writer.dtype.itemsize, 1))
+        for start in range(0, copies.size, per_block):
+            rows = copies[start : start + per_block]
+            firsts = self.source[rows]
+            self.writer.put(rows, self.kept[np.searchsorted(self.firsts, firsts)])
+            self.writer.flush()
+            self.tokens[rows], self.written[rows] = self.tokens[firsts], self.written[rows] + 1
+            self.done += rows.size
+        self.kept = None
+        (self.dir / "firsts.npy").unlink(missing_ok=True)
 
     def commit(self) -> None:
         """Write what the writer holds to the output, and those rows as one part."""
