@@ -107,9 +107,8 @@ def distinct_stage(prepared: Path) -> dict:
             start = time.perf_counter()
             first = first_copies(index := ShardIndex.read(shard))
             found["seconds"] += time.perf_counter() - start
-            tokens = np.array([len(s) for b in range(index.n_blocks) for s in index.read_block(b)]) + 2 * (
-                model == "esm"
-            )
+            ends = 2 if model == "esm" else 0  # ESM-2's BOS and EOS
+            tokens = np.array([len(s) for b in range(index.n_blocks) for s in index.read_block(b)]) + ends
             found["frames"] += len(index)
             found["distinct_frames"] += int((first == np.arange(len(index))).sum())
             found["tokens"] += int(tokens.sum())

@@ -200,6 +200,9 @@ def embed_shard(
         if settings.expandable_segments:  # read when CUDA first allocates: before anything touches the GPU
             set_allocator_conf("expandable_segments:True")
         index = ShardIndex.read(input_path, planned=planned_frames)
+        # each distinct sequence is embedded once, its copies given its embedding (embedding.embed_copies);
+        # found before a GPU is claimed, which would wait idle meanwhile
+        source = np.arange(len(index)) if settings.embed_copies else first_copies(index)
         # a shard with no frames is given no GPU (rules/embed.smk): it only writes the empty file
         name = settings.device if len(index) else "cpu"
         device = claim.enter_context(claimed_device(name, gpu_mem_mb, claim_until_exit))
@@ -236,16 +239,13 @@ def embed_shard(
             "token_budget": settings.token_budget,
             "workflow_version": __version__,
         }
-        # each distinct sequence is embedded once; its copies get its embedding (embedding.embed_copies)
-        source = np.arange(len(index)) if settings.embed_copies else first_copies(index)
-        copies = source != np.arange(len(index))
         rows = ShardRows(output_path, made_by, settings.commit_seconds)
         with h5store.create(output_path, index, embedder.dim, settings.storage, tmp=rows.scratch) as writer:
             rows.replay(index, writer, source)
             resumed = rows.done
-            batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored, copies)
+            batches = ShardBatches(index, embedder.tokens, settings.token_budget, rows.committed, stored, rows.copies)
             feed = DeviceFeed(embedder, device)
-            meter = run_batches(batches, feed, rows, workers, settings, int((copies & ~rows.committed).sum()))
+            meter = run_batches(batches, feed, rows, workers, settings)
             finishing()
             rows.copy_rows()
             rows.check_complete()
@@ -271,8 +271,8 @@ def embed_shard(
                     }
                 ),
                 "n_tokens": int(rows.tokens.sum()),
-                "distinct_frames": int(len(index) - copies.sum()),
-                "distinct_tokens": int(rows.tokens[~copies].sum()),
+                "distinct_frames": int(len(index) - rows.copies.sum()),
+                "distinct_tokens": int(rows.tokens[~rows.copies].sum()),
                 "load_seconds": round(load_seconds, 3),
                 "seconds": round(time.monotonic() - meter.start, 3),
                 "startup_s": round((meter.steady_from or time.monotonic()) - meter.start, 3),
@@ -295,12 +295,10 @@ def embed_shard(
     return {**stats, "storage": settings.storage}
 
 
-def run_batches(
-    batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings, copies: int
-):
-    """Embed every batch into `rows`, but for the `copies` they leave out; a SIGTERM or Ctrl-C commits
-    what is done and leaves."""
-    total = len(rows.written) - copies
+def run_batches(batches: ShardBatches, feed: DeviceFeed, rows: ShardRows, workers: int, settings: EmbedSettings):
+    """Embed every batch into `rows` (its copies are left to rows.copy_rows); a SIGTERM or Ctrl-C
+    commits what is done and leaves."""
+    total = len(rows.written) - int((rows.copies & ~rows.committed).sum())
     progress = Progress(log, "frames", total=total, interval=settings.progress_seconds, done_before=rows.done)
     meter = Meter(feed.device)  # embedding only: loading the model is load_seconds
     with open_loader(batches, workers, settings.prefetch_factor) as loader:

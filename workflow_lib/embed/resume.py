@@ -63,9 +63,10 @@ class ShardRows:
         self.tokens = np.zeros(len(index), dtype=np.int32)
         self.written = np.zeros(len(index), dtype=np.uint8)
         self.source = np.arange(len(index)) if source is None else source
+        self.copies = self.source != np.arange(len(index))
         # the values of the rows that have copies, kept uncompressed as they are stored: read back
         # from the output's compressed chunks, they would cost a pass over the whole file
-        self.firsts = np.unique(self.source[self.source != np.arange(len(index))])
+        self.firsts = np.unique(self.source[self.copies])
         shape = (self.firsts.size, writer.data.shape[1])
         self.kept = np.lib.format.open_memmap(self.dir / "firsts.npy", "w+", writer.dtype, shape) if shape[0] else None
         for part in self.parts:
@@ -113,7 +114,7 @@ class ShardRows:
         row order, a writer's buffer at a time, so that each chunk of the output is rewritten about
         once. They are not committed as parts: a rerun copies them again."""
         self.commit()  # the firsts still held
-        copies = np.flatnonzero((self.source != np.arange(self.source.size)) & ~self.committed)
+        copies = np.flatnonzero(self.copies & ~self.committed)
         per_block = max(1, h5store.BUFFER_BYTES // max(self.writer.data.shape[1] * self.writer.dtype.itemsize, 1))
         for start in range(0, copies.size, per_block):
             rows = copies[start : start + per_block]
