@@ -8,9 +8,10 @@ process, so that its peak resident set (ru_maxrss) is its own.
 
     python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
 
-With --copies, that share of the reads are exact copies of the others: the figures add, per shard
-FASTA, the frames and tokens (ESM-2's; DNABERT-S's bases) of the distinct sequences, which its embed
-job embeds (embedding.embed_copies: false), and the seconds of finding them (packing.first_copies).
+With --copies, that share of the reads are exact copies of the others: the figures add the plan's
+pooled shards of the prepared shards (by bin, at --shard-tokens), and over them the frames and
+tokens (ESM-2's; DNABERT-S's bases) of the distinct sequences, which their embed jobs embed
+(embedding.embed_copies: false), and the seconds of finding them (packing.first_copies).
 """
 
 import argparse
@@ -25,6 +26,7 @@ from harness.measure import header, measured, print_figures, print_progress
 from harness.stages import (
     DEFAULTS,
     prepare_command,
+    prepared_files,
     script_command,
     shard_fastas,
     write_reads,
@@ -32,8 +34,9 @@ from harness.stages import (
 from workflow_lib.cli.settings import CallSettings, PlotSampleSettings, PredictSettings, ScoreSettings
 from workflow_lib.embed.packing import first_copies
 from workflow_lib.io import h5store
-from workflow_lib.io.sharding import ShardIndex
+from workflow_lib.io.sharding import ShardIndex, pool_shards, read_bins
 from workflow_lib.io.tables import write_json
+from workflow_lib.prepare.plan import pack
 from workflow_lib.report.figures import SampleFigures
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
@@ -97,15 +100,25 @@ def with_copies(path: Path, share: float) -> None:
     path.write_text("".join(f">read_{i}\n{sequence}\n" for i, sequence in enumerate(drawn)))
 
 
-def distinct_stage(prepared: Path) -> dict:
-    """Per model, the shards' frames, tokens (ESM-2's: residues + 2; DNABERT-S's: bases) and seconds of
-    finding the copies, with those of the distinct sequences."""
-    figures = {}
+def distinct_stage(prepared: Path, shard_tokens: int) -> dict:
+    """The plan's pooled shards of the prepared shards, and per model their frames, tokens (ESM-2's:
+    residues + 2; DNABERT-S's: bases) and seconds of finding the copies, with those of the distinct
+    sequences."""
+    files = prepared_files(prepared)
+    rows = pack([("scale", read_bins(files.bins))], shard_tokens)
+    pools = {}
+    for row in rows:
+        pools.setdefault(row["pool"], []).append(
+            (files.shards, files.bins, row["shard"], row["first_bin"], row["end_bin"])
+        )
+    figures = {"pools": len(pools)}
     for model, suffix in SUFFIX.items():
         found = dict.fromkeys(("frames", "distinct_frames", "tokens", "distinct_tokens", "seconds"), 0)
-        for shard in shard_fastas(prepared, suffix):
+        for pieces in pools.values():
+            pooled = {s: prepared / f"pooled.{s}" for s in ("fna", "faa")}
+            pool_shards(pieces, pooled["fna"], pooled["faa"])
             start = time.perf_counter()
-            first = first_copies(index := ShardIndex.read(shard))
+            first = first_copies(index := ShardIndex.read(pooled[suffix]))
             found["seconds"] += time.perf_counter() - start
             ends = 2 if model == "esm" else 0  # ESM-2's BOS and EOS
             tokens = np.array([len(s) for b in range(index.n_blocks) for s in index.read_block(b)]) + ends
@@ -131,7 +144,7 @@ def run(workdir: Path, reads: int, shard_tokens: int, storage: str, copies: floa
     out.mkdir(exist_ok=True)
     figures = {"reads": reads, "input_mb": size_mb(fasta)} | prepare_stage(fasta, prepared, shard_tokens)
     if copies is not None:
-        figures |= {"copies_share": copies, "distinct": distinct_stage(prepared)}
+        figures |= {"copies_share": copies, "distinct": distinct_stage(prepared, shard_tokens)}
     embeddings = {model: [root / f"{model}_{i}.h5" for i in range(figures["shards"])] for model in WIDTH}
     figures["embeddings"] = synthetic_stage(prepared, embeddings, storage, figures["frames"])
     scores = [out / f"scores_{i}.npz" for i in range(figures["shards"])]
@@ -188,6 +201,7 @@ def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], emb
         "predict",
         PredictSettings,
         **made,
+        bins=prepared / "bins.npz",
         scores=tuple(scores),
         frames=tables["frames.tsv"],
         chunks=tables["chunks.tsv"],

@@ -73,6 +73,7 @@ def tables(root: Path, fasta: Path, scores: list[Path], calibration_path: Path |
         "predict",
         PredictSettings,
         **prepared,
+        bins=root / "prepare" / "bins.npz",
         scores=tuple(scores),
         frames=out / "frames.tsv",
         chunks=out / "chunks.tsv",

@@ -31,7 +31,11 @@ def prepared_files(outdir: Path):
 
     outdir = Path(outdir)
     return PreparedFiles(
-        outdir / "shards", outdir / "shards.tsv", outdir / "frames.tsv.gz", outdir / "sequences.tsv.gz"
+        outdir / "shards",
+        outdir / "shards.tsv",
+        outdir / "bins.npz",
+        outdir / "frames.tsv.gz",
+        outdir / "sequences.tsv.gz",
     )
 
 
@@ -76,6 +80,7 @@ def prepare_command(input_path: Path, outdir: Path, *options) -> list[str]:
         input=input_path,
         shards=files.shards,
         shard_table=files.shard_table,
+        bins=files.bins,
         frames=files.frames,
         sequences=files.sequences,
         **given,
@@ -150,10 +155,11 @@ def embed_command(model: str, checkpoint, shard: Path, output: Path, **options) 
 
 def shard_fastas(prepare_dir: Path, suffix: str) -> list[Path]:
     """prepare's shard FASTAs in `prepare_dir` (`fna` or `faa`), in shard order, as its shards table lists them."""
-    from workflow_lib.io.sharding import read_shards, shard_fasta
+    from workflow_lib.io.sharding import shard_fasta
+    from workflow_lib.io.tables import read_table
 
     files = prepared_files(prepare_dir)
-    return [shard_fasta(files.shards, row["shard"], suffix) for row in read_shards(files.shard_table)]
+    return [shard_fasta(files.shards, shard, suffix) for shard in read_table(files.shard_table)["shard"]]
 
 
 def score_into(prepare_dir: Path, embeddings: list, classifier_path: Path, outdir: Path) -> dict:
@@ -170,7 +176,7 @@ def score_into(prepare_dir: Path, embeddings: list, classifier_path: Path, outdi
     virnucpro = (outdir / "prediction_results.txt", outdir / "prediction_results_highestscore.csv")
     outputs = ScoreFiles(outdir / "frames.tsv", outdir / "chunks.tsv", outdir / "scoring.json", virnucpro)
     frames, sequences = prepare_dir / "frames.tsv.gz", prepare_dir / "sequences.tsv.gz"
-    return write_tables(frames, sequences, scores, outputs, DEFAULTS["progress_seconds"])
+    return write_tables(frames, sequences, scores, prepare_dir / "bins.npz", outputs, DEFAULTS["progress_seconds"])
 
 
 def call_into(prepare_dir: Path, reads, outdir: Path) -> dict:

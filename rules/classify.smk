@@ -39,7 +39,8 @@ rule predict:
     input:
         prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
-        scores=lambda wildcards: PLAN.shard_outputs(rules.score.output.scores, wildcards.sample),
+        bins=rules.prepare.output.bins,
+        scores=sample_pools_of(rules.score.output.scores),
         calibration=model_files.calibration_file(SETTINGS),
     output:
         frames="results/{sample}/frames.tsv",

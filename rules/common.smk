@@ -137,10 +137,10 @@ def embed_record_options(wildcards):
 
 
 def calibration_inputs():
-    """Per calibration sample: prepare's frames and sequences tables, its shards' scores."""
+    """Per calibration sample: prepare's frames and sequences tables and bins file, its pools' scores."""
     return [
-        expand([rules.prepare.output.frames, rules.prepare.output.sequences], sample=s)
-        + PLAN.shard_outputs(rules.score.output.scores, s)
+        expand([rules.prepare.output.frames, rules.prepare.output.sequences, rules.prepare.output.bins], sample=s)
+        + PLAN.sample_pools(rules.score.output.scores, s)
         for s in SAMPLES.calibration.index
     ]
 

@@ -1,9 +1,9 @@
-# A pooled shard of several samples' shards (the plan, workflow_lib/prepare/plan.py): their FASTA pairs one
-# after the other. A pool of one sample's shard needs none: its jobs read prepare's shard. It copies
-# a pool's small shards: bounded by shard_tokens.
+# A pooled shard: a range of bins of its generation's shards (the plan, workflow_lib/prepare/plan.py),
+# each shard's frames of those bins one after the other. A pool of all of one sample's shard needs
+# none: its jobs read prepare's shard. It copies at most shard_tokens distinct tokens a shard.
 rule pool_shard:
     input:
-        PLAN.shard_dirs,  # read as its --piece options
+        PLAN.shard_dirs,  # read as its --piece options, with the samples' bins files
         PLAN.plan,
     output:
         fna=temp_unless_kept("results/shards/shard_{pool}.fna"),

@@ -1,5 +1,6 @@
-# A sample's reads validated, chunked, translated in six frames and cut into token-balanced shards.
-# Memory is bounded whatever the input; time grows with it: 4 min per GB of (compressed) input, a
+# A sample's reads validated, chunked, translated in six frames and cut into token-balanced shards,
+# each held in memory until written in bin order: memory follows shard_tokens (mem_mb, from the
+# shard's FASTA bytes a token), whatever the input; time grows with it: 4 min per GB of (compressed) input, a
 # margin over the rate docs/performance.md measured for gzip and a busy node.
 rule prepare:
     input:
@@ -7,6 +8,7 @@ rule prepare:
     output:
         shards=temp_unless_kept(directory("results/{sample}/prepare/shards")),
         shard_table="results/{sample}/prepare/shards.tsv",
+        bins="results/{sample}/prepare/bins.npz",
         frames="results/{sample}/prepare/frames.tsv.gz",
         sequences="results/{sample}/prepare/sequences.tsv.gz",
     log:
@@ -29,8 +31,8 @@ rule prepare:
 
 
 # The checkpoint of a generation of samples (those planned together; samples appended to a finished
-# run are the next generation): once they are prepared, the plan lists each one's shards and packs
-# them into pooled shards of at most shard_tokens (workflow_lib/prepare/plan.py), and the jobs of every
+# run are the next generation): once they are prepared, the plan cuts their shards' bins into pooled
+# shards of at most shard_tokens distinct tokens (workflow_lib/prepare/plan.py), and the jobs of every
 # pooled shard join the DAG at once (a checkpoint per sample would cost Snakemake
 # time quadratic in the samples). It waits for the model check too, so that a wrong classifier
 # stops the run before any embedding, and a dry run shows the check. A local rule: it only
@@ -38,7 +40,7 @@ rule prepare:
 checkpoint plan:
     input:
         MODEL_CHECK,  # a wrong classifier stops the run before any embedding
-        shard_tables=lambda wildcards: expand(rules.prepare.output.shard_table, sample=generation_samples(wildcards)),
+        bins_files=lambda wildcards: expand(rules.prepare.output.bins, sample=generation_samples(wildcards)),
     output:
         plan=f"{PLAN_DIR}/shards_{{generation}}.tsv",
     log:

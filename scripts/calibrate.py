@@ -15,18 +15,21 @@ def main() -> None:
         nargs="+",
         action="append",
         required=True,
-        metavar="NAME LABEL FRAMES SEQUENCES SCORES",
-        help="one labelled sample: its name, virus|other, prepare's frames and sequences tables, its shards' "
-        "(pooled) scores files",
+        metavar="NAME LABEL FRAMES SEQUENCES BINS SCORES",
+        help="one labelled sample: its name, virus|other, prepare's frames and sequences tables and bins file, "
+        "its shards' (pooled) scores files",
     )
     parser.add_argument("--calibration", required=True, help="the calibration JSON to write")
     add_arguments(parser, CalibrateSettings)
     args = parser.parse_args()
-    if any(len(s) < 5 for s in args.sample):
-        parser.error("--sample takes a name, a label, a frames table, a sequences table and at least one scores file")
+    if any(len(s) < 6 for s in args.sample):
+        parser.error(
+            "--sample takes a name, a label, the frames and sequences tables, a bins file and at least one scores file"
+        )
     setup_logging()
     samples = [
-        Labelled(name, label, frames, sequences, scores) for name, label, frames, sequences, *scores in args.sample
+        Labelled(name, label, frames, sequences, bins, scores)
+        for name, label, frames, sequences, bins, *scores in args.sample
     ]
     settings = from_arguments(CalibrateSettings, args)
     calibrate(samples, settings.chunk_length, settings.method, args.calibration, settings.progress_seconds)

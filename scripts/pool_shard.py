@@ -1,4 +1,5 @@
-"""Pool samples' shards into one shard: their FASTA pairs one after the other (the run's plan)."""
+"""Pool samples' shards into one shard: of each shard, its frames of the pool's bins, one shard
+after the other (the run's plan)."""
 
 import argparse
 import logging
@@ -12,19 +13,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--piece",
-        nargs=2,
+        nargs=5,
         action="append",
         required=True,
-        metavar=("SHARDS_DIR", "SHARD"),
-        help="a sample's shard: prepare's shards directory and the shard's number; in the plan's order",
+        metavar=("SHARDS_DIR", "BINS", "SHARD", "FIRST_BIN", "END_BIN"),
+        help="a sample's shard's frames of bins FIRST_BIN to END_BIN (excluded): prepare's shards directory and "
+        "bins file, and the shard's number; in the plan's order",
     )
     parser.add_argument("--fna", required=True, help="the pooled nucleotide FASTA to write")
     parser.add_argument("--faa", required=True, help="the pooled protein FASTA to write")
     args = parser.parse_args()
     setup_logging()
-    written = pool_shards([(directory, int(shard)) for directory, shard in args.piece], args.fna, args.faa)
+    pieces = [(directory, bins, int(shard), int(first), int(end)) for directory, bins, shard, first, end in args.piece]
+    written = pool_shards(pieces, args.fna, args.faa)
     logging.getLogger("workflow").info(
-        "%d shards pooled into %s and %s (%d bytes)", len(args.piece), args.fna, args.faa, written
+        "%d pieces of shards pooled into %s and %s (%d bytes)", len(pieces), args.fna, args.faa, written
     )
 
 

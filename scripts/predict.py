@@ -16,8 +16,12 @@ def main() -> None:
     parser.add_argument("--prepared-sequences", required=True, help="the sample's sequences table from prepare")
     parser.add_argument("--sample", default="", help="the sample's name, as the pooled scores files list it")
     parser.add_argument(
-        "--scores", nargs="+", required=True, help="the (pooled) scores file of each shard, in shard order"
+        "--scores",
+        nargs="+",
+        required=True,
+        help="the (pooled) scores files of the sample's shards, in the plan's order",
     )
+    parser.add_argument("--bins", required=True, help="the sample's bins file from prepare")
     parser.add_argument("--frames", required=True, help="the frames table to write (a score per frame)")
     parser.add_argument("--chunks", required=True, help="the chunks table to write (a call per chunk)")
     parser.add_argument("--scoring", required=True, help="the JSON to write: checkpoints and their SHA-256")
@@ -42,6 +46,7 @@ def main() -> None:
         args.prepared_frames,
         args.prepared_sequences,
         args.scores,
+        args.bins,
         outputs,
         args.progress_seconds,
         calibration,

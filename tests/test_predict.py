@@ -139,10 +139,10 @@ MISMATCH = r"scores/shard_{}\.npz: the scores do not match shard {} of the frame
     "case, message",
     [
         ("esm_lacks_a_frame", r"dnabert_0\.h5 and \S+esm_0\.h5 hold different frames; delete them and run again"),
-        ("shard_lacks_a_frame", MISMATCH.format(0, 0, "holds 1 frames where the frames table lists more")),
+        ("shard_lacks_a_frame", MISMATCH.format(0, 0, r"holds \d+ frames where \S+bins\.npz counts \d+")),
         ("shards_swapped", MISMATCH.format(0, 0, "was made from other frames than the frames table lists")),
-        ("shard_holds_more_frames", MISMATCH.format(1, 1, "holds 4 frames where the frames table lists 2")),
-        ("shard_not_scored", r"frames\.tsv\.gz: frames of shard 1, but 1 shards were scored; delete the sample's"),
+        ("shard_holds_more_frames", MISMATCH.format(1, 1, r"holds 4 frames where \S+bins\.npz counts 2")),
+        ("shard_not_scored", r"bins\.npz: counts \d+ frames of shard 1, but no scores file given holds them; delete"),
     ],
 )
 def test_embeddings_that_do_not_match_the_frames_fail(sample, tmp_path, case, message):
@@ -219,7 +219,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
         args = ((files["dnabert"][0], files["esm"][0]), root / "classifier.pt", tmp_path / "shard_0.npz")
         workflow_lib.classify.score.score_shard(*args, 1e-6)
         workflow_lib.classify.predict.write_tables(
-            prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, outputs, 1e-6
+            prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, prepared / "bins.npz", outputs, 1e-6
         )
     for total in (shard_frames, frames):
         line = rf"1 frames of {total:,}, [\d.,]+/s, \d+% done, ETA [\d,]+ s"
@@ -238,6 +238,7 @@ def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     command = [sys.executable, str(ROOT / "scripts" / "predict.py")]
     command += ["--prepared-frames", str(prepared / "frames.tsv.gz")]
     command += ["--prepared-sequences", str(prepared / "sequences.tsv.gz"), "--scores", *scores]
+    command += ["--bins", str(prepared / "bins.npz")]
     command += [f"--{name}={tmp_path / f'cli_{name}.{ext}'}" for name, ext in (("frames", "tsv"), ("chunks", "tsv"))]
     command += ["--scoring", str(tmp_path / "scoring.json"), "--progress-seconds", "0.000001"]
     result = subprocess.run(command, capture_output=True, text=True)

@@ -3,6 +3,7 @@
 import gzip
 import re
 import subprocess
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,8 @@ from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
 from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.io.seqio import read_records
-from workflow_lib.io.sharding import read_shards
+from workflow_lib.io.sharding import BINS, read_bins
+from workflow_lib.io.tables import read_table
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.job import short_records_advice
 
@@ -41,8 +43,12 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
     costs its protein plus 2): each shard's frames are one run of the frames table (shard numbers
     never fall along it); no shard but a one-frame shard holds more than `shard_tokens`; each shard
     but the last would have overflowed with the next frame; the shards table and the counts give
-    each shard's frames and tokens as its FASTAs hold them. Returns the shards table's rows."""
-    shards = read_shards(outdir / "shards.tsv")
+    each shard's frames and tokens as its FASTAs hold them. Each shard's FASTA pair holds its frames
+    by bin (the CRC-32 of the protein), then in table order, and the bins file counts them per bin.
+    Returns the shards table's rows."""
+    shards = read_table(outdir / "shards.tsv").to_dict("records")
+    bins = read_bins(outdir / "bins.npz")
+    assert all(counts.shape == (len(shards), BINS) for counts in bins.values())
     n = len(shards)
     assert n == counts["shards"] >= 1 and [row["shard"] for row in shards] == list(range(n))
     assert [row["tokens"] for row in shards] == counts["shard_tokens"]
@@ -59,10 +65,18 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
         stop = start + row["frames"]
         assert row["frames"] > 0 or n == 1, "only a sample without a frame has an empty shard"
         assert shard_of[start:stop] == [row["shard"]] * row["frames"], "a shard's frames are one run of the table"
-        ids = [f["frame_id"] for f in frames[start:stop]]
+        by_bin = sorted(frames[start:stop], key=lambda f: int(f["bin"]))  # stable: table order within a bin
         proteins = read_fasta(faa)
-        assert [fid for fid, _ in read_fasta(fna)] == [fid for fid, _ in proteins] == ids
+        assert [fid for fid, _ in read_fasta(fna)] == [fid for fid, _ in proteins] == [f["frame_id"] for f in by_bin]
+        assert [int(f["bin"]) for f in by_bin] == [zlib.crc32(protein.encode()) % BINS for _, protein in proteins]
         assert row["tokens"] == sum(tokens[start:stop]) == sum(len(protein) + 2 for _, protein in proteins)
+        assert (
+            bins["frames"][row["shard"]].sum() == row["frames"] and bins["tokens"][row["shard"]].sum() == row["tokens"]
+        )
+        distinct = {protein: int(f["bin"]) for (_, protein), f in zip(proteins, by_bin)}
+        assert bins["distinct_tokens"][row["shard"]].sum() == sum(len(protein) + 2 for protein in distinct)
+        for suffix, path in (("fna", fna), ("faa", faa)):
+            assert bins[f"{suffix}_bytes"][row["shard"]].sum() == path.stat().st_size
         assert row["tokens"] <= shard_tokens or row["frames"] == 1, "only a one-frame shard may be larger"
         if stop < len(frames):
             assert row["tokens"] + tokens[stop] > shard_tokens, "a shard is closed only when the next frame overflows"

@@ -161,9 +161,9 @@ def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     assert counts["shards"] == 2  # 16 frames of 101 or 102 tokens, 8 a shard
     files = prepared_files(tmp_path)
     written = [IDDigest() for _ in range(2)]
-    for chunk in read_chunks(files.frames, ["frame_id", "shard"]):
-        for shard, ids in chunk.groupby("shard")["frame_id"]:
-            written[shard].update([i.encode() for i in ids])
+    for chunk in read_chunks(files.frames, ["frame_id", "shard", "bin"]):
+        for shard, rows in chunk.sort_values(["shard", "bin"], kind="stable").groupby("shard"):  # the FASTAs' order
+            written[shard].update([i.encode() for i in rows["frame_id"]])
     check_prepared(files, written, counts["records"])
     with pytest.raises(InputError, match=r"sequences.tsv.gz: 1 rows for 2 input records"):
         check_prepared(files, written, 2)

@@ -33,7 +33,7 @@ from helpers import (
 from workflow_lib.embed import rates
 from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
-from workflow_lib.io.sharding import SHARDS
+from workflow_lib.io.sharding import BIN_COUNTS, BINS
 from workflow_lib.models import classifier
 from workflow_lib.prepare.plan import pack, read_plans
 from workflow_lib.workflow import job_resources
@@ -51,16 +51,19 @@ def test_tables_cover_every_record_and_frame(workflow_run):
         assert [f["frame_id"] for f in read_tsv(results / "frames.tsv")] == prepared
         for name in ("chunks.tsv", "viral.fasta", "prediction_results.txt", "prediction_results_highestscore.csv"):
             assert (results / name).exists()
-        shards = read_plans(workdir / "results" / "plan")[0][sample]
-        assert [s["shard"] for s in shards] == list(range(len(shards)))
-        assert sum(s["frames"] for s in shards) == len(prepared)
+        pieces = read_plans(workdir / "results" / "plan")[0][sample]
+        assert sum(p["frames"] for p in pieces) == len(prepared)
         for model, suffix in (("esm", "faa"), ("dnabert", "fna")):
-            for shard in shards:  # its rows of its pooled shard's embeddings
-                pooled = workdir / "results" / "shards" / "embeddings" / model / f"shard_{shard['pool']}.h5"
+            ids = {}  # each shard's rows of its pooled shards' embeddings, piece by piece
+            for piece in pieces:
+                pooled = workdir / "results" / "shards" / "embeddings" / model / f"shard_{piece['pool']}.h5"
                 with h5py.File(pooled) as h5:
-                    ids = [i.decode() for i in h5["ids"][shard["offset"] : shard["offset"] + shard["frames"]]]
-                fasta = results / "prepare" / "shards" / f"shard_{shard['shard']}.{suffix}"
-                assert len(ids) == shard["frames"] and ids == [fid for fid, _ in read_fasta(fasta)]
+                    rows = h5["ids"][piece["offset"] : piece["offset"] + piece["frames"]]
+                ids.setdefault(piece["shard"], []).extend(i.decode() for i in rows)
+            assert sorted(ids) == list(range(len(ids)))
+            for shard, shard_ids in ids.items():
+                fasta = results / "prepare" / "shards" / f"shard_{shard}.{suffix}"
+                assert shard_ids == [fid for fid, _ in read_fasta(fasta)]
     pools = read_plans(workdir / "results" / "plan")[1]
     assert any(len({p["sample"] for p in pieces}) > 1 for pieces in pools.values())  # small samples share
 
@@ -323,8 +326,8 @@ def new_genome(tmp_path: Path) -> Path:
 def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list[str], **changes) -> str:
     """A second run in a copy of a finished run, with a new samples sheet: the samples `keep`,
     unlabelled, and a new one (lambda, new_genome's) and the config's `changes` (as in
-    snakemake_dry_run). It runs to the end and plans every sample of the sheet from its shards
-    table, and the new sample has a call per record. Returns its output."""
+    snakemake_dry_run). It runs to the end and plans every frame of every sample of the sheet (its
+    shards table's), and the new sample has a call per record. Returns its output."""
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
     old = {row["sample"]: row["path"] for row in read_tsv(workdir / "samples.tsv")}
@@ -347,8 +350,11 @@ def classify_new_samples(workdir: Path, config: Path, tmp_path: Path, keep: list
     assert list(plan)[-1] == "lambda" and set(keep) <= set(plan)
     for sample in [*keep, "lambda"]:
         shards = read_tsv(copy / "results" / sample / "prepare" / "shards.tsv")
-        planned = [{column: shard[column] for column in SHARDS} for shard in plan[sample]]
-        assert planned == [{column: int(value) for column, value in shard.items()} for shard in shards]
+        planned: dict[int, list] = {}  # each shard's pieces' frames and tokens, summed
+        for piece in plan[sample]:
+            summed = planned.setdefault(piece["shard"], [0, 0])
+            summed[0], summed[1] = summed[0] + piece["frames"], summed[1] + piece["tokens"]
+        assert planned == {int(shard["shard"]): [int(shard["frames"]), int(shard["tokens"])] for shard in shards}
     records = [record_id for record_id, _, _ in read_records(tmp_path / "lambda.fa")]
     assert [row["sequence_id"] for row in read_tsv(copy / "results" / "lambda" / "sequences.tsv")] == records
     return output
@@ -481,29 +487,27 @@ def test_a_config_unlike_the_results_is_flagged_at_start_up(workflow_run, tmp_pa
 FRAMES = ("F1", "F2", "F3", "R1", "R2", "R3")
 
 
-def shard_ids(workdir: Path, sample: str, shard: int) -> list[str]:
-    return [fid for fid, _ in read_fasta(workdir / "results" / sample / "prepare" / "shards" / f"shard_{shard}.fna")]
+def pieces_of(workdir: Path, sample: str, model: str) -> dict[str, np.ndarray]:
+    """Each of the sample's frames' rows of its pooled shards' embeddings by `model`, and their scores."""
+    found = {}
+    for piece in read_plans(workdir / "results" / "plan")[0][sample]:
+        rows = slice(piece["offset"], piece["offset"] + piece["frames"])
+        ids, values, _ = h5store.read(
+            workdir / "results" / "shards" / "embeddings" / model / f"shard_{piece['pool']}.h5"
+        )
+        scores = np.load(workdir / "results" / "shards" / "scores" / f"shard_{piece['pool']}.npz")["scores"][rows, 1]
+        found.update(zip(ids[rows], zip(values[rows], scores.astype(float).tolist(), strict=True), strict=True))
+    return found
 
 
 def frame_scores(workdir: Path, sample: str) -> dict[str, float]:
     """Each frame's virus score from the sample's rows of its pooled shards' scores files (float32,
     as the score jobs wrote them)."""
-    scores = {}
-    for shard in read_plans(workdir / "results" / "plan")[0][sample]:
-        values = np.load(workdir / "results" / "shards" / "scores" / f"shard_{shard['pool']}.npz")["scores"][:, 1]
-        rows = values[shard["offset"] : shard["offset"] + shard["frames"]]
-        scores.update(zip(shard_ids(workdir, sample, shard["shard"]), rows.astype(float).tolist(), strict=True))
-    return scores
+    return {frame: score for frame, (_, score) in pieces_of(workdir, sample, "esm").items()}
 
 
 def frame_embeddings(workdir: Path, sample: str, model: str) -> dict[str, np.ndarray]:
-    embeddings = {}
-    for shard in read_plans(workdir / "results" / "plan")[0][sample]:
-        path = workdir / "results" / "shards" / "embeddings" / model / f"shard_{shard['pool']}.h5"
-        ids, values, _ = h5store.read(path)
-        rows = slice(shard["offset"], shard["offset"] + shard["frames"])
-        embeddings.update(zip(ids[rows], values[rows], strict=True))
-    return embeddings
+    return {frame: values for frame, (values, _) in pieces_of(workdir, sample, model).items()}
 
 
 @pytest.mark.slow
@@ -539,30 +543,79 @@ def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
         assert [s["call"] for s in sharded] == [s["call"] for s in whole]
 
 
-def test_the_plan_packs_consecutive_samples_shards_into_pooled_shards():
-    """Shards join the latest pooled shard while their tokens fit, in the sheet's order, each at the
-    row where the one before it ends; one that does not fit starts the next, and one larger than
-    shard_tokens is a pooled shard of its own (a large sample's shards stay as prepare cut them)."""
-    shards = {
-        "a": [(5, 30), (5, 30)],
-        "b": [(3, 10)],
-        "empty": [(0, 0)],
-        "big": [(40, 80)],
-        "c": [(2, 20)],
-    }
-    tables = [
-        (s, [{"shard": i, "frames": f, "tokens": t} for i, (f, t) in enumerate(rows)]) for s, rows in shards.items()
+def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_tokens():
+    """A pooled shard is a range of bins of every shard of the generation: bins join the latest
+    range while the shards' distinct tokens in it fit shard_tokens (copies within a shard counted
+    once), else start the next, and a bin larger than shard_tokens is a range of its own. Its
+    pieces are each shard's frames of those bins, in the sheet's and shard order, each at the row
+    where the one before it ends; a shard without frames is a piece of the first."""
+
+    def counts(*shards: dict[int, tuple[int, int, int]]) -> dict[str, np.ndarray]:
+        """Each shard's (frames, tokens, distinct tokens) by bin, as prepare's bins file."""
+        arrays = {name: np.zeros((len(shards), BINS), dtype=np.int64) for name in BIN_COUNTS}
+        for shard, by_bin in enumerate(shards):
+            for b, (frames, tokens, distinct) in by_bin.items():
+                arrays["frames"][shard, b], arrays["tokens"][shard, b] = frames, tokens
+                arrays["distinct_tokens"][shard, b] = distinct
+        return arrays
+
+    samples = [
+        ("a", counts({0: (6, 60, 30), 2: (1, 10, 10)}, {1: (2, 20, 20), 3: (1, 10, 10)})),  # 3 copies in bin 0
+        ("b", counts({2: (1, 10, 10)})),
+        ("empty", counts({})),
+        ("big", counts({4000: (8, 80, 80)})),
     ]
-    rows = pack(tables, 50)
-    placed = [(r["sample"], r["shard"], r["pool"], r["offset"]) for r in rows]
+    rows = pack(samples, 50, generation=2)
+    placed = [(r["sample"], r["shard"], r["frames"], r["tokens"], r["pool"], r["offset"]) for r in rows]
     assert placed == [
-        ("a", 0, "0-0", 0),
-        ("a", 1, "0-1", 0),
-        ("b", 0, "0-1", 5),
-        ("empty", 0, "0-1", 8),
-        ("big", 0, "0-2", 0),
-        ("c", 0, "0-3", 0),
+        ("a", 0, 6, 60, "2-0", 0),
+        ("a", 1, 2, 20, "2-0", 6),
+        ("empty", 0, 0, 0, "2-0", 8),
+        ("a", 0, 1, 10, "2-1", 0),
+        ("a", 1, 1, 10, "2-1", 1),
+        ("b", 0, 1, 10, "2-1", 2),
+        ("big", 0, 8, 80, "2-2", 0),
     ]
+    ranges = {r["pool"]: (r["first_bin"], r["end_bin"]) for r in rows}
+    assert ranges == {"2-0": (0, 2), "2-1": (2, 4000), "2-2": (4000, BINS)}
+    assert [r["pool"] for r in pack([("empty", counts({}))], 50)] == ["0-0"]
+
+
+def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_path):
+    """Two samples cut into several shards each, the second holding a copy of the first's genome:
+    the plan puts all copies of a frame in one pooled shard, whichever record, shard or sample they
+    come from, so that the embed jobs, each finding the copies of its own shard, embed each
+    distinct protein once in all."""
+    from harness.stages import prepare_into, prepared_files
+    from workflow_lib.embed.packing import first_copies
+    from workflow_lib.io.sharding import ShardIndex, pool_shards, read_bins
+
+    lambda_genome = (GENOMES / "lambda_NC_001416.fasta").read_text()
+    (tmp_path / "b.fasta").write_text(lambda_genome.replace(">", ">copy_") + (GENOMES / "phiX174.fasta").read_text())
+    samples = []
+    for name, reads in (("a", GENOMES / "lambda_NC_001416.fasta"), ("b", tmp_path / "b.fasta")):
+        counts = prepare_into(reads, tmp_path / name, 3000, chunk_length=300)
+        assert counts["shards"] >= 3
+        samples.append((name, prepared_files(tmp_path / name)))
+    rows = pack([(name, read_bins(files.bins)) for name, files in samples], 6000)
+    pools: dict[str, list] = {}
+    for row in rows:
+        files = dict(samples)[row["sample"]]
+        pools.setdefault(row["pool"], []).append(
+            (files.shards, files.bins, row["shard"], row["first_bin"], row["end_bin"])
+        )
+    assert len(pools) >= 3
+    proteins: dict[str, set] = {}  # the pools holding each protein
+    embedded = 0
+    for pool, pieces in pools.items():
+        fasta = {suffix: tmp_path / f"pool_{pool}.{suffix}" for suffix in ("fna", "faa")}
+        pool_shards(pieces, fasta["fna"], fasta["faa"])
+        for _, protein in read_fasta(fasta["faa"]):
+            proteins.setdefault(protein, set()).add(pool)
+        first = first_copies(index := ShardIndex.read(fasta["faa"]))
+        embedded += int((first == np.arange(len(index))).sum())
+    assert all(len(held) == 1 for held in proteins.values())
+    assert embedded == len(proteins) < sum(len(read_fasta(f)) for f in tmp_path.glob("pool_*.faa")) / 1.5
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import contextlib
 import heapq
 import json
 import logging
+import struct
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from workflow_lib.classify.weighing import ChunkWeighing
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.sharding import BINS, read_bins
 from workflow_lib.io.tables import CHUNKS, FRAMES, read_chunks, tsv_writer, whole_groups, write_json
 from workflow_lib.prepare.reconcile import IDDigest
 from workflow_lib.prepare.translation import FRAME_NAMES
@@ -113,39 +115,62 @@ class ListedFrames:
 
 
 class ShardScores:
-    """A sample's shards' scores, read in shard order as the frames table asks for them. Shard i's
-    scores are the sample's piece of the (pooled) scores file `paths[i]` (score.py): memory holds
-    one file's scores, loaded at its first shard and let go at another file's. Each shard's frame
-    IDs are digested as they are matched, and checked when it is let go."""
+    """A sample's shards' scores, read in shard order as the frames table asks for them. A shard's
+    scores are its pieces in the (pooled) scores files `paths` (score.py), taken in the files' order
+    (the plan's: by bin), and so in its FASTA's order: by bin, then as the frames table lists them
+    (sharding.py). A frame is found by its bin, after the shard's frames of the bins before it
+    (prepare's bins file) and those of its bin before it. Memory holds one shard's scores and IDs:
+    the scores files are mapped, not read. Each piece's frame IDs are digested and checked once
+    its shard is read."""
 
-    def __init__(self, paths: list[str | Path], sample: str = ""):
-        self.paths, self.sample = [Path(p) for p in paths], sample
-        self.shard, self.next_row, self.loaded = -1, 0, None
-        self.scores = np.empty((0, 3), dtype=np.float32)  # this shard's: others, virus, atypicality
-        self.checkpoints: dict | None = None  # every shard's must be the first's
-        # a pooled file's pieces, read once: the frames and frame-ID digest of each sample's shard in it
-        pieces = ("pieces", "ids_blake2b", "piece_samples", "piece_shards")
-        self.pieces = {path: _read(path, *pieces) for path in dict.fromkeys(self.paths)}
-        self.frames = sum(
-            int(self.pieces[path]["pieces"][self._piece(self.pieces[path], shard)])
-            for shard, path in enumerate(self.paths)
-        )
+    def __init__(self, paths: list[str | Path], bins_path: str | Path, sample: str = ""):
+        self.paths, self.sample = list(dict.fromkeys(Path(p) for p in paths)), sample
+        self.per_bin = read_bins(bins_path)["frames"]  # [shards, BINS]
+        self.bin_starts = np.cumsum(self.per_bin, axis=1) - self.per_bin
+        self.pieces: list[list[tuple]] = [[] for _ in self.per_bin]  # (file, first row, rows, IDs digest)
+        for position, path in enumerate(self.paths):
+            found = _read(path, "pieces", "ids_blake2b", "piece_samples", "piece_shards")
+            starts = np.cumsum(found["pieces"]) - found["pieces"]
+            # a file without pieces holds one shard: that of its place among the files
+            samples = found.get("piece_samples", np.array([sample]))
+            shards = found.get("piece_shards", np.array([position]))
+            for i in np.flatnonzero(samples == sample).tolist():
+                if shards[i] >= len(self.pieces):
+                    self.shard = int(shards[i])
+                    self._disagree(f"is in {path}, but {bins_path} counts {len(self.pieces)} shards", path)
+                self.pieces[shards[i]].append((path, int(starts[i]), int(found["pieces"][i]), found["ids_blake2b"][i]))
+        self.frames = int(self.per_bin.sum())
+        self.shard, self.checkpoints = -1, None  # every file's checkpoints must be the first's
+        for shard, pieces in enumerate(self.pieces):
+            held, counted = sum(n for _, _, n, _ in pieces), int(self.per_bin[shard].sum())
+            if not pieces and counted:
+                raise InputError(
+                    f"{bins_path}: counts {counted} frames of shard {shard}, but no scores file given holds them; "
+                    "delete the sample's prepare outputs and run again"
+                )
+            if held != counted:
+                self.shard = shard
+                self._disagree(f"holds {held} frames where {bins_path} counts {counted}")
 
-    def read(self, shard: int, frame_ids: list[str]) -> np.ndarray:
+    def read(self, shard: int, frame_ids: list[str], bins: np.ndarray) -> np.ndarray:
         """The scores and atypicality of the next len(frame_ids) frames of `shard` (this shard or a
-        later one), which the frames table names `frame_ids`."""
+        later one), which the frames table names `frame_ids` and places in `bins`."""
         while self.shard < shard:
             self._next()
-        start, stop = self.next_row, self.next_row + len(frame_ids)
-        if stop > len(self.scores):
-            self._disagree(f"holds {len(self.scores)} frames where the frames table lists more")
-        self.digest.update([i.encode() for i in frame_ids])
-        self.next_row = stop
-        return self.scores[start:stop]
+        order = np.argsort(bins, kind="stable")
+        in_order = bins[order]
+        at = np.empty(len(bins), dtype=np.int64)
+        at[order] = self.bin_starts[shard][in_order] + self.seen[in_order]
+        at[order] += np.arange(len(bins)) - np.searchsorted(in_order, in_order)  # earlier ones of its bin here
+        self.seen += np.bincount(bins, minlength=BINS)
+        if (self.seen > self.per_bin[shard]).any():
+            self._disagree("holds fewer frames of a bin than the frames table lists")
+        self.ids[at] = frame_ids
+        return self.scores[at]
 
     def finish(self) -> None:
         """Check the shard being read and every shard after it (they can only be empty)."""
-        while self.shard < len(self.paths) - 1:
+        while self.shard < len(self.pieces) - 1:
             self._next()
         self._check()
 
@@ -153,43 +178,38 @@ class ShardScores:
         if self.shard >= 0:
             self._check()
         self.shard += 1
-        path = self.paths[self.shard]
-        if self.loaded is None or self.loaded[0] != path:
-            self.loaded = (path, _read(path, "scores", "atypicality", "checkpoints"))
-        data, pieces = self.loaded[1], self.pieces[path]
-        piece = self._piece(pieces, self.shard)
-        start = int(pieces["pieces"][:piece].sum())
-        stop = start + pieces["pieces"][piece]
-        self.scores = np.column_stack([data["scores"][start:stop], data["atypicality"][start:stop]])
-        self.expected = str(pieces["ids_blake2b"][piece])
-        if self.checkpoints is None:
-            self.checkpoints = data["checkpoints"]
-        elif data["checkpoints"] != self.checkpoints:
-            raise InputError(
-                f"{path}: made with {data['checkpoints']} but {self.paths[0]} with {self.checkpoints}; delete the "
-                "sample's embeddings and scores and run again"
-            )
-        self.next_row, self.digest = 0, IDDigest()
-
-    def _piece(self, pieces: dict, shard: int) -> int:
-        """Where in its scores file the sample's shard is."""
-        if "piece_samples" not in pieces:  # a file of one sample's shard (score.py without pieces)
-            return 0
-        found = np.flatnonzero((pieces["piece_samples"] == self.sample) & (pieces["piece_shards"] == shard))
-        if not found.size:
-            self._disagree(f"holds no frames of sample '{self.sample}' shard {shard}, where the plan puts them")
-        return int(found[0])
+        parts = []
+        for path, start, n, _ in self.pieces[self.shard]:
+            checkpoints = _read(path, "checkpoints")["checkpoints"]
+            if self.checkpoints is None:
+                self.checkpoints, self.first = checkpoints, path
+            elif checkpoints != self.checkpoints:
+                raise InputError(
+                    f"{path}: made with {checkpoints} but {self.first} with {self.checkpoints}; delete the "
+                    "sample's embeddings and scores and run again"
+                )
+            parts.append(np.column_stack([_mapped(path, key)[start : start + n] for key in ("scores", "atypicality")]))
+        self.scores = np.concatenate(parts) if parts else np.empty((0, 3), dtype=np.float32)
+        self.ids = np.full(len(self.scores), None, dtype=object)
+        self.seen = np.zeros(BINS, dtype=np.int64)
 
     def _check(self) -> None:
-        if self.next_row != len(self.scores):
-            self._disagree(f"holds {len(self.scores)} frames where the frames table lists {self.next_row}")
-        if self.digest.hash.hexdigest() != self.expected:
-            self._disagree("was made from other frames than the frames table lists")
+        served = int(self.seen.sum())
+        if served != len(self.scores):
+            self._disagree(f"holds {len(self.scores)} frames where the frames table lists {served}")
+        first = 0
+        for path, _, n, expected in self.pieces[self.shard]:
+            digest = IDDigest()
+            digest.update([i.encode() for i in self.ids[first : first + n]])
+            if digest.hash.hexdigest() != expected:
+                self._disagree("was made from other frames than the frames table lists", path)
+            first += n
 
-    def _disagree(self, what: str) -> None:
+    def _disagree(self, what: str, path: Path | None = None) -> None:
+        path = path or next((p for p, *_ in self.pieces[self.shard]), self.paths[0] if self.paths else "")
         raise InputError(
-            f"{self.paths[self.shard]}: the scores do not match shard {self.shard} of the frames table (it "
-            f"{what}); delete the sample's prepare outputs and run again"
+            f"{path}: the scores do not match shard {self.shard} of the frames table (it {what}); delete the "
+            "sample's prepare outputs and run again"
         )
 
 
@@ -206,28 +226,49 @@ def _read(path: Path, *keys: str) -> dict:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
 
+def _mapped(path: Path, key: str) -> np.ndarray:
+    """Array `key` of a scores file (np.savez stores it uncompressed), mapped from the file."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo(f"{key}.npy")
+        with open(path, "rb") as handle:
+            handle.seek(info.header_offset)
+            name, extra = struct.unpack("<HH", handle.read(30)[26:30])  # the member's local header
+            handle.seek(info.header_offset + 30 + name + extra)
+            major, _ = np.lib.format.read_magic(handle)
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(handle)
+            offset = handle.tell()
+        if info.compress_type != zipfile.ZIP_STORED or fortran:
+            return _read(path, key)[key]
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    except (OSError, KeyError, ValueError, struct.error, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+
+
 def scored_chunks(
     frames_path: str | Path, sequences_path: str | Path, shards: ShardScores, progress: Progress
 ) -> Iterator[pd.DataFrame]:
     """prepare's frames table, checked against its sequences table, in blocks of whole chunks' frames
     with their scores (frames-table columns), read from the shards' scores files in turn."""
     listed = ListedFrames(frames_path, sequences_path)
-    columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard"]
+    columns = ["frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "shard", "bin"]
 
     def blocks() -> Iterator[pd.DataFrame]:
         for block in read_chunks(frames_path, columns, TABLE_ROWS):
             listed.check(block)
             frame_ids, shard_of = block["frame_id"].to_numpy(dtype=object), block["shard"].to_numpy()
+            bins = block["bin"].to_numpy(dtype=np.int64)
             scores = np.empty((len(block), 3), dtype=np.float32)
             for shard in np.unique(shard_of).tolist():
-                if shard >= len(shards.paths):
+                if shard >= len(shards.pieces):
                     _unlike_the_shards(
-                        frames_path, f"frames of shard {shard}, but {len(shards.paths)} shards were scored"
+                        frames_path, f"frames of shard {shard}, but {len(shards.pieces)} shards were scored"
                     )
                 if shard < max(shards.shard, 0):
                     _unlike_the_shards(frames_path, f"frames of shard {shard} after those of shard {shards.shard}")
                 rows = np.flatnonzero(shard_of == shard)
-                scores[rows] = shards.read(shard, frame_ids[rows].tolist())
+                scores[rows] = shards.read(shard, frame_ids[rows], bins[rows])
             progress.update(listed.rows)
             table = block.drop(columns="shard")  # the frames table's columns, with the chunk coordinates
             table["score_other"], table["score_virus"], table["atypicality"] = scores.T
@@ -309,15 +350,16 @@ def write_tables(
     frames_path: str | Path,
     sequences_path: str | Path,
     score_files: list[str],
+    bins: str | Path,
     outputs: ScoreFiles,
     progress_seconds: float,
     calibration: Calibration | None = None,
     sample: str = "",
 ) -> dict:
     """Write `outputs` block by block from prepare's tables and the (pooled) scores files of
-    `sample`'s shards, in shard order; with a `calibration`, the chunks table gains each chunk's
-    probability of being viral."""
-    shards = ShardScores(score_files, sample)
+    `sample`'s shards, in the plan's order, and its `bins` file; with a `calibration`, the chunks
+    table gains each chunk's probability of being viral."""
+    shards = ShardScores(score_files, bins, sample)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
         weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None
@@ -349,5 +391,5 @@ def write_tables(
                 scoring["chunk_composition"],
             )
     write_json(scoring, outputs.scoring)
-    log.info("%d frames of %d shards into %s and %s", shards.frames, len(score_files), outputs.frames, outputs.chunks)
+    log.info("%d frames of %d shards into %s and %s", shards.frames, len(shards.pieces), outputs.frames, outputs.chunks)
     return scoring

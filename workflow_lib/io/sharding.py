@@ -2,11 +2,17 @@
 and so on, so that an embed job's work follows the setting, never the sample's size. Each shard is a
 FASTA pair, `shard_{i}.fna` and `shard_{i}.faa`, with the same IDs in the same order; the shards
 table (SHARDS columns) lists every shard with its frames and ESM-2 tokens. A shard is read a
-block of records at a time (ShardIndex): by the tokenize job, and by the embed job's loader workers."""
+block of records at a time (ShardIndex): by the tokenize job, and by the embed job's loader workers.
+
+Frames are placed by content: a frame's bin is the CRC-32 of its protein modulo BINS, each shard is
+written in bin order (frames of a bin in the order the frames table lists them), and the bins file
+counts each shard's frames, tokens and bytes per bin. A pooled shard is a range of bins of every
+shard of its generation (plan.py), so that copies of a frame meet in one embed job whichever
+records, shards or samples they come from (equal nucleotide frames have equal proteins)."""
 
 import hashlib
 import operator
-import shutil
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +21,35 @@ import numpy as np
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
-from workflow_lib.io.tables import read_table
 
 # the shards table of a sample: a row per shard, in shard order
 SHARDS = ("shard", "frames", "tokens")
 # Records per block: the partly filled last batch of a block costs little, a worker's first batch comes soon.
 BLOCK = 8192
 PIECE = 4 << 20  # bytes of a shard read at a time while indexing it
+BINS = 4096  # a pooled shard is at least a bin: 1/4096 of its generation's distinct tokens
+# the bins file's arrays, each [shards, BINS]: distinct_tokens counts each protein once a shard
+BIN_COUNTS = ("frames", "tokens", "distinct_tokens", "fna_bytes", "faa_bytes")
+
+
+def frame_bins(proteins: list[bytes]) -> np.ndarray:
+    """Each frame's bin, from its protein."""
+    crc = np.fromiter(map(zlib.crc32, proteins), dtype=np.uint32, count=len(proteins))
+    return (crc % BINS).astype(np.uint16)
+
+
+def write_bins(path: str | Path, counts: dict[str, np.ndarray]) -> None:
+    with atomic_open(path, "wb") as handle:
+        np.savez_compressed(handle, **{name: counts[name] for name in BIN_COUNTS})
+
+
+def read_bins(path: str | Path) -> dict[str, np.ndarray]:
+    """A sample's bins file: each BIN_COUNTS array, [shards, BINS]."""
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in BIN_COUNTS}
+    except (OSError, KeyError, ValueError) as error:
+        raise InputError(f"{path}: not a bins file written by prepare ({error}); delete it and run again") from None
 
 
 def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
@@ -29,19 +57,26 @@ def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
     return Path(directory) / f"shard_{shard}.{suffix}"
 
 
-def read_shards(path: str | Path) -> list[dict]:
-    """A shards table's rows, in shard order (one per shard: small whatever the sample)."""
-    return read_table(path).to_dict("records")
-
-
-def pool_shards(pieces: list[tuple[str | Path, int]], fna: str | Path, faa: str | Path) -> int:
-    """A pooled shard's FASTA pair: the (shards directory, shard) pieces' pairs in order; the bytes written."""
-    written = 0
+def pool_shards(pieces: list[tuple[str | Path, str | Path, int, int, int]], fna: str | Path, faa: str | Path) -> int:
+    """A pooled shard's FASTA pair: of each (shards directory, bins file, shard, first bin, end bin)
+    piece in order, the shard's records of those bins; the bytes written."""
+    written, bins = 0, {}
     for suffix, output in (("fna", fna), ("faa", faa)):
         with atomic_open(output, "wb") as out:
-            for directory, shard in pieces:
-                with open(shard_fasta(directory, shard, suffix), "rb") as piece:
-                    shutil.copyfileobj(piece, out, 1 << 20)
+            for directory, bins_path, shard, first, end in pieces:
+                if bins_path not in bins:
+                    bins[bins_path] = read_bins(bins_path)
+                sizes = bins[bins_path][f"{suffix}_bytes"][shard]
+                start, size = int(sizes[:first].sum()), int(sizes[first:end].sum())
+                path = shard_fasta(directory, shard, suffix)
+                with open(path, "rb") as piece:
+                    piece.seek(start)
+                    while size > 0:
+                        data = piece.read(min(size, 1 << 20))
+                        if not data:
+                            raise _not_a_shard(path)
+                        out.write(data)
+                        size -= len(data)
             written += out.tell()
     return written
 

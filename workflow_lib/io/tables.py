@@ -17,7 +17,17 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.io.outputs import atomic_open
 
 # prepare: frames.tsv.gz (chunk coordinates 1-based, inclusive) and sequences.tsv.gz
-PREPARED_FRAMES = ("frame_id", "sequence_id", "chunk", "chunk_start", "chunk_end", "frame", "protein_length", "shard")
+PREPARED_FRAMES = (
+    "frame_id",
+    "sequence_id",
+    "chunk",
+    "chunk_start",
+    "chunk_end",
+    "frame",
+    "protein_length",
+    "shard",
+    "bin",
+)
 PREPARED_SEQUENCES = ("sequence_id", "length", "n_chunks", "n_frames", "ambiguous_fraction", "status")
 # a paired sample's sequences tables end with its fragments' mates' lengths (`length` is their sum)
 MATE_LENGTHS = ("length1", "length2")

@@ -1,6 +1,7 @@
 """The prepare stage: validate, chunk, translate in six frames, write shards of at most
-`shard_tokens` ESM-2 tokens (sharding.py), the shards table, the frames table and the sequences
-table; all renamed into place at the end, then read back and reconciled (reconcile.py).
+`shard_tokens` ESM-2 tokens, each in bin order (sharding.py), the shards table, the bins file, the
+frames table and the sequences table; all renamed into place at the end, then read back and
+reconciled (reconcile.py).
 
 A paired sample's record is the fragment: its mates are chunked and translated each on its own, and
 their chunks numbered and placed along mate 1 then mate 2; its sequences-table row sums both mates
@@ -22,7 +23,7 @@ from workflow_lib.cli.settings import PrepareSettings
 from workflow_lib.io.outputs import atomic_dir, atomic_open
 from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.seqio import Batch
-from workflow_lib.io.sharding import SHARDS, shard_fasta
+from workflow_lib.io.sharding import BINS, SHARDS, frame_bins, shard_fasta, write_bins
 from workflow_lib.io.tables import MATE_LENGTHS, PREPARED_FRAMES, PREPARED_SEQUENCES
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.reconcile import IDDigest, check_prepared
@@ -41,10 +42,12 @@ log = logging.getLogger("workflow")
 
 @dataclass(frozen=True)
 class PreparedFiles:
-    """Where the prepare stage writes: the shards directory and table, the frames and sequences tables."""
+    """Where the prepare stage writes: the shards directory and table, the bins file, the frames and
+    sequences tables."""
 
     shards: Path
     shard_table: Path
+    bins: Path
     frames: Path
     sequences: Path
 
@@ -60,6 +63,7 @@ def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings)
             writer.write_batch(batch)
             progress.update(writer.counts["records"], f"{writer.counts['frames']:,} frames kept", batch.read_fraction)
         check_unique_ids(reads, id_hashes.repeated())
+        writer.finish(files.bins)
         rows = list(zip(itertools.count(), writer.shard_frames, writer.shard_tokens))
         with atomic_open(files.shard_table) as table:
             table.write("\t".join(SHARDS) + "\n" + "".join("%d\t%d\t%d\n" % row for row in rows))
@@ -69,7 +73,7 @@ def prepare(reads: SampleReads, files: PreparedFiles, settings: PrepareSettings)
         check_prepared(files, writer.digests, counts["records"])
     except InputError:
         shutil.rmtree(files.shards, ignore_errors=True)
-        for path in (files.shard_table, files.frames, files.sequences):
+        for path in (files.shard_table, files.bins, files.frames, files.sequences):
             path.unlink(missing_ok=True)
         raise
     log.info(
@@ -102,21 +106,20 @@ def short_records_advice(short_lengths: np.ndarray, records: int) -> str:
 
 class _Writer:
     """The outputs being written: the tables, and the shards' FASTA pairs, filled in turn with
-    frames up to `shard_tokens` tokens (a larger frame alone), one pair open at a time, with a
-    digest of each shard's frame IDs to reconcile the files."""
+    frames up to `shard_tokens` tokens (a larger frame alone), one shard held at a time and written
+    in bin order once full, with a digest of each shard's frame IDs (in that order) to reconcile
+    the files."""
 
     def __init__(self, stack: contextlib.ExitStack, files: PreparedFiles, policy: PrepareSettings, paired: bool):
         self.directory = stack.enter_context(atomic_dir(files.shards))
-        stack.callback(self._close_shard)  # before the directory is renamed into place
         self.frames_table = stack.enter_context(atomic_open(files.frames, "wb"))
         self.sequences_table = stack.enter_context(atomic_open(files.sequences, "wb"))
         self.frames_table.write(("\t".join(PREPARED_FRAMES) + "\n").encode())
         columns = PREPARED_SEQUENCES + (MATE_LENGTHS if paired else ())
         self.sequences_table.write(("\t".join(columns) + "\n").encode())
         self.policy, self.paired = policy, paired
-        self.shard_frames, self.shard_tokens, self.digests = [0], [0], []
-        self.open_shard: tuple = ()
-        self._next_shard()  # a sample without a frame has one shard, empty
+        self.shard_frames, self.shard_tokens, self.digests, self.bin_counts = [0], [0], [], []
+        self.held = _HeldShard()  # a sample without a frame has one shard, empty
         self.mates_read = 0  # records read: a paired sample's mates one by one
         self.counts = {"records": 0, "chunks": 0, "frames": 0, "shorter_than_chunk": 0}
         self.short_lengths = np.zeros(policy.chunk_length, dtype=np.int64)  # records by length, below a chunk
@@ -197,18 +200,16 @@ class _Writer:
         frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
         shards = [self._assign(len(protein) + 2) for protein in proteins]  # BOS + EOS
         start = 0
+        bins = frame_bins(proteins)
         for shard, run in itertools.groupby(shards):  # shard numbers never fall: one run per shard
             stop = start + len(list(run))
-            if shard == len(self.digests):
-                self._next_shard()
-            fna, faa = self.open_shard
-            fna.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids[start:stop], nucleotides[start:stop])))
-            faa.write(b"".join(b">%s\n%s\n" % pair for pair in zip(frame_ids[start:stop], proteins[start:stop])))
-            self.digests[-1].update(frame_ids[start:stop])
+            if shard > len(self.digests):
+                self._write_held()
+            self.held.add(frame_ids[start:stop], nucleotides[start:stop], proteins[start:stop], bins[start:stop])
             start = stop
         coordinates = (starts[chunk] + 1).tolist(), ends[chunk].tolist()  # 1-based, inclusive
-        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, proteins), shards)
-        self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n" % row for row in rows]))
+        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, proteins), shards, bins.tolist())
+        self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n" % row for row in rows]))
 
     def _assign(self, tokens: int) -> int:
         """The shard of the next frame: the last one while it has room (or no frame), else the next."""
@@ -219,13 +220,65 @@ class _Writer:
         self.shard_tokens[-1] += tokens
         return len(self.shard_frames) - 1
 
-    def _next_shard(self) -> None:
-        self._close_shard()
-        shard = len(self.digests)
-        self.open_shard = tuple(open(shard_fasta(self.directory, shard, s), "wb") for s in ("fna", "faa"))
-        self.digests.append(IDDigest())
+    def _write_held(self) -> None:
+        digest, counts = self.held.write(self.directory, len(self.digests))
+        self.digests.append(digest)
+        self.bin_counts.append(counts)
+        self.held = _HeldShard()
 
-    def _close_shard(self) -> None:
-        for handle in self.open_shard:
-            handle.close()
-        self.open_shard = ()
+    def finish(self, bins: Path) -> None:
+        """Write the last shard, and the bins file."""
+        self._write_held()
+        write_bins(bins, {name: np.stack([c[name] for c in self.bin_counts]) for name in self.bin_counts[0]})
+
+
+class _HeldShard:
+    """A shard's frames, held until it is full (its memory: about the shard's FASTA pair, which
+    shard_tokens bounds), then written in bin order."""
+
+    def __init__(self):
+        self.ids: list[bytes] = []
+        self.fasta = {"fna": bytearray(), "faa": bytearray()}
+        self.lengths: dict[str, list[np.ndarray]] = {"fna": [], "faa": []}
+        self.bins, self.tokens, self.hashes = [], [], []
+
+    def add(self, ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes], bins: np.ndarray) -> None:
+        for suffix, sequences in (("fna", nucleotides), ("faa", proteins)):
+            records = [b">%s\n%s\n" % pair for pair in zip(ids, sequences)]
+            self.fasta[suffix] += b"".join(records)
+            self.lengths[suffix].append(np.fromiter(map(len, records), dtype=np.int64, count=len(records)))
+        self.ids += ids
+        self.bins.append(bins)
+        self.tokens.append(np.fromiter(map(len, proteins), dtype=np.int64, count=len(proteins)) + 2)  # BOS + EOS
+        # Python's 64-bit hash: the distinct tokens size the plan's pools, a collision costs nothing
+        self.hashes.append(np.fromiter(map(hash, proteins), dtype=np.int64, count=len(proteins)))
+
+    def write(self, directory: Path, shard: int) -> tuple[IDDigest, dict[str, np.ndarray]]:
+        """Write the shard's FASTA pair in bin order; return the digest of its IDs in that order and
+        its counts per bin (sharding.BIN_COUNTS)."""
+        bins, tokens, hashes = (_joined(a) for a in (self.bins, self.tokens, self.hashes))
+        bins = bins.astype(np.int64)
+        order = np.argsort(bins, kind="stable")
+        digest = IDDigest()
+        digest.update([self.ids[i] for i in order.tolist()])
+        counts = {"frames": np.bincount(bins, minlength=BINS), "tokens": _per_bin(bins, tokens)}
+        firsts = np.unique(hashes, return_index=True)[1]
+        counts["distinct_tokens"] = _per_bin(bins[firsts], tokens[firsts])
+        for suffix, buffer in self.fasta.items():
+            lengths = _joined(self.lengths[suffix])
+            counts[f"{suffix}_bytes"] = _per_bin(bins, lengths)
+            ends = np.cumsum(lengths)
+            starts = ends - lengths
+            with memoryview(buffer) as view, open(shard_fasta(directory, shard, suffix), "wb") as out:
+                for lo in range(0, order.size, 65536):
+                    rows = order[lo : lo + 65536]
+                    out.write(b"".join([view[s:e] for s, e in zip(starts[rows].tolist(), ends[rows].tolist())]))
+        return digest, counts
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+
+
+def _per_bin(bins: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return np.bincount(bins, weights=values, minlength=BINS).astype(np.int64)

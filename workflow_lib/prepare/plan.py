@@ -1,8 +1,10 @@
-"""The run's plan: every sample's shards packed into pooled shards (PLAN columns), written by the
+"""The run's plan: every sample's shards cut into pooled shards (PLAN columns), written by the
 workflow's one checkpoint once every sample is prepared. A pool is what one tokenize, embed and
-score job work on: consecutive shards, in the sheet's order, of at most `shard_tokens` ESM-2 tokens
-together, so that small samples share their GPU jobs. A shard lies at `offset` rows into its pool:
-record IDs may repeat across samples, so rows are found by position, never by ID.
+score job work on: a range of bins (sharding.py) of every shard of the generation, of at most
+`shard_tokens` distinct ESM-2 tokens together, so that copies of a frame meet in one embed job and
+small samples share their GPU jobs. A pool's pieces are each shard's frames of its bins, in the
+sheet's and shard order; a piece lies at `offset` rows into its pool: record IDs may repeat across
+samples, so rows are found by position, never by ID.
 
 Samples are planned in generations: those a run first plans together, then each sample appended
 to a finished run in the next, with a plan of its own (`results/plan/shards_{generation}.tsv`),
@@ -11,15 +13,18 @@ sample, whose cost to Snakemake is quadratic in the samples."""
 
 import contextlib
 import functools
+import itertools
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from workflow_lib.io.sharding import SHARDS, read_shards
+from workflow_lib.io.sharding import BINS, SHARDS, read_bins
 from workflow_lib.io.tables import write_tsv
 
-PLAN = ("sample", *SHARDS, "pool", "offset")
+# a row per piece: a sample's shard's frames and tokens in bins first_bin to end_bin (excluded)
+PLAN = ("sample", *SHARDS, "pool", "offset", "first_bin", "end_bin")
 
 
 def _plans(plan_dir: str | Path) -> dict[int, Path]:
@@ -38,31 +43,44 @@ def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     return {sample: listed.get(sample, new) for sample in sheet}
 
 
-def pack(shard_tables: list[tuple[str, list[dict]]], shard_tokens: int, generation: int = 0) -> list[dict]:
-    """PLAN rows of the (sample, its shards) pairs: each shard joins the latest pool while their
-    tokens stay within `shard_tokens`, else starts the next. Pools are named `{generation}-{n}`."""
-    rows, pool, tokens, offset = [], 0, 0, 0
-    for sample, shards in shard_tables:
-        for shard in shards:
-            if offset and tokens + shard["tokens"] > shard_tokens:
-                pool, tokens, offset = pool + 1, 0, 0
-            place = {"pool": f"{generation}-{pool}", "offset": offset}
-            rows.append({"sample": sample, **{c: shard[c] for c in SHARDS}, **place})
-            tokens, offset = tokens + shard["tokens"], offset + shard["frames"]
+def pack(samples: list[tuple[str, dict[str, np.ndarray]]], shard_tokens: int, generation: int = 0) -> list[dict]:
+    """PLAN rows of the (sample, its bins file's counts) pairs: the bins cut into consecutive ranges
+    of at most `shard_tokens` distinct tokens (each shard's, summed; a larger bin alone), a pool
+    each, named `{generation}-{n}`. A shard without frames is a piece of the first pool."""
+    distinct = sum((counts["distinct_tokens"].sum(axis=0) for _, counts in samples), np.zeros(BINS, np.int64))
+    bounds, total = [0], 0
+    for b, tokens in enumerate(distinct.tolist()):
+        if total and tokens and total + tokens > shard_tokens:  # bins without tokens join the range before
+            bounds.append(b)
+            total = 0
+        total += tokens
+    bounds.append(BINS)
+    rows = []
+    for pool, (first, end) in enumerate(itertools.pairwise(bounds)):
+        offset = 0
+        for sample, counts in samples:
+            frames, tokens = (counts[key][:, first:end].sum(axis=1).tolist() for key in ("frames", "tokens"))
+            empty = counts["frames"].sum(axis=1) == 0
+            for shard, (n, t) in enumerate(zip(frames, tokens)):
+                if n or (pool == 0 and empty[shard]):
+                    place = {"pool": f"{generation}-{pool}", "offset": offset, "first_bin": first, "end_bin": end}
+                    rows.append({"sample": sample, "shard": shard, "frames": n, "tokens": t, **place})
+                    offset += n
     return rows
 
 
 def write_plan(
-    shard_tables: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path, generation: int = 0
+    bins_files: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path, generation: int = 0
 ) -> dict:
-    """The plan of a generation's (sample, shards table) pairs, in that order; return its counts."""
-    rows = pack([(sample, read_shards(path)) for sample, path in shard_tables], shard_tokens, generation)
+    """The plan of a generation's (sample, bins file) pairs, in that order; return its counts."""
+    rows = pack([(sample, read_bins(path)) for sample, path in bins_files], shard_tokens, generation)
     write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
-    return {"shards": len(rows), "pools": len({row["pool"] for row in rows})}
+    return {"pieces": len(rows), "pools": len({row["pool"] for row in rows})}
 
 
 def read_plan(path: str | Path) -> dict[str, list[dict]]:
-    """Each sample's shards (SHARDS fields, pool and offset); read once per version of the file."""
+    """Each sample's pieces (PLAN fields but the sample), by pool then shard; read once per version of
+    the file."""
     return _read_plan(*_version(path))[0]
 
 

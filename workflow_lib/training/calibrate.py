@@ -24,7 +24,8 @@ class Labelled(NamedTuple):
     label: str  # virus or other
     frames: str  # prepare's frames table
     sequences: str  # prepare's sequences table
-    scores: list[str]  # the score jobs' files, in shard order
+    bins: str  # prepare's bins file
+    scores: list[str]  # the score jobs' files, in the plan's order
 
 
 def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[pd.DataFrame, str]:
@@ -34,7 +35,7 @@ def labelled_chunks(samples: list[Labelled], progress_seconds: float) -> tuple[p
     for number, sample in enumerate(samples):
         if sample.label not in LABELS:  # the script run by hand too
             raise InputError(f"{sample.name}: label {sample.label!r}: a calibration sample is 'virus' or 'other'")
-        shards = ShardScores(sample.scores, sample.name)
+        shards = ShardScores(sample.scores, sample.bins, sample.name)
         progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
         for frames in scored_chunks(sample.frames, sample.sequences, shards, progress):
             chunks = chunk_table(frames)

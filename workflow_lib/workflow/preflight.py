@@ -73,7 +73,9 @@ def _frames(genome: str, settings: PrepareSettings, tmp: Path, n: int) -> tuple[
     reads = tmp / "reads.fa"
     starts = range(0, len(sequence) - settings.chunk_length + 1, READ_STEP)
     reads.write_bytes(b"".join(b">r%d\n%s\n" % (i, sequence[i : i + settings.chunk_length]) for i in starts))
-    files = PreparedFiles(tmp / "shards", tmp / "shards.tsv", tmp / "frames.tsv.gz", tmp / "sequences.tsv.gz")
+    files = PreparedFiles(
+        tmp / "shards", tmp / "shards.tsv", tmp / "bins.npz", tmp / "frames.tsv.gz", tmp / "sequences.tsv.gz"
+    )
     prepare(SampleReads((reads,)), files, dataclasses.replace(settings, shard_tokens=2**62))
     for suffix in ("fna", "faa"):  # the same records in the same order in both
         lines = shard_fasta(files.shards, 0, suffix).read_text().splitlines(keepends=True)[: 2 * n]

@@ -23,7 +23,8 @@ class RunPlan:
         self.gpu_model = gpu_model  # the profile's for embed jobs (job_resources.profile_gpu_model)
 
     def shards(self, sample: str) -> list[dict]:
-        """A sample's shards (plan rows); a plan lacking the sample predates it: not made yet."""
+        """A sample's pieces of shards (plan rows), by pool; a plan lacking the sample predates it: not
+        made yet."""
         plan_file = self.checkpoints.plan.get(generation=self.samples.generation[sample]).output.plan
         plan = read_plan(plan_file)
         if sample not in plan:
@@ -31,7 +32,7 @@ class RunPlan:
         return plan[sample]
 
     def shard_outputs(self, output, sample: str, **wildcards) -> list[str]:
-        """An output of the pooled shard of each of a sample's shards, in shard order."""
+        """An output of the pooled shard of each of a sample's pieces of shards, in the plan's order."""
         return expand(output, pool=[s["pool"] for s in self.shards(sample)], **wildcards)
 
     def sample_pools(self, output, sample: str, **wildcards) -> list[str]:
@@ -45,7 +46,7 @@ class RunPlan:
         return ancient(expand(self.rules.plan.output.plan, generation=generation)[0])
 
     def pieces(self, pool: str) -> list[dict]:
-        """A pooled shard's samples' shards (plan rows: sample, shard, frames, tokens, pool, offset)."""
+        """A pooled shard's pieces of samples' shards (plan rows)."""
         generation = pool.split("-")[0]
         return read_pools(self.checkpoints.plan.get(generation=generation).output.plan)[pool]
 
@@ -87,17 +88,22 @@ class RunPlan:
         labelled = (self.samples.table.loc[list(pooled), "label"] != "").any()
         return job_resources.embed_priority(wildcards.pool, self.trains_here and labelled)
 
+    def whole_shard(self, pool: str) -> dict | None:
+        """The piece of a pooled shard that is all of it and all of its shard: its jobs read prepare's shard."""
+        pieces = self.pieces(pool)
+        whole = len(pieces) == 1 and (pieces[0]["first_bin"], pieces[0]["end_bin"]) == (0, sharding.BINS)
+        return pieces[0] if whole else None
+
     def fasta_pair(self, wildcards) -> list[str]:
         """What a pooled shard's jobs read: prepare's shards directory, or pool_shard's FASTA pair."""
-        pieces = self.pieces(wildcards.pool)
-        if len(pieces) == 1:
-            return expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])
+        if piece := self.whole_shard(wildcards.pool):
+            return expand(self.rules.prepare.output.shards, sample=piece["sample"])
         return expand(list(self.rules.pool_shard.output), pool=wildcards.pool)
 
     def fasta(self, pool: str, suffix: str) -> str:
         """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see fasta_pair)."""
         pieces = self.pieces(pool)
-        if len(pieces) == 1:
+        if self.whole_shard(pool):
             shards = expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
             return str(sharding.shard_fasta(shards, pieces[0]["shard"], suffix))
         return expand(getattr(self.rules.pool_shard.output, suffix), pool=pool)[0]
@@ -110,14 +116,19 @@ class RunPlan:
         return tuple(self.fasta(wildcards.pool, suffix) for suffix in ("fna", "faa"))
 
     def shard_dirs(self, wildcards) -> list[str]:
-        samples = dict.fromkeys(p["sample"] for p in self.pieces(wildcards.pool))
-        return expand(self.rules.prepare.output.shards, sample=list(samples))
+        """pool_shard's input: the shards directory and bins file of each sample of the pooled shard."""
+        samples = list(dict.fromkeys(p["sample"] for p in self.pieces(wildcards.pool)))
+        return expand([self.rules.prepare.output.shards, self.rules.prepare.output.bins], sample=samples)
 
     def pool_pieces(self, wildcards) -> str:
-        """pool_shard's --piece per sample's shard: its shards directory and number, in plan order."""
-        pieces = self.pieces(wildcards.pool)
-        dirs = expand(self.rules.prepare.output.shards, sample=[p["sample"] for p in pieces])
-        return cli(piece=[(d, p["shard"]) for d, p in zip(dirs, pieces)])
+        """pool_shard's --piece per piece: its shards directory, bins file, shard and bins, in plan order."""
+        output = self.rules.prepare.output
+        return cli(
+            piece=[
+                (*expand([output.shards, output.bins], sample=p["sample"]), p["shard"], p["first_bin"], p["end_bin"])
+                for p in self.pieces(wildcards.pool)
+            ]
+        )
 
     def scored_pieces(self, wildcards) -> str:
         """The score job's --piece per sample's shard of its pooled shard: sample, shard, frames."""
