@@ -160,10 +160,11 @@ def test_prepare_outputs_are_reconciled_with_what_was_written(tmp_path):
     counts = prepare_into(GENOMES / "phiX174.fasta", tmp_path, 900, chunk_length=300)
     assert counts["shards"] == 2  # 16 frames of 101 or 102 tokens, 8 a shard
     files = prepared_files(tmp_path)
-    written = [IDDigest() for _ in range(2)]
+    written = [(IDDigest(), IDDigest()) for _ in range(2)]  # in the table's order and the FASTAs' (by bin)
     for chunk in read_chunks(files.frames, ["frame_id", "shard", "bin"]):
-        for shard, rows in chunk.sort_values(["shard", "bin"], kind="stable").groupby("shard"):  # the FASTAs' order
-            written[shard].update([i.encode() for i in rows["frame_id"]])
+        for shard, rows in chunk.groupby("shard"):
+            written[shard][0].update([i.encode() for i in rows["frame_id"]])
+            written[shard][1].update([i.encode() for i in rows.sort_values("bin", kind="stable")["frame_id"]])
     check_prepared(files, written, counts["records"])
     with pytest.raises(InputError, match=r"sequences.tsv.gz: 1 rows for 2 input records"):
         check_prepared(files, written, 2)

@@ -159,11 +159,11 @@ class _Writer:
         n_chunks = np.bincount(row_of_chunk, minlength=len(ids))
         rows = [ids, lengths.sum(axis=1).tolist(), n_chunks.tolist(), n_frames.tolist(), ambiguous.tolist()]
         rows.append([STATUS[i] for i in status.reshape(-1, batch.mates).min(axis=1).tolist()])  # ok where a mate is
-        line = b"%s\t%d\t%d\t%d\t%.6g\t%s"
+        line = b"%s\t%d\t%d\t%d\t%.6g\t%s\n"
         if self.paired:
             rows += [lengths[:, 0].tolist(), lengths[:, -1].tolist()]
-            line += b"\t%d\t%d"
-        self.sequences_table.write(b"".join(line % row + b"\n" for row in zip(*rows)))
+            line = line[:-1] + b"\t%d\t%d\n"
+        self.sequences_table.write(b"".join([line % row for row in zip(*rows)]))
         self.counts["records"] += len(ids)
         self.mates_read += len(batch.ids)
         short = usable[(usable > 0) & (usable < self.policy.chunk_length)]
@@ -238,42 +238,37 @@ class _HeldShard:
 
     def __init__(self):
         self.ids: list[bytes] = []
-        self.fasta = {"fna": bytearray(), "faa": bytearray()}
-        self.lengths: dict[str, list[np.ndarray]] = {"fna": [], "faa": []}
+        self.listed = IDDigest()  # of the IDs in the frames table's order
+        self.records: dict[str, list[bytes]] = {"fna": [], "faa": []}  # a FASTA record each frame
         self.bins, self.tokens, self.hashes = [], [], []
 
     def add(self, ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes], bins: np.ndarray) -> None:
-        for suffix, sequences in (("fna", nucleotides), ("faa", proteins)):
-            records = [b">%s\n%s\n" % pair for pair in zip(ids, sequences)]
-            self.fasta[suffix] += b"".join(records)
-            self.lengths[suffix].append(np.fromiter(map(len, records), dtype=np.int64, count=len(records)))
+        self.records["fna"] += [b">%s\n%s\n" % pair for pair in zip(ids, nucleotides)]
+        self.records["faa"] += [b">%s\n%s\n" % pair for pair in zip(ids, proteins)]
         self.ids += ids
+        self.listed.update(ids)
         self.bins.append(bins)
         self.tokens.append(np.fromiter(map(len, proteins), dtype=np.int64, count=len(proteins)) + 2)  # BOS + EOS
         # Python's 64-bit hash: the distinct tokens size the plan's pools, a collision costs nothing
         self.hashes.append(np.fromiter(map(hash, proteins), dtype=np.int64, count=len(proteins)))
 
-    def write(self, directory: Path, shard: int) -> tuple[IDDigest, dict[str, np.ndarray]]:
-        """Write the shard's FASTA pair in bin order; return the digest of its IDs in that order and
-        its counts per bin (sharding.BIN_COUNTS)."""
+    def write(self, directory: Path, shard: int) -> tuple[tuple[IDDigest, IDDigest], dict[str, np.ndarray]]:
+        """Write the shard's FASTA pair in bin order; return the digests of its IDs in the frames
+        table's order and in that one, and its counts per bin (sharding.BIN_COUNTS)."""
         bins, tokens, hashes = (_joined(a) for a in (self.bins, self.tokens, self.hashes))
         bins = bins.astype(np.int64)
-        order = np.argsort(bins, kind="stable")
+        order = np.argsort(bins, kind="stable").tolist()
         digest = IDDigest()
-        digest.update([self.ids[i] for i in order.tolist()])
+        digest.update([self.ids[i] for i in order])
         counts = {"frames": np.bincount(bins, minlength=BINS), "tokens": _per_bin(bins, tokens)}
         firsts = np.unique(hashes, return_index=True)[1]
         counts["distinct_tokens"] = _per_bin(bins[firsts], tokens[firsts])
-        for suffix, buffer in self.fasta.items():
-            lengths = _joined(self.lengths[suffix])
-            counts[f"{suffix}_bytes"] = _per_bin(bins, lengths)
-            ends = np.cumsum(lengths)
-            starts = ends - lengths
-            with memoryview(buffer) as view, open(shard_fasta(directory, shard, suffix), "wb") as out:
-                for lo in range(0, order.size, 65536):
-                    rows = order[lo : lo + 65536]
-                    out.write(b"".join([view[s:e] for s, e in zip(starts[rows].tolist(), ends[rows].tolist())]))
-        return digest, counts
+        for suffix, records in self.records.items():
+            counts[f"{suffix}_bytes"] = _per_bin(bins, np.fromiter(map(len, records), np.int64, len(records)))
+            with open(shard_fasta(directory, shard, suffix), "wb") as out:
+                for lo in range(0, len(order), 65536):
+                    out.write(b"".join([records[i] for i in order[lo : lo + 65536]]))
+        return (self.listed, digest), counts
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
