@@ -21,21 +21,25 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
 from harness import measure
 from harness.stages import GENOMES, ROOT, write_reads
+from workflow_lib.io import sharding
 from workflow_lib.models import classifier, demo_models
 from workflow_lib.prepare.plan import read_plans
 
 # One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
 DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
-# A job's command in swapped mode: its outputs written, empty (the shards table: one empty shard; JSON: {}).
+# A job's command in swapped mode: its outputs written, empty (the shards table and bins file: one
+# empty shard; JSON: {}).
 SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "
+    "*/bins.npz) cp EMPTY_BINS $f;; "
     "*.json) mkdir -p $(dirname $f); echo {{}} > $f;; "
     '*) mkdir -p $(dirname $f); : > $f;; esac; done"'
 )
@@ -64,12 +68,16 @@ def swapped_workflow(folder: Path) -> Path:
     copy = folder / "workflow"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
+    sharding.write_bins(
+        copy / "empty_bins.npz", {name: np.zeros((1, sharding.BINS), np.int64) for name in sharding.BIN_COUNTS}
+    )
+    command = SWAPPED.replace("EMPTY_BINS", str(copy / "empty_bins.npz"))
     for rules in (copy / "rules").glob("*.smk"):
         text = rules.read_text()
         for rule in re.split(r"\n(?=(?:rule|checkpoint) )", text):
             if rule.startswith(("checkpoint plan:", "rule check_models:")):  # read by input functions
                 continue
-            swapped = re.sub(r"(\n( +)shell:\n)(\2 +.*\n)+", rf"\1\2    {SWAPPED}\n", rule + "\n")
+            swapped = re.sub(r"(\n( +)shell:\n)(\2 +.*\n)+", rf"\1\2    {command}\n", rule + "\n")
             text = text.replace(rule, swapped[:-1])
         rules.write_text(text)
     return copy

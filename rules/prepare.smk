@@ -1,7 +1,7 @@
 # A sample's reads validated, chunked, translated in six frames and cut into token-balanced shards,
-# each held in memory until written in bin order: memory follows shard_tokens (mem_mb, from the
-# shard's FASTA bytes a token), whatever the input; time grows with it: 4 min per GB of (compressed) input, a
-# margin over the rate docs/performance.md measured for gzip and a busy node.
+# each held in memory until it is written in bin order: memory follows shard_tokens, whatever the
+# input; time grows with it: 4 min per GB of (compressed) input, a margin over the rate
+# docs/performance.md measured for gzip and a busy node.
 rule prepare:
     input:
         sample_input,  # read as its --input and --mates options (sample_reads)
@@ -20,7 +20,7 @@ rule prepare:
     conda:
         "../envs/cpu.yaml"
     resources:
-        mem_mb=2000,
+        mem_mb=job_resources.prepare_mem_mb(SETTINGS["shard_tokens"]),
         runtime=by_input(10, 4),
         tuning=tuning_of(PrepareSettings),
     params:

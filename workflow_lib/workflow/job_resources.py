@@ -27,6 +27,15 @@ EMBED_PRIORITY = 1_000_000
 PRIORITY = {"plan": 3 * EMBED_PRIORITY, "score": 2 * EMBED_PRIORITY}
 
 
+# prepare holds a shard until it is full: its FASTA pair as Python bytes, with a margin
+# (docs/performance.md measures the bytes a token)
+PREPARE_BYTES_PER_TOKEN = 8
+
+
+def prepare_mem_mb(shard_tokens: int) -> int:
+    return 1000 + shard_tokens * PREPARE_BYTES_PER_TOKEN // 2**20
+
+
 @functools.cache
 def small_sample(files: tuple[str, ...]) -> bool:
     """The sample of these input files is small (a file not there yet counts for nothing)."""
