@@ -32,10 +32,9 @@ BINS = 4096  # a pooled shard is at least a bin: 1/4096 of its generation's dist
 BIN_COUNTS = ("frames", "tokens", "distinct_tokens", "fna_bytes", "faa_bytes")
 
 
-def frame_bins(proteins: list[bytes]) -> np.ndarray:
-    """Each frame's bin, from its protein."""
-    crc = np.fromiter(map(zlib.crc32, proteins), dtype=np.uint32, count=len(proteins))
-    return (crc % BINS).astype(np.uint16)
+def protein_crcs(proteins: list[bytes]) -> np.ndarray:
+    """Each frame's CRC-32 of its protein: its bin is the CRC modulo BINS."""
+    return np.fromiter(map(zlib.crc32, proteins), dtype=np.int64, count=len(proteins))
 
 
 def write_bins(path: str | Path, counts: dict[str, np.ndarray]) -> None:
