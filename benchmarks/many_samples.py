@@ -34,8 +34,7 @@ from workflow_lib.prepare.plan import read_plans
 # One-layer models, so that runs of many samples take minutes: the figures are the workflow's, not the models'.
 ESM = {**demo_models.ESM_CONFIG, "encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 1}
 DNABERT = {**demo_models.DNABERT_CONFIG, "num_hidden_layers": 1, "hidden_size": 24, "intermediate_size": 48}
-# A job's command in swapped mode: its outputs written, empty (the shards table and bins file: one
-# empty shard; JSON: {}).
+# A job's command in swapped mode: its outputs written, empty (prepare's: one empty shard; JSON: {}).
 SWAPPED = (
     '"for f in {output:q}; do case $f in */shards) mkdir -p $f;; '
     "*/shards.tsv) printf 'shard\\\\tframes\\\\ttokens\\\\n0\\\\t0\\\\t0\\\\n' > $f;; "

@@ -80,6 +80,7 @@ rule call:
         chunks=rules.predict.output.chunks,
         scoring=rules.predict.output.scoring,
         calibration=model_files.calibration_file(SETTINGS),
+        embed_figures=embed_figure_files,
     output:
         sequences=attached_table("sequences", "sequences table (download)"),
         viral="results/{sample}/viral.fasta",

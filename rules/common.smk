@@ -126,6 +126,11 @@ def embed_records(wildcards):
     return figures, benchmarks
 
 
+def embed_figure_files(wildcards):
+    """The sample's embed jobs' figures (JSON), per model in input order: call's --embed-figures."""
+    return [f for _, *files in embed_records(wildcards)[0] for f in files]
+
+
 def embed_record_files(wildcards):
     """The files of embed_records, as summarize's input."""
     return [f for rows in embed_records(wildcards) for _, *files in rows for f in files]

@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--manifest", required=True, help="the JSON to write: checkpoints and counts")
     parser.add_argument("--calibration", help="calibration JSON (models.calibration): weighs records and regions")
     parser.add_argument(
+        "--embed-figures", nargs="+", default=[], help="the embed jobs' figures (JSON) of the sample's pooled shards"
+    )
+    parser.add_argument(
         "--passing",
         nargs=2,
         metavar=("VIRAL_FASTA", "REGIONS_FASTA"),
@@ -53,6 +56,7 @@ def main() -> None:
         regions,
         calibration,
         settings.max_qvalue,
+        args.embed_figures,
     )
 
 

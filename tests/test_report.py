@@ -23,11 +23,11 @@ import snakemake
 import yaml
 from helpers import ENV, ROOT, SAMPLES, SNAKEMAKE, read_tsv
 
+from workflow_lib.embed.figures import copies_not_embedded
 from workflow_lib.io.seqio import read_records
 from workflow_lib.prepare.plan import read_plans
 from workflow_lib.report import data as report_data
 from workflow_lib.report import figures as report
-from workflow_lib.report.summary import copies_not_embedded
 
 
 def merged(base: dict, override: dict) -> dict:

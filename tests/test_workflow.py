@@ -447,7 +447,8 @@ def test_a_shard_with_no_frames_asks_for_no_gpu(pooled_run, tmp_path):
 def test_a_copy_of_a_sample_in_its_pooled_shard_is_embedded_once(pooled_run):
     """pooled_run's `phix_copy`, phiX174's file again under another name, shares phix's pooled
     shard: its frames are copies, not embedded again, and its tables are phix's to the byte; each
-    sample's run summary and the report say what share of the pooled shard's tokens was embedded."""
+    sample's run summary, its manifest and the report say what share of the pooled shard's tokens
+    was embedded."""
     results = pooled_run / "results"
     for table in ("frames.tsv", "chunks.tsv", "sequences.tsv", "viral.fasta"):
         assert (results / "phix_copy" / table).read_bytes() == (results / "phix" / table).read_bytes()
@@ -458,6 +459,7 @@ def test_a_copy_of_a_sample_in_its_pooled_shard_is_embedded_once(pooled_run):
         share = embedded[model]["distinct_tokens"] / embedded[model]["tokens"]
         assert embedded[model]["tokens_embedded_share"] == round(share, 4) < 1
         assert embedded[model]["seconds_saved"] >= 0
+    assert json.loads((results / "phix_copy" / "manifest.json").read_text())["embedded"] == embedded
     report = {row["sample"]: row for row in read_tsv(results / "report" / "samples.tsv")}
     assert float(report["phix"]["esm_tokens_embedded_share"]) == embedded["esm"]["tokens_embedded_share"]
 

@@ -1,7 +1,7 @@
 """The call stage: from the scored chunks, a call per input record against the threshold (the
 sequences table, every input record), its viral records as FASTA, the viral regions inside
-records (table and FASTA), and a manifest (the checkpoints and the reconciled counts). It needs
-no embeddings: a new threshold reruns only this."""
+records (table and FASTA), and a manifest (the checkpoints, the reconciled counts and the share
+of the frames embedded). It needs no embeddings: a new threshold reruns only this."""
 
 import contextlib
 import logging
@@ -19,6 +19,7 @@ from workflow_lib.classify.calibration import Calibration
 from workflow_lib.classify.regions import EVIDENCE, REGIONS, RegionSettings, extend_to_ends, regions_table
 from workflow_lib.classify.weighing import SEQUENCE_COLUMNS, WEIGHED_REGION, RecordWeighing, fit_line
 from workflow_lib.cli.errors import InputError
+from workflow_lib.embed.figures import copies_not_embedded, shard_figures
 from workflow_lib.io.outputs import atomic_open
 from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.tables import (
@@ -206,9 +207,11 @@ def call(
     regions: RegionSettings,
     calibration: Calibration | None = None,
     max_qvalue: float | None = None,
+    embed_figures: list[str | Path] = (),
 ) -> dict:
     """Write `outputs` block by block, each record and region weighed with a calibration, those within
-    `max_qvalue` to FASTA of their own; the count of each call."""
+    `max_qvalue` to FASTA of their own; the count of each call. The manifest gives, from the
+    `embed_figures` of the sample's pooled shards, the share of them embedded."""
     scoring = read_json(scoring_path)
     counts, totals = Counter(), Counter()  # of each call, and what the manifest counts
     weighing = RecordWeighing(calibration, scoring, Path(scoring_path)) if calibration else None
@@ -249,6 +252,8 @@ def call(
         "checkpoints": scoring["checkpoints"],
         "counts": {key: totals[key] for key in COUNTED} | {"frames": scoring["frames"], "calls": calls},
     }
+    if embed_figures:
+        manifest["embedded"] = copies_not_embedded([shard_figures(path, i) for i, path in enumerate(embed_figures)])
     if weighing:
         manifest["weighing"] = weighing.summary(scoring, max_qvalue)
     write_json(manifest, outputs.manifest)

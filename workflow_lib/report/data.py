@@ -139,7 +139,7 @@ def samples_table(runs: list[dict]) -> pd.DataFrame:
     calibration), the records and regions within call.max_qvalue, the estimate's interval and
     whether the calibration fits the sample (empty where the calibration's fraction stood in); last,
     each model's share of its pooled shards' tokens embedded and the seconds their copies would have
-    taken (summary.copies_not_embedded)."""
+    taken (embed/figures.copies_not_embedded)."""
     rows = []
     for run in runs:
         counts = {**run["counts"], **{call: run["counts"]["calls"].get(call, 0) for call in CALL_NAMES}}
