@@ -121,14 +121,33 @@ def test_roc_curve_is_exact_and_its_area_is_the_auc(trained):
 
 
 @pytest.mark.slow
+def test_the_examples_do_not_depend_on_how_the_shards_were_cut(demo):
+    """Each sample's pieces listed in another order, one of them cut in two (as another plan would
+    pool them): the same examples in the same order, so the same classifier."""
+    _, shards = demo
+    label, paths, frames, first, end = shards[0]
+    middle = (first + end) // 2
+    recut = [*shards[1:][::-1], (label, paths, frames, middle, end), (label, paths, frames, first, middle)]
+    samples = list(dict.fromkeys(s[2] for s in shards))
+    recut.sort(key=lambda piece: samples.index(piece[2]))  # the samples as first listed, as the plan lists them
+    given, other = (load_examples(s, DEFAULTS["progress_seconds"]) for s in (shards, recut))
+    for name in ("x", "y", "chunk", "sequence"):
+        assert np.array_equal(getattr(given, name), getattr(other, name)), name
+
+
+@pytest.mark.slow
 def test_no_chunk_on_both_sides(demo, trained):
     """The split that training used, checked against (sample, sequence, chunk) read straight from
-    the embeddings and the frames tables."""
+    the frames tables: the examples are each sample's frames (the embeddings hold each once) in its
+    frames table's order, the samples as first listed."""
     _, shards = demo
-    keys = []
-    for _, (dna_path, _), frames_path, *_ in shards:
-        chunk_of = {f["frame_id"]: (frames_path, f["sequence_id"], f["chunk"]) for f in read_tsv(frames_path)}
-        keys += [chunk_of[frame_id] for frame_id in h5store.read(dna_path)[0]]
+    keys, embedded = [], []
+    for frames_path in dict.fromkeys(shard[2] for shard in shards):
+        frames = read_tsv(frames_path)
+        keys += [(frames_path, f["sequence_id"], f["chunk"]) for f in frames]
+        embedded += [(frames_path, f["frame_id"]) for f in frames]
+    pieces = [(s[2], i) for s in shards for i in h5store.read(s[1][0])[0][s[3] : s[4]]]
+    assert sorted(pieces) == sorted(embedded)
     training, validation, unit = split(load_examples(shards, DEFAULTS["progress_seconds"]), FRACTION, SEED)
     train_chunks, validation_chunks = {keys[i] for i in training}, {keys[i] for i in validation}
     assert unit == "chunk" and not train_chunks & validation_chunks

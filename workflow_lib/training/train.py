@@ -50,49 +50,61 @@ class Examples:
 
 def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     """Frames from (label, its embeddings HDF5 files (one per model, in input order), the sample's
-    prepare frames table, first row, end row) per sample's shard of a pooled shard; chunks and
+    prepare frames table, first row, end row) per sample's piece of a pooled shard; chunks and
     sequences come from the frames table, joined on frame_id. The features are read once, into one
-    array, whose size the first pass over the files gives."""
-    shapes, widths = [], []
-    for label, paths, _, first, end in shards:
+    array, whose size the first pass over the files gives, in a canonical order: the samples as
+    first listed, each one's frames in its frames table's order, so that the classifier does not
+    depend on how the plan cut the pooled shards."""
+    widths, tables, placed = [], {}, []  # placed: per piece, its frames' rows in its frames table
+    for label, paths, frames_path, first, end in shards:
         if label not in LABELS:  # the scripts run by hand too
             raise InputError(f"label '{label}' for {paths[0]}: a training sample's label must be 'virus' or 'other'")
-        with h5store.FeatureBlocks(*paths) as blocks:
-            shapes.append((end - first, blocks.dim))
-            widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
-        if widths[-1] != widths[0]:
-            described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
-            raise InputError(
-                f"{' and '.join(map(str, paths))}: {blocks.dim} features a frame ({described[0]}) where "
-                f"{' and '.join(map(str, shards[0][1]))} have {shapes[0][1]} ({described[1]}); embed every "
-                "training sample with the same models"
-            )
-    x = np.empty((sum(n for n, _ in shapes), shapes[0][1]), dtype=np.float32)
-    tables: dict[str, pd.DataFrame] = {}
-    labels, keys, offset = [], [], 0
-    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
-    for done, ((label, paths, frames_path, first, end), (n, _)) in enumerate(zip(shards, shapes), 1):
         if frames_path not in tables:
             if not Path(frames_path).is_file():
                 raise InputError(f"{frames_path}: frames table not found; run the prepare step of its sample first")
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         with h5store.FeatureBlocks(*paths) as blocks:
-            ids = blocks.read_all(x[offset : offset + n], first, end)
+            widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
+            ids = blocks.files[0]["ids"].asstr()[first:end].tolist()
+        if widths[-1] != widths[0]:
+            described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
+            raise InputError(
+                f"{' and '.join(map(str, paths))}: {blocks.dim} features a frame ({described[0]}) where "
+                f"{' and '.join(map(str, shards[0][1]))} have {sum(w for _, w in widths[0])} ({described[1]}); "
+                "embed every training sample with the same models"
+            )
         where = tables[frames_path].index.get_indexer(ids)
         if (where < 0).any():
             raise InputError(
                 f"{paths[0]}: {(where < 0).sum()} frames are not in {frames_path} (e.g. "
                 f"{[ids[i] for i in np.flatnonzero(where < 0)[:3]]}); delete the sample's embeddings and run again"
             )
-        keys.append(tables[frames_path].iloc[where].reset_index().assign(sample=frames_path))
-        labels.append(np.full(n, LABELS[label]))
-        offset += n
+        placed.append(where)
+    # each piece's rows of x: after the samples listed before its own, at its frames' rank in its table
+    destinations, keys, offset = [None] * len(shards), [], 0
+    for frames_path in dict.fromkeys(piece[2] for piece in shards):
+        pieces = [i for i, piece in enumerate(shards) if piece[2] == frames_path]
+        rows = np.sort(np.concatenate([placed[i] for i in pieces]))
+        if (repeated := rows[1:][rows[1:] == rows[:-1]]).size:
+            frame = tables[frames_path].index[repeated[0]]
+            raise InputError(f"frame {frame} is in more than one shard: list each shard once")
+        for i in pieces:
+            destinations[i] = offset + np.searchsorted(rows, placed[i])
+        keys.append(tables[frames_path].iloc[rows].reset_index().assign(sample=frames_path))
+        offset += rows.size
+    x = np.empty((offset, sum(w for _, w in widths[0])), dtype=np.float32)
+    y = np.empty(offset, dtype=np.int64)
+    progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
+    for done, ((label, paths, _, first, end), destination) in enumerate(zip(shards, destinations), 1):
+        y[destination] = LABELS[label]
+        with h5store.FeatureBlocks(*paths) as blocks:
+            block = np.empty((min(blocks.rows, max(end - first, 1)), blocks.dim), dtype=np.float32)
+            for start in range(first, end, blocks.rows):
+                stop = min(start + blocks.rows, end)
+                blocks.read_rows(start, stop, block)
+                x[destination[start - first : stop - first]] = block[: stop - start]
         progress.update(done)
     key = pd.concat(keys, ignore_index=True)
-    repeated = key.duplicated(["sample", "frame_id"])
-    if repeated.any():
-        raise InputError(f"frame {key['frame_id'][repeated].iloc[0]} is in more than one shard: list each shard once")
-    y = np.concatenate(labels)
     if len(np.unique(y)) < 2:
         raise InputError("training needs frames of both classes: label at least one sample 'virus' and one 'other'")
     if np.bincount(y).min() < FEW_FRAMES:
