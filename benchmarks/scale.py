@@ -8,10 +8,9 @@ process, so that its peak resident set (ru_maxrss) is its own.
 
     python benchmarks/scale.py --workdir /tmp/scale --reads 1000000 5000000
 
-With --copies, that share of the reads are exact copies of the others: the figures add the plan's
-pooled shards of the prepared shards (by bin, at --shard-tokens), and over them the frames and
-tokens (ESM-2's; DNABERT-S's bases) of the distinct sequences, which their embed jobs embed
-(embedding.embed_copies: false), and the seconds of finding them (packing.first_copies).
+With --copies, that share of the reads are exact copies of the others: the figures add the plan's pooled
+shards (by bin, at --shard-tokens), and over them the frames and tokens (ESM-2's; DNABERT-S's bases) of the
+distinct sequences, which their embed jobs embed, and the seconds of finding them (packing.first_copies).
 """
 
 import argparse
@@ -36,7 +35,7 @@ from workflow_lib.embed.packing import first_copies
 from workflow_lib.io import h5store
 from workflow_lib.io.sharding import ShardIndex, pool_shards, read_bins
 from workflow_lib.io.tables import write_json
-from workflow_lib.prepare.plan import pack
+from workflow_lib.prepare.plan import cut, pack
 from workflow_lib.report.figures import SampleFigures
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
@@ -101,33 +100,34 @@ def with_copies(path: Path, share: float) -> None:
 
 
 def distinct_stage(prepared: Path, shard_tokens: int) -> dict:
-    """The plan's pooled shards of the prepared shards, and per model their frames, tokens (ESM-2's:
-    residues + 2; DNABERT-S's: bases) and seconds of finding the copies, with those of the distinct
-    sequences."""
+    """The plan's pooled shards of the prepared shards; per model their frames, tokens (ESM-2's: residues
+    + 2; DNABERT-S's: bases) and seconds of finding the copies, with those of the distinct sequences."""
     files = prepared_files(prepared)
-    rows = pack([("scale", read_bins(files.bins))], shard_tokens)
-    pools = {}
+    counts = read_bins(files.bins)
+    rows = pack([("scale", counts)], cut(counts["distinct_tokens"].sum(axis=0), shard_tokens))
+    pools: dict[str, list] = {}
     for row in rows:
-        pools.setdefault(row["pool"], []).append(
-            (files.shards, files.bins, row["shard"], row["first_bin"], row["end_bin"])
-        )
-    figures = {"pools": len(pools)}
-    for model, suffix in SUFFIX.items():
-        found = dict.fromkeys(("frames", "distinct_frames", "tokens", "distinct_tokens", "seconds"), 0)
-        for pieces in pools.values():
-            pooled = {s: prepared / f"pooled.{s}" for s in ("fna", "faa")}
-            pool_shards(pieces, pooled["fna"], pooled["faa"])
+        piece = (files.shards, files.bins, row["shard"], row["first_bin"], row["end_bin"])
+        pools.setdefault(row["pool"], []).append(piece)
+    counted = ("frames", "distinct_frames", "tokens", "distinct_tokens", "seconds")
+    found = {model: dict.fromkeys(counted, 0) for model in SUFFIX}
+    for pieces in pools.values():
+        pooled = {s: prepared / f"pooled.{s}" for s in ("fna", "faa")}
+        pool_shards(pieces, pooled["fna"], pooled["faa"])
+        for model, suffix in SUFFIX.items():
             start = time.perf_counter()
             first = first_copies(index := ShardIndex.read(pooled[suffix]))
-            found["seconds"] += time.perf_counter() - start
+            found[model]["seconds"] += time.perf_counter() - start
             ends = 2 if model == "esm" else 0  # ESM-2's BOS and EOS
             tokens = np.array([len(s) for b in range(index.n_blocks) for s in index.read_block(b)]) + ends
-            found["frames"] += len(index)
-            found["distinct_frames"] += int((first == np.arange(len(index))).sum())
-            found["tokens"] += int(tokens.sum())
-            found["distinct_tokens"] += int(tokens[first == np.arange(len(index))].sum())
-        figures[model] = found | {"seconds": round(found["seconds"], 2)}
-        figures[model]["distinct_token_share"] = round(found["distinct_tokens"] / max(found["tokens"], 1), 4)
+            distinct = first == np.arange(len(index))
+            for key, values in (("frames", np.ones(len(index), np.int64)), ("tokens", tokens)):
+                found[model][key] += int(values.sum())
+                found[model][f"distinct_{key}"] += int(values[distinct].sum())
+    figures = {"pools": len(pools)}
+    for model, counted in found.items():
+        share = round(counted["distinct_tokens"] / max(counted["tokens"], 1), 4)
+        figures[model] = counted | {"seconds": round(counted["seconds"], 2), "distinct_token_share": share}
     return figures
 
 

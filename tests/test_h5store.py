@@ -78,10 +78,11 @@ def test_block_reader_reads_one_block_at_a_time(tmp_path, monkeypatch):
     assert max(reads) == 128 and sum(reads) == 2000
     assert got_ids == ids
     assert np.array_equal(np.concatenate(blocks), np.hstack([dna.astype(np.float16).astype(np.float32), esm]))
-    whole = np.full((1002, 32), np.nan, dtype=np.float32)  # read into rows of a larger array
+    whole = np.full((1002, 32), np.nan, dtype=np.float32)  # read into rows of a larger array, scattered
+    scattered = np.random.default_rng(0).permutation(np.arange(1, 1001))
     with h5store.FeatureBlocks(tmp_path / "dna.h5", tmp_path / "esm.h5", rows=128) as reader:
-        assert reader.read_all(whole[1:1001]) == ids and reader.block is None  # no block buffer
-    assert np.array_equal(whole[1:1001], np.concatenate(blocks)) and np.isnan(whole[[0, 1001]]).all()
+        assert reader.read_into(whole, scattered) == ids and reader.block is None  # not the iterator's block
+    assert np.array_equal(whole[scattered], np.concatenate(blocks)) and np.isnan(whole[[0, 1001]]).all()
 
 
 def test_block_reader_checks_ids_per_block(tmp_path):

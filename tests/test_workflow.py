@@ -35,7 +35,7 @@ from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import BIN_COUNTS, BINS
 from workflow_lib.models import classifier
-from workflow_lib.prepare.plan import pack, read_plans
+from workflow_lib.prepare.plan import cut, pack, read_plans
 from workflow_lib.workflow import job_resources
 
 
@@ -567,7 +567,8 @@ def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_token
         ("empty", counts({})),
         ("big", counts({4000: (8, 80, 80)})),
     ]
-    rows = pack(samples, 50, generation=2)
+    distinct = sum(counts["distinct_tokens"].sum(axis=0) for _, counts in samples)
+    rows = pack(samples, cut(distinct, 50), generation=2)
     placed = [(r["sample"], r["shard"], r["frames"], r["tokens"], r["pool"], r["offset"]) for r in rows]
     assert placed == [
         ("a", 0, 6, 60, "2-0", 0),
@@ -580,7 +581,7 @@ def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_token
     ]
     ranges = {r["pool"]: (r["first_bin"], r["end_bin"]) for r in rows}
     assert ranges == {"2-0": (0, 2), "2-1": (2, 4000), "2-2": (4000, BINS)}
-    assert [r["pool"] for r in pack([("empty", counts({}))], 50)] == ["0-0"]
+    assert [r["pool"] for r in pack([("empty", counts({}))], cut(np.zeros(BINS, np.int64), 50))] == ["0-0"]
 
 
 def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_path):
@@ -599,7 +600,8 @@ def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_pat
         counts = prepare_into(reads, tmp_path / name, 3000, chunk_length=300)
         assert counts["shards"] >= 3
         samples.append((name, prepared_files(tmp_path / name)))
-    rows = pack([(name, read_bins(files.bins)) for name, files in samples], 6000)
+    bins = [(name, read_bins(files.bins)) for name, files in samples]
+    rows = pack(bins, cut(sum(counts["distinct_tokens"].sum(axis=0) for _, counts in bins), 6000))
     pools: dict[str, list] = {}
     for row in rows:
         files = dict(samples)[row["sample"]]

@@ -128,8 +128,18 @@ class ShardScores:
         self.per_bin = read_bins(bins_path)["frames"]  # [shards, BINS]
         self.bin_starts = np.cumsum(self.per_bin, axis=1) - self.per_bin
         self.pieces: list[list[tuple]] = [[] for _ in self.per_bin]  # (file, first row, rows, IDs digest)
+        self.layouts = {}  # per file, where its scores and atypicality lie in it
+        self.checkpoints = None  # every file's must be the first's
         for position, path in enumerate(self.paths):
-            found = _read(path, "pieces", "ids_blake2b", "piece_samples", "piece_shards")
+            found = _read(path, "pieces", "ids_blake2b", "piece_samples", "piece_shards", "checkpoints")
+            if self.checkpoints is None:
+                self.checkpoints = found["checkpoints"]
+            elif found["checkpoints"] != self.checkpoints:
+                raise InputError(
+                    f"{path}: made with {found['checkpoints']} but {self.paths[0]} with {self.checkpoints}; delete "
+                    "the sample's embeddings and scores and run again"
+                )
+            self.layouts[path] = [_layout(path, key) for key in ("scores", "atypicality")]
             starts = np.cumsum(found["pieces"]) - found["pieces"]
             # a file without pieces holds one shard: that of its place among the files
             samples = found.get("piece_samples", np.array([sample]))
@@ -140,7 +150,7 @@ class ShardScores:
                     self._disagree(f"is in {path}, but {bins_path} counts {len(self.pieces)} shards", path)
                 self.pieces[shards[i]].append((path, int(starts[i]), int(found["pieces"][i]), found["ids_blake2b"][i]))
         self.frames = int(self.per_bin.sum())
-        self.shard, self.checkpoints = -1, None  # every file's checkpoints must be the first's
+        self.shard = -1
         for shard, pieces in enumerate(self.pieces):
             held, counted = sum(n for _, _, n, _ in pieces), int(self.per_bin[shard].sum())
             if not pieces and counted:
@@ -180,15 +190,7 @@ class ShardScores:
         self.shard += 1
         parts = []
         for path, start, n, _ in self.pieces[self.shard]:
-            checkpoints = _read(path, "checkpoints")["checkpoints"]
-            if self.checkpoints is None:
-                self.checkpoints, self.first = checkpoints, path
-            elif checkpoints != self.checkpoints:
-                raise InputError(
-                    f"{path}: made with {checkpoints} but {self.first} with {self.checkpoints}; delete the "
-                    "sample's embeddings and scores and run again"
-                )
-            parts.append(np.column_stack([_mapped(path, key)[start : start + n] for key in ("scores", "atypicality")]))
+            parts.append(np.column_stack([_rows(path, layout, start, n) for layout in self.layouts[path]]))
         self.scores = np.concatenate(parts) if parts else np.empty((0, 3), dtype=np.float32)
         self.ids = np.full(len(self.scores), None, dtype=object)
         self.seen = np.zeros(BINS, dtype=np.int64)
@@ -226,8 +228,9 @@ def _read(path: Path, *keys: str) -> dict:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
 
-def _mapped(path: Path, key: str) -> np.ndarray:
-    """Array `key` of a scores file (np.savez stores it uncompressed), mapped from the file."""
+def _layout(path: Path, key: str) -> tuple[int, np.dtype, tuple]:
+    """Where array `key` of a scores file lies in it (np.savez stores it uncompressed, in C order):
+    its data's offset, dtype and shape."""
     try:
         with zipfile.ZipFile(path) as archive:
             info = archive.getinfo(f"{key}.npy")
@@ -240,10 +243,20 @@ def _mapped(path: Path, key: str) -> np.ndarray:
             shape, fortran, dtype = read_header(handle)
             offset = handle.tell()
         if info.compress_type != zipfile.ZIP_STORED or fortran:
-            return _read(path, key)[key]
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+            raise ValueError(f"{key} is compressed or in Fortran order")
+        return offset, dtype, shape
     except (OSError, KeyError, ValueError, struct.error, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+
+
+def _rows(path: Path, layout: tuple[int, np.dtype, tuple], start: int, n: int) -> np.ndarray:
+    """Rows start to start + n of an array of a scores file (_layout), read from the file alone."""
+    offset, dtype, shape = layout
+    columns = int(np.prod(shape[1:]))
+    values = np.fromfile(path, dtype=dtype, count=n * columns, offset=offset + start * columns * dtype.itemsize)
+    if values.size != n * columns:
+        raise InputError(f"{path}: cut short (rows {start} to {start + n} missing); delete it and run again")
+    return values.reshape(n, *shape[1:])
 
 
 def scored_chunks(

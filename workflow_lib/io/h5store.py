@@ -152,12 +152,17 @@ class FeatureBlocks(contextlib.ExitStack):
         self.dim = sum(self.dims)
         self.block: np.ndarray | None = None
 
-    def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
-        """Rows start:stop of the files into `out` (float32, [stop - start, dim]); their IDs."""
+    def ids(self, start: int, stop: int) -> list[str]:
+        """The IDs of rows start:stop, which every file must hold alike."""
         ids = [f["ids"].asstr()[start:stop].tolist() for f in self.files]
         for path, other in zip(self.paths[1:], ids[1:]):
             if other != ids[0]:
                 raise InputError(f"{self.paths[0]} and {path} hold different frames; delete both and run again")
+        return ids[0]
+
+    def read_rows(self, start: int, stop: int, out: np.ndarray) -> list[str]:
+        """Rows start:stop of the files into `out` (float32, [stop - start, dim]); their IDs."""
+        ids = self.ids(start, stop)
         column = 0
         for handle, dim in zip(self.files, self.dims):
             if dim and stop > start:  # HDF5 reads (and converts float16) into the block's columns
@@ -165,7 +170,7 @@ class FeatureBlocks(contextlib.ExitStack):
                     out, np.s_[start:stop, :], np.s_[0 : stop - start, column : column + dim]
                 )
             column += dim
-        return ids[0]
+        return ids
 
     def __iter__(self) -> Iterator[tuple[slice, list[str], np.ndarray]]:
         """(rows of the files, their IDs, their features: a view of the one block, valid until the next)."""
@@ -176,11 +181,13 @@ class FeatureBlocks(contextlib.ExitStack):
             ids = self.read_rows(start, stop, self.block)
             yield slice(start, stop), ids, self.block[: stop - start]
 
-    def read_all(self, out: np.ndarray, first: int = 0, end: int | None = None) -> list[str]:
-        """Rows first:end (all by default) into `out` (float32, [rows, dim]), a block at a time; their IDs."""
+    def read_into(self, out: np.ndarray, rows: np.ndarray, first: int = 0) -> list[str]:
+        """Rows first to first + len(rows) of the files into rows `rows` of `out` (float32, [.., dim]),
+        a block at a time; their IDs."""
         ids: list[str] = []
-        end = self.n if end is None else end
-        for start in range(first, end, self.rows):
-            stop = min(start + self.rows, end)
-            ids += self.read_rows(start, stop, out[start - first : stop - first])
+        block = np.empty((min(self.rows, max(len(rows), 1)), self.dim), dtype=np.float32)
+        for start in range(0, len(rows), self.rows):
+            stop = min(start + self.rows, len(rows))
+            ids += self.read_rows(first + start, first + stop, block)
+            out[rows[start:stop]] = block[: stop - start]
         return ids

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import itertools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -43,37 +44,42 @@ def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     return {sample: listed.get(sample, new) for sample in sheet}
 
 
-def pack(samples: list[tuple[str, dict[str, np.ndarray]]], shard_tokens: int, generation: int = 0) -> list[dict]:
-    """PLAN rows of the (sample, its bins file's counts) pairs: the bins cut into consecutive ranges
-    of at most `shard_tokens` distinct tokens (each shard's, summed; a larger bin alone), a pool
-    each, named `{generation}-{n}`. A shard without frames is a piece of the first pool."""
-    distinct = sum((counts["distinct_tokens"].sum(axis=0) for _, counts in samples), np.zeros(BINS, np.int64))
+def cut(distinct: np.ndarray, shard_tokens: int) -> list[int]:
+    """The bounds of consecutive ranges of bins of at most `shard_tokens` of the `distinct` tokens
+    per bin (each shard's, summed; a larger bin alone): a pool each."""
     bounds, total = [0], 0
     for b, tokens in enumerate(distinct.tolist()):
         if total and tokens and total + tokens > shard_tokens:  # bins without tokens join the range before
             bounds.append(b)
             total = 0
         total += tokens
-    bounds.append(BINS)
-    rows = []
-    for pool, (first, end) in enumerate(itertools.pairwise(bounds)):
-        offset = 0
-        for sample, counts in samples:
+    return bounds + [BINS]
+
+
+def pack(samples: Iterable[tuple[str, dict[str, np.ndarray]]], bounds: list[int], generation: int = 0) -> list[dict]:
+    """PLAN rows of the (sample, its bins file's counts) pairs, taken one at a time: a pool per
+    range of bins (cut), named `{generation}-{n}`; a shard without frames is a piece of the first."""
+    pools: list[list[dict]] = [[] for _ in bounds[1:]]
+    for sample, counts in samples:
+        empty = counts["frames"].sum(axis=1) == 0
+        for pool, (first, end) in enumerate(itertools.pairwise(bounds)):
             frames, tokens = (counts[key][:, first:end].sum(axis=1).tolist() for key in ("frames", "tokens"))
-            empty = counts["frames"].sum(axis=1) == 0
             for shard, (n, t) in enumerate(zip(frames, tokens)):
                 if n or (pool == 0 and empty[shard]):
+                    offset = pools[pool][-1]["offset"] + pools[pool][-1]["frames"] if pools[pool] else 0
                     place = {"pool": f"{generation}-{pool}", "offset": offset, "first_bin": first, "end_bin": end}
-                    rows.append({"sample": sample, "shard": shard, "frames": n, "tokens": t, **place})
-                    offset += n
-    return rows
+                    pools[pool].append({"sample": sample, "shard": shard, "frames": n, "tokens": t, **place})
+    return [row for rows in pools for row in rows]
 
 
 def write_plan(
     bins_files: list[tuple[str, str | Path]], shard_tokens: int, output: str | Path, generation: int = 0
 ) -> dict:
-    """The plan of a generation's (sample, bins file) pairs, in that order; return its counts."""
-    rows = pack([(sample, read_bins(path)) for sample, path in bins_files], shard_tokens, generation)
+    """The plan of a generation's (sample, bins file) pairs, in that order; return its counts. The
+    bins files are read twice, one at a time: the plan's memory does not grow with the samples."""
+    distinct = sum((read_bins(path)["distinct_tokens"].sum(axis=0) for _, path in bins_files), np.zeros(BINS, np.int64))
+    samples = ((sample, read_bins(path)) for sample, path in bins_files)
+    rows = pack(samples, cut(distinct, shard_tokens), generation)
     write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
     return {"pieces": len(rows), "pools": len({row["pool"] for row in rows})}
 

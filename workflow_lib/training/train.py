@@ -65,7 +65,7 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
             tables[frames_path] = read_table(frames_path, ["frame_id", "sequence_id", "chunk"]).set_index("frame_id")
         with h5store.FeatureBlocks(*paths) as blocks:
             widths.append([[str(attrs["model"]), dim] for attrs, dim in zip(blocks.attrs, blocks.dims)])
-            ids = blocks.files[0]["ids"].asstr()[first:end].tolist()
+            ids = blocks.ids(first, end)
         if widths[-1] != widths[0]:
             described = [" + ".join(f"{name} {width}" for name, width in w) for w in (widths[-1], widths[0])]
             raise InputError(
@@ -95,14 +95,10 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
     x = np.empty((offset, sum(w for _, w in widths[0])), dtype=np.float32)
     y = np.empty(offset, dtype=np.int64)
     progress = Progress(log, "shards read", total=len(shards), interval=progress_seconds)
-    for done, ((label, paths, _, first, end), destination) in enumerate(zip(shards, destinations), 1):
+    for done, ((label, paths, _, first, _), destination) in enumerate(zip(shards, destinations), 1):
         y[destination] = LABELS[label]
         with h5store.FeatureBlocks(*paths) as blocks:
-            block = np.empty((min(blocks.rows, max(end - first, 1)), blocks.dim), dtype=np.float32)
-            for start in range(first, end, blocks.rows):
-                stop = min(start + blocks.rows, end)
-                blocks.read_rows(start, stop, block)
-                x[destination[start - first : stop - first]] = block[: stop - start]
+            blocks.read_into(x, destination, first)
         progress.update(done)
     key = pd.concat(keys, ignore_index=True)
     if len(np.unique(y)) < 2:

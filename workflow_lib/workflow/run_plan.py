@@ -102,10 +102,9 @@ class RunPlan:
 
     def fasta(self, pool: str, suffix: str) -> str:
         """A pooled shard's nucleotide (`fna`) or protein (`faa`) FASTA (see fasta_pair)."""
-        pieces = self.pieces(pool)
-        if self.whole_shard(pool):
-            shards = expand(self.rules.prepare.output.shards, sample=pieces[0]["sample"])[0]
-            return str(sharding.shard_fasta(shards, pieces[0]["shard"], suffix))
+        if piece := self.whole_shard(pool):
+            shards = expand(self.rules.prepare.output.shards, sample=piece["sample"])[0]
+            return str(sharding.shard_fasta(shards, piece["shard"], suffix))
         return expand(getattr(self.rules.pool_shard.output, suffix), pool=pool)[0]
 
     def model_fasta(self, wildcards) -> str:
