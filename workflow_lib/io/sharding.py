@@ -155,7 +155,8 @@ def shard_lines(path: str | Path) -> Iterator[tuple[bytes, list[bytes], int]]:
         while piece := handle.read(PIECE):
             lines = (tail + piece).split(b"\n")
             tail = lines.pop()
-            if any(not header.startswith(b">") for header in lines[before % 2 :: 2]):
+            headers = lines[before % 2 :: 2]
+            if (b"\n" + b"\n".join(headers)).count(b"\n>") != len(headers):  # each starts with ">"
                 raise _not_a_shard(Path(path))
             yield piece, lines, before % 2
             before += len(lines)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
@@ -198,27 +199,38 @@ class _Writer:
         numbers = chunk_number[chunk].tolist()
         names = [_FRAME_IDS[f] for f in frame.tolist()]
         frame_ids = [b"%s_chunk_%d%s" % row for row in zip(records, numbers, names)]
-        shards = [self._assign(len(protein) + 2) for protein in proteins]  # BOS + EOS
-        start = 0
-        crcs = protein_crcs(proteins)
-        for shard, run in itertools.groupby(shards):  # shard numbers never fall: one run per shard
-            stop = start + len(list(run))
+        tokens = np.fromiter(map(len, proteins), dtype=np.int64, count=len(proteins)) + 2  # BOS + EOS
+        crcs, start, shards = protein_crcs(proteins), 0, []
+        for shard, stop in self._fill(tokens):
             if shard > len(self.digests):
                 self._write_held()
-            self.held.add(frame_ids[start:stop], nucleotides[start:stop], proteins[start:stop], crcs[start:stop])
+            part = slice(start, stop)
+            self.held.add(frame_ids[part], nucleotides[part], proteins[part], crcs[part], tokens[part])
+            shards += [shard] * (stop - start)
             start = stop
         coordinates = (starts[chunk] + 1).tolist(), ends[chunk].tolist()  # 1-based, inclusive
-        rows = zip(frame_ids, records, numbers, *coordinates, names, map(len, proteins), shards, (crcs % BINS).tolist())
+        rows = zip(
+            frame_ids, records, numbers, *coordinates, names, (tokens - 2).tolist(), shards, (crcs % BINS).tolist()
+        )
         self.frames_table.write(b"".join([b"%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n" % row for row in rows]))
 
-    def _assign(self, tokens: int) -> int:
-        """The shard of the next frame: the last one while it has room (or no frame), else the next."""
-        if self.shard_frames[-1] and self.shard_tokens[-1] + tokens > self.policy.shard_tokens:
-            self.shard_frames.append(0)
-            self.shard_tokens.append(0)
-        self.shard_frames[-1] += 1
-        self.shard_tokens[-1] += tokens
-        return len(self.shard_frames) - 1
+    def _fill(self, tokens: np.ndarray) -> list[tuple[int, int]]:
+        """Place frames of `tokens` in the shards in turn: the last one while it has room (or no frame),
+        else the next. Return each shard they went to, and where its run of them ends."""
+        runs, start = [], 0
+        while start < tokens.size:
+            filled = self.shard_tokens[-1] + np.cumsum(tokens[start:])
+            fit = int(np.searchsorted(filled, self.policy.shard_tokens, side="right"))
+            if not fit and self.shard_frames[-1]:
+                self.shard_frames.append(0)
+                self.shard_tokens.append(0)
+                continue
+            fit = max(fit, 1)  # a frame larger than a shard goes alone
+            self.shard_frames[-1] += fit
+            self.shard_tokens[-1] = int(filled[fit - 1])
+            start += fit
+            runs.append((len(self.shard_frames) - 1, start))
+        return runs
 
     def _write_held(self) -> None:
         digest, counts = self.held.write(self.directory, len(self.digests))
@@ -240,39 +252,48 @@ class _HeldShard:
         self.ids: list[bytes] = []
         self.listed = IDDigest()  # of the IDs in the frames table's order
         self.records: dict[str, list[bytes]] = {"fna": [], "faa": []}  # a FASTA record each frame
-        self.crcs, self.tokens = [], []
+        self.arrays: dict[str, list[np.ndarray]] = {"crcs": [], "tokens": [], "fna_bytes": [], "faa_bytes": []}
 
-    def add(self, ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes], crcs: np.ndarray) -> None:
-        self.records["fna"] += [b">%s\n%s\n" % pair for pair in zip(ids, nucleotides)]
-        self.records["faa"] += [b">%s\n%s\n" % pair for pair in zip(ids, proteins)]
+    def add(
+        self, ids: list[bytes], nucleotides: list[bytes], proteins: list[bytes], crcs: np.ndarray, tokens: np.ndarray
+    ) -> None:
         self.ids += ids
         self.listed.update(ids)
-        self.crcs.append(crcs)
-        self.tokens.append(np.fromiter(map(len, proteins), dtype=np.int64, count=len(proteins)) + 2)  # BOS + EOS
+        for suffix, sequences in (("fna", nucleotides), ("faa", proteins)):
+            records = [b">%s\n%s\n" % pair for pair in zip(ids, sequences)]
+            self.records[suffix] += records
+            self.arrays[f"{suffix}_bytes"].append(np.fromiter(map(len, records), np.int64, len(records)))
+        self.arrays["crcs"].append(crcs)
+        self.arrays["tokens"].append(tokens)
 
     def write(self, directory: Path, shard: int) -> tuple[tuple[IDDigest, IDDigest], dict[str, np.ndarray]]:
         """Write the shard's FASTA pair in bin order; return the digests of its IDs in the frames
         table's order and in that one, and its counts per bin (sharding.BIN_COUNTS)."""
-        crcs, tokens = _joined(self.crcs), _joined(self.tokens)
-        bins = crcs % BINS
-        order = np.argsort(bins, kind="stable").tolist()
+        values = {
+            name: np.concatenate(arrays) if arrays else np.empty(0, np.int64) for name, arrays in self.arrays.items()
+        }
+        bins = values["crcs"] % BINS
+        order = np.argsort(bins, kind="stable")
         digest = IDDigest()
-        digest.update([self.ids[i] for i in order])
-        counts = {"frames": np.bincount(bins, minlength=BINS), "tokens": _per_bin(bins, tokens)}
+        digest.update(_gather(self.ids, order))
         # proteins told apart by CRC-32: the distinct tokens only size the plan's pools, and among
         # 10^6 distinct proteins about 10^2 collide
-        firsts = np.unique(crcs, return_index=True)[1]
-        counts["distinct_tokens"] = _per_bin(bins[firsts], tokens[firsts])
+        distinct = ~pd.Series(values["crcs"]).duplicated().to_numpy()
+        counts = {"frames": np.bincount(bins, minlength=BINS)}
+        counts |= {name: _per_bin(bins, values[name]) for name in ("tokens", "fna_bytes", "faa_bytes")}
+        counts["distinct_tokens"] = _per_bin(bins[distinct], values["tokens"][distinct])
         for suffix, records in self.records.items():
-            counts[f"{suffix}_bytes"] = _per_bin(bins, np.fromiter(map(len, records), np.int64, len(records)))
+            records = _gather(records, order)
             with open(shard_fasta(directory, shard, suffix), "wb") as out:
-                for lo in range(0, len(order), 65536):
-                    out.write(b"".join([records[i] for i in order[lo : lo + 65536]]))
+                # written about half a MB at a time: a write that fits in the CPU's cache was 4x faster
+                for lo in range(0, len(records), 1024):
+                    out.write(b"".join(records[lo : lo + 1024]))
         return (self.listed, digest), counts
 
 
-def _joined(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+def _gather(items: list, order: np.ndarray) -> list:
+    """`items` in `order` (a gather in C, several times faster than a list comprehension)."""
+    return np.array(items, dtype=object)[order].tolist() if items else []
 
 
 def _per_bin(bins: np.ndarray, values: np.ndarray) -> np.ndarray:

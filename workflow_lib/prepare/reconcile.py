@@ -9,6 +9,8 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io.sharding import shard_fasta, shard_lines
 from workflow_lib.io.tables import read_chunks
@@ -41,8 +43,10 @@ def check_prepared(files, written: list[tuple[IDDigest, IDDigest]], records: int
     frames_path, sequences_path = files.frames, files.sequences
     in_table = [IDDigest() for _ in written]
     for chunk in read_chunks(frames_path, ["frame_id", "shard"]):
-        for shard, ids in chunk.groupby("shard", sort=False)["frame_id"]:
-            in_table[shard].update([i.encode() for i in ids])
+        shards, ids = chunk["shard"].to_numpy(), chunk["frame_id"].to_numpy()
+        starts = np.flatnonzero(np.diff(shards, prepend=-1)).tolist()  # shard numbers never fall
+        for lo, hi in zip(starts, [*starts[1:], len(shards)]):
+            in_table[shards[lo]].update([i.encode() for i in ids[lo:hi].tolist()])
     n_frames = 0
     rows = 0
     for chunk in read_chunks(sequences_path, ["sequence_id", "n_frames"]):
