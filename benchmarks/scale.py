@@ -245,7 +245,7 @@ def table_stages(fasta: Path, prepared: Path, out: Path, scores: list[Path], emb
         "plot_sample",
         PlotSampleSettings,
         sample="scale",
-        **made,
+        prepared_sequences=made["prepared_sequences"],
         **drawn,
         summary=out / "summary.json",
         **{name.removesuffix(".tsv"): path for name, path in tables.items()},

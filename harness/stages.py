@@ -26,6 +26,18 @@ DEFAULTS = _defaults()
 ONE_SHARD = 10**12  # shard_tokens that keep any sample of a test or benchmark in one shard
 
 
+def from_config(declaration, config: dict, *, model: str | None = None, **others):
+    """The declaration with its values in `config` for `model` (where a key names it, and as its
+    `model` when it has one); `others`: its fields that the config does not hold, or values to use
+    instead."""
+    from workflow_lib.cli.settings import config_values
+
+    values = config_values(declaration, config, model=model)
+    if "model" in declaration.__dataclass_fields__:
+        values["model"] = model
+    return declaration(**values | others)
+
+
 def prepared_files(outdir: Path):
     from workflow_lib.prepare.job import PreparedFiles
 
@@ -49,7 +61,7 @@ def _sample_reads(reads):
 def prepare_into(reads, outdir: Path, shard_tokens: int | None = None, **settings) -> dict:
     """The prepare stage into `outdir` from `reads` (an input file, or io.reads.SampleReads);
     `settings`: those of PrepareSettings to change."""
-    from workflow_lib.cli.settings import PrepareSettings, from_config
+    from workflow_lib.cli.settings import PrepareSettings
     from workflow_lib.prepare.job import prepare
 
     settings |= {"shard_tokens": shard_tokens} if shard_tokens else {}
@@ -101,7 +113,7 @@ def model_check(model: str, checkpoint: str, cache_dir: str | None = None) -> di
 
 def embed_settings(model: str, checkpoint, **settings):
     """EmbedSettings with the config's defaults, on the CPU, unless `settings` give others."""
-    from workflow_lib.cli.settings import EmbedSettings, from_config
+    from workflow_lib.cli.settings import EmbedSettings
 
     values = {"checkpoint": str(checkpoint), "layer": None, "cache_dir": None, "device": "cpu"}
     values |= {"threads": len(os.sched_getaffinity(0))} | settings
@@ -130,7 +142,7 @@ def tokenize_into(shard: Path, checkpoint, output: Path) -> int:
 
 def train_settings(**settings):
     """TrainSettings with the config's defaults unless `settings` give others."""
-    from workflow_lib.cli.settings import TrainSettings, from_config
+    from workflow_lib.cli.settings import TrainSettings
 
     return from_config(TrainSettings, DEFAULTS, **{"threads": 1} | settings)
 

@@ -43,7 +43,6 @@ rule plot_sample:
         chunks=rules.predict.output.chunks,
         sequences=rules.call.output.sequences,
         regions=rules.call.output.regions,
-        prepared_frames=rules.prepare.output.frames,
         prepared_sequences=rules.prepare.output.sequences,
         summary=rules.summarize.output.summary,
     output:

@@ -11,7 +11,7 @@ import yaml
 from helpers import ROOT
 
 from harness.config_reference import rows
-from harness.stages import DEFAULTS
+from harness.stages import DEFAULTS, from_config
 from workflow_lib.cli.settings import (
     STAGES,
     EmbedSettings,
@@ -19,7 +19,6 @@ from workflow_lib.cli.settings import (
     add_arguments,
     declared,
     from_arguments,
-    from_config,
     tuning_keys,
 )
 from workflow_lib.models import embedders

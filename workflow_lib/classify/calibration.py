@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.io.outputs import atomic_open
+from workflow_lib.io.tables import write_json
 
 # LLRs are clipped to +-LLR_LIMIT and binned at LLR_STEP for the composition and q-value histograms:
 # a posterior moves by at most 0.25% within a bin.
@@ -37,7 +37,8 @@ ATYPICAL_QUANTILE = 0.98
 # The score job computes a frame's atypicality again, in other batches, where it moves slightly: a
 # calibration record at the limit would fall just outside it. The limit leaves room for that.
 ATYPICAL_MARGIN = 1.01
-# Held-out folds go by record when each class has this many records (as train's split does)
+# Whole records are held out (train's split, calibration's folds) when each class has at least this
+# many; with fewer, one record would be too large a share of its class, and chunks are held out.
 MIN_RECORDS_PER_CLASS = 10
 # A sample's composition: its interval is a bootstrap over records, in bounded memory: the records
 # are dealt at random into BOOTSTRAP_GROUPS groups, each with its own histograms, and the groups are
@@ -98,9 +99,7 @@ class Calibration:
         return np.clip(llr, -LLR_LIMIT, LLR_LIMIT)
 
     def save(self, path: str | Path) -> None:
-        with atomic_open(path) as handle:
-            json.dump(asdict(self), handle, indent=2)
-            handle.write("\n")
+        write_json(asdict(self), path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":

@@ -141,16 +141,6 @@ def config_values(declaration, config: dict, *, model: str | None = None, result
     }
 
 
-def from_config(declaration, config: dict, *, model: str | None = None, **others):
-    """The declaration with its values in `config` for `model` (where a key names it, and as its
-    `model` when it has one); `others`: its fields that the config does not hold, or values to use
-    instead."""
-    values = config_values(declaration, config, model=model)
-    if "model" in declaration.__dataclass_fields__:
-        values["model"] = model
-    return declaration(**values | others)
-
-
 def cli(**options) -> str:
     """Command-line options, every value quoted for the shell: key_name=value gives --key-name
     value; a tuple, several values; a list, the option once per item; True/False, true/false;

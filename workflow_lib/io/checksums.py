@@ -15,16 +15,12 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.io.locks import exclusive
 from workflow_lib.io.outputs import atomic_open
 
-_BLOCK = 1 << 22
 log = logging.getLogger("workflow")
 
 
 def sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def describe(paths: list[Path], known: dict | None = None) -> dict[str, dict]:

@@ -21,7 +21,6 @@ class SampleTables(NamedTuple):
     chunks: Path  # predict's chunks table
     sequences: Path  # call's sequences table
     regions: Path  # call's regions table
-    prepared_frames: Path  # prepare's frames table (chunk positions)
     prepared_sequences: Path  # prepare's sequences table (input statistics)
     summary: Path  # the run summary (counts, embedding figures)
 

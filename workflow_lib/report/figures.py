@@ -256,10 +256,8 @@ def sample_report(sample: str, tables: data.SampleTables, figures: SampleFigures
         read_chunks(tables.sequences), settings.top_sequences, settings.table_rows, set(strongest)
     )
     ids = set(top["sequence_id"]) | set(strongest)
-    # prepare's frames table has a row per frame: one of each chunk's
-    positions = data.rows_of(tables.prepared_frames, ids, ["sequence_id", "chunk", "chunk_start", "chunk_end"])
-    scored = data.rows_of(tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus"]).merge(
-        positions.drop_duplicates(["sequence_id", "chunk"]), on=["sequence_id", "chunk"], how="left"
+    scored = data.rows_of(
+        tables.chunks, ids, ["sequence_id", "chunk", "max_score_virus", "is_virus", "chunk_start", "chunk_end"]
     )
     regions = data.rows_of(tables.regions, ids, ["sequence_id", "start", "end"])
     plot_scores(frame_scores, scores, figures.scores)

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from workflow_lib.classify.calibration import MIN_RECORDS_PER_CLASS
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
 from workflow_lib.cli.settings import TrainSettings
@@ -29,9 +30,6 @@ from workflow_lib.models import classifier
 from workflow_lib.training.calibrate import LABELS, fit_chunks
 
 log = logging.getLogger("workflow")
-# Whole sequences are held out when each class has at least this many; with fewer, one sequence
-# would be too large a share of its class, and chunks are held out instead.
-MIN_SEQUENCES_PER_CLASS = 10
 FEW_FRAMES = 1000  # of a class: fewer, and the train job warns
 # the job's settings, not the training's: metrics.json's settings are the train section's
 NOT_THE_RECIPE = ("chunk_length", "progress_seconds", "threads")
@@ -118,11 +116,11 @@ def load_examples(shards: list[tuple], progress_seconds: float) -> Examples:
 
 def split(examples: Examples, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """(training rows, validation rows, unit): whole sequences are held out when each class has
-    MIN_SEQUENCES_PER_CLASS of them, else whole chunks. Per class, its groups in a seeded order
+    MIN_RECORDS_PER_CLASS of them, else whole chunks. Per class, its groups in a seeded order
     until they hold `fraction` of its frames: at least one group, never all of them."""
     y = examples.y
     per_class = [np.unique(examples.sequence[y == label]).size for label in (0, 1)]
-    unit = "sequence" if min(per_class) >= MIN_SEQUENCES_PER_CLASS else "chunk"
+    unit = "sequence" if min(per_class) >= MIN_RECORDS_PER_CLASS else "chunk"
     group = examples.sequence if unit == "sequence" else examples.chunk
     rng = np.random.default_rng(seed)
     held = np.zeros(y.size, dtype=bool)

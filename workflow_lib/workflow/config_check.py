@@ -227,12 +227,6 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
             widths.append((embedder.name, shape[1] if shape else None))
         metadata = recorded_metadata(path)
         refusal = embedders_refusal(path, metadata, widths)
-        if refusal is None and None not in (w for _, w in widths) and "input_dim" in metadata:
-            total = sum(w for _, w in widths)
-            if total != metadata["input_dim"]:
-                refusal = (
-                    f"{path}: the classifier takes {metadata['input_dim']} features but the listed models give {total}"
-                )
         if refusal:
             raise InputError(f"{where}: {refusal}")
         return
