@@ -67,9 +67,9 @@ def swapped_workflow(folder: Path) -> Path:
     copy = folder / "workflow"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
-    sharding.write_bins(
-        copy / "empty_bins.npz", {name: np.zeros((1, sharding.BINS), np.int64) for name in sharding.BIN_COUNTS}
-    )
+    empty = dict.fromkeys(sharding.BIN_COUNTS, np.zeros((1, sharding.BINS), np.int64))
+    empty["sketch"] = np.zeros((1, sharding.BINS, sharding.SKETCH), np.int64)
+    sharding.write_bins(copy / "empty_bins.npz", empty)
     command = SWAPPED.replace("EMPTY_BINS", str(copy / "empty_bins.npz"))
     for rules in (copy / "rules").glob("*.smk"):
         text = rules.read_text()

@@ -35,7 +35,7 @@ from workflow_lib.embed.packing import first_copies
 from workflow_lib.io import h5store
 from workflow_lib.io.sharding import ShardIndex, pool_shards, read_bins
 from workflow_lib.io.tables import write_json
-from workflow_lib.prepare.plan import cut, pack
+from workflow_lib.prepare.plan import cut, distinct_tokens, pack
 from workflow_lib.report.figures import SampleFigures
 
 WIDTH = {"dnabert": 768, "esm": 2560}  # the production models'
@@ -103,8 +103,7 @@ def distinct_stage(prepared: Path, shard_tokens: int) -> dict:
     """The plan's pooled shards of the prepared shards; per model their frames, tokens (ESM-2's: residues
     + 2; DNABERT-S's: bases) and seconds of finding the copies, with those of the distinct sequences."""
     files = prepared_files(prepared)
-    counts = read_bins(files.bins)
-    rows = pack([("scale", counts)], cut(counts["distinct_tokens"].sum(axis=0), shard_tokens))
+    rows = pack([("scale", read_bins(files.bins))], cut(distinct_tokens([files.bins]), shard_tokens))
     pools: dict[str, list] = {}
     for row in rows:
         piece = (files.shards, files.bins, row["shard"], row["first_bin"], row["end_bin"])

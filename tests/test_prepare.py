@@ -12,7 +12,7 @@ from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
 from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.io.seqio import read_records
-from workflow_lib.io.sharding import BINS, read_bins
+from workflow_lib.io.sharding import BINS, SKETCH, read_bins
 from workflow_lib.io.tables import read_table
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.job import short_records_advice
@@ -48,6 +48,7 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
     Returns the shards table's rows."""
     shards = read_table(outdir / "shards.tsv").to_dict("records")
     bins = read_bins(outdir / "bins.npz")
+    sketches = read_bins(outdir / "bins.npz", ("sketch",))["sketch"]
     assert all(counts.shape == (len(shards), BINS) for counts in bins.values())
     n = len(shards)
     assert n == counts["shards"] >= 1 and [row["shard"] for row in shards] == list(range(n))
@@ -73,8 +74,13 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
         assert (
             bins["frames"][row["shard"]].sum() == row["frames"] and bins["tokens"][row["shard"]].sum() == row["tokens"]
         )
-        distinct = {protein: int(f["bin"]) for (_, protein), f in zip(proteins, by_bin)}
-        assert bins["distinct_tokens"][row["shard"]].sum() == sum(len(protein) + 2 for protein in distinct)
+        kept: dict[int, dict[int, int]] = {}  # per bin, its proteins' hashes (the CRC's bits above the bin's)
+        for _, protein in proteins:
+            crc = zlib.crc32(protein.encode())
+            hashes = kept.setdefault(crc % BINS, {})
+            hashes[crc >> 12] = min(hashes.get(crc >> 12, len(protein) + 2), len(protein) + 2)
+        sketched = [[(h + 1) << 32 | tokens for h, tokens in sorted(kept.get(b, {}).items())] for b in range(BINS)]
+        assert sketches[row["shard"]].tolist() == [(s + [0] * SKETCH)[:SKETCH] for s in sketched]
         for suffix, path in (("fna", fna), ("faa", faa)):
             assert bins[f"{suffix}_bytes"][row["shard"]].sum() == path.stat().st_size
         assert row["tokens"] <= shard_tokens or row["frames"] == 1, "only a one-frame shard may be larger"

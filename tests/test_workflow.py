@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 import h5py
@@ -33,9 +34,9 @@ from helpers import (
 from workflow_lib.embed import rates
 from workflow_lib.io import h5store, locks
 from workflow_lib.io.seqio import read_records
-from workflow_lib.io.sharding import BIN_COUNTS, BINS
+from workflow_lib.io.sharding import BIN_COUNTS, BINS, SKETCH, sketch, write_bins
 from workflow_lib.models import classifier
-from workflow_lib.prepare.plan import cut, pack, read_plans
+from workflow_lib.prepare.plan import cut, distinct_tokens, pack, read_plans
 from workflow_lib.workflow import job_resources
 
 
@@ -547,27 +548,27 @@ def test_results_do_not_depend_on_sharding(workflow_run, pooled_run):
 
 def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_tokens():
     """A pooled shard is a range of bins of every shard of the generation: bins join the latest
-    range while the shards' distinct tokens in it fit shard_tokens (copies within a shard counted
-    once), else start the next, and a bin larger than shard_tokens is a range of its own. Its
-    pieces are each shard's frames of those bins, in the sheet's and shard order, each at the row
-    where the one before it ends; a shard without frames is a piece of the first."""
+    range while their distinct tokens fit shard_tokens, else start the next, and a bin larger than
+    shard_tokens is a range of its own. Its pieces are each shard's frames of those bins, in the
+    sheet's and shard order, each at the row where the one before it ends; a shard without frames
+    is a piece of the first."""
 
-    def counts(*shards: dict[int, tuple[int, int, int]]) -> dict[str, np.ndarray]:
-        """Each shard's (frames, tokens, distinct tokens) by bin, as prepare's bins file."""
+    def counts(*shards: dict[int, tuple[int, int]]) -> dict[str, np.ndarray]:
+        """Each shard's (frames, tokens) by bin, as prepare's bins file."""
         arrays = {name: np.zeros((len(shards), BINS), dtype=np.int64) for name in BIN_COUNTS}
         for shard, by_bin in enumerate(shards):
-            for b, (frames, tokens, distinct) in by_bin.items():
+            for b, (frames, tokens) in by_bin.items():
                 arrays["frames"][shard, b], arrays["tokens"][shard, b] = frames, tokens
-                arrays["distinct_tokens"][shard, b] = distinct
         return arrays
 
     samples = [
-        ("a", counts({0: (6, 60, 30), 2: (1, 10, 10)}, {1: (2, 20, 20), 3: (1, 10, 10)})),  # 3 copies in bin 0
-        ("b", counts({2: (1, 10, 10)})),
+        ("a", counts({0: (6, 60), 2: (1, 10)}, {1: (2, 20), 3: (1, 10)})),
+        ("b", counts({2: (1, 10)})),  # a copy of a's frame of bin 2
         ("empty", counts({})),
-        ("big", counts({4000: (8, 80, 80)})),
+        ("big", counts({4000: (8, 80)})),
     ]
-    distinct = sum(counts["distinct_tokens"].sum(axis=0) for _, counts in samples)
+    distinct = np.zeros(BINS)
+    distinct[[0, 1, 2, 3, 4000]] = [30, 20, 10, 10, 80]  # a's bin 0: 3 copies
     rows = pack(samples, cut(distinct, 50), generation=2)
     placed = [(r["sample"], r["shard"], r["frames"], r["tokens"], r["pool"], r["offset"]) for r in rows]
     assert placed == [
@@ -582,6 +583,27 @@ def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_token
     ranges = {r["pool"]: (r["first_bin"], r["end_bin"]) for r in rows}
     assert ranges == {"2-0": (0, 2), "2-1": (2, 4000), "2-2": (4000, BINS)}
     assert [r["pool"] for r in pack([("empty", counts({}))], cut(np.zeros(BINS, np.int64), 50))] == ["0-0"]
+
+
+def test_the_plan_counts_each_distinct_protein_once_in_bounded_memory(tmp_path):
+    """The plan's distinct tokens per bin come from each shard's sketch, merged across shards and
+    samples: a protein in several shards counts once, and where a bin holds more distinct proteins
+    than the sketch keeps, their tokens are estimated within about 1/sqrt(SKETCH) a bin, closer
+    over the bins of a pool."""
+    rng = np.random.default_rng(0)
+    crcs = np.unique(rng.integers(0, 2**32, 700_000))  # about 170 distinct proteins a bin
+    tokens = rng.integers(30, 170, crcs.size)
+    zeros = np.zeros((3, BINS), np.int64)
+    files = []
+    for sample, frames in (("a", np.arange(0, 400_000)), ("b", np.arange(200_000, crcs.size))):  # b repeats a's half
+        sketches = np.stack([sketch(crcs[part], tokens[part]) for part in np.array_split(frames, 3)])
+        files.append(tmp_path / f"{sample}.npz")
+        write_bins(files[-1], dict.fromkeys(BIN_COUNTS, zeros) | {"sketch": sketches})
+    estimate, exact = distinct_tokens(files), np.bincount(crcs % BINS, weights=tokens, minlength=BINS)
+    assert np.std(estimate / exact - 1) < 1.2 / np.sqrt(SKETCH)  # a bin
+    for bins_a_pool, most in ((64, 0.06), (BINS, 0.01)):
+        ratio = estimate.reshape(-1, bins_a_pool).sum(axis=1) / exact.reshape(-1, bins_a_pool).sum(axis=1)
+        assert np.abs(ratio - 1).max() < most, bins_a_pool
 
 
 def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_path):
@@ -601,7 +623,8 @@ def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_pat
         assert counts["shards"] >= 3
         samples.append((name, prepared_files(tmp_path / name)))
     bins = [(name, read_bins(files.bins)) for name, files in samples]
-    rows = pack(bins, cut(sum(counts["distinct_tokens"].sum(axis=0) for _, counts in bins), 6000))
+    distinct = distinct_tokens(files.bins for _, files in samples)
+    rows = pack(bins, cut(distinct, 6000))
     pools: dict[str, list] = {}
     for row in rows:
         files = dict(samples)[row["sample"]]
@@ -620,6 +643,11 @@ def test_copies_from_any_record_shard_or_sample_meet_in_one_pooled_shard(tmp_pat
         embedded += int((first == np.arange(len(index))).sum())
     assert all(len(held) == 1 for held in proteins.values())
     assert embedded == len(proteins) < sum(len(read_fasta(f)) for f in tmp_path.glob("pool_*.faa")) / 1.5
+    # the plan counted each protein once, across shards and samples: no bin holds SKETCH of them
+    by_bin = np.zeros(BINS, np.int64)
+    for protein in proteins:
+        by_bin[zlib.crc32(protein.encode()) % BINS] += len(protein) + 2
+    assert np.array_equal(distinct, by_bin)
 
 
 @pytest.mark.slow

@@ -28,8 +28,13 @@ SHARDS = ("shard", "frames", "tokens")
 BLOCK = 8192
 PIECE = 4 << 20  # bytes of a shard read at a time while indexing it
 BINS = 4096  # a pooled shard is at least a bin: 1/4096 of its generation's distinct tokens
-# the bins file's arrays, each [shards, BINS]: distinct_tokens counts each protein once a shard
-BIN_COUNTS = ("frames", "tokens", "distinct_tokens", "fna_bytes", "faa_bytes")
+# the bins file's counts, each [shards, BINS]; and its `sketch`, [shards, BINS, SKETCH]
+BIN_COUNTS = ("frames", "tokens", "fna_bytes", "faa_bytes")
+# Of each bin, the SKETCH smallest distinct hashes of its proteins (the CRC-32's 20 bits above the
+# bin's), each with its protein's tokens: a uniform sample of the bin's distinct proteins that
+# merges across shards and samples, from which the plan finds their number (exact below SKETCH,
+# else within about 1/sqrt(SKETCH)) and tokens in bounded memory (plan.distinct_tokens).
+SKETCH = 64
 
 
 def protein_crcs(proteins: list[bytes]) -> np.ndarray:
@@ -37,16 +42,31 @@ def protein_crcs(proteins: list[bytes]) -> np.ndarray:
     return np.fromiter(map(zlib.crc32, proteins), dtype=np.int64, count=len(proteins))
 
 
+def sketch(crcs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """A shard's sketch (SKETCH) of its frames' CRCs and tokens: per bin, (hash + 1) << 32 | tokens
+    of its smallest distinct hashes in rising order, then 0s."""
+    packed = np.sort((crcs % BINS << 20 | crcs >> 12) << 31 | tokens)  # by bin, hash, then tokens
+    keys = packed >> 31
+    first = np.diff(keys, prepend=-1) != 0  # of each hash (a hash two proteins share: the fewer tokens)
+    keys, tokens = keys[first], packed[first] & 0x7FFFFFFF
+    of_bin = keys >> 20
+    rank = np.arange(keys.size) - np.searchsorted(of_bin, of_bin)
+    kept = rank < SKETCH
+    sketched = np.zeros((BINS, SKETCH), np.int64)
+    sketched[of_bin[kept], rank[kept]] = ((keys[kept] & 0xFFFFF) + 1) << 32 | tokens[kept]
+    return sketched
+
+
 def write_bins(path: str | Path, counts: dict[str, np.ndarray]) -> None:
     with atomic_open(path, "wb") as handle:
-        np.savez_compressed(handle, **{name: counts[name] for name in BIN_COUNTS})
+        np.savez_compressed(handle, **{name: counts[name] for name in (*BIN_COUNTS, "sketch")})
 
 
-def read_bins(path: str | Path) -> dict[str, np.ndarray]:
-    """A sample's bins file: each BIN_COUNTS array, [shards, BINS]."""
+def read_bins(path: str | Path, names: tuple[str, ...] = BIN_COUNTS) -> dict[str, np.ndarray]:
+    """A sample's bins file: its arrays `names` (BIN_COUNTS, "sketch")."""
     try:
         with np.load(path) as data:
-            return {name: data[name] for name in BIN_COUNTS}
+            return {name: data[name] for name in names}
     except (OSError, KeyError, ValueError) as error:
         raise InputError(f"{path}: not a bins file written by prepare ({error}); delete it and run again") from None
 

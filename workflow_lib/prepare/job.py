@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.progress import Progress
@@ -24,7 +23,7 @@ from workflow_lib.cli.settings import PrepareSettings
 from workflow_lib.io.outputs import atomic_dir, atomic_open
 from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.seqio import Batch
-from workflow_lib.io.sharding import BINS, SHARDS, protein_crcs, shard_fasta, write_bins
+from workflow_lib.io.sharding import BINS, SHARDS, protein_crcs, shard_fasta, sketch, write_bins
 from workflow_lib.io.tables import MATE_LENGTHS, PREPARED_FRAMES, PREPARED_SEQUENCES
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.reconcile import IDDigest, check_prepared
@@ -268,7 +267,7 @@ class _HeldShard:
 
     def write(self, directory: Path, shard: int) -> tuple[tuple[IDDigest, IDDigest], dict[str, np.ndarray]]:
         """Write the shard's FASTA pair in bin order; return the digests of its IDs in the frames
-        table's order and in that one, and its counts per bin (sharding.BIN_COUNTS)."""
+        table's order and in that one, and its counts per bin (sharding.BIN_COUNTS) and sketch."""
         values = {
             name: np.concatenate(arrays) if arrays else np.empty(0, np.int64) for name, arrays in self.arrays.items()
         }
@@ -276,12 +275,8 @@ class _HeldShard:
         order = np.argsort(bins, kind="stable")
         digest = IDDigest()
         digest.update(_gather(self.ids, order))
-        # proteins told apart by CRC-32: the distinct tokens only size the plan's pools, and among
-        # 10^6 distinct proteins about 10^2 collide
-        distinct = ~pd.Series(values["crcs"]).duplicated().to_numpy()
-        counts = {"frames": np.bincount(bins, minlength=BINS)}
+        counts = {"frames": np.bincount(bins, minlength=BINS), "sketch": sketch(values["crcs"], values["tokens"])}
         counts |= {name: _per_bin(bins, values[name]) for name in ("tokens", "fna_bytes", "faa_bytes")}
-        counts["distinct_tokens"] = _per_bin(bins[distinct], values["tokens"][distinct])
         for suffix, records in self.records.items():
             records = _gather(records, order)
             with open(shard_fasta(directory, shard, suffix), "wb") as out:

@@ -1,7 +1,7 @@
 """The run's plan: every sample's shards cut into pooled shards (PLAN columns), written by the
 workflow's one checkpoint once every sample is prepared. A pool is what one tokenize, embed and
 score job work on: a range of bins (sharding.py) of every shard of the generation, of at most
-`shard_tokens` distinct ESM-2 tokens together, so that copies of a frame meet in one embed job and
+`shard_tokens` distinct ESM-2 tokens together (distinct_tokens), so that copies of a frame meet in one embed job and
 small samples share their GPU jobs. A pool's pieces are each shard's frames of its bins, in the
 sheet's and shard order; a piece lies at `offset` rows into its pool: record IDs may repeat across
 samples, so rows are found by position, never by ID.
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workflow_lib.io.sharding import BINS, SHARDS, read_bins
+from workflow_lib.io.sharding import BINS, SHARDS, SKETCH, read_bins
 from workflow_lib.io.tables import write_tsv
 
 # a row per piece: a sample's shard's frames and tokens in bins first_bin to end_bin (excluded)
@@ -44,9 +44,28 @@ def generations(sheet: list[str], plan_dir: str | Path) -> dict[str, int]:
     return {sample: listed.get(sample, new) for sample in sheet}
 
 
+def distinct_tokens(bins_files: Iterable[str | Path]) -> np.ndarray:
+    """Each bin's distinct ESM-2 tokens over the shards of `bins_files` (read one at a time), from
+    their merged sketches (sharding.SKETCH): exact where a bin holds fewer distinct proteins than
+    the sketch keeps, else their estimated number times the sketched ones' mean tokens."""
+    none = np.iinfo(np.int64).max
+    smallest = np.full((BINS, SKETCH), none)
+    for path in bins_files:
+        for shard in read_bins(path, ("sketch",))["sketch"]:
+            merged = np.sort(np.concatenate([smallest, np.where(shard == 0, none, shard)], axis=1), axis=1)
+            hashes = merged >> 32
+            merged[:, 1:][hashes[:, 1:] == hashes[:, :-1]] = none  # a protein the sketch holds already
+            smallest = np.sort(merged, axis=1)[:, :SKETCH]
+    held = smallest != none
+    tokens = np.where(held, smallest & 0xFFFFFFFF, 0).sum(axis=1)
+    # k smallest of hashes uniform in [0, 2^20): (k - 1) 2^20 / the k-th's (hash + 1) distinct (KMV)
+    proteins = (SKETCH - 1) * 2**20 / np.where(held[:, -1], smallest[:, -1] >> 32, 1)
+    return np.where(held[:, -1], proteins * tokens / SKETCH, tokens)
+
+
 def cut(distinct: np.ndarray, shard_tokens: int) -> list[int]:
     """The bounds of consecutive ranges of bins of at most `shard_tokens` of the `distinct` tokens
-    per bin (each shard's, summed; a larger bin alone): a pool each."""
+    per bin (a larger bin alone): a pool each."""
     bounds, total = [0], 0
     for b, tokens in enumerate(distinct.tolist()):
         if total and tokens and total + tokens > shard_tokens:  # bins without tokens join the range before
@@ -77,9 +96,8 @@ def write_plan(
 ) -> dict:
     """The plan of a generation's (sample, bins file) pairs, in that order; return its counts. The
     bins files are read twice, one at a time: the plan's memory does not grow with the samples."""
-    distinct = sum((read_bins(path)["distinct_tokens"].sum(axis=0) for _, path in bins_files), np.zeros(BINS, np.int64))
     samples = ((sample, read_bins(path)) for sample, path in bins_files)
-    rows = pack(samples, cut(distinct, shard_tokens), generation)
+    rows = pack(samples, cut(distinct_tokens(path for _, path in bins_files), shard_tokens), generation)
     write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
     return {"pieces": len(rows), "pools": len({row["pool"] for row in rows})}
 
