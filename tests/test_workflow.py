@@ -465,6 +465,35 @@ def test_a_copy_of_a_sample_in_its_pooled_shard_is_embedded_once(pooled_run):
     assert float(report["phix"]["esm_tokens_embedded_share"]) == embedded["esm"]["tokens_embedded_share"]
 
 
+@pytest.mark.slow
+def test_a_range_of_many_copies_is_split_between_pooled_shards_and_every_copy_keeps_its_scores(workflow_run, tmp_path):
+    """phiX174 ten times over in one sample, beside phiX174 once: the ranges of bins of phiX's
+    frames hold more than plan.MOST_COPIES times shard_tokens, copies included, so the plan splits
+    each between shards into several pooled shards (each embeds its copies once); every record still
+    gets phiX174's scores and call."""
+    ((_, _, genome),) = read_records(GENOMES / "phiX174.fasta")
+    (tmp_path / "phix.fa").write_bytes(b">phix\n" + genome + b"\n")
+    (tmp_path / "many.fa").write_bytes(b"".join(b">copy_%d\n%s\n" % (i, genome) for i in range(10)))
+    (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{tmp_path}/phix.fa\nmany\t{tmp_path}/many.fa\n")
+    seed_demo_models(workflow_run[0] / "resources" / "demo_models", tmp_path)
+    classifier = workflow_run[0] / "results" / "train" / "classifier.pt"
+    config = write_config(tmp_path, classifier=str(classifier), shard_tokens=3000)
+    command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    pools = read_plans(tmp_path / "results" / "plan")[1].values()
+    ranges = [(pieces[0]["first_bin"], pieces[0]["end_bin"]) for pieces in pools]
+    assert len(set(ranges)) < len(ranges)  # a range in several pooled shards
+    phix = {c["chunk"]: c for c in read_tsv(tmp_path / "results" / "phix" / "chunks.tsv")}
+    copies = read_tsv(tmp_path / "results" / "many" / "chunks.tsv")
+    assert len(copies) == 10 * len(phix)
+    for chunk in copies:
+        assert chunk["is_virus"] == phix[chunk["chunk"]]["is_virus"]
+        assert abs(float(chunk["max_score_virus"]) - float(phix[chunk["chunk"]]["max_score_virus"])) <= 1e-6
+    (call,) = {s["call"] for s in read_tsv(tmp_path / "results" / "phix" / "sequences.tsv")}
+    assert {s["call"] for s in read_tsv(tmp_path / "results" / "many" / "sequences.tsv")} == {call}
+
+
 def test_the_workflow_runs_from_any_directory(tmp_path):
     """From a directory with no copy of config/: the defaults are found beside the Snakefile."""
     write_inputs(tmp_path)
@@ -583,6 +612,18 @@ def test_the_plan_cuts_the_generations_bins_into_pooled_shards_by_distinct_token
     ranges = {r["pool"]: (r["first_bin"], r["end_bin"]) for r in rows}
     assert ranges == {"2-0": (0, 2), "2-1": (2, 4000), "2-2": (4000, BINS)}
     assert [r["pool"] for r in pack([("empty", counts({}))], cut(np.zeros(BINS, np.int64), 50))] == ["0-0"]
+    # a range whose tokens, copies included, pass most_tokens is cut again between shards
+    rows = pack(samples, cut(distinct, 50), most_tokens=70)
+    placed = [(r["sample"], r["shard"], r["pool"], r["offset"], r["first_bin"]) for r in rows]
+    assert placed == [
+        ("a", 0, "0-0", 0, 0),
+        ("a", 1, "0-1", 0, 0),
+        ("empty", 0, "0-1", 2, 0),
+        ("a", 0, "0-2", 0, 2),
+        ("a", 1, "0-2", 1, 2),
+        ("b", 0, "0-2", 2, 2),
+        ("big", 0, "0-3", 0, 4000),
+    ]
 
 
 def test_the_plan_counts_each_distinct_protein_once_in_bounded_memory(tmp_path):

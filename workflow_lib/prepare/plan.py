@@ -14,6 +14,7 @@ sample, whose cost to Snakemake is quadratic in the samples."""
 import contextlib
 import functools
 import itertools
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +27,10 @@ from workflow_lib.io.tables import write_tsv
 
 # a row per piece: a sample's shard's frames and tokens in bins first_bin to end_bin (excluded)
 PLAN = ("sample", *SHARDS, "pool", "offset", "first_bin", "end_bin")
+# A pool's tokens, copies included, at most this many times shard_tokens: its rows, its embeddings
+# on disk and its score job follow them. A range of bins of more (a sample of many copies) is
+# split between shards, and its copies are embedded once in each part.
+MOST_COPIES = 4
 
 
 def _plans(plan_dir: str | Path) -> dict[int, Path]:
@@ -75,20 +80,31 @@ def cut(distinct: np.ndarray, shard_tokens: int) -> list[int]:
     return bounds + [BINS]
 
 
-def pack(samples: Iterable[tuple[str, dict[str, np.ndarray]]], bounds: list[int], generation: int = 0) -> list[dict]:
+def pack(
+    samples: Iterable[tuple[str, dict[str, np.ndarray]]], bounds: list[int], generation: int = 0, most_tokens=math.inf
+) -> list[dict]:
     """PLAN rows of the (sample, its bins file's counts) pairs, taken one at a time: a pool per
-    range of bins (cut), named `{generation}-{n}`; a shard without frames is a piece of the first."""
-    pools: list[list[dict]] = [[] for _ in bounds[1:]]
+    range of bins (cut), cut again between shards where its tokens, copies included, would pass
+    `most_tokens`; pools named `{generation}-{n}` in bin order; a shard without frames is a piece
+    of the first."""
+    ranges: list[list[list[dict]]] = [[[]] for _ in bounds[1:]]  # per range, its pools' pieces
+    held = [0] * len(ranges)  # tokens of each range's last pool
     for sample, counts in samples:
         empty = counts["frames"].sum(axis=1) == 0
-        for pool, (first, end) in enumerate(itertools.pairwise(bounds)):
+        for r, (first, end) in enumerate(itertools.pairwise(bounds)):
             frames, tokens = (counts[key][:, first:end].sum(axis=1).tolist() for key in ("frames", "tokens"))
             for shard, (n, t) in enumerate(zip(frames, tokens)):
-                if n or (pool == 0 and empty[shard]):
-                    offset = pools[pool][-1]["offset"] + pools[pool][-1]["frames"] if pools[pool] else 0
-                    place = {"pool": f"{generation}-{pool}", "offset": offset, "first_bin": first, "end_bin": end}
-                    pools[pool].append({"sample": sample, "shard": shard, "frames": n, "tokens": t, **place})
-    return [row for rows in pools for row in rows]
+                if n or (r == 0 and empty[shard]):
+                    if ranges[r][-1] and held[r] + t > most_tokens:
+                        ranges[r].append([])
+                        held[r] = 0
+                    pool = ranges[r][-1]
+                    offset = pool[-1]["offset"] + pool[-1]["frames"] if pool else 0
+                    place = {"offset": offset, "first_bin": first, "end_bin": end}
+                    pool.append({"sample": sample, "shard": shard, "frames": n, "tokens": t, **place})
+                    held[r] += t
+    pools = [pool for pools in ranges for pool in pools if pool]
+    return [row | {"pool": f"{generation}-{n}"} for n, pool in enumerate(pools) for row in pool]
 
 
 def write_plan(
@@ -97,7 +113,8 @@ def write_plan(
     """The plan of a generation's (sample, bins file) pairs, in that order; return its counts. The
     bins files are read twice, one at a time: the plan's memory does not grow with the samples."""
     samples = ((sample, read_bins(path)) for sample, path in bins_files)
-    rows = pack(samples, cut(distinct_tokens(path for _, path in bins_files), shard_tokens), generation)
+    bounds = cut(distinct_tokens(path for _, path in bins_files), shard_tokens)
+    rows = pack(samples, bounds, generation, MOST_COPIES * shard_tokens)
     write_tsv(pd.DataFrame(rows, columns=list(PLAN)), output)
     return {"pieces": len(rows), "pools": len({row["pool"] for row in rows})}
 
