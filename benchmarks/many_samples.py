@@ -68,8 +68,7 @@ def swapped_workflow(folder: Path) -> Path:
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", ".snakemake"))
     empty = dict.fromkeys(sharding.BIN_COUNTS, np.zeros((1, sharding.BINS), np.int64))
-    empty["sketch"] = np.zeros((1, sharding.BINS, sharding.SKETCH), np.int64)
-    sharding.write_bins(copy / "empty_bins.npz", empty)
+    sharding.write_bins(copy / "empty_bins.npz", empty, [np.zeros(0, np.int64)])
     command = SWAPPED.replace("EMPTY_BINS", str(copy / "empty_bins.npz"))
     for rules in (copy / "rules").glob("*.smk"):
         text = rules.read_text()

@@ -12,7 +12,7 @@ from helpers import DATA, GENOMES, ROOT, read_fasta, read_tsv
 
 from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.io.seqio import read_records
-from workflow_lib.io.sharding import BINS, SKETCH, read_bins
+from workflow_lib.io.sharding import BINS, SKETCH, read_bins, sketches
 from workflow_lib.io.tables import read_table
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.job import short_records_advice
@@ -48,7 +48,7 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
     Returns the shards table's rows."""
     shards = read_table(outdir / "shards.tsv").to_dict("records")
     bins = read_bins(outdir / "bins.npz")
-    sketches = read_bins(outdir / "bins.npz", ("sketch",))["sketch"]
+    sketched = list(sketches(outdir / "bins.npz"))
     assert all(counts.shape == (len(shards), BINS) for counts in bins.values())
     n = len(shards)
     assert n == counts["shards"] >= 1 and [row["shard"] for row in shards] == list(range(n))
@@ -79,8 +79,8 @@ def assert_filled_in_order(outdir: Path, shard_tokens: int, counts: dict) -> lis
             crc = zlib.crc32(protein.encode())
             hashes = kept.setdefault(crc % BINS, {})
             hashes[crc >> 12] = min(hashes.get(crc >> 12, len(protein) + 2), len(protein) + 2)
-        sketched = [[(h + 1) << 32 | tokens for h, tokens in sorted(kept.get(b, {}).items())] for b in range(BINS)]
-        assert sketches[row["shard"]].tolist() == [(s + [0] * SKETCH)[:SKETCH] for s in sketched]
+        smallest = [[(h + 1) << 30 | tokens for h, tokens in sorted(kept.get(b, {}).items())] for b in range(BINS)]
+        assert sketched[row["shard"]].tolist() == [(s + [0] * SKETCH)[:SKETCH] for s in smallest]
         for suffix, path in (("fna", fna), ("faa", faa)):
             assert bins[f"{suffix}_bytes"][row["shard"]].sum() == path.stat().st_size
         assert row["tokens"] <= shard_tokens or row["frames"] == 1, "only a one-frame shard may be larger"

@@ -637,9 +637,10 @@ def test_the_plan_counts_each_distinct_protein_once_in_bounded_memory(tmp_path):
     zeros = np.zeros((3, BINS), np.int64)
     files = []
     for sample, frames in (("a", np.arange(0, 400_000)), ("b", np.arange(200_000, crcs.size))):  # b repeats a's half
-        sketches = np.stack([sketch(crcs[part], tokens[part]) for part in np.array_split(frames, 3)])
         files.append(tmp_path / f"{sample}.npz")
-        write_bins(files[-1], dict.fromkeys(BIN_COUNTS, zeros) | {"sketch": sketches})
+        write_bins(
+            files[-1], dict.fromkeys(BIN_COUNTS, zeros), [sketch(crcs[p], tokens[p]) for p in np.array_split(frames, 3)]
+        )
     estimate, exact = distinct_tokens(files), np.bincount(crcs % BINS, weights=tokens, minlength=BINS)
     assert np.std(estimate / exact - 1) < 1.2 / np.sqrt(SKETCH)  # a bin
     for bins_a_pool, most in ((64, 0.06), (BINS, 0.01)):

@@ -12,6 +12,7 @@ records, shards or samples they come from (equal nucleotide frames have equal pr
 
 import hashlib
 import operator
+import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,12 +29,13 @@ SHARDS = ("shard", "frames", "tokens")
 BLOCK = 8192
 PIECE = 4 << 20  # bytes of a shard read at a time while indexing it
 BINS = 4096  # a pooled shard is at least a bin: 1/4096 of its generation's distinct tokens
-# the bins file's counts, each [shards, BINS]; and its `sketch`, [shards, BINS, SKETCH]
+# the bins file's counts, each [shards, BINS]; and a sketch a shard, `sketch_{shard}`
 BIN_COUNTS = ("frames", "tokens", "fna_bytes", "faa_bytes")
 # Of each bin, the SKETCH smallest distinct hashes of its proteins (the CRC-32's 20 bits above the
 # bin's), each with its protein's tokens: a uniform sample of the bin's distinct proteins that
 # merges across shards and samples, from which the plan finds their number (exact below SKETCH,
-# else within about 1/sqrt(SKETCH)) and tokens in bounded memory (plan.distinct_tokens).
+# else within about 1/sqrt(SKETCH)) and tokens in bounded memory (plan.distinct_tokens). Stored
+# as bin << 51 | (hash + 1) << 30 | tokens.
 SKETCH = 64
 
 
@@ -43,32 +45,52 @@ def protein_crcs(proteins: list[bytes]) -> np.ndarray:
 
 
 def sketch(crcs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """A shard's sketch (SKETCH) of its frames' CRCs and tokens: per bin, (hash + 1) << 32 | tokens
-    of its smallest distinct hashes in rising order, then 0s."""
-    packed = np.sort((crcs % BINS << 20 | crcs >> 12) << 31 | tokens)  # by bin, hash, then tokens
-    keys = packed >> 31
+    """A shard's sketch (SKETCH) of its frames' CRCs and tokens (under 2^30 a frame): each bin's
+    smallest distinct hashes, in rising bin and hash order."""
+    packed = np.sort((crcs % BINS << 21 | (crcs >> 12) + 1) << 30 | tokens)
+    keys = packed >> 30
     first = np.diff(keys, prepend=-1) != 0  # of each hash (a hash two proteins share: the fewer tokens)
-    keys, tokens = keys[first], packed[first] & 0x7FFFFFFF
-    of_bin = keys >> 20
-    rank = np.arange(keys.size) - np.searchsorted(of_bin, of_bin)
-    kept = rank < SKETCH
-    sketched = np.zeros((BINS, SKETCH), np.int64)
-    sketched[of_bin[kept], rank[kept]] = ((keys[kept] & 0xFFFFF) + 1) << 32 | tokens[kept]
-    return sketched
+    packed, of_bin = packed[first], keys[first] >> 21
+    return packed[np.arange(of_bin.size) - np.searchsorted(of_bin, of_bin) < SKETCH]
 
 
-def write_bins(path: str | Path, counts: dict[str, np.ndarray]) -> None:
-    with atomic_open(path, "wb") as handle:
-        np.savez_compressed(handle, **{name: counts[name] for name in (*BIN_COUNTS, "sketch")})
+def write_bins(path: str | Path, counts: dict[str, np.ndarray], sketches: list[np.ndarray]) -> None:
+    with atomic_open(path, "wb") as handle, zipfile.ZipFile(handle, "w") as archive:
+        arrays = {name: counts[name] for name in BIN_COUNTS} | {f"sketch_{i}": s for i, s in enumerate(sketches)}
+        for name, values in arrays.items():
+            member = zipfile.ZipInfo(f"{name}.npy")
+            # hashes barely compress, and zlib took 90 ms for a shard's full sketch: stored as they are
+            member.compress_type = zipfile.ZIP_STORED if name.startswith("sketch") else zipfile.ZIP_DEFLATED
+            with archive.open(member, "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, np.asarray(values))
 
 
-def read_bins(path: str | Path, names: tuple[str, ...] = BIN_COUNTS) -> dict[str, np.ndarray]:
-    """A sample's bins file: its arrays `names` (BIN_COUNTS, "sketch")."""
+def read_bins(path: str | Path) -> dict[str, np.ndarray]:
+    """A sample's bins file: each BIN_COUNTS array, [shards, BINS]."""
     try:
         with np.load(path) as data:
-            return {name: data[name] for name in names}
-    except (OSError, KeyError, ValueError) as error:
-        raise InputError(f"{path}: not a bins file written by prepare ({error}); delete it and run again") from None
+            return {name: data[name] for name in BIN_COUNTS}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise _not_bins(path, error) from None
+
+
+def sketches(path: str | Path) -> Iterator[np.ndarray]:
+    """Each shard's sketch of a bins file, [BINS, SKETCH] of (hash + 1) << 30 | tokens in rising
+    order, then 0s: one shard's in memory at a time."""
+    try:
+        with np.load(path) as data:
+            for shard in range(len(data["frames"])):
+                values = data[f"sketch_{shard}"]
+                of_bin = values >> 51
+                dense = np.zeros((BINS, SKETCH), np.int64)
+                dense[of_bin, np.arange(values.size) - np.searchsorted(of_bin, of_bin)] = values & (1 << 51) - 1
+                yield dense
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise _not_bins(path, error) from None
+
+
+def _not_bins(path: str | Path, error: Exception) -> InputError:
+    return InputError(f"{path}: not a bins file written by prepare ({error}); delete it and run again")
 
 
 def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:

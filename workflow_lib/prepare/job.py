@@ -23,7 +23,7 @@ from workflow_lib.cli.settings import PrepareSettings
 from workflow_lib.io.outputs import atomic_dir, atomic_open
 from workflow_lib.io.reads import SampleReads, read_sample
 from workflow_lib.io.seqio import Batch
-from workflow_lib.io.sharding import BINS, SHARDS, protein_crcs, shard_fasta, sketch, write_bins
+from workflow_lib.io.sharding import BIN_COUNTS, BINS, SHARDS, protein_crcs, shard_fasta, sketch, write_bins
 from workflow_lib.io.tables import MATE_LENGTHS, PREPARED_FRAMES, PREPARED_SEQUENCES
 from workflow_lib.prepare.chunking import chunk_bounds
 from workflow_lib.prepare.reconcile import IDDigest, check_prepared
@@ -240,7 +240,8 @@ class _Writer:
     def finish(self, bins: Path) -> None:
         """Write the last shard, and the bins file."""
         self._write_held()
-        write_bins(bins, {name: np.stack([c[name] for c in self.bin_counts]) for name in self.bin_counts[0]})
+        counts = {name: np.stack([c[name] for c in self.bin_counts]) for name in BIN_COUNTS}
+        write_bins(bins, counts, [c["sketch"] for c in self.bin_counts])
 
 
 class _HeldShard:

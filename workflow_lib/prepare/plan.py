@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workflow_lib.io.sharding import BINS, SHARDS, SKETCH, read_bins
+from workflow_lib.io.sharding import BINS, SHARDS, SKETCH, read_bins, sketches
 from workflow_lib.io.tables import write_tsv
 
 # a row per piece: a sample's shard's frames and tokens in bins first_bin to end_bin (excluded)
@@ -56,15 +56,15 @@ def distinct_tokens(bins_files: Iterable[str | Path]) -> np.ndarray:
     none = np.iinfo(np.int64).max
     smallest = np.full((BINS, SKETCH), none)
     for path in bins_files:
-        for shard in read_bins(path, ("sketch",))["sketch"]:
+        for shard in sketches(path):
             merged = np.sort(np.concatenate([smallest, np.where(shard == 0, none, shard)], axis=1), axis=1)
-            hashes = merged >> 32
+            hashes = merged >> 30
             merged[:, 1:][hashes[:, 1:] == hashes[:, :-1]] = none  # a protein the sketch holds already
             smallest = np.sort(merged, axis=1)[:, :SKETCH]
     held = smallest != none
-    tokens = np.where(held, smallest & 0xFFFFFFFF, 0).sum(axis=1)
+    tokens = np.where(held, smallest & (1 << 30) - 1, 0).sum(axis=1)
     # k smallest of hashes uniform in [0, 2^20): (k - 1) 2^20 / the k-th's (hash + 1) distinct (KMV)
-    proteins = (SKETCH - 1) * 2**20 / np.where(held[:, -1], smallest[:, -1] >> 32, 1)
+    proteins = (SKETCH - 1) * 2**20 / np.where(held[:, -1], smallest[:, -1] >> 30, 1)
     return np.where(held[:, -1], proteins * tokens / SKETCH, tokens)
 
 
