@@ -57,10 +57,11 @@ def distinct_tokens(bins_files: Iterable[str | Path]) -> np.ndarray:
     smallest = np.full((BINS, SKETCH), none)
     for path in bins_files:
         for shard in sketches(path):
-            merged = np.sort(np.concatenate([smallest, np.where(shard == 0, none, shard)], axis=1), axis=1)
+            rows = np.flatnonzero(shard[:, 0])  # the bins it holds proteins of: a small sample's few
+            merged = np.sort(np.concatenate([smallest[rows], np.where(shard[rows] == 0, none, shard[rows])], axis=1))
             hashes = merged >> 30
             merged[:, 1:][hashes[:, 1:] == hashes[:, :-1]] = none  # a protein the sketch holds already
-            smallest = np.sort(merged, axis=1)[:, :SKETCH]
+            smallest[rows] = np.sort(merged, axis=1)[:, :SKETCH]
     held = smallest != none
     tokens = np.where(held, smallest & (1 << 30) - 1, 0).sum(axis=1)
     # k smallest of hashes uniform in [0, 2^20): (k - 1) 2^20 / the k-th's (hash + 1) distinct (KMV)
