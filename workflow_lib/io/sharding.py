@@ -47,7 +47,7 @@ def protein_crcs(proteins: list[bytes]) -> np.ndarray:
 def sketch(crcs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """A shard's sketch (SKETCH) of its frames' CRCs and tokens (under 2^30 a frame): each bin's
     smallest distinct hashes, in rising bin and hash order."""
-    packed = np.sort((crcs % BINS << 21 | (crcs >> 12) + 1) << 30 | tokens)
+    packed = np.sort(((crcs % BINS) << 21 | ((crcs >> 12) + 1)) << 30 | tokens)
     keys = packed >> 30
     first = np.diff(keys, prepend=-1) != 0  # of each hash (a hash two proteins share: the fewer tokens)
     packed, of_bin = packed[first], keys[first] >> 21
@@ -101,14 +101,18 @@ def shard_fasta(directory: str | Path, shard: int, suffix: str) -> Path:
 def pool_shards(pieces: list[tuple[str | Path, str | Path, int, int, int]], fna: str | Path, faa: str | Path) -> int:
     """A pooled shard's FASTA pair: of each (shards directory, bins file, shard, first bin, end bin)
     piece in order, the shard's records of those bins; the bytes written."""
-    written, bins = 0, {}
+    spans, counts, read = {}, {}, None  # per piece and suffix: where its bytes lie in its shard
+    for i, (_, bins_path, shard, first, end) in enumerate(pieces):
+        if bins_path != read:  # a sample's pieces come together: its bins file read once, one held
+            counts, read = read_bins(bins_path), bins_path
+        for suffix in ("fna", "faa"):
+            sizes = counts[f"{suffix}_bytes"][shard]
+            spans[i, suffix] = int(sizes[:first].sum()), int(sizes[first:end].sum())
+    written = 0
     for suffix, output in (("fna", fna), ("faa", faa)):
         with atomic_open(output, "wb") as out:
-            for directory, bins_path, shard, first, end in pieces:
-                if bins_path not in bins:
-                    bins[bins_path] = read_bins(bins_path)
-                sizes = bins[bins_path][f"{suffix}_bytes"][shard]
-                start, size = int(sizes[:first].sum()), int(sizes[first:end].sum())
+            for i, (directory, _, shard, _, _) in enumerate(pieces):
+                start, size = spans[i, suffix]
                 path = shard_fasta(directory, shard, suffix)
                 with open(path, "rb") as piece:
                     piece.seek(start)

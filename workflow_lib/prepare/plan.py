@@ -1,8 +1,9 @@
 """The run's plan: every sample's shards cut into pooled shards (PLAN columns), written by the
 workflow's one checkpoint once every sample is prepared. A pool is what one tokenize, embed and
 score job work on: a range of bins (sharding.py) of every shard of the generation, of at most
-`shard_tokens` distinct ESM-2 tokens together (distinct_tokens), so that copies of a frame meet in one embed job and
-small samples share their GPU jobs. A pool's pieces are each shard's frames of its bins, in the
+`shard_tokens` distinct ESM-2 tokens together (distinct_tokens), so that copies of a frame meet in
+one embed job and small samples share their GPU jobs (a range of too many copies is split between
+shards: MOST_COPIES). A pool's pieces are each shard's frames of its bins, in the
 sheet's and shard order; a piece lies at `offset` rows into its pool: record IDs may repeat across
 samples, so rows are found by position, never by ID.
 
