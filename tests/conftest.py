@@ -19,9 +19,11 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny seeded demo models, in their real on-disk formats."""
-    from workflow_lib.models.demo_models import build_in
+    from workflow_lib.models.checkpoints import DEMO_DNABERT, DEMO_ESM
+    from workflow_lib.models.demo_models import build
 
-    return build_in(tmp_path_factory.mktemp("demo_models"), [GENOMES / "lambda_NC_001416.fasta"], seed=0)
+    outdir = tmp_path_factory.mktemp("demo_models")
+    return build(outdir / f"{DEMO_ESM}.pt", outdir / DEMO_DNABERT, [GENOMES / "lambda_NC_001416.fasta"], seed=0)
 
 
 @pytest.fixture(scope="session")

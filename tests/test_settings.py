@@ -137,7 +137,6 @@ def test_a_jobs_request_follows_its_shard_not_its_sample():
     # the default shard, 180 M tokens, at 100,000 tokens/s: 30 min, 1.5 times, +10
     assert job_resources.embed_minutes(180_000_000, 100_000) == 55
     assert job_resources.embed_minutes(0, 200) == 10  # an empty shard: the start only
-    assert (job_resources.embed_gpus(0), job_resources.embed_gpus(5)) == (0, 1)
     assert job_resources.embed_threads(embedding) == 3  # auto: 2 loader workers and the main process
     assert job_resources.embed_threads(embedding | {"num_workers": 5}) == 6
     assert job_resources.tokenize_minutes(180_000_000) == 8  # 2 + 6 at 500,000 tokens/s

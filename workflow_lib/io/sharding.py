@@ -59,7 +59,7 @@ def write_bins(path: str | Path, counts: dict[str, np.ndarray], sketches: list[n
         arrays = {name: counts[name] for name in BIN_COUNTS} | {f"sketch_{i}": s for i, s in enumerate(sketches)}
         for name, values in arrays.items():
             member = zipfile.ZipInfo(f"{name}.npy")
-            # hashes barely compress, and zlib took 90 ms for a shard's full sketch: stored as they are
+            # hashes barely compress, and zlib would be most of the write's time: stored as they are
             member.compress_type = zipfile.ZIP_STORED if name.startswith("sketch") else zipfile.ZIP_DEFLATED
             with archive.open(member, "w", force_zip64=True) as out:
                 np.lib.format.write_array(out, np.asarray(values))

@@ -12,7 +12,6 @@ from tokenizers import Tokenizer, models, processors, trainers
 
 from workflow_lib.io.outputs import atomic_dir, atomic_path
 from workflow_lib.io.seqio import read_records
-from workflow_lib.models.checkpoints import DEMO_DNABERT, DEMO_ESM
 from workflow_lib.models.dnabert import DNABERT
 
 ESM_CONFIG = {"encoder_layers": 2, "encoder_embed_dim": 64, "encoder_attention_heads": 4, "token_dropout": True}
@@ -120,9 +119,3 @@ def build_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict 
 def build(esm_path: str | Path, dnabert_dir: str | Path, genomes: list[Path], seed: int) -> dict[str, Path]:
     """The demo's two models; the tokenizer is trained on `genomes`."""
     return {"esm": build_esm(esm_path, seed), "dnabert": build_dnabert(dnabert_dir, genomes, seed)}
-
-
-def build_in(outdir: str | Path, genomes: list[Path], seed: int) -> dict[str, Path]:
-    """The demo models under their names in `outdir` (outside the workflow, whose rule names the paths)."""
-    outdir = Path(outdir)
-    return build(outdir / f"{DEMO_ESM}.pt", outdir / DEMO_DNABERT, genomes, seed)

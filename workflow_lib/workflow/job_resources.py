@@ -70,11 +70,6 @@ def tokenize_minutes(tokens: int) -> int:
     return _minutes(2 + tokens / TOKENIZE_TOKENS_PER_S / 60)
 
 
-def embed_gpus(frames: int) -> int:
-    """One GPU, or none for a shard with no frames (its job only writes the empty file)."""
-    return 1 if frames else 0
-
-
 # The GPU memory of an embed job, which its local claim on a GPU takes (docs/cluster.md): the model's
 # weights and the activations of a batch at its token budget, both in the job's precision, by its
 # architecture's constants (models.ARCHITECTURES); and an allowance for the CUDA context and what

@@ -60,7 +60,8 @@ class RunPlan:
         return job_resources.tokenize_minutes(self.work(wildcards)["tokens"])
 
     def embed_gpus(self, wildcards) -> int:
-        return job_resources.embed_gpus(self.work(wildcards)["frames"])
+        """One GPU, or none for a shard with no frames (its job only writes the empty file)."""
+        return 1 if self.work(wildcards)["frames"] else 0
 
     def embed_gpu_mem(self, wildcards, input) -> int:
         """Known once the job's input exists (a dry run shows <TBD>), and so the model check before it."""
