@@ -268,3 +268,19 @@ def random_row(lengths: list[int], heads: int = 2, head_dim: int = 4, seed: int 
     generator = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(3, int(cu[-1]), heads, head_dim, generator=generator).unbind(0)
     return q, k, v, varlen.Layout(cu, max(lengths), int(cu[-1]))
+
+
+def write_embeddings(path, ids: list[str], embeddings: np.ndarray, attrs: dict, storage: str = "float32") -> None:
+    """A whole embeddings file at once, through the embed job's own writer."""
+    from workflow_lib.io import h5store
+
+    embeddings = np.asarray(embeddings)
+    with h5store.create(path, ids, embeddings.shape[1] if embeddings.ndim == 2 else 0, storage) as writer:
+        writer.write(np.arange(len(ids)), embeddings.astype(writer.dtype, copy=False))
+        writer.attrs = attrs
+
+
+def read_embeddings(path) -> tuple[list[str], np.ndarray, dict]:
+    """A whole embeddings file: its IDs, its embeddings as float32 and its attributes."""
+    with h5py.File(path, "r") as handle:
+        return handle["ids"].asstr()[()].tolist(), handle["embeddings"][()].astype(np.float32), dict(handle.attrs)

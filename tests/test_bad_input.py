@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs
+from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs, write_embeddings
 
 from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.cli.errors import InputError, full_disk, full_disk_here
@@ -570,7 +570,7 @@ def test_full_disk_hdf5(tmp_path):
         with pytest.raises(InputError) as caught:
             # random values: embeddings are stored compressed, and ones would fit in the 64 kB
             embeddings = np.random.default_rng(0).standard_normal((100, 512), dtype=np.float32)
-            h5store.write(disk / "shard_0.h5", ["a"] * 100, embeddings, attrs)
+            write_embeddings(disk / "shard_0.h5", ["a"] * 100, embeddings, attrs)
         assert str(caught.value) == full_disk(disk)
         assert f"(the file system mounted at {disk} is full)" in str(caught.value)
         assert os.listdir(disk) == []

@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import EMBEDDING_TOLERANCE, ROOT, alive, read_fasta
+from helpers import EMBEDDING_TOLERANCE, ROOT, alive, read_embeddings, read_fasta
 
 import workflow_lib.embed.job
 import workflow_lib.io.sharding
@@ -507,7 +507,7 @@ def test_each_distinct_frame_is_embedded_once_and_its_copies_get_its_embedding(
         output = tmp_path / f"{copies}.h5"
         caplog.clear()
         stats = embed_into(shard, output, settings, tokens)
-        _, values, _ = h5store.read(output)
+        _, values, _ = read_embeddings(output)
         runs[copies] = stats, values, [r.getMessage() for r in caplog.records if "frames of" in r.getMessage()]
     (stats, once, lines), (every_stats, every, every_lines) = runs[False], runs[True]
     n = 3 * len(records)

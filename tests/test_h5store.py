@@ -4,6 +4,7 @@ readable, and readers that hold one block of rows at a time."""
 import h5py
 import numpy as np
 import pytest
+from helpers import read_embeddings, write_embeddings
 
 from workflow_lib.cli.errors import InputError
 from workflow_lib.io import h5store
@@ -18,12 +19,12 @@ def embeddings(n, dim, seed):
 @pytest.mark.parametrize("storage", ["float32", "float16"])
 def test_chunked_compressed_file_round_trips(tmp_path, storage):
     ids, values = [f"f{i}" for i in range(2500)], embeddings(2500, 40, 0)
-    h5store.write(tmp_path / "e.h5", ids, values, ATTRS, storage)
+    write_embeddings(tmp_path / "e.h5", ids, values, ATTRS, storage)
     with h5py.File(tmp_path / "e.h5") as handle:
         data = handle["embeddings"]
         assert data.dtype == np.dtype(storage) and data.chunks == (h5store.CHUNK_ROWS, 40)
         assert data.compression == "lzf" and data.shuffle and handle.attrs["storage"] == storage
-    got_ids, got, attrs = h5store.read(tmp_path / "e.h5")
+    got_ids, got, attrs = read_embeddings(tmp_path / "e.h5")
     assert got_ids == ids and got.dtype == np.float32
     assert np.array_equal(got, values.astype(storage).astype(np.float32)) and attrs["storage"] == storage
 
@@ -41,13 +42,13 @@ def test_writer_takes_rows_in_any_order(tmp_path, monkeypatch):
                 writer.flush()
         assert not (tmp_path / "e.h5").exists()  # nothing looks finished before the end
         writer.attrs = ATTRS
-    assert np.array_equal(h5store.read(tmp_path / "e.h5")[1], values)
+    assert np.array_equal(read_embeddings(tmp_path / "e.h5")[1], values)
 
 
 def test_block_reader_reads_one_block_at_a_time(tmp_path, monkeypatch):
     ids = [f"f{i}" for i in range(1000)]
     dna, esm = embeddings(1000, 12, 3), embeddings(1000, 20, 4)
-    h5store.write(tmp_path / "dna.h5", ids, dna, ATTRS, "float16")
+    write_embeddings(tmp_path / "dna.h5", ids, dna, ATTRS, "float16")
     # a file written before `storage`: contiguous float32, no storage attribute
     with h5py.File(tmp_path / "esm.h5", "w") as handle:
         handle.create_dataset("ids", data=np.array(ids, dtype=object), dtype=h5py.string_dtype("utf-8"))
@@ -87,20 +88,20 @@ def test_block_reader_reads_one_block_at_a_time(tmp_path, monkeypatch):
 
 def test_block_reader_checks_ids_per_block(tmp_path):
     ids = [f"f{i}" for i in range(300)]
-    h5store.write(tmp_path / "dna.h5", ids, embeddings(300, 4, 5), ATTRS)
-    h5store.write(tmp_path / "esm.h5", ids[:200] + ["other"] + ids[201:], embeddings(300, 4, 6), ATTRS)
+    write_embeddings(tmp_path / "dna.h5", ids, embeddings(300, 4, 5), ATTRS)
+    write_embeddings(tmp_path / "esm.h5", ids[:200] + ["other"] + ids[201:], embeddings(300, 4, 6), ATTRS)
     with h5store.FeatureBlocks(tmp_path / "dna.h5", tmp_path / "esm.h5", rows=100) as reader:
         blocks = iter(reader)
         next(blocks), next(blocks)
         with pytest.raises(InputError, match="hold different frames"):
             next(blocks)
-    h5store.write(tmp_path / "short.h5", ids[:5], embeddings(5, 4, 7), ATTRS)
+    write_embeddings(tmp_path / "short.h5", ids[:5], embeddings(5, 4, 7), ATTRS)
     with pytest.raises(InputError, match="hold different frames"):
         h5store.FeatureBlocks(tmp_path / "dna.h5", tmp_path / "short.h5")
 
 
 def test_empty_shard(tmp_path):
-    h5store.write(tmp_path / "a.h5", [], np.zeros((0, 4), np.float32), ATTRS, "float16")
-    h5store.write(tmp_path / "b.h5", [], np.zeros((0, 6), np.float32), ATTRS)
+    write_embeddings(tmp_path / "a.h5", [], np.zeros((0, 4), np.float32), ATTRS, "float16")
+    write_embeddings(tmp_path / "b.h5", [], np.zeros((0, 6), np.float32), ATTRS)
     with h5store.FeatureBlocks(tmp_path / "a.h5", tmp_path / "b.h5") as reader:
         assert reader.n == 0 and reader.dim == 10 and list(reader) == []

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, read_tsv, seed_demo_models, write_config
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, read_embeddings, read_tsv, seed_demo_models, write_config
 from test_bad_input import PHIX, dry_run
 
 from workflow_lib.cli.errors import InputError
-from workflow_lib.io import h5store
 from workflow_lib.models import Embedder, classifier, classifier_chunks
 from workflow_lib.models.check_models import check_models
 from workflow_lib.models.demo_models import build_esm
@@ -187,7 +186,7 @@ def test_a_third_model_runs_end_to_end_by_config_alone(tmp_path, demo_models):
     assert shards["esm"] and shards["dnabert"] == shards["esm"] == shards["esm_small"]
     for model, width in THREE_MODELS.items():
         for shard in shards[model]:
-            _, values, attrs = h5store.read(embeddings / model / shard)
+            _, values, attrs = read_embeddings(embeddings / model / shard)
             assert (attrs["model"], values.shape[1]) == (model, width)
     for scores in (tmp_path / "results/shards/scores").glob("*.npz"):
         assert list(json.loads(str(np.load(scores)["checkpoints"]))) == [*THREE_MODELS, "classifier"]

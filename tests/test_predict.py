@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import GENOMES, ROOT, read_fasta, read_tsv
+from helpers import GENOMES, ROOT, read_embeddings, read_fasta, read_tsv, write_embeddings
 
 from harness.stages import (
     call_into,
@@ -125,10 +125,10 @@ def test_viral_fasta_holds_the_virus_calls(sample):
 
 def rewrite(out: Path, *parts: tuple[str, slice]) -> str:
     """An embeddings file at `out` of the rows `parts` name, each (file, rows), in that order."""
-    read = [(h5store.read(path), rows) for path, rows in parts]
+    read = [(read_embeddings(path), rows) for path, rows in parts]
     ids = [i for (file_ids, _, _), rows in read for i in file_ids[rows]]
     embeddings = np.concatenate([file_embeddings[rows] for (_, file_embeddings, _), rows in read])
-    h5store.write(out, ids, embeddings, read[0][0][2])
+    write_embeddings(out, ids, embeddings, read[0][0][2])
     return str(out)
 
 
@@ -190,8 +190,8 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
     """A shard left from a run with other model files is not mixed into the tables: its scores
     file names the models it was scored from, and they differ from shard 0's."""
     root, files = sample
-    ids, embeddings, attrs = h5store.read(files["esm"][1])
-    h5store.write(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
+    ids, embeddings, attrs = read_embeddings(files["esm"][1])
+    write_embeddings(tmp_path / "other.h5", ids, embeddings, {**attrs, "checkpoint_sha256": '{"esm2.pt": "0123"}'})
     with pytest.raises(InputError, match=r"scores/shard_1\.npz: made with .*'0123'.* but \S+scores/shard_0\.npz with"):
         score_into(
             root / "prepare",
@@ -260,7 +260,7 @@ def synthetic_embeddings(prepare_dir: Path, outdir: Path) -> dict[str, list[str]
             ]
             embeddings = np.array([np.random.default_rng(seed).standard_normal(8, np.float32) for seed in seeds])
             attrs = {name: "1" for name in h5store.REQUIRED_ATTRS} | {"model": model, "layer": 1}
-            h5store.write(outdir / f"{model}_{shard}.h5", ids, embeddings.reshape(len(ids), 8), attrs)
+            write_embeddings(outdir / f"{model}_{shard}.h5", ids, embeddings.reshape(len(ids), 8), attrs)
             files[model].append(str(outdir / f"{model}_{shard}.h5"))
     return files
 
@@ -359,8 +359,8 @@ def test_float16_embeddings_score_nearly_the_same(sample, tmp_path):
     half = {"esm": [], "dnabert": []}
     for model in half:
         for path in files[model]:
-            ids, embeddings, attrs = h5store.read(path)
-            h5store.write(tmp_path / f"half_{Path(path).name}", ids, embeddings, attrs, "float16")
+            ids, embeddings, attrs = read_embeddings(path)
+            write_embeddings(tmp_path / f"half_{Path(path).name}", ids, embeddings, attrs, "float16")
             half[model].append(str(tmp_path / f"half_{Path(path).name}"))
     score_into(root / "prepare", list(zip(half["dnabert"], half["esm"])), root / "classifier.pt", tmp_path / "half")
     want, got = read_tsv(root / "out" / "frames.tsv"), read_tsv(tmp_path / "half" / "frames.tsv")

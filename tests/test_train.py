@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, read_tsv
+from helpers import ROOT, read_embeddings, read_tsv, write_embeddings
 
 from harness.stages import DEFAULTS, embed_into, embed_settings, prepare_into, shard_fastas, train_settings
 from workflow_lib.cli.errors import InputError
-from workflow_lib.io import h5store
 from workflow_lib.io.seqio import read_records
 from workflow_lib.models.classifier import MLPClassifier
 from workflow_lib.training.train import (
@@ -56,7 +55,7 @@ def demo(tmp_path_factory, demo_models):
                 paths.append(str(prepared / f"{model}_{shard}.h5"))
                 settings = embed_settings(model, demo_models[model], layer=2 if model == "esm" else None)
                 embed_into(fastas[model][shard], paths[-1], settings)
-            rows = len(h5store.read(paths[0])[0])
+            rows = len(read_embeddings(paths[0])[0])
             shards.append((row["label"], tuple(paths), str(prepared / "frames.tsv.gz"), 0, rows))
     return root, shards
 
@@ -146,7 +145,7 @@ def test_no_chunk_on_both_sides(demo, trained):
         frames = read_tsv(frames_path)
         keys += [(frames_path, f["sequence_id"], f["chunk"]) for f in frames]
         embedded += [(frames_path, f["frame_id"]) for f in frames]
-    pieces = [(s[2], i) for s in shards for i in h5store.read(s[1][0])[0][s[3] : s[4]]]
+    pieces = [(s[2], i) for s in shards for i in read_embeddings(s[1][0])[0][s[3] : s[4]]]
     assert sorted(pieces) == sorted(embedded)
     training, validation, unit = split(load_examples(shards, DEFAULTS["progress_seconds"]), FRACTION, SEED)
     train_chunks, validation_chunks = {keys[i] for i in training}, {keys[i] for i in validation}
@@ -163,8 +162,8 @@ def test_no_chunk_on_both_sides(demo, trained):
 def test_training_shards_of_another_width_fail_in_one_line(demo, tmp_path):
     _, shards = demo
     label, (dna_path, esm_path), frames_path, first, end = shards[-1]
-    ids, esm, attrs = h5store.read(esm_path)
-    h5store.write(tmp_path / "wide.h5", ids, np.hstack([esm, esm]), attrs)
+    ids, esm, attrs = read_embeddings(esm_path)
+    write_embeddings(tmp_path / "wide.h5", ids, np.hstack([esm, esm]), attrs)
     message = (
         r"^\S+ and \S+wide\.h5: 176 features a frame \(dnabert 48 \+ esm 128\) where \S+ and \S+ have 112 "
         r"\(dnabert 48 \+ esm 64\); embed every training"

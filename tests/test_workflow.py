@@ -24,6 +24,7 @@ from helpers import (
     SAMPLES,
     SCORE_TOLERANCE,
     SNAKEMAKE,
+    read_embeddings,
     read_fasta,
     read_tsv,
     seed_demo_models,
@@ -32,7 +33,7 @@ from helpers import (
 )
 
 from workflow_lib.embed import rates
-from workflow_lib.io import h5store, locks
+from workflow_lib.io import locks
 from workflow_lib.io.seqio import read_records
 from workflow_lib.io.sharding import BIN_COUNTS, BINS, SKETCH, sketch, write_bins
 from workflow_lib.models import classifier
@@ -524,7 +525,7 @@ def pieces_of(workdir: Path, sample: str, model: str) -> dict[str, np.ndarray]:
     found = {}
     for piece in read_plans(workdir / "results" / "plan")[0][sample]:
         rows = slice(piece["offset"], piece["offset"] + piece["frames"])
-        ids, values, _ = h5store.read(
+        ids, values, _ = read_embeddings(
             workdir / "results" / "shards" / "embeddings" / model / f"shard_{piece['pool']}.h5"
         )
         scores = np.load(workdir / "results" / "shards" / "scores" / f"shard_{piece['pool']}.npz")["scores"][rows, 1]

@@ -113,24 +113,6 @@ def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | 
             handle.attrs[key] = value
 
 
-def write(path: str | Path, ids: list[str], embeddings: np.ndarray, attrs: dict, storage: str = "float32") -> None:
-    """A whole embeddings file at once."""
-    embeddings = np.asarray(embeddings)
-    with create(path, ids, embeddings.shape[1] if embeddings.ndim == 2 else 0, storage) as writer:
-        writer.write(np.arange(len(ids)), embeddings.astype(writer.dtype, copy=False))
-        writer.attrs = attrs
-
-
-def read(path: str | Path) -> tuple[list[str], np.ndarray, dict]:
-    """A whole file, embeddings as float32 (for tests and small files: readers of shards use FeatureBlocks)."""
-    with _open(path) as handle:
-        return (
-            handle["ids"].asstr()[()].tolist(),
-            handle["embeddings"][()].astype(np.float32, copy=False),
-            dict(handle.attrs),
-        )
-
-
 class FeatureBlocks(contextlib.ExitStack):
     """One shard's classifier input: per frame, the embeddings of its files one after the other, in
     the order given, read in blocks of `rows` rows into one float32 block; the files' IDs are checked
