@@ -46,11 +46,7 @@ rule predict:
         frames="results/{sample}/frames.tsv",
         chunks=attached_table("chunks", "chunks table (download)"),
         scoring="results/{sample}/scoring.json",
-        virnucpro=optional_files(
-            SETTINGS["outputs"]["virnucpro_tables"],
-            "results/{sample}/prediction_results.txt",
-            "results/{sample}/prediction_results_highestscore.csv",
-        ),
+        virnucpro=optional_files(SETTINGS["outputs"]["virnucpro_tables"], *VIRNUCPRO_TABLES),
     log:
         "logs/predict/{sample}.log",
     benchmark:
@@ -65,6 +61,7 @@ rule predict:
         tuning=tuning_of(PredictSettings),
     params:
         files=named_files,
+        unwritten=unwritten_files(SETTINGS["outputs"]["virnucpro_tables"], *VIRNUCPRO_TABLES),
     shell:
         script_job("predict", "--sample {wildcards.sample:q} {resources.tuning}")
 
@@ -87,11 +84,7 @@ rule call:
         regions="results/{sample}/regions.tsv",
         regions_fasta="results/{sample}/regions.fasta",
         manifest="results/{sample}/manifest.json",
-        passing=optional_files(
-            SETTINGS["call"]["max_qvalue"] is not None,
-            "results/{sample}/viral_qvalue.fasta",
-            "results/{sample}/regions_qvalue.fasta",
-        ),
+        passing=optional_files(SETTINGS["call"]["max_qvalue"] is not None, *QVALUE_FASTA),
     log:
         "logs/call/{sample}.log",
     group:
@@ -104,5 +97,6 @@ rule call:
     params:
         files=named_files,
         args=job_args(sample_reads, settings=CallSettings),
+        unwritten=unwritten_files(SETTINGS["call"]["max_qvalue"] is not None, *QVALUE_FASTA),
     shell:
         script_job("call")

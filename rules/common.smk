@@ -102,7 +102,11 @@ def sample_reads(wildcards):
 
 
 temp_unless_kept = functools.partial(rule_outputs.temp_unless_kept, SETTINGS)
-page, sample_page, optional_files = rule_outputs.page, rule_outputs.sample_page, rule_outputs.optional_files
+page, sample_page = rule_outputs.page, rule_outputs.sample_page
+optional_files, unwritten_files = rule_outputs.optional_files, rule_outputs.unwritten_files
+# outputs that a setting turns off (an earlier run's are then removed: unwritten_files)
+VIRNUCPRO_TABLES = ("results/{sample}/prediction_results.txt", "results/{sample}/prediction_results_highestscore.csv")
+QVALUE_FASTA = ("results/{sample}/viral_qvalue.fasta", "results/{sample}/regions_qvalue.fasta")
 # the tables the report attaches while those of all samples are small
 REPORT_TABLES = {table: f"results/{{sample}}/{table}.tsv" for table in ("chunks", "sequences")}
 attached_table = functools.partial(rule_outputs.attached_table, REPORT_TABLES, SAMPLES.sheet, SETTINGS)

@@ -34,9 +34,12 @@ def main() -> None:
         metavar=("VIRAL_FASTA", "REGIONS_FASTA"),
         help="with --calibration and --max-qvalue: FASTA of the records and regions within that q-value",
     )
+    parser.add_argument("--unwritten", nargs="+", default=[], help="an earlier run's outputs this job does not make")
     add_arguments(parser, CallSettings)
     args = parser.parse_args()
     setup_logging()
+    for path in args.unwritten:  # they would disagree with the tables this job writes
+        Path(path).unlink(missing_ok=True)
     settings = from_arguments(CallSettings, args)
     if settings.max_qvalue is not None and not (args.calibration and args.passing):
         parser.error("--max-qvalue needs --calibration and --passing")

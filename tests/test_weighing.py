@@ -112,23 +112,30 @@ def weighed(workflow_run, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(workflow_run, tmp_path):
-    """call.max_qvalue left on with models.calibration null (the demo's config, its calibration turned
-    off): the start-up says once that the q-value FASTA files are not written, and every call job runs
-    (forced; the run stops after them: --until call)."""
-    workdir, config = workflow_run
+def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(weighed, tmp_path):
+    """The weighed run again with its calibration turned off and call.max_qvalue left on, and without
+    VirNucPro's tables: the start-up says once that the q-value FASTA files are not written, and the
+    jobs remove the earlier run's q-value FASTA and VirNucPro tables, which would disagree with the
+    new tables (--until call: the run stops after the call jobs)."""
+    workdir, config, _ = weighed
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
-    changed = changed_config(config, copy / "cutoff.yaml", models={"calibration": None}, call={"max_qvalue": 0.1})
-    code, output = run(copy, changed, "--forcerun", "call", "--until", "call")
+    assert (copy / "results" / "gamma" / "viral_qvalue.fasta").is_file()
+    assert (copy / "results" / "gamma" / "prediction_results.txt").is_file()
+    changed = changed_config(
+        copy / config.name, copy / "cutoff.yaml", models={"calibration": None}, outputs={"virnucpro_tables": False}
+    )
+    code, output = run(copy, changed, "--until", "call")
     assert code == 0, output[-3000:]
-    warning = "call.max_qvalue 0.1 needs a calibration and models.calibration is null: no q-values, so "
+    warning = "call.max_qvalue 0.2 needs a calibration and models.calibration is null: no q-values, so "
     assert output.count(warning) == 1, output[-3000:]
-    assert output.count("rule call:") == 5  # one per sample, each forced to run again
+    assert output.count("rule call:") == 5  # one per sample: the calibration is gone
     for sample in ("gamma", "reads"):
-        assert (copy / "results" / sample / "sequences.tsv").is_file()
-        assert not (copy / "results" / sample / "viral_qvalue.fasta").exists()
-        assert "qvalue" not in (copy / "results" / sample / "sequences.tsv").open().readline()
+        results = copy / "results" / sample
+        assert (results / "sequences.tsv").is_file()
+        assert "qvalue" not in (results / "sequences.tsv").open().readline()
+        unwritten = ("viral_qvalue.fasta", "regions_qvalue.fasta", "prediction_results.txt")
+        assert not any((results / name).exists() for name in unwritten)
 
 
 @pytest.mark.slow

@@ -283,7 +283,8 @@ def unweighed_qvalue_cutoff(settings: dict, sources: list[tuple[str, dict]]) -> 
     settings["call"]["max_qvalue"] = None
     return (
         f"{source_of(['call', 'max_qvalue'], sources)}: call.max_qvalue {cutoff} needs a calibration and "
-        "models.calibration is null: no q-values, so viral_qvalue.fasta and regions_qvalue.fasta are not written"
+        "models.calibration is null: no q-values, so viral_qvalue.fasta and regions_qvalue.fasta are not written "
+        "(an earlier run's are removed)"
     )
 
 

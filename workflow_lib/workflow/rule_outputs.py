@@ -3,6 +3,7 @@ Snakemake's report (`snakemake --report`): a sample's figures and tables, and wh
 they are small."""
 
 import os
+import shlex
 
 from snakemake.io import expand, report, temp
 
@@ -36,3 +37,14 @@ def attached_table(tables: dict[str, str], sheet: list[str], config: dict, name:
 
 def optional_files(when: bool, *paths: str) -> list[str]:
     return list(paths) if when else []
+
+
+def unwritten_files(when: bool, *paths: str):
+    """params.unwritten: optional outputs that this run does not make (`when` False), as --unwritten
+    PATH...: the job removes an earlier run's, which would disagree with its tables. A function of the
+    job's output, which Snakemake does not compare (the setting's own change reruns the job)."""
+
+    def unwritten(wildcards, output) -> str:
+        return "" if when else "--unwritten " + shlex.join(expand(list(paths), **wildcards))
+
+    return unwritten
