@@ -477,6 +477,7 @@ def test_config_yaml_syntax_error_names_file_and_line(tmp_path, capsys):
 
 
 FIX = "; fix it (config/schema.yaml describes every key)"
+TEXT = ": Snakemake passes the values inside a --config dict as text; give it in a config file (--configfile)"
 
 
 @pytest.mark.parametrize(
@@ -495,8 +496,17 @@ FIX = "; fix it (config/schema.yaml describes every key)"
         # a removed key (each setting has one spelling: the model's token budget is models.<name>.token_budget)
         ("embedding:\n  esm_token_budget: 4096\n", (), ["{config}: embedding.esm_token_budget: unknown key" + FIX]),
         ("", ("--config", "shards=4"), ["--config: shards: unknown key" + FIX]),
+        # Snakemake passes the values inside a --config dict as text: null would be read as a file name
+        (
+            "",
+            ("--config", 'call={"max_qvalue": 0.05}', 'models={"calibration": null}'),
+            [
+                f"--config: {key}: {value!r} is text" + TEXT
+                for key, value in [("call.max_qvalue", "0.05"), ("models.calibration", "null")]
+            ],
+        ),
     ],
-    ids=["config_file", "command_line", "removed_key", "removed_key_on_the_command_line"],
+    ids=["config_file", "command_line", "removed_key", "removed_key_on_the_command_line", "text_in_a_config_dict"],
 )
 def test_config_that_fails_the_schema(tmp_path, config, args, expected):
     lines = dry_run(tmp_path, f"sample\tpath\nphix\t{PHIX}\n", config, *args)

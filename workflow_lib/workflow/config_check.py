@@ -138,10 +138,17 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
     settings = yaml.safe_load((config_dir / "config.yaml").read_text())
     update_config(settings, copy.deepcopy(config))
     schema = Draft202012Validator(yaml.safe_load((config_dir / "schema.yaml").read_text()))
+    given = dict(sources).get("--config", {})
+    texts = _read_as_text(given)
     problems = [
+        f"--config: {'.'.join(path)}: {value!r} is text: Snakemake passes the values inside a --config dict as "
+        "text; give it in a config file (--configfile)"
+        for path, value in texts
+    ] + [
         f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; fix it "
         f"(config/schema.yaml describes every key)"
         for path, message in _problems(schema, settings)
+        if source_of(path, sources) != "--config" or path not in [p for p, _ in texts]
     ]
     if problems:
         raise InputError("\n".join(problems))
@@ -156,6 +163,22 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
         models[name] = model_entry(name, models[name])
     check_model_choice(settings, sources)
     return settings, [line for line in [unweighed_qvalue_cutoff(settings, sources)] if line]
+
+
+def _read_as_text(values: Mapping, path: tuple = ()) -> list[tuple[list, str]]:
+    """(key path, value) of each value inside a --config dict that reads as a number, a boolean or
+    null: Snakemake reads those dicts with YAML's BaseLoader, so every value in them is text."""
+    found = []
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            found += _read_as_text(value, (*path, key))
+        elif path and isinstance(value, str) and value.strip():
+            try:
+                if not isinstance(yaml.safe_load(value), str):
+                    found.append(([*path, key], value))
+            except yaml.YAMLError:
+                pass
+    return found
 
 
 def _problems(validator: Draft202012Validator, instance) -> list[tuple[list, str]]:
