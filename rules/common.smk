@@ -50,7 +50,7 @@ PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 # the run's settings (every key: config/config.yaml's defaults under the config given, checked once
 # against config/schema.yaml; `config` itself is left as Snakemake loaded it) and its samples
-SETTINGS, SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED)
+SETTINGS, SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED, MODEL_CHECK)
 TRAINS_HERE = model_files.trains_here(SETTINGS, SAMPLES.labelled)
 # the embedding models, in the classifier's input order (models.embedders), by name
 EMBEDDERS = {e.name: e for e in embedders(SETTINGS)}

@@ -23,7 +23,6 @@ rule check_models:
     input:
         model_files.local_checkpoints(SETTINGS),
         model_files.fetched(SETTINGS),
-        classifier=model_files.classifier_to_check(SETTINGS, TRAINS_HERE),
     output:
         model_check=MODEL_CHECK,
     log:
@@ -35,11 +34,12 @@ rule check_models:
         "../envs/embed.yaml"
     resources:
         env=model_files.model_env(SETTINGS),
+        classifier=model_files.classifier_to_check(SETTINGS, TRAINS_HERE),
     params:
         files=named_files,
         args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),
     shell:
-        script_job("check_models", env="{resources.env}")
+        script_job("check_models", "{resources.classifier}", env="{resources.env}")
 
 
 rule build_demo_models:

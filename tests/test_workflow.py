@@ -223,26 +223,51 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
         gone, config, tmp_path, predict={"min_viral_fraction": 0.9}, outputs={"keep_embeddings": False}
     )
     assert jobs["call"] == len(SAMPLES) and not {"embed", "predict"} & jobs.keys()
-    # a classifier swap (the same weights under another path) reruns the check and the plans that
-    # wait for it; once they ran, the scores and tables, and no embedding
+    # a classifier swap (the same weights under another path): the scores and tables, and no
+    # embedding; the model check (of the embedding models) and the plans stand
     other = tmp_path / "other_classifier.pt"
     shutil.copy(workdir / "results" / "train" / "classifier.pt", other)
     swap = {"models": {"classifier": str(other)}}
-    generations, pools = (
-        len(list(workdir.glob("results/plan/shards_*.tsv"))),
-        len(read_plans(workdir / "results" / "plan")[1]),
-    )
+    pools = len(read_plans(workdir / "results" / "plan")[1])
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, **swap)
-    assert jobs["check_models"] == 1 and jobs["plan"] == generations and not {"embed", "score"} & jobs.keys()
-    swapped = tmp_path / "swapped"
-    shutil.copytree(workdir, swapped, symlinks=True)
-    snakemake_dry_run(swapped, config, tmp_path, "--until", "plan", **swap)
-    _, jobs = snakemake_dry_run(swapped, config, tmp_path, **swap)
     assert jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
     assert not {"embed", "prepare", "plan", "train", "check_models"} & jobs.keys()
     # with a setting that changes the embeddings too, every embed job runs again
-    _, jobs = snakemake_dry_run(swapped, config, tmp_path, embedding={"storage": "float16"}, **swap)
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, embedding={"storage": "float16"}, **swap)
     assert jobs["embed"] == 2 * pools and jobs["score"] == pools
+
+
+@pytest.mark.slow
+def test_the_trained_classifier_used_by_a_run_without_labels_reruns_nothing(workflow_run, tmp_path):
+    """The run that trained the classifier, again with the labels taken off its samples sheet (its
+    classifier now a given file, no longer trained here): the model check stood for the embedding
+    models alone, so neither it nor the plans, embeddings or scores run again."""
+    workdir, config = workflow_run
+    sheet = tmp_path / "unlabelled.tsv"
+    sheet.write_text(
+        "".join("\t".join(row.split("\t")[:2]).rstrip("\n") + "\n" for row in open(workdir / "samples.tsv"))
+    )
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, samples=str(sheet))
+    assert not {"check_models", "plan", "embed", "score", "predict", "call"} & jobs.keys(), jobs
+    # a classifier for other widths is refused at start-up, by the widths the model check found
+    other = tmp_path / "other.pt"
+    classifier.save(
+        classifier.MLPClassifier(48 + 99), other, chunk_length=300, embedders=[["dnabert", 48], ["esm", 99]]
+    )
+    changed = tmp_path / "other.yaml"
+    settings = yaml.safe_load(config.read_text())
+    settings["models"]["classifier"] = str(other)
+    changed.write_text(yaml.safe_dump(settings))
+    result = subprocess.run(
+        SNAKEMAKE + ["-n", "--directory", str(workdir), "--configfile", str(changed)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert result.returncode == 1 and result.stderr.splitlines()[-1] == (
+        f"{changed}: models.classifier: {other}: the classifier was trained on 99 features of esm but its checkpoint "
+        "gives 64; configure the checkpoint it was trained on, or train a classifier on this one"
+    )
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from workflow_lib.cli.errors import InputError
 from workflow_lib.cli.settings import config_value
 from workflow_lib.io import checksums
 from workflow_lib.io.reads import SampleReads, check_first_fragment
+from workflow_lib.io.tables import read_json
 from workflow_lib.models import embedders, model_entry, named_shape
 from workflow_lib.models.checkpoints import check_layer, classifier_path, is_url
 from workflow_lib.models.classifier_chunks import (
@@ -77,17 +78,18 @@ def readable_yaml(path: str) -> str:
     return path
 
 
-def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> tuple[dict, Samples]:
+def start(workflow, config: dict, root: str, plan_dir: str, recorded: str, model_check: str) -> tuple[dict, Samples]:
     """Mends Snakemake's scheduling, checks the config and the samples sheets, and warns where the
     config differs from the settings that made the results (`recorded`): the run's settings
     (config_check.run_settings: every key, `config` left as it is) and its samples. `root`: the
-    checkout, whose config/ holds the defaults and the schemas; `plan_dir`: where the plans are."""
+    checkout, whose config/ holds the defaults and the schemas; `plan_dir`: where the plans are;
+    `model_check`: the model check's report, where an earlier run made it."""
     unmended = snakemake_patches.mend_all()
     # Snakemake's log file on a full disk: each message would print a traceback ("--- Logging error
     # ---"); the console still gets every message, and onerror says the disk is full.
     logging.raiseExceptions = False
     try:
-        settings, warnings, samples = _checked(workflow, config, root, plan_dir)
+        settings, warnings, samples = _checked(workflow, config, root, plan_dir, model_check)
     except InputError as error:
         refuse(error)
     if workflow.is_main_process:  # once, not in every cluster job
@@ -96,7 +98,7 @@ def start(workflow, config: dict, root: str, plan_dir: str, recorded: str) -> tu
     return settings, samples
 
 
-def _checked(workflow, config: dict, root: str, plan_dir: str) -> tuple[dict, list[str], Samples]:
+def _checked(workflow, config: dict, root: str, plan_dir: str, model_check: str) -> tuple[dict, list[str], Samples]:
     sources = _config_sources(workflow)
     samples_schema = f"{root}/config/samples.schema.yaml"
     settings, warnings = run_settings(config, Path(root) / "config", sources)
@@ -115,7 +117,7 @@ def _checked(workflow, config: dict, root: str, plan_dir: str) -> tuple[dict, li
     # not in cluster jobs (checked when the run started) nor for --lint (a check of the code only,
     # on the default config, whose classifier a checkout lacks)
     if workflow.is_main_process and workflow.check_envvars:
-        check_classifier_file(settings, sources, labelled)
+        check_classifier_file(settings, sources, labelled, model_check)
         check_calibration_file(settings, sources, labelled)
     return settings, warnings, samples
 
@@ -228,10 +230,11 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
             check_layer(embedder.name, embedder.checkpoint, embedder.layer, shape[0], where)
 
 
-def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
+def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool, model_check: str) -> None:
     """At start-up: the classifier is there, or this run makes it (the train target's output when
     the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
-    is there was made for chunk_length (its input size is the model check's, which needs torch)."""
+    is there was made for chunk_length and for the models' widths, where they are known: fair-esm's
+    named models', and those of an earlier run's model check (`model_check`) for the same checkpoints."""
     models, chunk_length = config["models"], config["chunk_length"]
     classifier = models["classifier"]
     trained = classifier == config["train"]["classifier"]
@@ -242,12 +245,14 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
     if os.path.isfile(path):
         stated_in = source_of(["models", "classifier_chunk_length"], sources)
         check_chunk_length(path, chunk_length, models["classifier_chunk_length"], stated_in)
-        # trained on the listed models, in their order, with the widths known at start-up (fair-esm's
-        # named models; the check_models job checks every width)
+        # trained on the listed models, in their order, with the widths known at start-up (the
+        # check_models job checks every width, with the classifier of its run)
+        checked = read_json(model_check) if os.path.isfile(model_check) else {}
         widths = []
         for embedder in embedders(config):
-            shape = named_shape(embedder)
-            widths.append((embedder.name, shape[1] if shape else None))
+            shape, known = named_shape(embedder), checked.get(embedder.name, {})
+            width = known.get("dim") if known.get("checkpoint") == embedder.checkpoint else None
+            widths.append((embedder.name, shape[1] if shape else width))
         metadata = recorded_metadata(path)
         refusal = embedders_refusal(path, metadata, widths)
         if refusal:
