@@ -34,12 +34,12 @@ rule check_models:
         "../envs/embed.yaml"
     resources:
         env=model_files.model_env(SETTINGS),
-        classifier=model_files.classifier_to_check(SETTINGS, TRAINS_HERE),
     params:
         files=named_files,
         args=job_args(EMBEDDER_OPTIONS, settings=CheckModelsSettings),
+        classifier=model_files.classifier_to_check(SETTINGS, TRAINS_HERE),
     shell:
-        script_job("check_models", "{resources.classifier}", env="{resources.env}")
+        script_job("check_models", env="{resources.env}")
 
 
 rule build_demo_models:

@@ -105,11 +105,11 @@ def test_a_classifier_this_run_trains_is_neither_checked_first_nor_fetched():
     config = config_with(classifier=DEFAULTS["train"]["classifier"])
     assert model_files.trains_here(config, labelled=True)
     assert not model_files.trains_here(config, labelled=False)  # the file is used as it is
-    assert model_files.classifier_to_check(config, trains=True) == ""
+    assert model_files.classifier_to_check(config, trains=True)({}, []) == ""
     assert model_files.classifier_to_fetch(config, trains=True) == ""
     given = config_with(classifier="https://example.org/c.pt")
     assert not model_files.trains_here(given, labelled=True)
-    checked = model_files.classifier_to_check(given, trains=False)
+    checked = model_files.classifier_to_check(given, trains=False)({}, [])
     assert checked == f"--classifier {model_files.classifier_file(given)}"
     assert model_files.classifier_to_fetch(given, trains=False) == "--classifier https://example.org/c.pt"
 

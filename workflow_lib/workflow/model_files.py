@@ -32,12 +32,14 @@ def trains_here(config: dict, labelled: bool) -> bool:
     return classifier_file(config) == config["train"]["classifier"] and labelled
 
 
-def classifier_to_check(config: dict, trains: bool) -> str:
-    """The model check's --classifier: checked when the check runs, but no input of it, so that the
-    check (and the plans and scores after it) stands for the embedding models alone: a run that
-    trains checks before its classifier exists, and the next one, with that classifier, need not
-    check again. A classifier changed later is checked at start-up (config_check.check_classifier_file)."""
-    return cli(classifier=None if trains else classifier_file(config))
+def classifier_to_check(config: dict, trains: bool):
+    """params.classifier of the model check: its --classifier, checked when the check runs but no
+    input of it, so that the check (and the plans and scores after it) stands for the embedding
+    models alone: a run that trains checks before its classifier exists, and the next one, with that
+    classifier, need not check again. A function of the job's output, which Snakemake does not
+    compare. A classifier changed later is checked at start-up (config_check.check_classifier_file)."""
+    option = cli(classifier=None if trains else classifier_file(config))
+    return lambda wildcards, output: option
 
 
 def classifier_to_fetch(config: dict, trains: bool) -> str:
