@@ -140,17 +140,16 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
     settings = yaml.safe_load((config_dir / "config.yaml").read_text())
     update_config(settings, copy.deepcopy(config))
     schema = Draft202012Validator(yaml.safe_load((config_dir / "schema.yaml").read_text()))
-    given = dict(sources).get("--config", {})
-    texts = _read_as_text(given)
+    texts = dict(_read_as_text(dict(sources).get("--config", {})))  # key path: value
     problems = [
-        f"--config: {'.'.join(path)}: {value!r} is text: Snakemake passes the values inside a --config dict as "
-        "text; give it in a config file (--configfile)"
-        for path, value in texts
+        f"--config: {key}: {value!r} is text: Snakemake passes the values inside a --config dict as text; give "
+        "it in a config file (--configfile)"
+        for key, value in texts.items()
     ] + [
         f"{source_of(path, sources)}: {'.'.join(map(str, path))}: {message}; fix it "
         f"(config/schema.yaml describes every key)"
         for path, message in _problems(schema, settings)
-        if source_of(path, sources) != "--config" or path not in [p for p, _ in texts]
+        if ".".join(map(str, path)) not in texts  # said once, as text
     ]
     if problems:
         raise InputError("\n".join(problems))
@@ -167,8 +166,8 @@ def run_settings(config: dict, config_dir: Path, sources: list[tuple[str, dict]]
     return settings, [line for line in [unweighed_qvalue_cutoff(settings, sources)] if line]
 
 
-def _read_as_text(values: Mapping, path: tuple = ()) -> list[tuple[list, str]]:
-    """(key path, value) of each value inside a --config dict that reads as a number, a boolean or
+def _read_as_text(values: Mapping, path: tuple = ()) -> list[tuple[str, str]]:
+    """(dotted key, value) of each value inside a --config dict that reads as a number, a boolean or
     null: Snakemake reads those dicts with YAML's BaseLoader, so every value in them is text."""
     found = []
     for key, value in values.items():
@@ -177,7 +176,7 @@ def _read_as_text(values: Mapping, path: tuple = ()) -> list[tuple[list, str]]:
         elif path and isinstance(value, str) and value.strip():
             try:
                 if not isinstance(yaml.safe_load(value), str):
-                    found.append(([*path, key], value))
+                    found.append((".".join((*path, key)), value))
             except yaml.YAMLError:
                 pass
     return found

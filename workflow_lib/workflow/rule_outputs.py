@@ -41,8 +41,8 @@ def optional_files(when: bool, *paths: str) -> list[str]:
 
 def unwritten_files(when: bool, *paths: str):
     """params.unwritten: optional outputs that this run does not make (`when` False), as --unwritten
-    PATH...: the job removes an earlier run's, which would disagree with its tables. A function of the
-    job's output, which Snakemake does not compare (the setting's own change reruns the job)."""
+    PATH...: when the job runs, it removes an earlier run's, which would disagree with its tables. A
+    function of the job's output, which Snakemake does not compare: the param reruns nothing."""
 
     def unwritten(wildcards, output) -> str:
         return "" if when else "--unwritten " + shlex.join(expand(list(paths), **wildcards))
