@@ -20,6 +20,7 @@ from workflow_lib.cli.settings import (
     CallSettings,
     CheckModelsSettings,
     EmbedSettings,
+    FetchClassifierSettings,
     FetchSettings,
     PlanSettings,
     PlotSampleSettings,

@@ -1,22 +1,54 @@
-# The configured models (and a classifier given by URL) fetched into models.cache_dir, where the
-# jobs look for them.
+# Everything a run downloads, verified, into models.cache_dir, where the jobs look for it: the target
+# to run on a machine with internet before a run whose jobs have none (docs/cluster.md).
 rule fetch_models:
+    input:
+        model_files.fetched_manifest(SETTINGS),
+        model_files.fetched_classifier(SETTINGS),
+    localrule: True
+
+
+# The configured embedding models, where they are named (fair-esm, the Hugging Face Hub).
+rule fetch_embedding_models:
     input:
         model_files.local_checkpoints(SETTINGS),
     output:
         model_files.fetched_manifest(SETTINGS),
-        model_files.fetched_classifier(SETTINGS),
     log:
-        "logs/fetch_models.log",
+        "logs/fetch_embedding_models.log",
     localrule: True
     conda:
         "../envs/embed.yaml"
     resources:
         tuning=tuning_of(FetchSettings),
     params:
-        args=job_args(EMBEDDER_OPTIONS, model_files.classifier_to_fetch(SETTINGS, TRAINS_HERE), settings=FetchSettings),
+        args=job_args(
+            model_files.embedder_options(SETTINGS, fetched=True),
+            checksums=model_files.pins(SETTINGS, classifier=False),
+            settings=FetchSettings,
+        ),
     shell:
         script_job("fetch_models", "{resources.tuning}")
+
+
+# A classifier given by URL, checked against the models once it is downloaded. A job of its own, after
+# the model check: a classifier swap reruns it and the scores, not the models' fetch, check or embedding.
+rule fetch_classifier:
+    input:
+        model_check=MODEL_CHECK,
+    output:
+        model_files.fetched_classifier(SETTINGS),
+    log:
+        "logs/fetch_classifier.log",
+    localrule: True
+    conda:
+        "../envs/embed.yaml"
+    resources:
+        tuning=tuning_of(FetchClassifierSettings),
+    params:
+        files=named_files,
+        args=job_args(checksums=model_files.pins(SETTINGS, classifier=True), settings=FetchClassifierSettings),
+    shell:
+        script_job("fetch_classifier", "{resources.tuning}")
 
 
 rule check_models:

@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -146,7 +147,15 @@ SNAKEMAKE = [
     "--resources",
     "gpu=2",
 ]
+
+
 # The rules call `python`: the one running the tests, as in an activated environment.
+def job_counts(output: str) -> dict[str, int]:
+    """Snakemake's table of jobs per rule in its output: {rule: jobs}; {} when it lists none."""
+    stats = re.search(r"job +count\n[- ]+\n(.*?)\ntotal", output, re.S)
+    return {line.split()[0]: int(line.split()[1]) for line in stats.group(1).splitlines()} if stats else {}
+
+
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 SAMPLES = {"phix": "virus", "gamma": "virus", "plasmid": "other", "mito": "other", "reads": ""}
 

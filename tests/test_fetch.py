@@ -19,13 +19,13 @@ import h5py
 import pytest
 import torch
 import yaml
-from helpers import ENV, GENOMES, ROOT, SNAKEMAKE
+from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, job_counts
 from model_server import ModelServer
 
 from harness.stages import DEFAULTS, embed_command
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models import Embedder, classifier
-from workflow_lib.models.fetch_models import fetch_models
+from workflow_lib.models.fetch_models import fetch_classifier, fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
 ESM_PATH, CLASSIFIER_PATH = f"/fair-esm/models/{ESM}.pt", "/files/classifier.pt"
@@ -70,8 +70,11 @@ def server(sources, monkeypatch):
 
 
 def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
+    """The classifier, then the models; what fetch_models records."""
+    progress, pinned = DEFAULTS["progress_seconds"], pinned or {}
+    fetch_classifier(server.url + CLASSIFIER_PATH, str(cache), pinned, progress)
     models = [Embedder("dnabert", "dnabert_s", REPO), Embedder("esm", "esm2", ESM)]
-    return fetch_models(models, server.url + CLASSIFIER_PATH, str(cache), pinned or {}, DEFAULTS["progress_seconds"])
+    return fetch_models(models, str(cache), pinned, progress)
 
 
 def snapshot(server: ModelServer, cache):
@@ -99,7 +102,6 @@ def test_fetch_verifies_records_and_fetches_once(server, tmp_path):
     assert {name: (m["source"], m["kind"]) for name, m in manifest.items()} == {
         "esm": (ESM, "fair-esm"),
         "dnabert": (REPO, "huggingface"),
-        "classifier": (server.url + CLASSIFIER_PATH, "url"),
     }
     assert manifest["dnabert"]["revision"] == server.commit(REPO)
     for model in manifest.values():
@@ -198,30 +200,58 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
 
 
 @pytest.mark.slow
-def test_snakemake_fetch_models_then_the_model_check_runs_offline(server, tmp_path):
+def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(server, demo_models, tmp_path):
+    """`snakemake fetch_models` on a machine with internet: the named model, the model check and the
+    classifier given by URL, checked against the models; the run then needs no network. A classifier
+    swap (another URL, a local file) reruns the classifier's fetch and the scores, never the models'
+    fetch, their check, the plan or an embedding; one made for other models is refused by its fetch."""
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{GENOMES / 'phiX174.fasta'}\n")
-    url = server.url + CLASSIFIER_PATH
-    models = {"esm": {"checkpoint": ESM, "layer": 2}, "dnabert": {"checkpoint": REPO}, "classifier": url}
-    models["checksums"] = {"classifier.pt": sha256(server.files[CLASSIFIER_PATH])}
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"samples": "samples.tsv", "models": models}))
+    torch.manual_seed(0)
+    for name, width in (("a", 64), ("b", 64), ("wrong", 99)):  # the demo ESM-2 file gives 64
+        path = tmp_path / f"{name}.pt"
+        embedders = [["dnabert", 48], ["esm", width]]
+        classifier.save(classifier.MLPClassifier(48 + width), path, chunk_length=500, embedders=embedders)
+        server.files[f"/{name}/classifier.pt"] = path.read_bytes()
+    esm = {"checkpoint": str(demo_models["esm"]), "layer": 2}
+    online = {**ENV, "HF_ENDPOINT": server.url}
 
-    def snakemake(target, env):
-        command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-p", target]
-        return subprocess.run(command, capture_output=True, text=True, env=env)
+    def snakemake(classifier: str, *options, env=ENV) -> tuple[str, dict[str, int]]:
+        models = {"esm": esm, "dnabert": {"checkpoint": REPO}, "classifier": classifier, "calibration": None}
+        settings = {"models": models, "call": {"max_qvalue": None}, "outputs": {"keep_embeddings": True}}
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump({"samples": "samples.tsv", **settings}))
+        command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-p", *options]
+        result = subprocess.run(command, capture_output=True, text=True, env=env)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0 or "wrong" in classifier, output[-3000:]
+        return output, job_counts(output)
 
-    fetched = snakemake("fetch_models", {**ENV, "FAIR_ESM_URL": f"{server.url}/fair-esm", "HF_ENDPOINT": server.url})
-    assert fetched.returncode == 0, fetched.stderr[-3000:]
-    manifest = json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())
-    assert sorted(manifest) == ["classifier", "dnabert", "esm"]
-    server.stop()
-    checked = snakemake("check_models", ENV)  # the rule itself sets HF_HUB_OFFLINE and TORCH_HOME
-    assert checked.returncode == 0, checked.stderr[-3000:]
-    assert "rule fetch_models" not in checked.stdout + checked.stderr  # the manifest is up to date
-    assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in checked.stdout + checked.stderr
+    output, jobs = snakemake(server.url + "/a/classifier.pt", "fetch_models", env=online)
+    assert jobs.keys() == {"fetch_embedding_models", "check_models", "fetch_classifier", "fetch_models"}
+    assert sorted(json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())) == ["dnabert", "esm"]
+    assert (tmp_path / "models/cache/classifier/classifier.pt").read_bytes() == server.files["/a/classifier.pt"]
+    assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in output  # the model check's
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
-    assert (report["dnabert"]["dim"], report["esm"]["dim"], report["classifier"]["input_dim"]) == (48, 320, 368)
-    assert report["classifier"]["path"] == "models/cache/classifier/classifier.pt"
+    assert (report["dnabert"]["dim"], report["esm"]["dim"]) == (48, 64)
+    snakemake(server.url + "/a/classifier.pt", env=online)
+    # another layer: the model check and the plan (the embeddings behind it) again, with no download
+    esm["layer"] = 1
+    _, jobs = snakemake(server.url + "/a/classifier.pt", "-n")
+    assert {"check_models", "plan"} <= jobs.keys() and not {"fetch_embedding_models", "fetch_classifier"} & jobs.keys()
+    esm["layer"] = 2
+    scored = {"score", "predict", "call", "summarize", "overview", "plot_sample", "all"}
+    _, jobs = snakemake(server.url + "/b/classifier.pt", "-n")
+    assert jobs.keys() == scored | {"fetch_classifier"}
+    _, jobs = snakemake(str(tmp_path / "b.pt"), "-n")
+    assert jobs.keys() == scored
+    output, jobs = snakemake(server.url + "/wrong/classifier.pt", env=online)
+    assert jobs.keys() == scored | {"fetch_classifier"}
+    refusal = (
+        f"error: {tmp_path / 'models/cache/classifier/classifier.pt'}: the classifier was trained on 99 features of "
+        "esm but its checkpoint gives 64; configure the checkpoint it was trained on, or train a classifier on this one"
+    )
+    assert refusal in output.splitlines()
+    assert not (tmp_path / "models/cache/classifier/classifier.pt").exists()  # removed with the failed job
 
 
 HOLD = (

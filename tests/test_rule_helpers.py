@@ -93,25 +93,29 @@ def test_local_models_are_inputs_and_remote_ones_fetched_first():
     assert model_files.fetched(named) == ["cache/fetched.json"] == [model_files.fetched_manifest(named)]
     assert model_files.fetched_classifier(named) == []
 
-    # a classifier URL alone: fetched first, into the cache
+    # a classifier URL alone: fetched into the cache by a job of its own, which the model check does
+    # not wait for; its pin goes to that job alone
     remote = copy.deepcopy(local)
     remote["models"] |= {"classifier": "https://example.org/c.pt", "cache_dir": "cache"}
-    assert model_files.fetched(remote) == ["cache/fetched.json"]
+    remote["models"]["checksums"] = {"c.pt": "a" * 64, "model.safetensors": "b" * 64}
+    assert model_files.fetched(remote) == []
     assert model_files.classifier_file(remote) == "cache/classifier/c.pt"
     assert model_files.fetched_classifier(remote) == ["cache/classifier/c.pt"]
+    assert model_files.pins(remote, classifier=True) == {"c.pt": "a" * 64}
+    assert model_files.pins(remote, classifier=False) == {"model.safetensors": "b" * 64}
 
 
-def test_a_classifier_this_run_trains_is_neither_checked_first_nor_fetched():
+def test_the_model_check_checks_a_local_classifier_this_run_does_not_train():
     config = config_with(classifier=DEFAULTS["train"]["classifier"])
     assert model_files.trains_here(config, labelled=True)
     assert not model_files.trains_here(config, labelled=False)  # the file is used as it is
     assert model_files.classifier_to_check(config, trains=True)({}, []) == ""
-    assert model_files.classifier_to_fetch(config, trains=True) == ""
-    given = config_with(classifier="https://example.org/c.pt")
+    given = config_with(classifier="models/c.pt")
     assert not model_files.trains_here(given, labelled=True)
-    checked = model_files.classifier_to_check(given, trains=False)({}, [])
-    assert checked == f"--classifier {model_files.classifier_file(given)}"
-    assert model_files.classifier_to_fetch(given, trains=False) == "--classifier https://example.org/c.pt"
+    assert model_files.classifier_to_check(given, trains=False)({}, []) == "--classifier models/c.pt"
+    # one given by URL: checked by fetch_classifier once downloaded, not by the model check
+    remote = config_with(classifier="https://example.org/c.pt")
+    assert model_files.classifier_to_check(remote, trains=False)({}, []) == ""
 
 
 def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():

@@ -17,6 +17,7 @@ from workflow_lib.cli.settings import (
     EmbedSettings,
     PrepareSettings,
     add_arguments,
+    cli,
     declared,
     from_arguments,
     tuning_keys,
@@ -26,7 +27,12 @@ from workflow_lib.workflow import job_commands, job_resources
 from workflow_lib.workflow.config_check import run_settings
 
 # what a rule passes itself, not from the config: threads, a wildcard, an input's path
-PASSED_BY_RULES = {"threads": 3, "remove_shard_fasta": True, "classifier": "models/c.pt"}
+PASSED_BY_RULES = {
+    "threads": 3,
+    "remove_shard_fasta": True,
+    "classifier": "models/c.pt",
+    "checksums": {"c.pt": "a" * 64},
+}
 
 
 def options(declaration, *, results: bool, model: str | None = None) -> str:
@@ -55,7 +61,7 @@ def test_a_script_parses_back_the_command_line_its_rule_builds(declaration):
         words = options(declaration, results=True, model=model).split()
         words += options(declaration, results=False, model=model).split()
         passed = {f.name: PASSED_BY_RULES[f.name] for f in declared(declaration) if f.name in PASSED_BY_RULES}
-        words += [w for name, value in passed.items() for w in (f"--{name.replace('_', '-')}", str(value).lower())]
+        words += cli(**passed).split()
         words += ["--model", model] if model else []
         parsed = from_arguments(declaration, parser_for(declaration).parse_args(words))
         assert parsed == from_config(declaration, DEFAULTS, model=model, **passed)

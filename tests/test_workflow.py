@@ -24,6 +24,7 @@ from helpers import (
     SAMPLES,
     SCORE_TOLERANCE,
     SNAKEMAKE,
+    job_counts,
     read_embeddings,
     read_fasta,
     read_tsv,
@@ -190,9 +191,7 @@ def snakemake_dry_run(
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    stats = re.search(r"job +count\n[- ]+\n(.*?)\ntotal", output, re.S)
-    jobs = {line.split()[0]: int(line.split()[1]) for line in stats.group(1).splitlines()} if stats else {}
-    return output, jobs
+    return output, job_counts(output)
 
 
 @pytest.mark.slow

@@ -281,11 +281,22 @@ class CalibrateSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FetchSettings:
-    """Download the configured models into the cache directory."""
+    """Download the configured embedding models into the cache directory."""
 
     cache_dir: str = setting("models.cache_dir")
-    checksums: dict[str, str] = setting("models.checksums")
-    classifier: str | None = setting(help="http(s) URL or path (left out when the workflow trains it)")
+    checksums: dict[str, str] = setting(help="the SHA-256 of this job's files that models.checksums pins")
+    progress_seconds: float = PROGRESS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FetchClassifierSettings:
+    """Download the classifier given by URL into the cache directory and check it against the models."""
+
+    classifier: str = setting("models.classifier")
+    cache_dir: str = setting("models.cache_dir")
+    checksums: dict[str, str] = setting(help="the SHA-256 of this job's files that models.checksums pins")
+    chunk_length: int = setting("chunk_length")
+    classifier_chunk_length: int | None = setting("models.classifier_chunk_length")
     progress_seconds: float = PROGRESS
 
 
@@ -310,6 +321,7 @@ class PlotSampleSettings:
 
 STAGES = (
     FetchSettings,
+    FetchClassifierSettings,
     CheckModelsSettings,
     PrepareSettings,
     PlanSettings,

@@ -1,4 +1,4 @@
-"""Before any embedding job: the models' sizes, and the classifier's input size and chunk length against them."""
+"""Before any embedding job: the models' sizes, and a classifier's input size and chunk length against them."""
 
 import logging
 from pathlib import Path
@@ -38,23 +38,23 @@ def check_models(
             "dim": config["dim"],
             "files": files,
         }
-    widths = [(name, shape["dim"]) for name, shape in report.items()]
     if classifier_path:
-        from workflow_lib.models import classifier  # torch: the tokenize job (known_checksums) does without
-
-        classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
-        report["classifier"] = {
-            "path": str(classifier_path),
-            "input_dim": sum(width for _, width in widths),
-            "files": checksums.describe_kept([Path(classifier_path)], store),
-        }
+        check_classifier(report, classifier_path, chunk_length, classifier_chunk_length)
     write_json(report, output)
     log.info(
         "models agree: %s = %d features",
         " + ".join(f"{e.display_name or e.declared.display_name} {report[e.name]['dim']}" for e in embedders),
-        sum(width for _, width in widths),
+        sum(entry["dim"] for entry in report.values()),
     )
     return report
+
+
+def check_classifier(report: dict, path: str | Path, chunk_length: int, classifier_chunk_length: int | None) -> None:
+    """The classifier at `path` was made for chunk_length and for the checked models (`report`), in order."""
+    from workflow_lib.models import classifier  # torch: the tokenize job (known_checksums) does without
+
+    widths = [(name, entry["dim"]) for name, entry in report.items()]
+    classifier.check_fits(path, widths, chunk_length, classifier_chunk_length)
 
 
 def known_checksums(report_path: str, model: str) -> dict:

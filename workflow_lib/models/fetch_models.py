@@ -4,13 +4,14 @@ verified, so that jobs on compute nodes load them with no network.
 - a fair-esm name: the model and its contact regression, in torch hub's layout under
   cache_dir/torch/hub/checkpoints (jobs run with TORCH_HOME=cache_dir/torch);
 - a Hugging Face id: huggingface_hub's snapshot in cache_dir (jobs find it with HF_HUB_OFFLINE=1);
-- a classifier URL: cache_dir/classifier/<file name>;
-- a local path: not copied; checked to exist and recorded.
+- a local path: not copied; checked to exist and recorded;
+- a classifier URL (fetch_classifier, a job of its own: a classifier swap reruns no model's fetch,
+  check or embedding): cache_dir/classifier/<file name>.
 
 Every download is checked against the size its server declares, the SHA-256 the Hub publishes for
 LFS files, and the SHA-256 pinned in models.checksums; a file that differs is deleted, one in the
-cache that passes is not downloaded again. cache_dir/fetched.json records each model's source and
-files (relative to cache_dir, which can be copied to another machine).
+cache that passes is not downloaded again. cache_dir/fetched.json records each embedding model's
+source and files (relative to cache_dir, which can be copied to another machine).
 """
 
 import hashlib
@@ -27,7 +28,7 @@ from workflow_lib.io import checksums, locks
 from workflow_lib.io.outputs import atomic_path
 from workflow_lib.io.tables import write_json
 from workflow_lib.models import Embedder, loading_module
-from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
+from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local
 
 log = logging.getLogger("workflow")
 _BLOCK = 1 << 20
@@ -35,23 +36,24 @@ _TIMEOUT_S = 60
 _AGAIN = "run `snakemake --profile profiles/local fetch_models` again"
 
 
-def fetch_models(
-    embedders: list[Embedder],
-    classifier: str | None,
-    cache_dir: str,
-    pinned: dict,
-    progress_seconds: float,
-) -> dict:
-    """Fetch the models and the classifier where they are not local; write cache_dir/fetched.json
-    and return what it records."""
+def fetch_models(embedders: list[Embedder], cache_dir: str, pinned: dict, progress_seconds: float) -> dict:
+    """Fetch the embedding models where they are not local; write cache_dir/fetched.json and return
+    what it records."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
         models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
-        if classifier:
-            models["classifier"] = _classifier(classifier, cache, pinned, progress_seconds)
         write_json(models, cache / MANIFEST)
     log.info("models fetched into %s; jobs can run offline (%s)", cache, cache / MANIFEST)
     return models
+
+
+def fetch_classifier(url: str, cache_dir: str, pinned: dict, progress_seconds: float) -> Path:
+    """Download the classifier at `url` into cache_dir/classifier/, verified; return its path."""
+    cache = Path(cache_dir).resolve()
+    path = Path(classifier_path(url, str(cache)))
+    with locks.exclusive(cache / f".{MANIFEST}.lock"):
+        _download(url, path, pinned, progress_seconds)
+    return path
 
 
 def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
@@ -101,19 +103,6 @@ def _hugging_face(embedder: Embedder, cache: Path, pinned: dict) -> dict:
             files[str(path.relative_to(cache))] = {"url": url, "size": size, "sha256": sha256}
     log.info("%s at %s: %d files verified in %s", checkpoint, folder.name, len(files), folder)
     return {"source": checkpoint, "kind": "huggingface", "revision": folder.name, "files": files}
-
-
-def _classifier(classifier: str, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    if is_url(classifier):
-        path = Path(classifier_path(classifier, str(cache)))
-        return {
-            "source": classifier,
-            "kind": "url",
-            "files": {str(path.relative_to(cache)): _download(classifier, path, pinned, progress_seconds)},
-        }
-    if not Path(classifier).is_file():
-        raise InputError(f"{classifier}: classifier file not found; set models.classifier to a path or an http(s) URL")
-    return {"source": classifier, "kind": "local", "files": checksums.describe([Path(classifier)])}
 
 
 def _download(url: str, path: Path, pinned: dict, progress_seconds: float) -> dict:

@@ -231,7 +231,7 @@ def check_model_choice(config: dict, sources: list[tuple[str, dict]]) -> None:
 
 def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool, model_check: str) -> None:
     """At start-up: the classifier is there, or this run makes it (the train target's output when
-    the samples sheet labels samples to learn from, or a URL that fetch_models downloads); one that
+    the samples sheet labels samples to learn from, or a URL that fetch_classifier downloads); one that
     is there was made for chunk_length and for the models' widths, where they are known: fair-esm's
     named models', and those of an earlier run's model check (`model_check`) for the same checkpoints."""
     models, chunk_length = config["models"], config["chunk_length"]
@@ -258,7 +258,7 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
             raise InputError(f"{where}: {refusal}")
         return
     if is_url(classifier):
-        return  # fetch_models downloads it; the model check reads it then
+        return  # fetch_classifier downloads it and checks it then
     where = f"{where}: {classifier}: no such file"
     if trained:
         raise InputError(

@@ -1,11 +1,11 @@
 """The model files of a run, from its config: which checkpoints are local (the workflow can build
-them), which classifier and calibration the jobs read, what fetch_models downloads, and where jobs
+them), which classifier and calibration the jobs read, what fetch_models and fetch_classifier download, and where jobs
 that load models find them offline."""
 
 import shlex
 
 from workflow_lib.cli.settings import cli
-from workflow_lib.models import embedders
+from workflow_lib.models import Embedder, embedders
 from workflow_lib.models.checkpoints import MANIFEST, classifier_path, is_local, is_url
 
 
@@ -15,9 +15,12 @@ def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
     return [c for c in checkpoints if is_local(c)]
 
 
-def embedder_options(config: dict) -> str:
-    """--embedder per configured model, in input order (models.add_embedders_argument)."""
-    return cli(embedder=[e.option() for e in embedders(config)])
+def embedder_options(config: dict, fetched: bool = False) -> str:
+    """--embedder per configured model, in input order (models.add_embedders_argument); `fetched`:
+    for fetch_models, with what decides its files alone, so that a layer change (which reruns the
+    model check and the embeddings) downloads nothing again."""
+    chosen = [Embedder(e.name, e.architecture, e.checkpoint) if fetched else e for e in embedders(config)]
+    return cli(embedder=[e.option() for e in chosen])
 
 
 def classifier_file(config: dict) -> str:
@@ -33,17 +36,23 @@ def trains_here(config: dict, labelled: bool) -> bool:
 
 
 def classifier_to_check(config: dict, trains: bool):
-    """params.classifier of the model check: its --classifier, checked when the check runs but no
-    input of it, so that the check (and the plans and scores after it) stands for the embedding
-    models alone: a run that trains checks before its classifier exists, and the next one, with that
-    classifier, need not check again. A function of the job's output, which Snakemake does not
-    compare. A classifier changed later is checked at start-up (config_check.check_classifier_file)."""
-    option = cli(classifier=None if trains else classifier_file(config))
+    """params.classifier of the model check: its --classifier, a local file checked when the check
+    runs but no input of it, so that the check (and the plans and scores after it) stands for the
+    embedding models alone: a run that trains checks before its classifier exists, and the next one,
+    with that classifier, need not check again. A function of the job's output, which Snakemake does
+    not compare. A classifier changed later is checked at start-up (config_check.check_classifier_file);
+    one given by URL, by fetch_classifier once it is downloaded."""
+    classifier = config["models"]["classifier"]
+    option = cli(classifier=None if trains or is_url(classifier) else classifier)
     return lambda wildcards, output: option
 
 
-def classifier_to_fetch(config: dict, trains: bool) -> str:
-    return cli(classifier=None if trains else config["models"]["classifier"])
+def pins(config: dict, classifier: bool) -> dict:
+    """models.checksums for fetch_classifier (`classifier`), by the file name of its URL, or the
+    rest, for fetch_models: pinning the classifier reruns no model's fetch."""
+    models = config["models"]
+    name = classifier_file(config).rsplit("/", 1)[-1] if is_url(models["classifier"]) else None
+    return {file: sha for file, sha in models["checksums"].items() if (file == name) == classifier}
 
 
 def calibration_file(config: dict) -> list[str]:
@@ -56,9 +65,8 @@ def fetched_manifest(config: dict) -> str:
 
 
 def fetched(config: dict) -> list[str]:
-    """fetch_models' manifest when a model is remote: the model check waits for it."""
-    models = config["models"]
-    remote = is_url(models["classifier"]) or not all(is_local(e.checkpoint) for e in embedders(config))
+    """fetch_models' manifest when an embedding model is remote: the model check waits for it."""
+    remote = not all(is_local(e.checkpoint) for e in embedders(config))
     return [fetched_manifest(config)] if remote else []
 
 
