@@ -55,5 +55,6 @@ onerror:
 rule all:
     default_target: True
     input:
+        model_files.fetched_classifier(SETTINGS),  # fetched and checked first, not after the plan
         prediction_outputs(),
         report_outputs(),

@@ -30,11 +30,13 @@ rule fetch_embedding_models:
         script_job("fetch_models", "{resources.tuning}")
 
 
-# A classifier given by URL, checked against the models once it is downloaded. A job of its own, after
-# the model check: a classifier swap reruns it and the scores, not the models' fetch, check or embedding.
+# A classifier given by URL, checked against the models once it is downloaded; the default target
+# names it, so that this runs first. Not after the model check: a check run again (a model changed)
+# downloads nothing, and a classifier swap reruns this and the scores, not the check or the plan.
 rule fetch_classifier:
     input:
-        model_check=MODEL_CHECK,
+        model_files.local_checkpoints(SETTINGS),
+        model_files.fetched(SETTINGS),
     output:
         model_files.fetched_classifier(SETTINGS),
     log:
@@ -45,8 +47,11 @@ rule fetch_classifier:
     resources:
         tuning=tuning_of(FetchClassifierSettings),
     params:
-        files=named_files,
-        args=job_args(checksums=model_files.pins(SETTINGS, classifier=True), settings=FetchClassifierSettings),
+        args=job_args(
+            model_files.embedder_options(SETTINGS, fetched=True),
+            checksums=model_files.pins(SETTINGS, classifier=True),
+            settings=FetchClassifierSettings,
+        ),
     shell:
         script_job("fetch_classifier", "{resources.tuning}")
 

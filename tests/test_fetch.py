@@ -70,11 +70,12 @@ def server(sources, monkeypatch):
 
 
 def fetch(server: ModelServer, cache, pinned: dict | None = None) -> dict:
-    """The classifier, then the models; what fetch_models records."""
+    """The models, then the classifier, checked against them; what fetch_models records."""
     progress, pinned = DEFAULTS["progress_seconds"], pinned or {}
-    fetch_classifier(server.url + CLASSIFIER_PATH, str(cache), pinned, progress)
     models = [Embedder("dnabert", "dnabert_s", REPO), Embedder("esm", "esm2", ESM)]
-    return fetch_models(models, str(cache), pinned, progress)
+    manifest = fetch_models(models, str(cache), pinned, progress)
+    fetch_classifier(server.url + CLASSIFIER_PATH, models, str(cache), pinned, progress, 500, None)
+    return manifest
 
 
 def snapshot(server: ModelServer, cache):
@@ -150,7 +151,7 @@ def test_a_download_that_does_not_verify_is_deleted(server, tmp_path, case):
     if case == "damaged_hub_file":
         blobs = (cache / "models--zhihan1996--DNABERT-S" / "blobs").iterdir()
         assert not any(blob.read_bytes() == damaged for blob in blobs)
-    assert leftovers(cache) == [] and not (cache / "fetched.json").exists()
+    assert leftovers(cache) == [] and (cache / "fetched.json").exists() == (case == "wrong_pin")
 
 
 def write_shards(directory) -> dict:
@@ -201,10 +202,11 @@ def test_an_offline_job_without_the_models_says_to_fetch_them(tmp_path, job):
 
 @pytest.mark.slow
 def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(server, demo_models, tmp_path):
-    """`snakemake fetch_models` on a machine with internet: the named model, the model check and the
-    classifier given by URL, checked against the models; the run then needs no network. A classifier
-    swap (another URL, a local file) reruns the classifier's fetch and the scores, never the models'
-    fetch, their check, the plan or an embedding; one made for other models is refused by its fetch."""
+    """`snakemake fetch_models` on a machine with internet: the named model, and the classifier given
+    by URL, checked against the models; the run then needs no network, nor does a model check run
+    again. A classifier swap (another URL, a local file) reruns the classifier's fetch and the
+    scores, never the models' fetch, their check, the plan or an embedding; one made for other
+    models is refused by its fetch, first in the run."""
     (tmp_path / "samples.tsv").write_text(f"sample\tpath\nphix\t{GENOMES / 'phiX174.fasta'}\n")
     torch.manual_seed(0)
     for name, width in (("a", 64), ("b", 64), ("wrong", 99)):  # the demo ESM-2 file gives 64
@@ -213,7 +215,6 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
         classifier.save(classifier.MLPClassifier(48 + width), path, chunk_length=500, embedders=embedders)
         server.files[f"/{name}/classifier.pt"] = path.read_bytes()
     esm = {"checkpoint": str(demo_models["esm"]), "layer": 2}
-    online = {**ENV, "HF_ENDPOINT": server.url}
 
     def snakemake(classifier: str, *options, env=ENV) -> tuple[str, dict[str, int]]:
         models = {"esm": esm, "dnabert": {"checkpoint": REPO}, "classifier": classifier, "calibration": None}
@@ -226,17 +227,21 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
         assert result.returncode == 0 or "wrong" in classifier, output[-3000:]
         return output, job_counts(output)
 
-    output, jobs = snakemake(server.url + "/a/classifier.pt", "fetch_models", env=online)
-    assert jobs.keys() == {"fetch_embedding_models", "check_models", "fetch_classifier", "fetch_models"}
+    url = server.url + "/a/classifier.pt"
+    _, jobs = snakemake(url, "fetch_models", env={**ENV, "HF_ENDPOINT": server.url})
+    assert jobs.keys() == {"fetch_embedding_models", "fetch_classifier", "fetch_models"}
     assert sorted(json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())) == ["dnabert", "esm"]
-    assert (tmp_path / "models/cache/classifier/classifier.pt").read_bytes() == server.files["/a/classifier.pt"]
+    fetched = tmp_path / "models/cache/classifier/classifier.pt"
+    assert fetched.read_bytes() == server.files["/a/classifier.pt"]
+    server.stop()
+    output, jobs = snakemake(url)  # offline: HF_ENDPOINT is the default hub, which this test cannot reach
+    assert "fetch_embedding_models" not in jobs and "fetch_classifier" not in jobs
     assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in output  # the model check's
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
     assert (report["dnabert"]["dim"], report["esm"]["dim"]) == (48, 64)
-    snakemake(server.url + "/a/classifier.pt", env=online)
-    # another layer: the model check and the plan (the embeddings behind it) again, with no download
+    # the model check again (here: another layer): no download, and no fetch checks anything again
     esm["layer"] = 1
-    _, jobs = snakemake(server.url + "/a/classifier.pt", "-n")
+    _, jobs = snakemake(url, "-n")
     assert {"check_models", "plan"} <= jobs.keys() and not {"fetch_embedding_models", "fetch_classifier"} & jobs.keys()
     esm["layer"] = 2
     scored = {"score", "predict", "call", "summarize", "overview", "plot_sample", "all"}
@@ -244,14 +249,16 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     assert jobs.keys() == scored | {"fetch_classifier"}
     _, jobs = snakemake(str(tmp_path / "b.pt"), "-n")
     assert jobs.keys() == scored
-    output, jobs = snakemake(server.url + "/wrong/classifier.pt", env=online)
+    with ModelServer() as again:  # another port: another URL
+        again.files["/wrong/classifier.pt"] = server.files["/wrong/classifier.pt"]
+        output, jobs = snakemake(again.url + "/wrong/classifier.pt")
     assert jobs.keys() == scored | {"fetch_classifier"}
     refusal = (
-        f"error: {tmp_path / 'models/cache/classifier/classifier.pt'}: the classifier was trained on 99 features of "
-        "esm but its checkpoint gives 64; configure the checkpoint it was trained on, or train a classifier on this one"
+        f"error: {fetched}: the classifier was trained on 99 features of esm but its checkpoint gives 64; "
+        "configure the checkpoint it was trained on, or train a classifier on this one"
     )
     assert refusal in output.splitlines()
-    assert not (tmp_path / "models/cache/classifier/classifier.pt").exists()  # removed with the failed job
+    assert "rule score" not in output and not fetched.exists()  # removed with the failed job
 
 
 HOLD = (

@@ -113,9 +113,9 @@ def test_the_model_check_checks_a_local_classifier_this_run_does_not_train():
     given = config_with(classifier="models/c.pt")
     assert not model_files.trains_here(given, labelled=True)
     assert model_files.classifier_to_check(given, trains=False)({}, []) == "--classifier models/c.pt"
-    # one given by URL: checked by fetch_classifier once downloaded, not by the model check
-    remote = config_with(classifier="https://example.org/c.pt")
-    assert model_files.classifier_to_check(remote, trains=False)({}, []) == ""
+    # one given by URL: its download, where fetch_classifier has made it by the time of the check
+    remote = config_with(classifier="https://example.org/c.pt", cache_dir="cache")
+    assert model_files.classifier_to_check(remote, trains=False)({}, []) == "--classifier cache/classifier/c.pt"
 
 
 def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():

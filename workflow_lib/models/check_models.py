@@ -38,8 +38,11 @@ def check_models(
             "dim": config["dim"],
             "files": files,
         }
-    if classifier_path:
-        check_classifier(report, classifier_path, chunk_length, classifier_chunk_length)
+    if classifier_path and Path(classifier_path).is_file():  # a URL's: once fetch_classifier has it
+        from workflow_lib.models import classifier  # torch: the tokenize job (known_checksums) does without
+
+        widths = [(name, entry["dim"]) for name, entry in report.items()]
+        classifier.check_fits(classifier_path, widths, chunk_length, classifier_chunk_length)
     write_json(report, output)
     log.info(
         "models agree: %s = %d features",
@@ -47,14 +50,6 @@ def check_models(
         sum(entry["dim"] for entry in report.values()),
     )
     return report
-
-
-def check_classifier(report: dict, path: str | Path, chunk_length: int, classifier_chunk_length: int | None) -> None:
-    """The classifier at `path` was made for chunk_length and for the checked models (`report`), in order."""
-    from workflow_lib.models import classifier  # torch: the tokenize job (known_checksums) does without
-
-    widths = [(name, entry["dim"]) for name, entry in report.items()]
-    classifier.check_fits(path, widths, chunk_length, classifier_chunk_length)
 
 
 def known_checksums(report_path: str, model: str) -> dict:

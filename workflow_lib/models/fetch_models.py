@@ -47,12 +47,25 @@ def fetch_models(embedders: list[Embedder], cache_dir: str, pinned: dict, progre
     return models
 
 
-def fetch_classifier(url: str, cache_dir: str, pinned: dict, progress_seconds: float) -> Path:
-    """Download the classifier at `url` into cache_dir/classifier/, verified; return its path."""
+def fetch_classifier(
+    url: str,
+    embedders: list[Embedder],
+    cache_dir: str,
+    pinned: dict,
+    progress_seconds: float,
+    chunk_length: int,
+    stated_chunk_length: int | None,
+) -> Path:
+    """Download the classifier at `url` into cache_dir/classifier/, verified, and check it against
+    the models' widths (read from their configs: the embedding models are fetched first)."""
+    from workflow_lib.models import classifier  # torch
+
     cache = Path(cache_dir).resolve()
     path = Path(classifier_path(url, str(cache)))
     with locks.exclusive(cache / f".{MANIFEST}.lock"):
         _download(url, path, pinned, progress_seconds)
+    widths = [(e.name, loading_module(e.architecture).read_config(e.checkpoint, cache_dir)["dim"]) for e in embedders]
+    classifier.check_fits(path, widths, chunk_length, stated_chunk_length)
     return path
 
 

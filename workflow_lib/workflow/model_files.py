@@ -36,14 +36,14 @@ def trains_here(config: dict, labelled: bool) -> bool:
 
 
 def classifier_to_check(config: dict, trains: bool):
-    """params.classifier of the model check: its --classifier, a local file checked when the check
-    runs but no input of it, so that the check (and the plans and scores after it) stands for the
-    embedding models alone: a run that trains checks before its classifier exists, and the next one,
-    with that classifier, need not check again. A function of the job's output, which Snakemake does
-    not compare. A classifier changed later is checked at start-up (config_check.check_classifier_file);
-    one given by URL, by fetch_classifier once it is downloaded."""
-    classifier = config["models"]["classifier"]
-    option = cli(classifier=None if trains or is_url(classifier) else classifier)
+    """params.classifier of the model check: its --classifier, checked when the check runs (one
+    given by URL if fetch_classifier has it by then; that job checks it too) but no input of it, so
+    that the check (and the plans and scores after it) stands for the embedding models alone: a run
+    that trains checks before its classifier exists, and the next one, with that classifier, need
+    not check again; a classifier swap reruns no check. A function of the job's output, which
+    Snakemake does not compare. A classifier changed later is checked at start-up
+    (config_check.check_classifier_file)."""
+    option = cli(classifier=None if trains else classifier_file(config))
     return lambda wildcards, output: option
 
 
