@@ -52,6 +52,7 @@ rule fetch_classifier:
             checksums=model_files.pins(SETTINGS, classifier=True),
             settings=FetchClassifierSettings,
         ),
+        calibration=model_files.calibration_to_check(SETTINGS),
     shell:
         script_job("fetch_classifier", "{resources.tuning}")
 

@@ -23,6 +23,7 @@ from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, job_counts
 from model_server import ModelServer
 
 from harness.stages import DEFAULTS, embed_command
+from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models import Embedder, classifier
 from workflow_lib.models.fetch_models import fetch_classifier, fetch_models
@@ -216,15 +217,15 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
         server.files[f"/{name}/classifier.pt"] = path.read_bytes()
     esm = {"checkpoint": str(demo_models["esm"]), "layer": 2}
 
-    def snakemake(classifier: str, *options, env=ENV) -> tuple[str, dict[str, int]]:
-        models = {"esm": esm, "dnabert": {"checkpoint": REPO}, "classifier": classifier, "calibration": None}
+    def snakemake(classifier: str, *options, env=ENV, calibration=None, fails=False) -> tuple[str, dict[str, int]]:
+        models = {"esm": esm, "dnabert": {"checkpoint": REPO}, "classifier": classifier, "calibration": calibration}
         settings = {"models": models, "call": {"max_qvalue": None}, "outputs": {"keep_embeddings": True}}
         config = tmp_path / "config.yaml"
         config.write_text(yaml.safe_dump({"samples": "samples.tsv", **settings}))
         command = SNAKEMAKE + ["--directory", str(tmp_path), "--configfile", str(config), "-p", *options]
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         output = result.stdout + result.stderr
-        assert result.returncode == 0 or "wrong" in classifier, output[-3000:]
+        assert (result.returncode != 0) == fails, output[-3000:]
         return output, job_counts(output)
 
     url = server.url + "/a/classifier.pt"
@@ -249,16 +250,29 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     assert jobs.keys() == scored | {"fetch_classifier"}
     _, jobs = snakemake(str(tmp_path / "b.pt"), "-n")
     assert jobs.keys() == scored
+    # refused by the fetch, as the run starts: a classifier for other models, a calibration for
+    # another classifier (the start-up saw the classifier file of the URL before)
+    calibration = tmp_path / "calibration.json"
+    Calibration(
+        sha256(server.files["/a/classifier.pt"]), 500, "platt", [-5, 5], [-4, 4], 0.3, 0.8, 0.2, 0.1, 0.3, 9, {}, {}
+    ).save(calibration)
     with ModelServer() as again:  # another port: another URL
-        again.files["/wrong/classifier.pt"] = server.files["/wrong/classifier.pt"]
-        output, jobs = snakemake(again.url + "/wrong/classifier.pt")
-    assert jobs.keys() == scored | {"fetch_classifier"}
+        again.files = {path: server.files[path] for path in ("/wrong/classifier.pt", "/b/classifier.pt")}
+        wrong, _ = snakemake(again.url + "/wrong/classifier.pt", fails=True)
+        other, _ = snakemake(again.url + "/b/classifier.pt", calibration=str(calibration), fails=True)
     refusal = (
         f"error: {fetched}: the classifier was trained on 99 features of esm but its checkpoint gives 64; "
         "configure the checkpoint it was trained on, or train a classifier on this one"
     )
-    assert refusal in output.splitlines()
-    assert "rule score" not in output and not fetched.exists()  # removed with the failed job
+    assert refusal in wrong.splitlines()
+    b = sha256(server.files["/b/classifier.pt"])
+    assert (
+        f"error: models.calibration: {calibration}: made for another classifier file (SHA-256 "
+        f"{sha256(server.files['/a/classifier.pt'])[:12]}..., the configured one is {b[:12]}...); run the calibrate "
+        "target for it"
+    ) in other.splitlines()
+    for output in (wrong, other):
+        assert "rule score" not in output and not fetched.exists()  # removed with the failed job
 
 
 HOLD = (

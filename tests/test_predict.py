@@ -201,6 +201,28 @@ def test_embeddings_of_another_checkpoint_fail(sample, tmp_path):
         )
 
 
+def test_a_calibration_for_another_classifier_than_the_scores_is_refused(sample, tmp_path):
+    """The start-up and fetch_classifier check a calibration against the classifier file they see;
+    predict holds it to the classifier that scored, whatever happened to the file since."""
+    from workflow_lib.classify.calibration import Calibration
+    from workflow_lib.classify.predict import ScoreFiles, write_tables
+    from workflow_lib.io.checksums import sha256
+
+    root, files = sample
+    prepared, scores = root / "prepare", scores_files(root / "out", len(files["esm"]))
+    outputs = ScoreFiles(*(tmp_path / name for name in ("frames.tsv", "chunks.tsv", "scoring.json")), None)
+    other = Calibration("0" * 64, 500, "platt", [-5.0, 5.0], [-4.0, 4.0], 0.3, 0.8, 0.2, 0.1, 0.3, 9.0, {}, {})
+    args = (prepared / "frames.tsv.gz", prepared / "sequences.tsv.gz", scores, prepared / "bins.npz", outputs, 30)
+    with pytest.raises(InputError) as refused:
+        write_tables(*args, other)
+    scored_by = sha256(root / "classifier.pt")
+    assert str(refused.value) == (
+        f"models.calibration: made for another classifier file (SHA-256 000000000000..., the configured one is "
+        f"{scored_by[:12]}...); run the calibrate target for it"
+    )
+    assert not outputs.frames.exists()
+
+
 def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     """score logs a shard's frames scored, predict the sample's frames tabled, with rate and ETA
     block by block, then a final line; so do their CLIs, whose outputs are those of the stages."""

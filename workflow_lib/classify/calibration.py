@@ -113,14 +113,15 @@ class Calibration:
                 f"{path}: not a calibration this workflow wrote ({error}); run the calibrate target"
             ) from None
 
-    def refusal(self, classifier_sha256: str, chunk_length: int, path: str | Path) -> str | None:
-        """Why this calibration cannot weigh a classifier's calls, in one line; None if it can."""
+    def refusal(self, classifier_sha256: str, chunk_length: int | None, path: str | Path) -> str | None:
+        """Why this calibration cannot weigh a classifier's calls, in one line; None if it can
+        (chunk_length None: not checked)."""
         if self.classifier_sha256 != classifier_sha256:
             return (
                 f"{path}: made for another classifier file (SHA-256 {self.classifier_sha256[:12]}..., the "
                 f"configured one is {classifier_sha256[:12]}...); run the calibrate target for it"
             )
-        if self.chunk_length != chunk_length:
+        if chunk_length not in (None, self.chunk_length):
             return (
                 f"{path}: made for chunks of {self.chunk_length} bp, the config's chunk_length is {chunk_length}; "
                 "run the calibrate target for it"

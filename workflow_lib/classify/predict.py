@@ -373,6 +373,11 @@ def write_tables(
     `sample`'s shards, in the plan's order, and its `bins` file; with a `calibration`, the chunks
     table gains each chunk's probability of being viral."""
     shards = ShardScores(score_files, bins, sample)
+    # the start-up checks a calibration against a classifier file that is there; one given by URL
+    # may be another by the time it scored (fetch_classifier checks it then too)
+    scored_by = shards.checkpoints["classifier"]["sha256"] if shards.checkpoints else None
+    if calibration and scored_by and (refusal := calibration.refusal(scored_by, None, "models.calibration")):
+        raise InputError(refusal)
     progress = Progress(log, "frames", total=shards.frames, interval=progress_seconds)
     with tempfile.TemporaryDirectory(dir=outputs.chunks.parent) as scratch:
         weighed = ChunkWeighing(calibration, Path(scratch, "evidence.f32")) if calibration else None

@@ -294,7 +294,7 @@ def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], lab
         )
     classifier = classifier_path(config["models"]["classifier"], config["models"]["cache_dir"])
     if not os.path.isfile(classifier):
-        return  # a URL not fetched yet: the predict jobs check it once it is
+        return  # a URL not fetched yet: fetch_classifier checks it (predict too, against what scored)
     refusal = Calibration.load(path).refusal(checksums.sha256(classifier), config["chunk_length"], path)
     if refusal:
         raise InputError(f"{where}: {refusal}")

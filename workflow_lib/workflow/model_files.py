@@ -47,6 +47,13 @@ def classifier_to_check(config: dict, trains: bool):
     return lambda wildcards, output: option
 
 
+def calibration_to_check(config: dict):
+    """params.calibration of fetch_classifier: models.calibration, checked against the download (the
+    start-up could not: the file was not there, or another). Not compared, as classifier_to_check."""
+    option = cli(calibration=config["models"]["calibration"])
+    return lambda wildcards, output: option
+
+
 def pins(config: dict, classifier: bool) -> dict:
     """models.checksums for fetch_classifier (`classifier`), by the file name of its URL, or the
     rest, for fetch_models: pinning the classifier reruns no model's fetch."""
