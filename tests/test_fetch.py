@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import pytest
@@ -26,6 +27,7 @@ from harness.stages import DEFAULTS, embed_command
 from workflow_lib.classify.calibration import Calibration
 from workflow_lib.cli.errors import InputError
 from workflow_lib.models import Embedder, classifier
+from workflow_lib.models.checkpoints import classifier_path
 from workflow_lib.models.fetch_models import fetch_classifier, fetch_models
 
 ESM, REPO = "esm2_t6_8M_UR50D", "zhihan1996/DNABERT-S"
@@ -99,7 +101,8 @@ def test_fetch_verifies_records_and_fetches_once(server, tmp_path):
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    assert (cache / "classifier" / "classifier.pt").read_bytes() == server.files[CLASSIFIER_PATH]
+    fetched = classifier_path(server.url + CLASSIFIER_PATH, str(cache.resolve()))
+    assert Path(fetched).read_bytes() == server.files[CLASSIFIER_PATH]
     assert json.loads((cache / "fetched.json").read_text()) == manifest
     assert {name: (m["source"], m["kind"]) for name, m in manifest.items()} == {
         "esm": (ESM, "fair-esm"),
@@ -144,7 +147,7 @@ def test_a_download_that_does_not_verify_is_deleted(server, tmp_path, case):
             f"{server.url}{CLASSIFIER_PATH}: SHA-256 {sha256(server.files[CLASSIFIER_PATH])} where "
             f"models.checksums pins {'0' * 64}, so it is deleted; fix the pin if the source is right"
         )
-        gone = cache / "classifier" / "classifier.pt"
+        gone = Path(classifier_path(server.url + CLASSIFIER_PATH, str(cache.resolve())))
     with pytest.raises(InputError) as error:
         fetch(server, cache, pinned)
     assert str(error.value) == expected
@@ -232,8 +235,11 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     _, jobs = snakemake(url, "fetch_models", env={**ENV, "HF_ENDPOINT": server.url})
     assert jobs.keys() == {"fetch_embedding_models", "fetch_classifier", "fetch_models"}
     assert sorted(json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())) == ["dnabert", "esm"]
-    fetched = tmp_path / "models/cache/classifier/classifier.pt"
-    assert fetched.read_bytes() == server.files["/a/classifier.pt"]
+
+    def cached(url: str) -> Path:
+        return tmp_path / classifier_path(url, "models/cache")
+
+    assert cached(url).read_bytes() == server.files["/a/classifier.pt"]
     server.stop()
     output, jobs = snakemake(url)  # offline: HF_ENDPOINT is the default hub, which this test cannot reach
     assert "fetch_embedding_models" not in jobs and "fetch_classifier" not in jobs
@@ -246,22 +252,27 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     assert {"check_models", "plan"} <= jobs.keys() and not {"fetch_embedding_models", "fetch_classifier"} & jobs.keys()
     esm["layer"] = 2
     scored = {"score", "predict", "call", "summarize", "overview", "plot_sample", "all"}
-    _, jobs = snakemake(server.url + "/b/classifier.pt", "-n")
-    assert jobs.keys() == scored | {"fetch_classifier"}
+
+    def calibration_for(name: str) -> str:
+        digest, path = sha256(server.files[f"/{name}/classifier.pt"]), tmp_path / f"calibration_{name}.json"
+        Calibration(digest, 500, "platt", [-5, 5], [-4, 4], 0.3, 0.8, 0.2, 0.1, 0.3, 9, {}, {}).save(path)
+        return str(path)
+
+    # with b's calibration: a's file, of the same name in the cache, is not taken for b's at start-up
+    _, jobs = snakemake(server.url + "/b/classifier.pt", "-n", calibration=calibration_for("b"))
+    assert jobs.keys() == scored | {"fetch_classifier", "plot_calibration"}
     _, jobs = snakemake(str(tmp_path / "b.pt"), "-n")
     assert jobs.keys() == scored
     # refused by the fetch, as the run starts: a classifier for other models, a calibration for
-    # another classifier (the start-up saw the classifier file of the URL before)
-    calibration = tmp_path / "calibration.json"
-    Calibration(
-        sha256(server.files["/a/classifier.pt"]), 500, "platt", [-5, 5], [-4, 4], 0.3, 0.8, 0.2, 0.1, 0.3, 9, {}, {}
-    ).save(calibration)
-    with ModelServer() as again:  # another port: another URL
+    # another classifier (the start-up cannot check either: the URL's file is not in the cache)
+    calibration = calibration_for("a")
+    with ModelServer() as again:
         again.files = {path: server.files[path] for path in ("/wrong/classifier.pt", "/b/classifier.pt")}
-        wrong, _ = snakemake(again.url + "/wrong/classifier.pt", fails=True)
-        other, _ = snakemake(again.url + "/b/classifier.pt", calibration=str(calibration), fails=True)
+        wrong_url, b_url = again.url + "/wrong/classifier.pt", again.url + "/b/classifier.pt"
+        wrong, _ = snakemake(wrong_url, fails=True)
+        other, _ = snakemake(b_url, calibration=calibration, fails=True)
     refusal = (
-        f"error: {fetched}: the classifier was trained on 99 features of esm but its checkpoint gives 64; "
+        f"error: {cached(wrong_url)}: the classifier was trained on 99 features of esm but its checkpoint gives 64; "
         "configure the checkpoint it was trained on, or train a classifier on this one"
     )
     assert refusal in wrong.splitlines()
@@ -271,8 +282,8 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
         f"{sha256(server.files['/a/classifier.pt'])[:12]}..., the configured one is {b[:12]}...); run the calibrate "
         "target for it"
     ) in other.splitlines()
-    for output in (wrong, other):
-        assert "rule score" not in output and not fetched.exists()  # removed with the failed job
+    for output, url in ((wrong, wrong_url), (other, b_url)):
+        assert "rule score" not in output and not cached(url).exists()  # removed with the failed job
 
 
 HOLD = (

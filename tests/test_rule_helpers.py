@@ -2,6 +2,7 @@
 priority, the model files a config names, the shell commands and the outputs' flags."""
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -99,8 +100,9 @@ def test_local_models_are_inputs_and_remote_ones_fetched_first():
     remote["models"] |= {"classifier": "https://example.org/c.pt", "cache_dir": "cache"}
     remote["models"]["checksums"] = {"c.pt": "a" * 64, "model.safetensors": "b" * 64}
     assert model_files.fetched(remote) == []
-    assert model_files.classifier_file(remote) == "cache/classifier/c.pt"
-    assert model_files.fetched_classifier(remote) == ["cache/classifier/c.pt"]
+    fetched = f"cache/classifier/{hashlib.sha256(b'https://example.org/c.pt').hexdigest()[:16]}/c.pt"
+    assert model_files.classifier_file(remote) == fetched  # in a folder of its URL's own
+    assert model_files.fetched_classifier(remote) == [fetched]
     assert model_files.pins(remote, classifier=True) == {"c.pt": "a" * 64}
     assert model_files.pins(remote, classifier=False) == {"model.safetensors": "b" * 64}
 
@@ -115,7 +117,10 @@ def test_the_model_check_checks_a_local_classifier_this_run_does_not_train():
     assert model_files.classifier_to_check(given, trains=False)({}, []) == "--classifier models/c.pt"
     # one given by URL: its download, where fetch_classifier has made it by the time of the check
     remote = config_with(classifier="https://example.org/c.pt", cache_dir="cache")
-    assert model_files.classifier_to_check(remote, trains=False)({}, []) == "--classifier cache/classifier/c.pt"
+    assert (
+        model_files.classifier_to_check(remote, trains=False)({}, [])
+        == f"--classifier {model_files.classifier_file(remote)}"
+    )
 
 
 def test_jobs_that_load_models_run_offline_and_share_compiled_kernels():

@@ -3,6 +3,7 @@ and loading pickled checkpoints without running code from them."""
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import mmap
 import re
@@ -52,11 +53,13 @@ def is_url(path: str) -> bool:
 
 
 def classifier_path(classifier: str, cache_dir: str) -> str:
-    """The classifier file that jobs read: the path itself, or where fetch_models puts a URL's download."""
+    """The classifier file that jobs read: the path itself, or where fetch_classifier puts a URL's
+    download: in a folder of that URL's own, so that a file cached for another URL (one of the same
+    name) is never taken for it, by the start-up's checks nor by a job."""
     if not is_url(classifier):
         return classifier
     name = PurePosixPath(urlsplit(classifier).path).name or "classifier.pth"
-    return str(Path(cache_dir) / "classifier" / name)
+    return str(Path(cache_dir) / "classifier" / hashlib.sha256(classifier.encode()).hexdigest()[:16] / name)
 
 
 def not_fetched(key: str, checkpoint: str, cache_dir: str | Path) -> InputError:

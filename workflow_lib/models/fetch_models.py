@@ -6,7 +6,7 @@ verified, so that jobs on compute nodes load them with no network.
 - a Hugging Face id: huggingface_hub's snapshot in cache_dir (jobs find it with HF_HUB_OFFLINE=1);
 - a local path: not copied; checked to exist and recorded;
 - a classifier URL (fetch_classifier, a job of its own: a classifier swap reruns no model's fetch,
-  check or embedding): cache_dir/classifier/<file name>.
+  check or embedding): cache_dir/classifier/<the URL's digest>/<file name>.
 
 Every download is checked against the size its server declares, the SHA-256 the Hub publishes for
 LFS files, and the SHA-256 pinned in models.checksums; a file that differs is deleted, one in the
