@@ -2,15 +2,13 @@
 # to run on a machine with internet before a run whose jobs have none (docs/cluster.md).
 rule fetch_models:
     input:
-        model_files.fetched_manifest(SETTINGS),
+        model_files.fetched(SETTINGS),
         model_files.fetched_classifier(SETTINGS),
     localrule: True
 
 
-# The configured embedding models, where they are named (fair-esm, the Hugging Face Hub).
+# The configured embedding models that are named (fair-esm, the Hugging Face Hub).
 rule fetch_embedding_models:
-    input:
-        model_files.local_checkpoints(SETTINGS),
     output:
         model_files.fetched_manifest(SETTINGS),
     log:
@@ -22,7 +20,7 @@ rule fetch_embedding_models:
         tuning=tuning_of(FetchSettings),
     params:
         args=job_args(
-            model_files.embedder_options(SETTINGS, fetched=True),
+            model_files.embedder_options(SETTINGS, layers=False, local=False),
             checksums=model_files.pins(SETTINGS, classifier=False),
             settings=FetchSettings,
         ),
@@ -35,8 +33,7 @@ rule fetch_embedding_models:
 # downloads nothing, and a classifier swap reruns this and the scores, not the check or the plan.
 rule fetch_classifier:
     input:
-        model_files.local_checkpoints(SETTINGS),
-        model_files.fetched(SETTINGS),
+        model_files.fetched(SETTINGS),  # a local checkpoint is read, unnamed: one replaced downloads nothing
     output:
         model_files.fetched_classifier(SETTINGS),
     log:
@@ -48,7 +45,7 @@ rule fetch_classifier:
         tuning=tuning_of(FetchClassifierSettings),
     params:
         args=job_args(
-            model_files.embedder_options(SETTINGS, fetched=True),
+            model_files.embedder_options(SETTINGS, layers=False),
             checksums=model_files.pins(SETTINGS, classifier=True),
             settings=FetchClassifierSettings,
         ),

@@ -12,6 +12,7 @@ model's sizes from fair-esm's table (6 layers of 320), so the classifier served 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -218,7 +219,8 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
         embedders = [["dnabert", 48], ["esm", width]]
         classifier.save(classifier.MLPClassifier(48 + width), path, chunk_length=500, embedders=embedders)
         server.files[f"/{name}/classifier.pt"] = path.read_bytes()
-    esm = {"checkpoint": str(demo_models["esm"]), "layer": 2}
+    shutil.copy(demo_models["esm"], tmp_path / "esm.pt")
+    esm = {"checkpoint": str(tmp_path / "esm.pt"), "layer": 2}
 
     def snakemake(classifier: str, *options, env=ENV, calibration=None, fails=False) -> tuple[str, dict[str, int]]:
         models = {"esm": esm, "dnabert": {"checkpoint": REPO}, "classifier": classifier, "calibration": calibration}
@@ -234,7 +236,7 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     url = server.url + "/a/classifier.pt"
     _, jobs = snakemake(url, "fetch_models", env={**ENV, "HF_ENDPOINT": server.url})
     assert jobs.keys() == {"fetch_embedding_models", "fetch_classifier", "fetch_models"}
-    assert sorted(json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())) == ["dnabert", "esm"]
+    assert sorted(json.loads((tmp_path / "models" / "cache" / "fetched.json").read_text())) == ["dnabert"]  # named
 
     def cached(url: str) -> Path:
         return tmp_path / classifier_path(url, "models/cache")
@@ -246,11 +248,17 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in output  # the model check's
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
     assert (report["dnabert"]["dim"], report["esm"]["dim"]) == (48, 64)
-    # the model check again (here: another layer): no download, and no fetch checks anything again
-    esm["layer"] = 1
-    _, jobs = snakemake(url, "-n")
-    assert {"check_models", "plan"} <= jobs.keys() and not {"fetch_embedding_models", "fetch_classifier"} & jobs.keys()
-    esm["layer"] = 2
+    # the model check again (another layer, the local checkpoint replaced): no download
+    checkpoint, fetches = (tmp_path / "esm.pt").read_bytes(), {"fetch_embedding_models", "fetch_classifier"}
+    for change in ("layer", "checkpoint"):
+        if change == "layer":
+            esm["layer"] = 1
+        else:
+            (tmp_path / "esm.pt").write_bytes(checkpoint + b"\0")  # other content (a dry run reads none)
+        _, jobs = snakemake(url, "-n")
+        assert {"check_models", "plan"} <= jobs.keys() and not fetches & jobs.keys(), change
+        esm["layer"] = 2
+    (tmp_path / "esm.pt").write_bytes(checkpoint)  # the same content: Snakemake reruns nothing for it
     scored = {"score", "predict", "call", "summarize", "overview", "plot_sample", "all"}
 
     def calibration_for(name: str) -> str:

@@ -4,14 +4,13 @@ verified, so that jobs on compute nodes load them with no network.
 - a fair-esm name: the model and its contact regression, in torch hub's layout under
   cache_dir/torch/hub/checkpoints (jobs run with TORCH_HOME=cache_dir/torch);
 - a Hugging Face id: huggingface_hub's snapshot in cache_dir (jobs find it with HF_HUB_OFFLINE=1);
-- a local path: not copied; checked to exist and recorded;
 - a classifier URL (fetch_classifier, a job of its own: a classifier swap reruns no model's fetch,
   check or embedding): cache_dir/classifier/<the URL's digest>/<file name>.
 
 Every download is checked against the size its server declares, the SHA-256 the Hub publishes for
 LFS files, and the SHA-256 pinned in models.checksums; a file that differs is deleted, one in the
-cache that passes is not downloaded again. cache_dir/fetched.json records each embedding model's
-source and files (relative to cache_dir, which can be copied to another machine).
+cache that passes is not downloaded again. cache_dir/fetched.json records each named model's source
+and files (relative to cache_dir, which can be copied to another machine).
 """
 
 import hashlib
@@ -37,11 +36,11 @@ _AGAIN = "run `snakemake --profile profiles/local fetch_models` again"
 
 
 def fetch_models(embedders: list[Embedder], cache_dir: str, pinned: dict, progress_seconds: float) -> dict:
-    """Fetch the embedding models where they are not local; write cache_dir/fetched.json and return
-    what it records."""
+    """Fetch the named embedding models (a local checkpoint is the model check's); write
+    cache_dir/fetched.json and return what it records."""
     cache = Path(cache_dir).resolve()
     with locks.exclusive(cache / f".{MANIFEST}.lock"):  # two fetches into one cache take turns
-        models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders}
+        models = {e.name: _fetch(e, cache, pinned, progress_seconds) for e in embedders if not is_local(e.checkpoint)}
         write_json(models, cache / MANIFEST)
     log.info("models fetched into %s; jobs can run offline (%s)", cache, cache / MANIFEST)
     return models
@@ -70,15 +69,8 @@ def fetch_classifier(
 
 
 def _fetch(embedder: Embedder, cache: Path, pinned: dict, progress_seconds: float) -> dict:
-    """A local checkpoint recorded (the model check checks it), a named one downloaded from where
-    its architecture's come from."""
+    """A named checkpoint, downloaded from where its architecture's come from."""
     checkpoint, loading = embedder.checkpoint, loading_module(embedder.architecture)
-    if is_local(checkpoint):
-        return {
-            "source": checkpoint,
-            "kind": "local",
-            "files": checksums.describe(loading.checkpoint_files(checkpoint)),
-        }
     if embedder.declared.source == "huggingface":
         return _hugging_face(embedder, cache, pinned)
     files = {

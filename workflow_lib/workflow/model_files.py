@@ -15,12 +15,12 @@ def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
     return [c for c in checkpoints if is_local(c)]
 
 
-def embedder_options(config: dict, fetched: bool = False) -> str:
-    """--embedder per configured model, in input order (models.add_embedders_argument); `fetched`:
-    for fetch_models, with what decides its files alone, so that a layer change (which reruns the
-    model check and the embeddings) downloads nothing again."""
-    chosen = [Embedder(e.name, e.architecture, e.checkpoint) if fetched else e for e in embedders(config)]
-    return cli(embedder=[e.option() for e in chosen])
+def embedder_options(config: dict, layers: bool = True, local: bool = True) -> str:
+    """--embedder per configured model, in input order (models.add_embedders_argument). For the
+    fetches, without `layers` (and for fetch_models, without the `local` checkpoints): what decides
+    their work alone, so that a layer or a local checkpoint changed downloads nothing again."""
+    chosen = [e if layers else Embedder(e.name, e.architecture, e.checkpoint) for e in embedders(config)]
+    return cli(embedder=[e.option() for e in chosen if local or not is_local(e.checkpoint)])
 
 
 def classifier_file(config: dict) -> str:
