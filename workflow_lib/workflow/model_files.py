@@ -1,5 +1,5 @@
 """The model files of a run, from its config: which checkpoints are local (the workflow can build
-them), which classifier and calibration the jobs read, what fetch_models and fetch_classifier download, and where jobs
+them), which classifier and calibration the jobs read, what the fetches download, and where jobs
 that load models find them offline."""
 
 import shlex
@@ -72,7 +72,7 @@ def fetched_manifest(config: dict) -> str:
 
 
 def fetched(config: dict) -> list[str]:
-    """fetch_models' manifest when an embedding model is remote: the model check waits for it."""
+    """The named models' manifest (fetch_embedding_models'), if a model is named: the check waits for it."""
     remote = not all(is_local(e.checkpoint) for e in embedders(config))
     return [fetched_manifest(config)] if remote else []
 
