@@ -44,12 +44,8 @@ rule fetch_classifier:
     resources:
         tuning=tuning_of(FetchClassifierSettings),
     params:
-        args=job_args(
-            model_files.embedder_options(SETTINGS, layers=False),
-            checksums=model_files.pins(SETTINGS, classifier=True),
-            settings=FetchClassifierSettings,
-        ),
-        calibration=model_files.calibration_to_check(SETTINGS),
+        args=job_args(checksums=model_files.pins(SETTINGS, classifier=True), settings=FetchClassifierSettings),
+        checks=model_files.classifier_checks(SETTINGS),
     shell:
         script_job("fetch_classifier", "{resources.tuning}")
 

@@ -15,8 +15,11 @@ from workflow_lib.models.fetch_models import fetch_classifier
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    # what the download is checked against, the rule's params.checks
     add_embedders_argument(parser)
-    parser.add_argument("--calibration", help="models.calibration, to check against the classifier")
+    parser.add_argument("--chunk-length", type=int, required=True, help="config chunk_length")
+    parser.add_argument("--classifier-chunk-length", type=int, help="config models.classifier_chunk_length")
+    parser.add_argument("--calibration", help="config models.calibration")
     add_arguments(parser, FetchClassifierSettings)
     args = parser.parse_args()
     setup_logging()
@@ -27,12 +30,12 @@ def main() -> None:
         settings.cache_dir,
         settings.checksums,
         settings.progress_seconds,
-        settings.chunk_length,
-        settings.classifier_chunk_length,
+        args.chunk_length,
+        args.classifier_chunk_length,
     )
     if args.calibration and os.path.isfile(args.calibration):  # not when the calibrate target makes it
         calibration = Calibration.load(args.calibration)
-        if refusal := calibration.refusal(sha256(path), settings.chunk_length, args.calibration):
+        if refusal := calibration.refusal(sha256(path), args.chunk_length, args.calibration):
             raise InputError(f"models.calibration: {refusal}")
 
 

@@ -248,16 +248,19 @@ def test_snakemake_fetch_models_then_a_classifier_swap_reruns_the_scores_alone(s
     assert "HF_HUB_OFFLINE=1 TORCH_HOME=models/cache/torch python" in output  # the model check's
     report = json.loads((tmp_path / "results" / "checks" / "models.json").read_text())
     assert (report["dnabert"]["dim"], report["esm"]["dim"]) == (48, 64)
-    # the model check again (another layer, the local checkpoint replaced): no download
+    # the model check again (another layer, the local checkpoint replaced or moved): no download
     checkpoint, fetches = (tmp_path / "esm.pt").read_bytes(), {"fetch_embedding_models", "fetch_classifier"}
-    for change in ("layer", "checkpoint"):
+    (tmp_path / "moved.pt").write_bytes(checkpoint)
+    for change in ("layer", "replaced", "moved"):
         if change == "layer":
             esm["layer"] = 1
-        else:
+        elif change == "replaced":
             (tmp_path / "esm.pt").write_bytes(checkpoint + b"\0")  # other content (a dry run reads none)
+        else:
+            esm["checkpoint"] = str(tmp_path / "moved.pt")
         _, jobs = snakemake(url, "-n")
         assert {"check_models", "plan"} <= jobs.keys() and not fetches & jobs.keys(), change
-        esm["layer"] = 2
+        esm.update(layer=2, checkpoint=str(tmp_path / "esm.pt"))
     (tmp_path / "esm.pt").write_bytes(checkpoint)  # the same content: Snakemake reruns nothing for it
     scored = {"score", "predict", "call", "summarize", "overview", "plot_sample", "all"}
 

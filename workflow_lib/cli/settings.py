@@ -295,8 +295,6 @@ class FetchClassifierSettings:
     classifier: str = setting("models.classifier")
     cache_dir: str = setting("models.cache_dir")
     checksums: dict[str, str] = setting(help="the SHA-256 of this job's files that models.checksums pins")
-    chunk_length: int = setting("chunk_length")
-    classifier_chunk_length: int | None = setting("models.classifier_chunk_length")
     progress_seconds: float = PROGRESS
 
 

@@ -47,10 +47,19 @@ def classifier_to_check(config: dict, trains: bool):
     return lambda wildcards, output: option
 
 
-def calibration_to_check(config: dict):
-    """params.calibration of fetch_classifier: models.calibration, checked against the download (the
-    start-up could not: the file was not there, or another). Not compared, as classifier_to_check."""
-    option = cli(calibration=config["models"]["calibration"])
+def classifier_checks(config: dict):
+    """params.checks of fetch_classifier: what it checks its download against (the models, chunk
+    lengths, the calibration). Not compared, as classifier_to_check: the download is the URL's
+    alone, so a change of these downloads nothing again (no job that needs the network, on a cluster
+    without it); the start-up and the model check check them again."""
+    models = config["models"]
+    option = " ".join(
+        [
+            embedder_options(config, layers=False),
+            cli(chunk_length=config["chunk_length"], classifier_chunk_length=models["classifier_chunk_length"]),
+            cli(calibration=models["calibration"]),
+        ]
+    )
     return lambda wildcards, output: option
 
 
