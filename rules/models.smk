@@ -20,7 +20,7 @@ rule fetch_embedding_models:
         tuning=tuning_of(FetchSettings),
     params:
         args=job_args(
-            model_files.embedder_options(SETTINGS, layers=False, local=False),
+            model_files.embedder_options(SETTINGS, fetched=True),
             checksums=model_files.pins(SETTINGS, classifier=False),
             settings=FetchSettings,
         ),

@@ -289,13 +289,10 @@ class FetchSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FetchClassifierSettings:
+class FetchClassifierSettings(FetchSettings):
     """Download the classifier given by URL into the cache directory and check it against the models."""
 
     classifier: str = setting("models.classifier")
-    cache_dir: str = setting("models.cache_dir")
-    checksums: dict[str, str] = setting(help="the SHA-256 of this job's files that models.checksums pins")
-    progress_seconds: float = PROGRESS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,12 +15,14 @@ def local_checkpoints(config: dict, model: str | None = None) -> list[str]:
     return [c for c in checkpoints if is_local(c)]
 
 
-def embedder_options(config: dict, layers: bool = True, local: bool = True) -> str:
-    """--embedder per configured model, in input order (models.add_embedders_argument). For the
-    fetches, without `layers` (and for fetch_models, without the `local` checkpoints): what decides
-    their work alone, so that a layer or a local checkpoint changed downloads nothing again."""
-    chosen = [e if layers else Embedder(e.name, e.architecture, e.checkpoint) for e in embedders(config)]
-    return cli(embedder=[e.option() for e in chosen if local or not is_local(e.checkpoint)])
+def embedder_options(config: dict, fetched: bool = False) -> str:
+    """--embedder per configured model, in input order (models.add_embedders_argument); `fetched`:
+    for fetch_models, the named models with what decides their files alone, so that a layer or a
+    local checkpoint changed downloads nothing again."""
+    chosen = embedders(config)
+    if fetched:
+        chosen = [Embedder(e.name, e.architecture, e.checkpoint) for e in chosen if not is_local(e.checkpoint)]
+    return cli(embedder=[e.option() for e in chosen])
 
 
 def classifier_file(config: dict) -> str:
@@ -53,13 +55,12 @@ def classifier_checks(config: dict):
     alone, so a change of these downloads nothing again (no job that needs the network, on a cluster
     without it); the start-up and the model check check them again."""
     models = config["models"]
-    option = " ".join(
-        [
-            embedder_options(config, layers=False),
-            cli(chunk_length=config["chunk_length"], classifier_chunk_length=models["classifier_chunk_length"]),
-            cli(calibration=models["calibration"]),
-        ]
+    checks = cli(
+        chunk_length=config["chunk_length"],
+        classifier_chunk_length=models["classifier_chunk_length"],
+        calibration=models["calibration"],
     )
+    option = f"{embedder_options(config)} {checks}"
     return lambda wildcards, output: option
 
 
