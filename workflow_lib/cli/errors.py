@@ -30,28 +30,22 @@ def disk_full(error: BaseException) -> bool:
     return getattr(error, "errno", None) in _FULL or bool(_FULL_TEXT.search(str(error)))
 
 
-def _mount_point(path: Path) -> Path:
-    path = path.resolve()
-    while not path.is_mount() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def full_disk(directory: str | os.PathLike) -> str:
     """The one line for a full file system under `directory` (it may not exist yet)."""
     directory = Path(directory)
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    mount = next(p for p in (directory, *directory.parents) if p.exists()).resolve()
+    while not mount.is_mount() and mount != mount.parent:
+        mount = mount.parent
     return (
         f"{directory}: cannot write the outputs: no space left on device (the file system mounted at "
-        f"{_mount_point(existing)} is full); free space there or write the outputs elsewhere, then run the same "
-        "command again"
+        f"{mount} is full); free space there or write the outputs elsewhere, then run the same command again"
     )
 
 
-def full_disk_here(directory: str | os.PathLike = ".", room: int = 1 << 20) -> str | None:
-    """full_disk's line when the file system of `directory` has less than `room` bytes free (a
-    job, or Snakemake's own log and metadata, may have met it without saying so), else None."""
-    if shutil.disk_usage(directory).free < room:
+def full_disk_here(directory: str | os.PathLike = ".") -> str | None:
+    """full_disk's line when the file system of `directory` has less than 1 MiB free (a job, or
+    Snakemake's own log and metadata, may have met it without saying so), else None."""
+    if shutil.disk_usage(directory).free < 1 << 20:
         return full_disk(Path(directory).resolve())
     return None
 

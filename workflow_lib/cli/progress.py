@@ -30,7 +30,8 @@ class Progress:
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = (done - self.done_before) / elapsed
         count = f"{done:,.2f}" if isinstance(done, float) else f"{done:,}"
-        text = f"{count} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {_figure(rate)}/s"
+        figure = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"  # three significant digits below 100: 0.0123 epochs/s
+        text = f"{count} {self.what}" + (f" of {self.total:,}" if self.total else "") + f", {figure}/s"
         if self.total:
             fraction = done / self.total
             eta = (self.total - done) / rate if rate > 0 else None
@@ -39,11 +40,6 @@ class Progress:
         if fraction is not None and 0 < fraction < 1 and eta is not None:
             text += f", {fraction:.0%} done, ETA {eta:,.0f} s"
         return text + (f", {extra}" if extra else "")
-
-
-def _figure(x: float) -> str:
-    """Whole numbers from 100 up, three significant digits below (0.0123 epochs/s)."""
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def setup_logging() -> logging.Logger:

@@ -42,8 +42,7 @@ log = logging.getLogger("workflow")
 
 @dataclass(frozen=True)
 class PreparedFiles:
-    """Where the prepare stage writes: the shards directory and table, the bins file, the frames and
-    sequences tables."""
+    """Where the prepare stage writes."""
 
     shards: Path
     shard_table: Path
