@@ -51,10 +51,9 @@ class TopRows:
     def __init__(self, n: int, by: tuple[str, ...] = ("max_score_virus",)):
         self.n, self.by, self.rows = n, by, None
 
-    def add(self, block: pd.DataFrame) -> "TopRows":
+    def add(self, block: pd.DataFrame) -> None:
         held = self.rows is not None and len(self.rows)
         self.rows = top_sequences(pd.concat([self.rows, block]) if held else block, self.n, self.by)
-        return self
 
 
 def sequence_stats(blocks: Iterable[pd.DataFrame], top: int, rows: int, ids: set[str] = frozenset()) -> tuple:

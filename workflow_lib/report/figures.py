@@ -144,8 +144,7 @@ def plot_input(stats: tuple, counts: dict, path: str | Path, record: str = "reco
     table.scale(1, 1.4)
     both = " (both mates)" if record == "fragment" else ""
     draw(lengths, axes[0, 1], color="#34495e")
-    axes[0, 1].set(xscale="log" if length_log else "linear", xlabel=f"{record} length{both} (bp)")
-    axes[0, 1].set(ylabel=f"{record}s")
+    axes[0, 1].set(xscale="log" if length_log else "linear", xlabel=f"{record} length{both} (bp)", ylabel=f"{record}s")
     draw(frames, axes[1, 0], color="#16a085")
     axes[1, 0].set(xlabel=f"stop-free frames per {record}", ylabel=f"{record}s")
     draw(ambiguous, axes[1, 1], color="#7f8c8d")

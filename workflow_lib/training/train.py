@@ -198,8 +198,7 @@ def fit(
     """VirNucPro's SGD and StepLR on `training` (features, labels, the rows to train on), stopping
     once the validation loss has not improved for `patience` epochs; the best epoch's weights are
     loaded into `model`. Without a validation split it runs all `epochs`, watching the training loss.
-    With train.balance_classes, the loss weighs the classes by their inverse frequency in `rows`.
-    Returns epochs_run, best_epoch, best_validation_loss and the losses' history."""
+    With train.balance_classes, the loss weighs the classes by their inverse frequency in `rows`."""
     x, y, rows = training
     weight = None
     if settings.balance_classes:
