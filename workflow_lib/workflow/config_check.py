@@ -7,7 +7,6 @@ those across keys and files that it cannot express."""
 import copy
 import dataclasses
 import io
-import json
 import logging
 import os
 import sys
@@ -252,8 +251,7 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
             shape, known = named_shape(embedder), checked.get(embedder.name, {})
             width = known.get("dim") if known.get("checkpoint") == embedder.checkpoint else None
             widths.append((embedder.name, shape[1] if shape else width))
-        metadata = recorded_metadata(path)
-        refusal = embedders_refusal(path, metadata, widths)
+        refusal = embedders_refusal(path, recorded_metadata(path), widths)
         if refusal:
             raise InputError(f"{where}: {refusal}")
         return
@@ -334,7 +332,7 @@ def recorded_differences(config: Mapping, recorded: str) -> list[str]:
     if not os.path.isfile(recorded):
         return []
     differences = []
-    for key, values in json.loads(Path(recorded).read_text()).items():
+    for key, values in read_json(recorded).items():
         value = config_value(config, key, optional=True)
         if values != [value]:
             differences.append(
