@@ -477,18 +477,16 @@ def _at_or_above(counts: np.ndarray) -> np.ndarray:
     return np.cumsum(counts[..., ::-1], axis=-1)[..., ::-1]
 
 
-def _class_tails(classes: list[dict], size: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Per class (virus, other): its chunks' share at or above each of `size` bins, and their `effective` worth."""
+def _band_gaps(
+    counts, replicates, share: float, shares, classes, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """In FIT_BANDS bands, each the chunks at or above one decile of the calibration's classes
+    (`classes`: virus, other, as class_llrs keeps them, in `size` bins) mixed at `share`, the sample's
+    share (of `counts`) against the mixture's, in standard errors (from the bootstrap's `replicates`
+    and `shares`, and the classes' `effective` worth); and the sample's share and the viral class's in each band."""
     tails = [_at_or_above(dense(counted, size)) for counted in classes]
-    return tails[0] / tails[0][0], tails[1] / tails[1][0], classes[0]["effective"], classes[1]["effective"]
-
-
-def _band_gaps(counts, replicates, share: float, shares, tails) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """In FIT_BANDS bands, each the chunks at or above one decile of the calibration's classes mixed
-    at `share` (`tails`: _class_tails), the sample's share (of `counts`) against the mixture's, in
-    standard errors (from the bootstrap's `replicates` and `shares`, and the calibration's own
-    counts); and the sample's share and the viral class's in each band."""
-    virus, other, n_virus, n_other = tails
+    virus, other = tails[0] / tails[0][0], tails[1] / tails[1][0]
+    n_virus, n_other = classes[0]["effective"], classes[1]["effective"]
     mixture = share * virus + (1 - share) * other
     # mixture is non-increasing along the bins: each band starts at the last bin that keeps its decile above
     levels = np.arange(1, FIT_BANDS + 1) / (FIT_BANDS + 1)
@@ -516,11 +514,11 @@ def composition_fit(counts: np.ndarray, replicates: np.ndarray, share: float, sh
     poor. `most`: the most the viral fraction can be if the viral chunks score like the
     calibration's, whatever the others do (no band holds fewer chunks than its viral ones)."""
     classes = [cal.class_llrs[name] for name in ("virus", "other")]
-    z, observed, v = _band_gaps(counts, replicates, share, shares, _class_tails(classes, N_BINS))
+    z, observed, v = _band_gaps(counts, replicates, share, shares, classes, N_BINS)
     statistics = {"scores": float(z.max())}
     if typical[0].sum() and all("atypicality" in c for c in classes):
-        tails = _class_tails([c["atypicality"] for c in classes], N_ATYPICALITY_BINS)
-        statistics["atypicality"] = float(_band_gaps(*typical, share, shares, tails)[0].max())
+        atypical = [c["atypicality"] for c in classes]
+        statistics["atypicality"] = float(_band_gaps(*typical, share, shares, atypical, N_ATYPICALITY_BINS)[0].max())
     statistic = max(statistics.values())
     return {
         "fit": "poor" if statistic > FIT_LIMIT else "ok",
