@@ -74,6 +74,9 @@ def _records(batch: Batch) -> list[list[bytes]]:
     return [batch.ids, batch.headers, [batch.buf[a:b] for a, b in zip(bounds[:-1], bounds[1:])]]
 
 
+_PAIRING = "(IDs pair up less a /1 and /2 suffix)"
+
+
 def _pairs(path: Path, mate_path: Path, batch_bases: int, keep_case: bool) -> Iterator[Batch]:
     """The fragments of a pair of mate files, read in lockstep."""
     mates = read_batches(mate_path, batch_bases, keep_case)
@@ -86,7 +89,14 @@ def _pairs(path: Path, mate_path: Path, batch_bases: int, keep_case: bool) -> It
             if more is None:
                 _uneven(path, batch.first + len(held[0]), batch.ids[len(held[0])], mate_path)
             held = [h + m for h, m in zip(held, _records(more))]
-        yield _paired(_records(batch), [h[:n] for h in held], batch.first, batch.read_fraction, path, mate_path)
+        mate1, mate2 = _records(batch), [h[:n] for h in held]
+        fragments, i = _fragments(mate1[0], mate2[0])
+        if i is not None:
+            raise InputError(
+                f"{mate_path}: record {batch.first + i} '{mate2[0][i].decode()}' is no mate of record "
+                f"{batch.first + i} '{mate1[0][i].decode()}' of {path} {_PAIRING}; give the mates in the same order"
+            )
+        yield _fragment_batch(fragments, mate1, mate2, batch.first, batch.read_fraction)
         held, paired = [h[n:] for h in held], paired + n
     left = held[0] or next((more.ids for more in mates), [])
     if left:
@@ -107,20 +117,6 @@ def _fragments(mate1: list[bytes], mate2: list[bytes]) -> tuple[list[bytes], int
     if fragments == others:
         return fragments, None
     return fragments, next(i for i, (a, b) in enumerate(zip(fragments, others)) if a != b)
-
-
-_PAIRING = "(IDs pair up less a /1 and /2 suffix)"
-
-
-def _paired(mate1: list, mate2: list, first: int, read_fraction: float, path1: Path, path2: Path) -> Batch:
-    """The fragments of as many mates 1 and 2 of two files (_records), numbered from `first`."""
-    fragments, i = _fragments(mate1[0], mate2[0])
-    if i is not None:
-        raise InputError(
-            f"{path2}: record {first + i} '{mate2[0][i].decode()}' is no mate of record {first + i} "
-            f"'{mate1[0][i].decode()}' of {path1} {_PAIRING}; give the mates in the same order"
-        )
-    return _fragment_batch(fragments, mate1, mate2, first, read_fraction)
 
 
 def _interleaved(path: Path, batch_bases: int, keep_case: bool) -> Iterator[Batch]:

@@ -58,7 +58,6 @@ SEQUENCES = (
     "n_regions",  # viral regions inside the record (regions.tsv)
     "viral_extent",  # whole (called virus), regions (not called, but holds regions), or none
 )
-FLOAT = "%.6g"
 _BOOL_TEXT = np.array(["False", "True"], dtype=object)
 # NA in a score column marks a record with no scored chunk; nowhere else is NA a missing value.
 _NA = {column: ["NA"] for column in ("viral_fraction", "max_score_virus", "mean_score_virus")}
@@ -153,8 +152,8 @@ def cells(column: pd.Series) -> list[str]:
 
 
 def formatted(values: np.ndarray) -> list[str]:
-    """Floats as the tables write them (FLOAT), NA for a missing value."""
-    return ["NA" if v != v else FLOAT % v for v in values.tolist()]
+    """Floats as the tables write them (%.6g), NA for a missing value."""
+    return ["NA" if v != v else "%.6g" % v for v in values.tolist()]
 
 
 def decimal_text(values: np.ndarray, decimals: int, limit: float = 1.0, encoded: bool = False) -> np.ndarray:
