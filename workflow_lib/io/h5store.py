@@ -106,11 +106,9 @@ def create(path: str | Path, ids: list[str], dim: int, storage: str, tmp: str | 
         writer.attrs = None
         yield writer
         writer.flush()
-        attrs = writer.attrs
-        missing = [a for a in REQUIRED_ATTRS if a not in (attrs or {})]
+        missing = [a for a in REQUIRED_ATTRS if a not in (writer.attrs or {})]
         assert not missing, f"HDF5 attributes missing: {missing}"
-        for key, value in {**attrs, "storage": storage}.items():
-            handle.attrs[key] = value
+        handle.attrs.update({**writer.attrs, "storage": storage})
 
 
 class FeatureBlocks(contextlib.ExitStack):
