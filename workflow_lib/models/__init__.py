@@ -61,7 +61,6 @@ class Embedder:
     architecture: str
     checkpoint: str
     layer: int | None = None  # None: the last
-    display_name: str = ""
 
     @property
     def declared(self) -> Architecture:
@@ -110,7 +109,7 @@ def named_shape(embedder: Embedder) -> tuple[int, int] | None:
 def embedders(config: dict) -> list[Embedder]:
     """The configured embedding models, in the classifier's input order."""
     entries = [(name, config["models"][name]) for name in config["models"]["embedders"]]
-    return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"], e["display_name"]) for name, e in entries]
+    return [Embedder(name, e["architecture"], e["checkpoint"], e["layer"]) for name, e in entries]
 
 
 def model_entry(name: str, entry: dict) -> dict:

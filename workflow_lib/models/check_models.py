@@ -46,7 +46,7 @@ def check_models(
     write_json(report, output)
     log.info(
         "models agree: %s = %d features",
-        " + ".join(f"{e.display_name or e.declared.display_name} {report[e.name]['dim']}" for e in embedders),
+        " + ".join(f"{e.declared.display_name} {report[e.name]['dim']}" for e in embedders),
         sum(entry["dim"] for entry in report.values()),
     )
     return report

@@ -78,8 +78,7 @@ def build_esm(path: Path, seed: int, config: dict = ESM_CONFIG, dtype: torch.dty
 
 
 def build_dnabert(directory: Path, genomes: list[Path], seed: int, config: dict = DNABERT_CONFIG) -> Path:
-    """A DNABERT-S directory (its BPE tokenizer trained on `genomes`), written under a temporary
-    name and renamed when complete."""
+    """A DNABERT-S directory, its BPE tokenizer trained on `genomes`."""
     with atomic_dir(directory) as tmp:
         tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
         trainer = trainers.BpeTrainer(

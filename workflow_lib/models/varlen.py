@@ -29,7 +29,7 @@ class Layout:
     def __init__(self, cu_seqlens: torch.Tensor, max_len: int, n_tokens: int):
         device = cu_seqlens.device
         starts = cu_seqlens[:-1].long()
-        self.cu_seqlens, self.max_len, self.n_tokens = cu_seqlens, max_len, n_tokens
+        self.cu_seqlens, self.max_len = cu_seqlens, max_len
         self.lengths = cu_seqlens.diff().long()
         self.n_seqs = len(self.lengths)
         # output_size keeps repeat_interleave from synchronising with the GPU to learn the total
