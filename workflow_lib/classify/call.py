@@ -105,7 +105,7 @@ def sequence_tables(
     scored = scored_sequences(chunks_path, regions, calibration)
     # scored records read, not yet joined; typed, so that a sample of no scored chunk joins its columns
     # as numbers and the first block concatenated keeps its types (an untyped frame makes them objects)
-    columns = ["n_chunks_scored", "n_viral_chunks", "max_score_virus", "mean_score_virus", "n_regions"]
+    columns = [*PER_SEQUENCE, "n_regions"]
     columns += ["sum_llr", "atypicality"] if calibration else []
     waiting = pd.DataFrame({c: [] for c in columns}, index=pd.Index([], dtype=object, name="sequence_id"))
     waiting = waiting.astype({"n_chunks_scored": "int64", "n_viral_chunks": "int64", "n_regions": "int64"})
