@@ -223,6 +223,19 @@ def test_a_calibration_for_another_classifier_than_the_scores_is_refused(sample,
     assert not outputs.frames.exists()
 
 
+@pytest.mark.parametrize("cut", [0, 100], ids=["empty", "truncated"])
+def test_a_broken_scores_file_is_refused_in_one_line(sample, tmp_path, cut):
+    """A scores file cut short (a full disk, a copy stopped midway) is named, with what to do."""
+    from workflow_lib.classify.predict import ShardScores
+
+    root, files = sample
+    scores = scores_files(root / "out", len(files["esm"]))
+    broken = tmp_path / "shard_1.npz"
+    broken.write_bytes(Path(scores[1]).read_bytes()[:cut])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(broken))}: not a readable scores file \(.+\); delete it"):
+        ShardScores([scores[0], broken], root / "prepare" / "bins.npz")
+
+
 def test_cli_logs_progress_lines(sample, tmp_path, monkeypatch, caplog):
     """score logs a shard's frames scored, predict the sample's frames tabled, with rate and ETA
     block by block, then a final line; so do their CLIs, whose outputs are those of the stages."""

@@ -131,7 +131,7 @@ class ShardScores:
         self.layouts = {}  # per file, where its scores and atypicality lie in it
         self.checkpoints = None  # every file's must be the first's
         for position, path in enumerate(self.paths):
-            found, self.layouts[path] = _read(path)
+            found = _read(path, "pieces", "ids_blake2b", "piece_samples", "piece_shards", "checkpoints")
             if self.checkpoints is None:
                 self.checkpoints = found["checkpoints"]
             elif found["checkpoints"] != self.checkpoints:
@@ -139,6 +139,7 @@ class ShardScores:
                     f"{path}: made with {found['checkpoints']} but {self.paths[0]} with {self.checkpoints}; delete "
                     "the sample's embeddings and scores and run again"
                 )
+            self.layouts[path] = [_layout(path, key) for key in ("scores", "atypicality")]
             starts = np.cumsum(found["pieces"]) - found["pieces"]
             # a file without pieces holds one shard: that of its place among the files
             samples = found.get("piece_samples", np.array([sample]))
@@ -214,35 +215,41 @@ class ShardScores:
         )
 
 
-def _read(path: Path) -> tuple[dict, list[tuple[int, np.dtype, tuple]]]:
-    """A scores file's arrays but its scores and atypicality (piece_* only where it pools several
-    samples' shards), its checkpoints decoded; and where its scores and atypicality lie in it
-    (np.savez stores them uncompressed, in C order): each one's data offset, dtype and shape."""
-    keys = ("pieces", "ids_blake2b", "piece_samples", "piece_shards", "checkpoints")
+def _read(path: Path, *keys: str) -> dict:
+    """The arrays `keys` of a scores file, without its others (piece_* only where it pools several
+    samples' shards); its checkpoints decoded."""
     try:
         with np.load(path) as data:
             found = {key: data[key] for key in keys if key in data or not key.startswith("piece_")}
-        found["checkpoints"] = json.loads(str(found["checkpoints"]))
-        layouts = []
-        with zipfile.ZipFile(path) as archive, open(path, "rb") as handle:
-            for key in ("scores", "atypicality"):
-                info = archive.getinfo(f"{key}.npy")
-                handle.seek(info.header_offset)
-                name, extra = struct.unpack("<HH", handle.read(30)[26:30])  # the member's local header
-                handle.seek(info.header_offset + 30 + name + extra)
-                major, _ = np.lib.format.read_magic(handle)
-                read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-                shape, fortran, dtype = read_header(handle)
-                if info.compress_type != zipfile.ZIP_STORED or fortran:
-                    raise ValueError(f"{key} is compressed or in Fortran order")
-                layouts.append((handle.tell(), dtype, shape))
-        return found, layouts
+            found["checkpoints"] = json.loads(str(found["checkpoints"]))
+            return found
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
+
+
+def _layout(path: Path, key: str) -> tuple[int, np.dtype, tuple]:
+    """Where array `key` of a scores file lies in it (np.savez stores it uncompressed, in C order):
+    its data's offset, dtype and shape."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo(f"{key}.npy")
+        with open(path, "rb") as handle:
+            handle.seek(info.header_offset)
+            name, extra = struct.unpack("<HH", handle.read(30)[26:30])  # the member's local header
+            handle.seek(info.header_offset + 30 + name + extra)
+            major, _ = np.lib.format.read_magic(handle)
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(handle)
+            offset = handle.tell()
+        if info.compress_type != zipfile.ZIP_STORED or fortran:
+            raise ValueError(f"{key} is compressed or in Fortran order")
+        return offset, dtype, shape
     except (OSError, KeyError, ValueError, struct.error, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not a readable scores file ({error}); delete it and run again") from None
 
 
 def _rows(path: Path, layout: tuple[int, np.dtype, tuple], start: int, n: int) -> np.ndarray:
-    """Rows start to start + n of an array of a scores file (_read's layout), read from the file alone."""
+    """Rows start to start + n of an array of a scores file (_layout), read from the file alone."""
     offset, dtype, shape = layout
     columns = int(np.prod(shape[1:]))
     values = np.fromfile(path, dtype=dtype, count=n * columns, offset=offset + start * columns * dtype.itemsize)
