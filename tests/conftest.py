@@ -1,14 +1,15 @@
 """Fixtures shared by the tests; the plain helpers they use are in helpers.py."""
 
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import ENV, GENOMES, ROOT, SNAKEMAKE, lanes, seed_demo_models, write_config, write_inputs
 
 from workflow_lib.io.seqio import read_records
+from workflow_lib.models import classifier
 
 
 @pytest.fixture(scope="session")
@@ -67,11 +68,17 @@ def pooled_run(workflow_run, tmp_path_factory) -> Path:
         + f"phix_copy\t{workdir / 'inputs' / 'phix.fa'}\t\t\n"
         + "".join(f"mixed\t{r1}\t{r2}\t\n" for r1, r2, _ in found)
     )
-    shutil.copy(workflow_run[0] / "results" / "train" / "classifier.pt", workdir / "classifier.pt")
+    # the trained weights in a file that does not say its chunk length, as another tool's would:
+    # the config states it, and the model check must be told
+    model, metadata = classifier.load(workflow_run[0] / "results" / "train" / "classifier.pt")
+    classifier.save(model, workdir / "classifier.pt", embedders=metadata["embedders"])
     seed_demo_models(workflow_run[0] / "resources" / "demo_models", workdir)
     config = write_config(
         workdir, classifier=str(workdir / "classifier.pt"), shard_tokens=10**9, input={"min_length": 100}
     )
+    settings = yaml.safe_load(config.read_text())
+    settings["models"]["classifier_chunk_length"] = 300
+    config.write_text(yaml.safe_dump(settings))
     command = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

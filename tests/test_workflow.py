@@ -231,6 +231,10 @@ def test_a_threshold_or_classifier_change_reruns_predict_not_the_embeddings(work
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, **swap)
     assert jobs["score"] == pools and jobs["predict"] == len(SAMPLES)
     assert not {"embed", "prepare", "plan", "train", "check_models"} & jobs.keys()
+    # the classifier's chunk length stated (checked at start-up, and by the model check without
+    # comparing it): the run summaries record it; nothing is checked, planned or scored again
+    _, jobs = snakemake_dry_run(workdir, config, tmp_path, models={"classifier_chunk_length": 300})
+    assert jobs == {"summarize": len(SAMPLES), "plot_sample": len(SAMPLES), "overview": 1, "all": 1}, jobs
     # with a setting that changes the embeddings too, every embed job runs again
     _, jobs = snakemake_dry_run(workdir, config, tmp_path, embedding={"storage": "float16"}, **swap)
     assert jobs["embed"] == 2 * pools and jobs["score"] == pools

@@ -301,8 +301,8 @@ class CheckModelsSettings:
 
     cache_dir: str = setting("models.cache_dir")
     chunk_length: int = setting("chunk_length")
-    classifier_chunk_length: int | None = setting("models.classifier_chunk_length")
     classifier: str | None = setting(help="classifier file to check (left out when the workflow trains it)")
+    classifier_chunk_length: int | None = setting(help="config models.classifier_chunk_length, given with --classifier")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -44,8 +44,10 @@ def classifier_to_check(config: dict, trains: bool):
     that trains checks before its classifier exists, and the next one, with that classifier, need
     not check again; a classifier swap reruns no check. A function of the job's output, which
     Snakemake does not compare. A classifier changed later is checked at start-up
-    (config_check.check_classifier_file)."""
-    option = cli(classifier=None if trains else classifier_file(config))
+    (config_check.check_classifier_file). Its stated chunk length goes with it: stating one reruns
+    no check either."""
+    stated = config["models"]["classifier_chunk_length"]
+    option = "" if trains else cli(classifier=classifier_file(config), classifier_chunk_length=stated)
     return lambda wildcards, output: option
 
 
