@@ -380,9 +380,7 @@ def test_bad_samples_sheet(tmp_path):
     """A missing file, a file listed twice in a sample, names with '/' or '..': each is one line, all
     at once (a sample's second line is its second file)."""
     sheet = f"sample\tpath\nphix\t{PHIX}\nlambda\tinputs/lambda.fa\n\nphix\t{PHIX}\nphix/a\t{PHIX}\n..\t{LAMBDA_PATH}\n"
-    rule = (
-        "(Sample name, which names its results directory; letters, digits, '.', '_' and '-' only, and not '.' or '..')"
-    )
+    rule = SAMPLE_NAME_RULE
     assert [line for line in dry_run(tmp_path, sheet) if line.startswith("samples.tsv")] == [
         f"samples.tsv: line 6: sample: 'phix/a' is not allowed {rule}; fix the samples sheet",
         f"samples.tsv: line 7: sample: '..' is not allowed {rule}; fix the samples sheet",
@@ -391,6 +389,51 @@ def test_bad_samples_sheet(tmp_path):
         f"samples.tsv: line 5: sample 'phix': {PHIX} is also listed on line 2; give each file of a sample, and each "
         "mate file, once",
     ]
+
+
+SAMPLE_NAME_RULE = (
+    "(Sample name, which names its results directory: at most 200 of letters, digits, '.', '_' and '-', not first "
+    "'-' (it would read as an option), and not '.' or '..')"
+)
+
+
+@pytest.mark.parametrize(
+    "sheet, expected",
+    [
+        (
+            "# from the core\nsample\tpath\nphix\t{PHIX}\tvirus\n",  # a label without its column
+            "samples.tsv: line 3 has more fields than line 2 names columns; name every column there, or remove the "
+            "extra fields",
+        ),
+        (
+            "sample\tpath\tpath_2\nphix\t{PHIX}\t{LAMBDA}\n",  # mate 2 would go unread
+            "samples.tsv: unknown column 'path_2' (a sheet's columns: sample, path, path2, interleaved, label); "
+            "rename or remove it",
+        ),
+        (
+            "sample\tpath\tpath\nphix\t{PHIX}\t{LAMBDA}\n",
+            "samples.tsv: line 1 names the column 'path' twice; give each column once",
+        ),
+        (
+            "sample\tpath\n-h\t{PHIX}\n",
+            f"samples.tsv: line 2: sample: '-h' is not allowed {SAMPLE_NAME_RULE}; fix the samples sheet",
+        ),
+    ],
+    ids=["extra-field", "unknown-column", "column-twice", "name-as-option"],
+)
+def test_samples_sheet_columns_are_named_once_and_known(tmp_path, sheet, expected):
+    """Refused at start-up in one line: before, an extra field in a first row made a traceback, an
+    unknown column was left unread and a sample named like an option failed its plan job."""
+    assert expected in dry_run(tmp_path, sheet.format(PHIX=PHIX, LAMBDA=LAMBDA_PATH))
+
+
+def test_samples_sheet_with_comments_before_its_header_and_trailing_tabs(tmp_path):
+    from workflow_lib.workflow.config_check import read_samples
+
+    sheet = tmp_path / "samples.tsv"
+    sheet.write_text(f"# from the core\n\nsample\tpath\t\nphix\t{PHIX}\t\nlambda\t{LAMBDA_PATH}\n")
+    samples = read_samples(str(sheet), ROOT / "config" / "samples.schema.yaml", "config.yaml")
+    assert list(samples.index) == ["phix", "lambda"] and list(samples["path"]) == [str(PHIX), str(LAMBDA_PATH)]
 
 
 def test_samples_sheet_without_its_columns(tmp_path):

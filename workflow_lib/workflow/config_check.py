@@ -10,6 +10,7 @@ import io
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -363,8 +364,9 @@ def read_samples(sheet: str, schema_path: Path, named_in: str) -> pd.DataFrame:
             f"{named_in}: samples: {sheet}: no such file; "
             "give the path of the samples sheet (a TSV with columns sample and path)"
         )
-    samples = _sheet_table(sheet)
-    problems = _row_problems(sheet, samples, schema_path)
+    row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
+    samples = _sheet_table(sheet, list(row_schema["properties"]))
+    problems = _row_problems(sheet, samples, row_schema)
     if not problems and samples.empty:
         problems.append(f"{sheet}: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ")
     if problems:
@@ -399,35 +401,62 @@ def read_calibration_samples(
     return calibration
 
 
-def _sheet_table(sheet: str) -> pd.DataFrame:
-    """The sheet's rows as text, blank and comment lines left out, each row's index its line - 2."""
-    # a comment line (its first character that is not a space is '#') is read as a blank line, so
-    # that a line's number stays its index + 2
+def _sheet_table(sheet: str, columns: list[str]) -> pd.DataFrame:
+    """The sheet's rows as text, blank and comment lines left out, each row's index its line - 2;
+    `columns`: those the schema knows, the only ones a sheet may have."""
     try:
         lines = Path(sheet).read_text(encoding="utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
         raise InputError(f"{sheet}: not a text file; give a tab-separated table (UTF-8)") from None
-    text = "".join("\n" if line.lstrip().startswith("#") else line for line in lines)
+    # a comment line (its first character that is not a space is '#') is read as a blank line, so
+    # that a line's number stays its index + 2; those before the header are skipped
+    lines = ["\n" if line.lstrip().startswith("#") else line for line in lines]
+    skipped = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    header = lines[skipped].rstrip("\r\n").split("\t") if lines else []
+    if twice := next((name for name in header if name and header.count(name) > 1), None):
+        raise InputError(f"{sheet}: line {skipped + 1} names the column {twice!r} twice; give each column once")
+    # a field beyond the header's columns would be silently dropped, or shift its row (pandas)
+    extra = next((i for i, line in enumerate(lines) if any(line.rstrip("\r\n").split("\t")[len(header) :])), None)
+    if extra is not None:
+        raise InputError(
+            f"{sheet}: line {extra + 1} has more fields than line {skipped + 1} names columns; name every column "
+            "there, or remove the extra fields"
+        )
     try:
-        samples = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)  # only empty extra fields are left
+            samples = pd.read_csv(
+                io.StringIO("".join(lines[skipped:])),
+                sep="\t",
+                dtype=str,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                index_col=False,
+            )
     except pd.errors.EmptyDataError:
         samples = pd.DataFrame(columns=["sample", "path"])
     except pd.errors.ParserError as error:
         raise InputError(f"{sheet}: {str(error).strip()}; give a tab-separated table") from None
+    samples.index += skipped
+    # a header's trailing tab names an empty column
+    samples = samples.drop(columns=[c for c in samples.columns if c.startswith("Unnamed: ") and not samples[c].any()])
     samples = samples[samples.ne("").any(axis=1)]  # blank lines go; the index keeps line = index + 2
     if missing := {"sample", "path"} - set(samples.columns):
         raise InputError(
             f"{sheet}: no column {' or '.join(sorted(missing))}; its first line must name "
             "the tab-separated columns sample and path (and optionally label)"
         )
+    if unknown := next((column for column in samples.columns if column not in columns), None):
+        raise InputError(
+            f"{sheet}: unknown column {unknown!r} (a sheet's columns: {', '.join(columns)}); rename or remove it"
+        )
     return samples
 
 
-def _row_problems(sheet: str, samples: pd.DataFrame, schema_path: Path) -> list[str]:
+def _row_problems(sheet: str, samples: pd.DataFrame, row_schema: dict) -> list[str]:
     """A line per row that the schema refuses, per unreadable path, per file listed twice where that
     cannot be meant (in one sample, or a mate file), and per row unlike its sample's first."""
     # one validator for the whole sheet (an array of its rows): thousands of samples take one pass
-    row_schema = {k: v for k, v in yaml.safe_load(Path(schema_path).read_text()).items() if k != "$schema"}
     validator = Draft202012Validator({"type": "array", "items": row_schema})
     lines, rows = samples.index + 2, samples.to_dict("records")
     problems = [
