@@ -233,6 +233,23 @@ def test_compressed_inputs_give_the_same_outputs(tmp_path):
     assert all(o == outputs[0] for o in outputs)
 
 
+def test_rna_is_read_as_dna(tmp_path):
+    """U read as T: an RNA record gives the DNA's frames and counts, not six frames of dropped codons."""
+    lines = (GENOMES / "phiX174.fasta").read_text().splitlines(keepends=True)
+    (tmp_path / "dna.fa").write_text("".join(lines))
+    (tmp_path / "rna.fa").write_text("".join(line if line[0] == ">" else line.replace("T", "U") for line in lines))
+    prepared = []
+    for name in ("dna", "rna"):
+        prepare_into(tmp_path / f"{name}.fa", tmp_path / name, 336)
+        files = [
+            "frames.tsv.gz",
+            "sequences.tsv.gz",
+            *(f"shards/{p.name}" for p in (tmp_path / name / "shards").iterdir()),
+        ]
+        prepared.append({file: (tmp_path / name / file).read_bytes() for file in files})
+    assert prepared[0] == prepared[1]
+
+
 def test_fastq_equals_fasta(tmp_path):
     records = [(f"read{i}", seq) for i, (_, seq) in enumerate(read_fasta_records(GENOMES / "phiX174.fasta", 300))]
     (tmp_path / "r.fa").write_text("".join(f">{i}\n{s}\n" for i, s in records))

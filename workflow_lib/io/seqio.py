@@ -4,7 +4,7 @@ Compression is recognised by its magic bytes, not the file name, and undone by x
 ISA-L). Records are parsed a block at a time with bytes operations, not line by line in Python as
 Biopython's parsers do, nor by dnaio, which refuses headers that are not ASCII where Biopython (and
 so VirNucPro) reads them, and was slower here on plain FASTA. Sequences are upper-cased
-(soft-masked bases too, as VirNucPro does), and anything that is not an IUPAC nucleotide code is an
+(soft-masked bases too, as VirNucPro does), U is read as T, and anything that is not an IUPAC nucleotide code is an
 InputError naming the file, the record (number and ID) and what to do.
 """
 
@@ -281,6 +281,8 @@ def _batch(
             raise InputError(f"{path}: record {first + index} '{ids[index].decode()}' {_describe(seqs[index])}")
         if not keep_case:
             buf = buf.upper()
+    if not keep_case and b"U" in buf:  # RNA: read as the DNA the models know (VirNucPro would drop its codons)
+        buf = buf.replace(b"U", b"T")
     return Batch(ids, headers, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), buf, first, read_fraction)
 
 
