@@ -127,8 +127,12 @@ def test_truncation_names_the_last_record_read(tmp_path, monkeypatch):
             "record 1 has a carriage return inside its header: the file has old Mac "
             "(CR-only) line endings; convert them, e.g. with tr '\\r' '\\n'",
         ),
+        (
+            b"\x28\xb5\x2f\xfd" + bytes(100),
+            "zstd-compressed, which this workflow cannot read; decompress it or use gzip",
+        ),
     ],
-    ids=["binary_garbage", "binary_in_a_record", "not_fasta", "header_not_utf8", "empty_header", "cr_only"],
+    ids=["binary_garbage", "binary_in_a_record", "not_fasta", "header_not_utf8", "empty_header", "cr_only", "zstd"],
 )
 def test_unreadable_content(tmp_path, content, message):
     (tmp_path / "in.fa").write_bytes(content)
@@ -153,6 +157,28 @@ def test_duplicate_ids(tmp_path):
         path,
         tmp_path / "out",
         f"{path}: duplicate sequence IDs: 'a' (records 1 and 3); 'b' (records 2 and 5); give every record a unique ID",
+    )
+
+
+def test_one_pair_of_duplicate_ids_is_not_taken_for_mates(tmp_path):
+    """Two contigs named alike, in one file or at the end of one file and the start of the next, are
+    no paired-end reads: the advice is to name them apart (marked interleaved, they were joined)."""
+    from workflow_lib.io.reads import SampleReads
+
+    (tmp_path / "one.fa").write_text(">phiX\nACGTACGT\n>phiX\nGGCCGGCC\n")
+    assert_refused(
+        tmp_path / "one.fa",
+        tmp_path / "out",
+        f"{tmp_path / 'one.fa'}: duplicate sequence IDs: 'phiX' (records 1 and 2); give every record a unique ID",
+    )
+    (tmp_path / "two.fa").write_text(">lam\nACGTACGT\n>phiX\nGGCCGGCC\n")
+    (tmp_path / "three.fa").write_text(">phiX\nACGTACGT\n>gamma\nGGCCGGCC\n")
+    files = (tmp_path / "two.fa", tmp_path / "three.fa")
+    with pytest.raises(InputError) as caught:
+        prepare_into(SampleReads(files, (), False), tmp_path / "out2", 1000)
+    assert str(caught.value) == (
+        f"{files[0]}, {files[1]}: duplicate sequence IDs: 'phiX' (records 2 of {files[0]} and 1 of {files[1]}); give "
+        "every record a unique ID"
     )
 
 

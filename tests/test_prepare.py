@@ -221,6 +221,7 @@ def test_compressed_inputs_give_the_same_outputs(tmp_path):
         ("x.fa.gz", gzip.compress),
         ("x.fa.bz2", bz2.compress),
         ("x.xz", lzma.compress),
+        ("bom.fa", lambda data: b"\xef\xbb\xbf" + data),  # a byte order mark, as some editors write
     ):
         path = tmp_path / name
         path.write_bytes(compress(data))

@@ -33,6 +33,8 @@ _ASCII_NOT_SPACE = bytes(c for c in range(128) if not chr(c).isspace()) + b"\n"
 # Letters that occur in proteins but are no nucleotide code: their presence means a protein file.
 _PROTEIN_ONLY = set(b"EFILPQXZJOefilpqxzjo*")
 _MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+_ZSTD = b"\x28\xb5\x2f\xfd"
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which some Windows editors write first
 _STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError, IsalError)
 _BLOCK = 1 << 20
 
@@ -64,6 +66,9 @@ def _open(path: Path):
         raise InputError(f"{path}: is a directory; give a FASTA or FASTQ file") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror})") from None
+    if raw.peek(4).startswith(_ZSTD):
+        raw.close()
+        raise InputError(f"{path}: zstd-compressed, which this workflow cannot read; decompress it or use gzip")
     compression = next((kind for magic, kind in _MAGIC.items() if raw.peek(6).startswith(magic)), None)
     # threads=0: decompressed in this process, reading `raw`, whose position tells the progress
     return raw, xopen(raw, "rb", threads=0, format=compression) if compression else raw
@@ -80,7 +85,7 @@ def read_batches(path: str | Path, batch_bases: int = 1_000_000, keep_case: bool
         with raw, handle:
             size = max(path.stat().st_size, 1)
             blocks = iter(lambda: handle.read(_BLOCK), b"")
-            first = next((block for block in map(bytes.lstrip, blocks) if block), b"")
+            first = next((block for block in map(bytes.lstrip, blocks) if block), b"").removeprefix(_BOM).lstrip()
             if not first:
                 raise InputError(
                     f"{path}: no sequences: the file is empty or holds only blank lines; "

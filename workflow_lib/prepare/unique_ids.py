@@ -82,12 +82,14 @@ def check_unique_ids(reads: SampleReads, repeated: set[int]) -> None:
                 seen[record_id] = (where, running)
     if duplicates:
         shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
-        # Illumina names both mates of a pair alike (the mate is after the space): records that
-        # repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after R1
+        # Illumina names both mates of a pair alike (the mate is after the space): records of one
+        # file that repeat at one fixed distance are R1 and R2 interleaved (1) or R2 appended after
+        # R1; a single pair is as likely two contigs named alike
         hint = "give every record a unique ID"
-        if gaps == {1} and not reads.paired:
+        mates = len(duplicates) > 1 and not (several or reads.paired)
+        if gaps == {1} and mates:
             hint = "these look like interleaved mates of paired-end reads: mark the file interleaved true in the sheet"
-        elif len(gaps) == 1 and not reads.paired:
+        elif len(gaps) == 1 and mates:
             hint = (
                 "these look like the two mates of paired-end reads one after the other in one file: split it into "
                 "mate 1 and mate 2 files, and give them as path and path2 in the samples sheet"
