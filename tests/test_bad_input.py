@@ -295,7 +295,7 @@ def test_n_runs_and_iupac_codes_follow_the_policy(tmp_path):
     records = {
         "clean": genome[:600],
         "n_run": genome[:250] + "N" * 100 + genome[350:600],
-        "iupac": genome[:300] + "RYKMSWBDHVU" + genome[311:600],
+        "iupac": genome[:300] + "RYKMSWBDHVN" + genome[311:600],  # U is read as T
         "mostly_n": "N" * 400 + genome[:200],
     }
     path = tmp_path / "in.fa"
