@@ -30,6 +30,8 @@ rule summarize:
             config=json.dumps(job_commands.result_config(SETTINGS)),
             snakemake_version=snakemake_version,
         ),
+        # VirNucPro's tables turned off: the toggle reruns no predict, but the summary
+        unwritten=unwritten_files(SETTINGS["outputs"]["virnucpro_tables"], *VIRNUCPRO_TABLES),
     shell:
         script_job("summarize", "--sample {wildcards.sample:q}")
 
@@ -90,6 +92,7 @@ rule overview:
         runtime=10,
     params:
         files=named_files,
+        unwritten=unwritten_files(SETTINGS["models"]["calibration"] is not None, "results/report/calibration.png"),
     shell:
         script_job("overview")
 

@@ -10,6 +10,7 @@ from workflow_lib.classify.regions import RegionSettings
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import CallSettings, add_arguments, from_arguments
+from workflow_lib.io.outputs import add_unwritten_option
 from workflow_lib.io.reads import SampleReads
 
 
@@ -34,12 +35,10 @@ def main() -> None:
         metavar=("VIRAL_FASTA", "REGIONS_FASTA"),
         help="with --calibration and --max-qvalue: FASTA of the records and regions within that q-value",
     )
-    parser.add_argument("--unwritten", nargs="+", default=[], help="an earlier run's outputs this job does not make")
+    add_unwritten_option(parser)
     add_arguments(parser, CallSettings)
     args = parser.parse_args()
     setup_logging()
-    for path in args.unwritten:  # they would disagree with the tables this job writes
-        Path(path).unlink(missing_ok=True)
     settings = from_arguments(CallSettings, args)
     if settings.max_qvalue is not None and not (args.calibration and args.passing):
         parser.error("--max-qvalue needs --calibration and --passing")

@@ -3,6 +3,7 @@
 import argparse
 
 from workflow_lib.cli.errors import run_cli
+from workflow_lib.io.outputs import add_unwritten_option
 from workflow_lib.report.figures import overview
 
 
@@ -12,6 +13,7 @@ def main() -> None:
     parser.add_argument("--page", required=True, help="the overview to write (HTML)")
     parser.add_argument("--table", required=True, help="the counts of every sample to write (TSV)")
     parser.add_argument("--recorded", required=True, help="the settings that made the results (JSON)")
+    add_unwritten_option(parser)
     args = parser.parse_args()
     overview(args.summaries, args.page, args.table, args.recorded)
 

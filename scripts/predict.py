@@ -8,6 +8,7 @@ from workflow_lib.classify.predict import ScoreFiles, write_tables
 from workflow_lib.cli.errors import run_cli
 from workflow_lib.cli.progress import setup_logging
 from workflow_lib.cli.settings import PredictSettings, add_arguments
+from workflow_lib.io.outputs import add_unwritten_option
 
 
 def main() -> None:
@@ -33,14 +34,12 @@ def main() -> None:
         help="VirNucPro's prediction_results.txt and prediction_results_highestscore.csv to write (none: not written)",
     )
     parser.add_argument("--calibration", help="calibration JSON (models.calibration): adds each chunk's probability")
-    parser.add_argument("--unwritten", nargs="+", default=[], help="an earlier run's outputs this job does not make")
+    add_unwritten_option(parser)
     add_arguments(parser, PredictSettings)
     args = parser.parse_args()
     if len(args.virnucpro) not in (0, 2):
         parser.error("--virnucpro takes two paths (its per-frame and per-chunk tables) or none")
     setup_logging()
-    for path in args.unwritten:  # they would disagree with the tables this job writes
-        Path(path).unlink(missing_ok=True)
     outputs = ScoreFiles(
         Path(args.frames), Path(args.chunks), Path(args.scoring), tuple(map(Path, args.virnucpro)) or None
     )

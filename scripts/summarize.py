@@ -5,6 +5,7 @@ import argparse
 import json
 
 from workflow_lib.cli.errors import run_cli
+from workflow_lib.io.outputs import add_unwritten_option
 from workflow_lib.io.tables import write_json
 from workflow_lib.report.summary import summarize
 
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="the run's result settings as JSON")
     parser.add_argument("--snakemake-version", required=True, help="of the Snakemake that runs the workflow")
     parser.add_argument("--summary", required=True, help="the run summary to write (JSON)")
+    add_unwritten_option(parser)
     args = parser.parse_args()
     figures = {model: files for model, *files in args.embed_figures}
     benchmarks = {model: files for model, *files in args.embed_benchmarks}

@@ -115,8 +115,8 @@ def weighed(workflow_run, tmp_path_factory):
 def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(weighed, tmp_path):
     """The weighed run again with its calibration turned off and call.max_qvalue left on, and without
     VirNucPro's tables: the start-up says once that the q-value FASTA files are not written, and the
-    jobs remove the earlier run's q-value FASTA and VirNucPro tables, which would disagree with the
-    new tables (--until call: the run stops after the call jobs)."""
+    jobs remove the earlier run's q-value FASTA, VirNucPro tables and calibration figure, which would
+    disagree with the new tables."""
     workdir, config, _ = weighed
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, symlinks=True)
@@ -125,8 +125,10 @@ def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(weighed, t
     changed = changed_config(
         copy / config.name, copy / "cutoff.yaml", models={"calibration": None}, outputs={"virnucpro_tables": False}
     )
-    code, output = run(copy, changed, "--until", "call")
+    assert (copy / "results" / "report" / "calibration.png").is_file()
+    code, output = run(copy, changed)
     assert code == 0, output[-3000:]
+    assert not (copy / "results" / "report" / "calibration.png").exists()
     warning = "call.max_qvalue 0.2 needs a calibration and models.calibration is null: no q-values, so "
     assert output.count(warning) == 1, output[-3000:]
     assert output.count("rule call:") == 5  # one per sample: the calibration is gone
@@ -136,6 +138,20 @@ def test_a_qvalue_cutoff_without_a_calibration_is_dropped_at_start_up(weighed, t
         assert "qvalue" not in (results / "sequences.tsv").open().readline()
         unwritten = ("viral_qvalue.fasta", "regions_qvalue.fasta", "prediction_results.txt")
         assert not any((results / name).exists() for name in unwritten)
+
+
+@pytest.mark.slow
+def test_virnucpro_tables_turned_off_alone_are_removed(workflow_run, tmp_path):
+    """The toggle changes no table of the workflow's own, so it reruns no predict job; the summaries
+    it reruns remove the earlier run's VirNucPro tables."""
+    workdir, config = workflow_run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    assert len(list(copy.glob("results/*/prediction_results*"))) == 2 * 5
+    code, output = run(copy, changed_config(copy / config.name, copy / "off.yaml", outputs={"virnucpro_tables": False}))
+    assert code == 0, output[-3000:]
+    assert "rule predict:" not in output and output.count("rule summarize:") == 5
+    assert not list(copy.glob("results/*/prediction_results*"))
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Writing outputs so that no partial file ever looks finished, and gzip that is byte-reproducible."""
 
+import argparse
 import contextlib
 import errno
 import gzip
@@ -102,3 +103,17 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
         else:
             with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
                 yield handle
+
+
+class _RemoveUnwritten(argparse.Action):
+    def __call__(self, parser, namespace, paths, option_string=None):
+        for path in paths:  # they would disagree with the tables the job writes
+            Path(path).unlink(missing_ok=True)
+
+
+def add_unwritten_option(parser: argparse.ArgumentParser) -> None:
+    """--unwritten PATH...: an earlier run's optional outputs that this run does not make
+    (rule_outputs.unwritten_files), removed as the job's options are read."""
+    parser.add_argument(
+        "--unwritten", nargs="+", action=_RemoveUnwritten, help="an earlier run's outputs this job does not make"
+    )
