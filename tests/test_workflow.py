@@ -765,21 +765,29 @@ def log_seconds(path: Path) -> list[int]:
 
 @pytest.fixture(scope="module")
 def phix_planned(workflow_run, tmp_path_factory) -> tuple[Path, Path]:
-    """A run of phiX174 alone in one shard, up to its plan (--until plan: prepare, the model check,
-    the plan), for the tests to embed in a copy each: (directory, config). The demo models are
-    workflow_run's (helpers.seed_demo_models)."""
+    """A run of phiX174 alone in one shard, up to its plan as the docs run it (--until plan --notemp:
+    prepare, the model check, the plan; prepare's shards kept for the next run), for the tests to
+    embed in a copy each: (directory, config). The demo models are workflow_run's
+    (helpers.seed_demo_models)."""
     directory = tmp_path_factory.mktemp("phix_planned")
     seed_demo_models(workflow_run[0] / "resources" / "demo_models", directory)
     shutil.copy(GENOMES / "phiX174.fasta", directory / "phix.fa")
     (directory / "samples.tsv").write_text(f"sample\tpath\nphix\t{directory / 'phix.fa'}\n")
     torch.manual_seed(0)
     classifier.save(classifier.MLPClassifier(48 + 64), directory / "classifier.pt", chunk_length=300)
-    config = write_config(directory, classifier=str(directory / "classifier.pt"), embedding={"num_workers": 0})
-    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config), "--until", "plan"]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    outputs = {"keep_embeddings": False}  # the default: prepare's shards are temporary
+    config = write_config(
+        directory, classifier=str(directory / "classifier.pt"), embedding={"num_workers": 0}, outputs=outputs
+    )
+    command = SNAKEMAKE + ["--directory", str(directory), "--configfile", str(config)]
+    result = subprocess.run(command + ["--until", "plan", "--notemp"], capture_output=True, text=True, env=ENV)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert (directory / "results" / "plan" / "shards_0.tsv").is_file()
     assert not list(directory.glob("results/shards/embeddings/*/*.h5"))
+    # the next run starts from the plan: without --notemp, the plan, the shards' last job up to
+    # it, removed them and the next run prepared every sample again
+    jobs = job_counts(subprocess.run(command + ["-n"], capture_output=True, text=True, env=ENV).stdout)
+    assert jobs["embed"] == 2 and not {"prepare", "plan"} & jobs.keys(), jobs
     return directory, config
 
 
