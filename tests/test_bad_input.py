@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import GENOMES, ROOT, read_fasta, read_tsv, tmpfs, write_embeddings
+from helpers import GENOMES, ROOT, job_counts, read_fasta, read_tsv, tmpfs, write_embeddings
 
 from harness.stages import prepare_command, prepare_into, shard_fastas
 from workflow_lib.cli.errors import InputError, full_disk, full_disk_here
@@ -491,6 +491,24 @@ def test_empty_samples_sheet(tmp_path, sheet):
     assert "samples.tsv: no samples; add a line per sample: its name, a tab, the path of its FASTA or FASTQ" in (
         dry_run(tmp_path, sheet)
     )
+
+
+def test_labelled_samples_are_told_how_to_train(tmp_path):
+    """docs/models.md: label samples, set models.classifier to the train target's classifier and run
+    the train target. Labelled samples with VirNucPro's classifier (the default) not downloaded are
+    refused, with that advice."""
+    mito = GENOMES / "human_mtDNA.fasta"
+    sheet = f"sample\tpath\tlabel\nphix\t{PHIX}\tvirus\nmito\t{mito}\tother\n"
+    assert (
+        f"{ROOT / 'config' / 'config.yaml'}: models.classifier: models/500_model.pth: no such file; download VirNucPro's "
+        "https://github.com/Li-Jing-1997/VirNucPro/raw/main/500_model.pth there or set models.classifier to that "
+        "URL, point models.classifier at a classifier written by the train target, or set it to "
+        "results/train/classifier.pt to classify with the classifier the labelled samples train"
+    ) in dry_run(tmp_path, sheet)
+    (tmp_path / "config.yaml").write_text("samples: samples.tsv\nmodels:\n  classifier: results/train/classifier.pt\n")
+    command = [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "train"]
+    result = subprocess.run([*command, "--configfile", str(tmp_path / "config.yaml")], capture_output=True, text=True)
+    assert result.returncode == 0 and "prepare" in job_counts(result.stdout), result.stdout + result.stderr
 
 
 def test_training_sheet_of_one_class(tmp_path):

@@ -266,10 +266,12 @@ def check_classifier_file(config: Mapping, sources: list[tuple[str, dict]], labe
         )
     published = VIRNUCPRO_URL.format(chunk_length) if chunk_length in (300, 500) else None
     fetch = f"download VirNucPro's {published} there or set models.classifier to that URL, " if published else ""
-    raise InputError(
-        f"{where}; {fetch}point models.classifier at a classifier written by the train target, or label samples "
-        "virus and other in the samples sheet to train one"
+    train = (
+        f"set it to {config['train']['classifier']} to classify with the classifier the labelled samples train"
+        if labelled
+        else "label samples virus and other in the samples sheet to train one"
     )
+    raise InputError(f"{where}; {fetch}point models.classifier at a classifier written by the train target, or {train}")
 
 
 def check_calibration_file(config: Mapping, sources: list[tuple[str, dict]], labelled: bool) -> None:
