@@ -52,6 +52,9 @@ RECORDED = "results/report/recorded_settings.json"  # the settings that made the
 # the run's settings (every key: config/config.yaml's defaults under the config given, checked once
 # against config/schema.yaml; `config` itself is left as Snakemake loaded it) and its samples
 SETTINGS, SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED, MODEL_CHECK)
+# the report's captions read the settings as snakemake.config, which is this name's value: the run's
+# settings, also where a host workflow gives only its own keys (module use)
+config = SETTINGS
 TRAINS_HERE = model_files.trains_here(SETTINGS, SAMPLES.labelled)
 # the embedding models, in the classifier's input order (models.embedders), by name
 EMBEDDERS = {e.name: e for e in embedders(SETTINGS)}

@@ -64,6 +64,18 @@ def test_a_host_workflow_runs_the_demo_as_a_module_and_finds_an_inserted_phage(h
 
 
 @pytest.mark.slow
+def test_the_host_makes_the_report(host_run):
+    """README's `snakemake --report report.html`, in the host folder: the captions read the module's
+    settings with their defaults, which the host's config leaves out."""
+    host, _, _ = host_run
+    run = subprocess.run(
+        [*HOST_SNAKEMAKE, "--report", "report.html"], cwd=host, capture_output=True, text=True, env=ENV
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (host / "report.html").stat().st_size > 100_000
+
+
+@pytest.mark.slow
 def test_without_keeping_embeddings_no_embedding_or_shard_stays(host_run):
     """outputs.keep_embeddings: false (the default, as the demo's config leaves it): each embedding
     and shard FASTA goes once its shard is scored and train (the labelled samples) has read it; the
