@@ -500,10 +500,10 @@ def test_labelled_samples_are_told_how_to_train(tmp_path):
     mito = GENOMES / "human_mtDNA.fasta"
     sheet = f"sample\tpath\tlabel\nphix\t{PHIX}\tvirus\nmito\t{mito}\tother\n"
     assert (
-        f"{ROOT / 'config' / 'config.yaml'}: models.classifier: models/500_model.pth: no such file; download VirNucPro's "
-        "https://github.com/Li-Jing-1997/VirNucPro/raw/main/500_model.pth there or set models.classifier to that "
-        "URL, point models.classifier at a classifier written by the train target, or set it to "
-        "results/train/classifier.pt to classify with the classifier the labelled samples train"
+        f"{ROOT / 'config' / 'config.yaml'}: models.classifier: models/500_model.pth: no such file; download "
+        "VirNucPro's https://github.com/Li-Jing-1997/VirNucPro/raw/main/500_model.pth there or set "
+        "models.classifier to that URL, point models.classifier at a classifier written by the train target, or "
+        "set it to results/train/classifier.pt to classify with the classifier the labelled samples train"
     ) in dry_run(tmp_path, sheet)
     (tmp_path / "config.yaml").write_text("samples: samples.tsv\nmodels:\n  classifier: results/train/classifier.pt\n")
     command = [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "train"]
@@ -679,6 +679,13 @@ def main():
     raise InputError("reads.fa: record 'r1' is empty; remove it")
 run_cli(main)
 """
+
+
+def test_ctrl_c_is_one_line():
+    """A job stopped by Ctrl-C (SIGINT: KeyboardInterrupt) ends with one line, not a traceback."""
+    job = "from workflow_lib.cli.errors import run_cli\ndef main():\n    raise KeyboardInterrupt\nrun_cli(main)\n"
+    result = subprocess.run([sys.executable, "-c", job], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (130, "error: interrupted (Ctrl-C)\n")
 
 
 def test_a_job_error_reaches_the_console_when_its_log_is_on_a_full_disk(tmp_path):

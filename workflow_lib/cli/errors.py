@@ -61,9 +61,13 @@ def _say(line: str) -> None:
 
 
 def run_cli(main: Callable[[], None]) -> None:
-    """Run a script's main(); an InputError or a full disk is one line on stderr and exit status 2."""
+    """Run a script's main(); an InputError or a full disk is one line on stderr and exit status 2,
+    Ctrl-C one line and status 130 (an embed job has logged what it committed)."""
     try:
         main()
+    except KeyboardInterrupt:
+        _say("error: interrupted (Ctrl-C)")
+        _exit(130)
     except Exception as error:
         if isinstance(error, InputError):
             line = f"error: {error}"
@@ -73,9 +77,13 @@ def run_cli(main: Callable[[], None]) -> None:
         else:
             raise
         _say(line)
-        with contextlib.suppress(OSError):
-            sys.stdout.flush()
-            logging.shutdown()
-        # Not sys.exit: an HDF5 file whose write failed is still open (the error holds its frame),
-        # and h5py's clean-up would flush it at exit, fail again and crash the process (SIGSEGV).
-        os._exit(2)
+        _exit(2)
+
+
+def _exit(status: int) -> None:
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        logging.shutdown()
+    # Not sys.exit: an HDF5 file whose write failed is still open (the error holds its frame),
+    # and h5py's clean-up would flush it at exit, fail again and crash the process (SIGSEGV).
+    os._exit(status)
