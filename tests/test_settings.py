@@ -31,6 +31,7 @@ PASSED_BY_RULES = {
     "threads": 3,
     "remove_shard_fasta": True,
     "classifier": "models/c.pt",
+    "classifier_chunk_length": 300,
     "checksums": {"c.pt": "a" * 64},
 }
 
