@@ -217,8 +217,17 @@ def test_paired_end_mates_in_one_file_are_named_as_such(tmp_path, appended):
             "record 1 is not a 4-line FASTQ record ('@' header, sequence, "
             "'+', qualities); multi-line FASTQ is not supported: reformat the file",
         ),
+        (
+            b"@r1\nACGT\n+\nIIII\n@r2\nACGT\n+\nII\nII\n@r3\nACGT\n+\nIIII\n",
+            "record 2 is not a 4-line FASTQ record ('@' header, sequence, "
+            "'+', qualities); multi-line FASTQ is not supported: reformat the file",
+        ),
+        (
+            b"@r1\nACGT\n+\nIIII\n\n@r2\nACGT\n+\nIIII\n@r3\nACGT\n+\nIIII\n",
+            "record 2 follows a blank line; FASTQ has no blank lines between records: remove it",
+        ),
     ],
-    ids=["quality_length", "truncated", "not_four_lines"],
+    ids=["quality_length", "truncated", "not_four_lines", "wrapped_qualities", "blank_line_between"],
 )
 def test_bad_fastq(tmp_path, content, message):
     (tmp_path / "in.fq").write_bytes(content)

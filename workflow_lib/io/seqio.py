@@ -227,6 +227,10 @@ def _fastq_records(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
     seqs = [s.rstrip() for s in seqs]
     bad = next((i for i, (h, p) in enumerate(zip(headers, plus)) if h[:1] != b"@" or p[:1] != b"+"), None)
     if bad is not None:
+        if not headers[bad].strip():  # blank lines cannot be dropped: an empty read's lines are blank
+            raise _RecordError(bad, "follows a blank line; FASTQ has no blank lines between records: remove it")
+        if bad and len(seqs[bad - 1]) != len(quals[bad - 1].rstrip()):
+            bad -= 1  # qualities wrapped over two lines: they shifted the next record's lines
         raise _RecordError(
             bad,
             "is not a 4-line FASTQ record ('@' header, sequence, '+', qualities); "
