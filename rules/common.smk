@@ -50,7 +50,7 @@ MODEL_CHECK = "results/checks/models.json"
 PLAN_DIR = "results/plan"
 RECORDED = "results/report/recorded_settings.json"  # the settings that made the results
 # the run's settings (every key: config/config.yaml's defaults under the config given, checked once
-# against config/schema.yaml; `config` itself is left as Snakemake loaded it) and its samples
+# against config/schema.yaml; the dict Snakemake loaded is left as it is) and its samples
 SETTINGS, SAMPLES = start(workflow, config, ROOT, PLAN_DIR, RECORDED, MODEL_CHECK)
 # the report's captions read the settings as snakemake.config, which is this name's value: the run's
 # settings, also where a host workflow gives only its own keys (module use)

@@ -4,8 +4,8 @@ Compression is recognised by its magic bytes, not the file name, and undone by x
 ISA-L). Records are parsed a block at a time with bytes operations, not line by line in Python as
 Biopython's parsers do, nor by dnaio, which refuses headers that are not ASCII where Biopython (and
 so VirNucPro) reads them, and was slower here on plain FASTA. Sequences are upper-cased
-(soft-masked bases too, as VirNucPro does), U is read as T, and anything that is not an IUPAC nucleotide code is an
-InputError naming the file, the record (number and ID) and what to do.
+(soft-masked bases too, as VirNucPro does), U is read as T, and anything that is not an IUPAC
+nucleotide code is an InputError naming the file, the record (number and ID) and what to do.
 """
 
 import itertools
